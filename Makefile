@@ -1,0 +1,70 @@
+# dsh — run `make help` for the targets.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO        ?= go
+BUF       := $(GO) tool -modfile=tools/go.mod buf
+GOTEST    ?= $(GO) test
+RACE      ?= -race
+BENCHTIME ?= 1s
+BENCHCOUNT ?= 5
+PKGS      := ./...
+
+.PHONY: help
+help: ## Show this help.
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+
+.PHONY: run
+run: ## Run the whole stack in one process (embedded NATS + SQLite) and open a chat.
+	$(GO) run ./cmd/dsh dev
+
+.PHONY: build
+build: ## Build every binary into bin/.
+	$(GO) build -o bin/ ./cmd/... ./services/*/cmd/...
+
+.PHONY: generate
+generate: ## Regenerate gen/ from proto/ with buf.
+	$(BUF) format -w
+	$(BUF) generate
+
+.PHONY: check
+check: lint gen-check fmt-check vet ## Lint protos, check gen/ drift, gofmt and go vet.
+
+.PHONY: lint
+lint: ## buf lint and buf format check.
+	$(BUF) lint
+	@out=$$($(BUF) format -d); if [ -n "$$out" ]; then echo "$$out"; echo "buf format: proto files are not formatted; run 'make generate'"; exit 1; fi
+
+.PHONY: gen-check
+gen-check: ## Fail when gen/ differs from what proto/ generates.
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(BUF) generate -o "$$tmp"; \
+	if ! diff -r gen "$$tmp/gen" >"$$tmp/diff"; then cat "$$tmp/diff" | head -40; \
+	  echo "gen/ is out of date with proto/ (or was edited by hand): run 'make generate' and commit"; exit 1; fi
+
+.PHONY: fmt-check
+fmt-check: ## Fail on Go files gofmt would change.
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/') 2>/dev/null || true); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+.PHONY: vet
+vet: ## go vet.
+	$(GO) vet $(PKGS)
+
+.PHONY: test
+test: check test-go ## Everything: checks, then the Go suite with -race.
+
+.PHONY: test-go
+test-go: ## The Go test suite with the race detector.
+	$(GOTEST) $(RACE) -count=1 -timeout 15m $(PKGS)
+
+.PHONY: bench
+bench: ## Run every Go benchmark (figures go into docs/benchmarks.md).
+	$(GOTEST) -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(PKGS)
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target briefly (FUZZTIME=30s to go longer).
+	@for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+	  for f in $$(grep -h '^func Fuzz' $$t/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-10s} $$t || exit 1; done; done
