@@ -1,0 +1,164 @@
+// Package grpcserver builds and runs the gRPC servers of every dsh service the
+// same way: OpenTelemetry propagation (otelgrpc), the gRPC health service,
+// server reflection (so grpcurl works with no proto files), panic recovery
+// that turns a handler panic into codes.Internal, and a graceful shutdown.
+//
+// # Shutdown
+//
+// Serve returns when its context is cancelled. It then marks every service
+// NOT_SERVING, lets in-flight RPCs drain with GracefulStop, and falls back to
+// a hard Stop after Config.DrainTimeout. Callers flush their own state (sessions,
+// NATS, telemetry) after Serve returns.
+package grpcserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// DefaultDrainTimeout bounds how long Serve waits for in-flight RPCs.
+const DefaultDrainTimeout = 10 * time.Second
+
+// Config configures a server.
+type Config struct {
+	// Logger receives lifecycle lines and recovered panics. Required.
+	Logger *slog.Logger
+	// DrainTimeout bounds GracefulStop; zero means DefaultDrainTimeout.
+	DrainTimeout time.Duration
+	// Options are extra grpc.ServerOptions (credentials, size limits ...).
+	Options []grpc.ServerOption
+}
+
+// Server is a grpc.Server with health and reflection registered.
+type Server struct {
+	*grpc.Server
+	health *health.Server
+	cfg    Config
+}
+
+// New returns a server ready for service registration. Register services on
+// it, then call Serve.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	rec := recoverer{log: cfg.Logger}
+	opts := append([]grpc.ServerOption{
+		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.ChainUnaryInterceptor(rec.unary),
+		grpc.ChainStreamInterceptor(rec.stream),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}, cfg.Options...)
+	gs := grpc.NewServer(opts...)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	return &Server{Server: gs, health: hs, cfg: cfg}
+}
+
+// SetServing marks the overall server and each named service SERVING.
+func (s *Server) SetServing(services ...string) {
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	for _, name := range services {
+		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+}
+
+// Serve serves on lis until ctx is cancelled, then shuts down gracefully. It
+// marks every registered service SERVING before accepting connections. The
+// returned error is nil after a clean shutdown.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	names := make([]string, 0, len(s.GetServiceInfo()))
+	for name := range s.GetServiceInfo() {
+		names = append(names, name)
+	}
+	s.SetServing(names...)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Server.Serve(lis) }()
+	s.cfg.Logger.Info("grpc server listening", "addr", lis.Addr().String())
+	select {
+	case err := <-errc:
+		if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("grpc serve %s: %w", lis.Addr(), err)
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	s.Shutdown()
+	<-errc
+	return nil
+}
+
+// Shutdown marks the server NOT_SERVING, drains in-flight RPCs and stops,
+// forcing a hard stop after the drain timeout. It is safe to call twice.
+func (s *Server) Shutdown() {
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() { s.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.DrainTimeout):
+		s.cfg.Logger.Warn("grpc drain timed out; stopping hard", "timeout", s.cfg.DrainTimeout)
+		s.Stop()
+		<-done
+	}
+}
+
+type recoverer struct{ log *slog.Logger }
+
+func (r recoverer) recovered(method string, v any) error {
+	r.log.Error("grpc handler panicked", "method", method, "panic", v, "stack", string(debug.Stack()))
+	return status.Error(codes.Internal, "internal error")
+}
+
+func (r recoverer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = r.recovered(info.FullMethod, v)
+		}
+	}()
+	return h(ctx, req)
+}
+
+func (r recoverer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = r.recovered(info.FullMethod, v)
+		}
+	}()
+	return h(srv, ss)
+}
+
+// Dial opens a client connection to a dsh service with OpenTelemetry
+// propagation. Addresses are host:port; connections are insecure unless opts
+// say otherwise (loopback and in-cluster traffic; put TLS in opts).
+func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	base := []grpc.DialOption{
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+	}
+	if !hasCreds(opts) {
+		base = append(base, insecureCreds())
+	}
+	conn, err := grpc.NewClient(addr, append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return conn, nil
+}
