@@ -1,0 +1,233 @@
+package session
+
+import (
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+)
+
+// The stable type names of the 14 core events (semantics.md §3.3). They are
+// the names used in logs, NATS headers and JSON. A plugin event's type name is
+// its extension's type.
+const (
+	TypeTurnStart        = "turn/start"
+	TypeTurnEnd          = "turn/end"
+	TypeStepStart        = "step/start"
+	TypeStepEnd          = "step/end"
+	TypeUserMessage      = "user/message"
+	TypePromptBlocked    = "prompt/blocked"
+	TypeContextMessage   = "context/message"
+	TypeAssistantChunk   = "assistant/chunk"
+	TypeAssistantMessage = "assistant/message"
+	TypeToolCall         = "tool/call"
+	TypeToolResult       = "tool/result"
+	TypeSteeringMessage  = "steering/message"
+	TypeTodoWrite        = "todo/write"
+	TypeRequestHeader    = "request/header"
+)
+
+// Error names and codes of the synthetic tool results written by crash
+// repair (semantics.md §3.11).
+const (
+	ToolOutcomeUnknownError = "ToolOutcomeUnknownError"
+	ToolOutcomeUnknownCode  = "TOOL_OUTCOME_UNKNOWN"
+	ToolNotStartedError     = "ToolNotStartedError"
+	ToolNotStartedCode      = "TOOL_NOT_STARTED"
+)
+
+// coreTypes lists the core type names; an extension event may not reuse one,
+// nor the legacy delta header type.
+var coreTypes = map[string]bool{
+	TypeTurnStart: true, TypeTurnEnd: true, TypeStepStart: true, TypeStepEnd: true,
+	TypeUserMessage: true, TypePromptBlocked: true, TypeContextMessage: true,
+	TypeAssistantChunk: true, TypeAssistantMessage: true, TypeToolCall: true,
+	TypeToolResult: true, TypeSteeringMessage: true, TypeTodoWrite: true,
+	TypeRequestHeader: true, "request/header-delta": true,
+}
+
+// TypeName returns the event's stable type name ("turn/start", ...), the
+// extension's type for a plugin event, or "" when no payload is set.
+func TypeName(ev *sessionv1.SessionEvent) string {
+	switch p := ev.GetPayload().(type) {
+	case *sessionv1.SessionEvent_TurnStart:
+		return TypeTurnStart
+	case *sessionv1.SessionEvent_TurnEnd:
+		return TypeTurnEnd
+	case *sessionv1.SessionEvent_StepStart:
+		return TypeStepStart
+	case *sessionv1.SessionEvent_StepEnd:
+		return TypeStepEnd
+	case *sessionv1.SessionEvent_UserMessage:
+		return TypeUserMessage
+	case *sessionv1.SessionEvent_PromptBlocked:
+		return TypePromptBlocked
+	case *sessionv1.SessionEvent_ContextMessage:
+		return TypeContextMessage
+	case *sessionv1.SessionEvent_AssistantChunk:
+		return TypeAssistantChunk
+	case *sessionv1.SessionEvent_AssistantMessage:
+		return TypeAssistantMessage
+	case *sessionv1.SessionEvent_ToolCall:
+		return TypeToolCall
+	case *sessionv1.SessionEvent_ToolResult:
+		return TypeToolResult
+	case *sessionv1.SessionEvent_SteeringMessage:
+		return TypeSteeringMessage
+	case *sessionv1.SessionEvent_TodoWrite:
+		return TypeTodoWrite
+	case *sessionv1.SessionEvent_RequestHeader:
+		return TypeRequestHeader
+	case *sessionv1.SessionEvent_Extension:
+		return p.Extension.GetType()
+	}
+	return ""
+}
+
+// IsSurfaceEvent reports whether the event is of a surface type (user/message,
+// assistant/message, tool/result, context/message, steering/message): the
+// only types that carry a surface op and may enter the model's history.
+func IsSurfaceEvent(ev *sessionv1.SessionEvent) bool {
+	switch ev.GetPayload().(type) {
+	case *sessionv1.SessionEvent_UserMessage,
+		*sessionv1.SessionEvent_AssistantMessage,
+		*sessionv1.SessionEvent_ToolResult,
+		*sessionv1.SessionEvent_ContextMessage,
+		*sessionv1.SessionEvent_SteeringMessage:
+		return true
+	}
+	return false
+}
+
+// IsSurfaceType reports whether name is a surface event type name.
+func IsSurfaceType(name string) bool {
+	switch name {
+	case TypeUserMessage, TypeAssistantMessage, TypeToolResult, TypeContextMessage, TypeSteeringMessage:
+		return true
+	}
+	return false
+}
+
+// Text returns a text content block.
+func Text(s string) *llmv1.ContentBlock {
+	return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: s}}}
+}
+
+// Reasoning returns a reasoning content block.
+func Reasoning(s string) *llmv1.ContentBlock {
+	return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Reasoning{Reasoning: &llmv1.ReasoningBlock{Text: s}}}
+}
+
+// ToolCallBlock returns a tool-call content block; arguments is the raw text
+// the model produced.
+func ToolCallBlock(id, name, arguments string) *llmv1.ContentBlock {
+	return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_ToolCall{ToolCall: &llmv1.ToolCallBlock{Id: id, Name: name, Arguments: arguments}}}
+}
+
+// ToolResultBlock returns a tool-result content block.
+func ToolResultBlock(callID string, content []*llmv1.ContentBlock, isError bool) *llmv1.ContentBlock {
+	return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_ToolResult{ToolResult: &llmv1.ToolResultBlock{ToolCallId: callID, Content: content, IsError: isError}}}
+}
+
+// ExtensionBlock returns a plugin content block; json must be valid JSON.
+func ExtensionBlock(typ, json string) *llmv1.ContentBlock {
+	return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Extension{Extension: &llmv1.Extension{Type: typ, Json: json}}}
+}
+
+// UserSource returns the "user" message source.
+func UserSource() *llmv1.MessageSource {
+	return &llmv1.MessageSource{Kind: &llmv1.MessageSource_User{User: &llmv1.UserSource{}}}
+}
+
+// PluginSource returns the "plugin" message source for the named plugin.
+func PluginSource(name string) *llmv1.MessageSource {
+	return &llmv1.MessageSource{Kind: &llmv1.MessageSource_Plugin{Plugin: &llmv1.PluginSource{Plugin: name}}}
+}
+
+// AgentSource returns the "agent" message source for the producing session.
+func AgentSource(sessionID string) *llmv1.MessageSource {
+	return &llmv1.MessageSource{Kind: &llmv1.MessageSource_Agent{Agent: &llmv1.AgentSource{SessionId: sessionID}}}
+}
+
+// AppendOp returns the surface op "append".
+func AppendOp() *sessionv1.SurfaceOp {
+	return &sessionv1.SurfaceOp{Op: &sessionv1.SurfaceOp_Append{Append: &sessionv1.SurfaceAppend{}}}
+}
+
+// ReplaceOp returns the surface op replacing the inclusive positional range
+// [start, end] of the current surface.
+func ReplaceOp(start, end int64) *sessionv1.SurfaceOp {
+	return &sessionv1.SurfaceOp{Op: &sessionv1.SurfaceOp_Replace{Replace: &sessionv1.SurfaceReplace{Start: start, End: end}}}
+}
+
+// Seqs returns a present source-event-seq list (Seqs() is a present, empty
+// list, which differs from an absent one).
+func Seqs(seqs ...int64) *sessionv1.EventSeqs {
+	return &sessionv1.EventSeqs{Seqs: seqs}
+}
+
+// MessageTrigger returns the "message" turn trigger.
+func MessageTrigger(src *llmv1.MessageSource) *sessionv1.TurnTrigger {
+	return &sessionv1.TurnTrigger{Kind: &sessionv1.TurnTrigger_Message{Message: &sessionv1.TriggerMessage{Source: src}}}
+}
+
+// InjectionTrigger returns the "injection" turn trigger.
+func InjectionTrigger(src *llmv1.MessageSource) *sessionv1.TurnTrigger {
+	return &sessionv1.TurnTrigger{Kind: &sessionv1.TurnTrigger_Injection{Injection: &sessionv1.TriggerInjection{Source: src}}}
+}
+
+// TurnStartEvent returns a turn/start event (seq and time unset).
+func TurnStartEvent(turn int32, trigger *sessionv1.TurnTrigger) *sessionv1.SessionEvent {
+	return &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_TurnStart{TurnStart: &sessionv1.TurnStart{Turn: turn, Trigger: trigger}}}
+}
+
+// TurnEndEvent returns a turn/end event (seq and time unset).
+func TurnEndEvent(turn int32, reason *sessionv1.TurnEndReason) *sessionv1.SessionEvent {
+	return &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_TurnEnd{TurnEnd: &sessionv1.TurnEnd{Turn: turn, Reason: reason}}}
+}
+
+// StepStartEvent returns a step/start event (seq and time unset).
+func StepStartEvent(turn, step int32) *sessionv1.SessionEvent {
+	return &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_StepStart{StepStart: &sessionv1.StepStart{Turn: turn, Step: step}}}
+}
+
+// StepEndEvent returns a step/end event (seq and time unset).
+func StepEndEvent(turn, step int32) *sessionv1.SessionEvent {
+	return &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_StepEnd{StepEnd: &sessionv1.StepEnd{Turn: turn, Step: step}}}
+}
+
+// UserMessageEvent returns a user/message event appended to the surface.
+func UserMessageEvent(content []*llmv1.ContentBlock, src *llmv1.MessageSource) *sessionv1.SessionEvent {
+	return &sessionv1.SessionEvent{
+		SurfaceOp: AppendOp(),
+		Payload:   &sessionv1.SessionEvent_UserMessage{UserMessage: &sessionv1.UserMessage{Content: content, Source: src}},
+	}
+}
+
+// ContextMessageEvent returns a context/message event appended to the surface.
+func ContextMessageEvent(content []*llmv1.ContentBlock, src *llmv1.MessageSource) *sessionv1.SessionEvent {
+	return &sessionv1.SessionEvent{
+		SurfaceOp: AppendOp(),
+		Payload:   &sessionv1.SessionEvent_ContextMessage{ContextMessage: &sessionv1.ContextMessage{Content: content, Source: src}},
+	}
+}
+
+// ToolResultEvent returns a tool/result event appended to the surface; when
+// callSeq >= 0 it becomes the single source event seq (the tool/call's seq).
+func ToolResultEvent(turn, step int32, callID string, content []*llmv1.ContentBlock, isError bool, errInfo *toolsv1.ToolErrorInfo, callSeq int64) *sessionv1.SessionEvent {
+	ev := &sessionv1.SessionEvent{
+		SurfaceOp: AppendOp(),
+		Payload: &sessionv1.SessionEvent_ToolResult{ToolResult: &sessionv1.ToolResult{
+			Turn: turn, Step: step, CallId: callID, Content: content, IsError: isError, Error: errInfo,
+		}},
+	}
+	if callSeq >= 0 {
+		ev.SourceEventSeqs = Seqs(callSeq)
+	}
+	return ev
+}
+
+// ExtensionEvent returns a plugin (log-only) event of the given type whose
+// data is the JSON text json.
+func ExtensionEvent(typ, json string) *sessionv1.SessionEvent {
+	return &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_Extension{Extension: &llmv1.Extension{Type: typ, Json: json}}}
+}
