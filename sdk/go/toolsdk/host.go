@@ -1,0 +1,349 @@
+package toolsdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"google.golang.org/grpc"
+)
+
+// HostConfig configures a Host. The zero value is usable.
+type HostConfig struct {
+	// Logger receives tool panics and internal failures; nil discards.
+	Logger *slog.Logger
+	// MaxArgumentBytes bounds the raw argument text of one call; larger
+	// calls are refused with INVALID_ARGUMENT. Zero means 1 MiB.
+	MaxArgumentBytes int
+	// DefaultTimeout is the budget of tools that declare none. Zero means
+	// two minutes.
+	DefaultTimeout time.Duration
+	// CheckContext, when set, vets every call's ToolContext after the
+	// built-in checks; an error refuses the call with INVALID_ARGUMENT.
+	CheckContext func(*toolsv1.ToolContext) error
+}
+
+// Host serves a live set of tools as the dsh.tools.v1.ToolHost gRPC service.
+// Tools may be added and removed while it serves; every change bumps the
+// revision and reaches WatchTools subscribers as a fresh snapshot.
+//
+// # Delivery
+//
+// Execute streams zero or more ToolOutput messages, then exactly one
+// ToolExecutionResult, unless the request itself is malformed (a gRPC
+// INVALID_ARGUMENT status and no messages) or the caller went away. Tool
+// failures of every kind (unknown tool, invalid arguments, a body error, a
+// panic, a timeout) are results with is_error set, never RPC errors.
+type Host struct {
+	toolsv1.UnimplementedToolHostServer
+	cfg HostConfig
+	log *slog.Logger
+
+	mu      sync.RWMutex
+	tools   map[string]Tool
+	order   []string // registration order
+	rev     int64
+	changed chan struct{} // closed and replaced on every change
+}
+
+var _ toolsv1.ToolHostServer = (*Host)(nil)
+
+// NewHost returns a host serving tools. Duplicate names are an error.
+func NewHost(cfg HostConfig, tools ...Tool) (*Host, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxArgumentBytes <= 0 {
+		cfg.MaxArgumentBytes = defaultMaxArgumentBytes
+	}
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = defaultHostTimeout
+	}
+	h := &Host{cfg: cfg, log: cfg.Logger, tools: map[string]Tool{}, changed: make(chan struct{})}
+	if err := h.Add(tools...); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Register registers the host on a gRPC server.
+func (h *Host) Register(gs grpc.ServiceRegistrar) { toolsv1.RegisterToolHostServer(gs, h) }
+
+// Add registers tools atomically: if any name is taken (or repeated), none
+// is added.
+func (h *Host) Add(tools ...Tool) error {
+	if len(tools) == 0 {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[string]bool{}
+	for _, t := range tools {
+		name := t.Descriptor().GetSchema().GetName()
+		if _, dup := h.tools[name]; dup || seen[name] {
+			return fmt.Errorf("tool %q is already registered", name)
+		}
+		seen[name] = true
+	}
+	for _, t := range tools {
+		name := t.Descriptor().GetSchema().GetName()
+		h.tools[name] = t
+		h.order = append(h.order, name)
+	}
+	h.bumpLocked()
+	return nil
+}
+
+// Remove unregisters the named tools and reports how many it removed.
+// Calls already running finish normally.
+func (h *Host) Remove(names ...string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, name := range names {
+		if _, ok := h.tools[name]; ok {
+			delete(h.tools, name)
+			h.order = slices.DeleteFunc(h.order, func(s string) bool { return s == name })
+			n++
+		}
+	}
+	if n > 0 {
+		h.bumpLocked()
+	}
+	return n
+}
+
+func (h *Host) bumpLocked() {
+	h.rev++
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// Tool returns a registered tool.
+func (h *Host) Tool(name string) (Tool, bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	t, ok := h.tools[name]
+	return t, ok
+}
+
+func (h *Host) snapshot() ([]*toolsv1.ToolDescriptor, int64, <-chan struct{}) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]*toolsv1.ToolDescriptor, 0, len(h.order))
+	for _, name := range h.order {
+		d := h.tools[name].Descriptor()
+		if d.GetTimeoutMs() == 0 {
+			d = cloneDescriptor(d)
+			d.TimeoutMs = h.cfg.DefaultTimeout.Milliseconds()
+		}
+		out = append(out, d)
+	}
+	return out, h.rev, h.changed
+}
+
+func cloneDescriptor(d *toolsv1.ToolDescriptor) *toolsv1.ToolDescriptor {
+	return &toolsv1.ToolDescriptor{Schema: d.GetSchema(), Concurrency: d.GetConcurrency(), TimeoutMs: d.GetTimeoutMs(), ValidatesArguments: d.GetValidatesArguments()}
+}
+
+// ListTools returns the current tool set and its revision.
+func (h *Host) ListTools(context.Context, *toolsv1.ListToolsRequest) (*toolsv1.ListToolsResponse, error) {
+	tools, rev, _ := h.snapshot()
+	return &toolsv1.ListToolsResponse{Tools: tools, Revision: rev}, nil
+}
+
+// WatchTools sends a snapshot now and after every change. Changes that land
+// while a send is in flight coalesce into the next snapshot.
+func (h *Host) WatchTools(_ *toolsv1.WatchToolsRequest, stream grpc.ServerStreamingServer[toolsv1.WatchToolsResponse]) error {
+	ctx := stream.Context()
+	for {
+		tools, rev, changed := h.snapshot()
+		if err := stream.Send(&toolsv1.WatchToolsResponse{Tools: tools, Revision: rev}); err != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// PrepareCalls classifies each call and computes its pending card. Unknown
+// tools and malformed arguments are exclusive with no card.
+func (h *Host) PrepareCalls(_ context.Context, req *toolsv1.PrepareCallsRequest) (*toolsv1.PrepareCallsResponse, error) {
+	out := &toolsv1.PrepareCallsResponse{Calls: make([]*toolsv1.PreparedCall, 0, len(req.GetExecutions()))}
+	for _, ex := range req.GetExecutions() {
+		pc := &toolsv1.PreparedCall{CallId: ex.GetCallId(), Mode: toolsv1.ExecutionMode_EXECUTION_MODE_EXCLUSIVE}
+		if t, ok := h.Tool(ex.GetName()); ok && len(ex.GetArguments()) <= h.cfg.MaxArgumentBytes {
+			pc.Mode = t.Mode(ex.GetArguments())
+			pc.View = t.PresentCall(ex.GetArguments())
+		}
+		out.Calls = append(out.Calls, pc)
+	}
+	return out, nil
+}
+
+// Execute runs one call and streams its output and result.
+func (h *Host) Execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {
+	ex := req.GetExecution()
+	if err := h.checkExecution(ex); err != nil {
+		return toStatus(err)
+	}
+	var mu sync.Mutex
+	done := false
+	output := func(s, text string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			_ = stream.Send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Output{Output: &toolsv1.ToolOutput{Stream: s, Text: text}}})
+		}
+	}
+	res := h.Run(stream.Context(), ex, output)
+	mu.Lock()
+	defer mu.Unlock()
+	done = true
+	return stream.Send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Result{Result: res}})
+}
+
+// requestError is a malformed Execute request (INVALID_ARGUMENT).
+type requestError struct{ msg string }
+
+func (e *requestError) Error() string { return e.msg }
+
+func (h *Host) checkExecution(ex *toolsv1.ToolExecution) error {
+	tc := ex.GetContext()
+	switch {
+	case ex == nil:
+		return &requestError{"execution is required"}
+	case ex.GetName() == "":
+		return &requestError{"execution.name is required"}
+	case tc.GetCwd() == "":
+		return &requestError{"execution.context.cwd is required: send the session's absolute working directory"}
+	case !filepath.IsAbs(tc.GetCwd()):
+		return &requestError{fmt.Sprintf("execution.context.cwd %q must be an absolute path", tc.GetCwd())}
+	case tc.GetWorkspaceRoot() != "" && !filepath.IsAbs(tc.GetWorkspaceRoot()):
+		return &requestError{fmt.Sprintf("execution.context.workspace_root %q must be an absolute path", tc.GetWorkspaceRoot())}
+	case len(ex.GetArguments()) > h.cfg.MaxArgumentBytes:
+		return &requestError{fmt.Sprintf("execution.arguments is %d bytes, over this host's limit of %d bytes", len(ex.GetArguments()), h.cfg.MaxArgumentBytes)}
+	}
+	if h.cfg.CheckContext != nil {
+		if err := h.cfg.CheckContext(tc); err != nil {
+			return &requestError{err.Error()}
+		}
+	}
+	return nil
+}
+
+var errTimeout = errors.New("tool timeout")
+
+// Run executes one call in process, without the request checks of Execute:
+// the same unknown-tool, validation, panic, timeout and presentation
+// handling, returning exactly one result. output receives live output and
+// may be nil.
+func (h *Host) Run(ctx context.Context, ex *toolsv1.ToolExecution, output func(stream, text string)) *toolsv1.ToolExecutionResult {
+	t, ok := h.Tool(ex.GetName())
+	if !ok {
+		return errorResult(NewError("ToolNotFoundError", CodeUnknownTool, fmt.Sprintf("unknown tool %q", ex.GetName()), nil))
+	}
+	timeout := time.Duration(t.Descriptor().GetTimeoutMs()) * time.Millisecond
+	if timeout <= 0 {
+		timeout = h.cfg.DefaultTimeout
+	}
+	call := NewCall(ex, output)
+	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
+	defer cancel()
+	r, err := h.invoke(runCtx, t, call)
+	var res *toolsv1.ToolExecutionResult
+	switch {
+	case err != nil && errors.Is(context.Cause(runCtx), errTimeout) && ctx.Err() == nil:
+		res = errorResult(NewError("TimeoutError", CodeToolTimeout, fmt.Sprintf("tool %s timed out after %dms", call.Name, timeout.Milliseconds()), err))
+	case ctx.Err() != nil && !isTyped(err):
+		res = errorResult(NewError(abortErrorName, CodeAborted, "tool call aborted", ctx.Err()))
+	case err != nil:
+		res = errorResult(err)
+	default:
+		res, err = h.buildResult(r)
+		if err != nil {
+			res = errorResult(NewError(defaultErrorName, CodeInvalidResult, err.Error(), err))
+		}
+	}
+	if r.View != nil && !res.GetIsError() {
+		res.View = r.View
+	} else {
+		res.View = t.PresentResult(ex.GetArguments(), res)
+	}
+	return res
+}
+
+func isTyped(err error) bool {
+	var c interface{ Code() string }
+	return errors.As(err, &c)
+}
+
+func (h *Host) invoke(ctx context.Context, t Tool, call *Call) (r Result, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			h.log.Error("tool panicked", "tool", call.Name, "call_id", call.ID, "panic", v, "stack", string(debug.Stack()))
+			r, err = Result{}, NewError("ToolPanicError", CodeToolPanic, fmt.Sprintf("tool %s crashed: %v", call.Name, v), nil)
+		}
+	}()
+	return t.Run(ctx, call)
+}
+
+func (h *Host) buildResult(r Result) (*toolsv1.ToolExecutionResult, error) {
+	res := &toolsv1.ToolExecutionResult{Content: r.Content, AdditionalContexts: r.Contexts}
+	if res.Content == nil {
+		res.Content = []*llmv1.ContentBlock{}
+	}
+	if r.Meta != nil {
+		var b []byte
+		switch m := r.Meta.(type) {
+		case json.RawMessage:
+			b = m
+		default:
+			var err error
+			if b, err = json.Marshal(m); err != nil {
+				return nil, fmt.Errorf("tool meta is not JSON: %w", err)
+			}
+		}
+		if !json.Valid(b) {
+			return nil, errors.New("tool meta is not valid JSON")
+		}
+		s := string(b)
+		res.Meta = &s
+	}
+	return res, nil
+}
+
+// errorResult renders a failure as the model sees it: "Error: <message>",
+// is_error, and {name, code} when the error is typed.
+func errorResult(err error) *toolsv1.ToolExecutionResult {
+	res := &toolsv1.ToolExecutionResult{
+		Content: []*llmv1.ContentBlock{TextBlock("Error: " + err.Error())},
+		IsError: true,
+	}
+	var coded interface{ Code() string }
+	if errors.As(err, &coded) {
+		name := defaultErrorName
+		var named interface{ ErrorName() string }
+		if errors.As(err, &named) {
+			name = named.ErrorName()
+		}
+		res.Error = &toolsv1.ToolErrorInfo{Name: name, Code: coded.Code()}
+	}
+	return res
+}
+
+// ErrorResult is the result a failure becomes; exported for interceptors and
+// in-process callers that need the same rendering.
+func ErrorResult(err error) *toolsv1.ToolExecutionResult { return errorResult(err) }
