@@ -115,7 +115,9 @@ func TestInterruptedTurnClosers(t *testing.T) {
 			// The repaired log is balanced, passes the invariant checker and
 			// needs no further repair.
 			repaired := append(append([]*sessionv1.SessionEvent{}, b.evs...), got...)
-			// CHECKLOG
+			if err := CheckLog(repaired); err != nil {
+				t.Fatalf("repaired log fails CheckLog: %v", err)
+			}
 			if again := InterruptedTurnClosers(repaired); again != nil {
 				t.Fatalf("repaired log still needs closers: %v", again)
 			}

@@ -1,0 +1,289 @@
+package session
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+)
+
+// Option configures a [Log].
+type Option func(*options)
+
+type options struct {
+	now    func() time.Time
+	logger *slog.Logger
+	strict bool
+}
+
+// WithClock sets the clock that stamps events appended with time 0
+// (default time.Now).
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithLogger sets the logger that reports observer panics (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithTurnChecks makes [Log.Append] also enforce the turn-enclosure
+// invariant and the call/result trace of [Checker] (the debug check of
+// semantics.md §3.8). Without it Append enforces only the per-event and
+// surface rules; NewLog always checks the seed fully.
+func WithTurnChecks() Option { return func(o *options) { o.strict = true } }
+
+// Log is the append-only event log of one session and its derived state:
+// the surface, the cached model history and the folded request header. It is
+// safe for concurrent use. Events handed out by a Log are shared and must not
+// be mutated.
+type Log struct {
+	opts   options
+	header *sessionv1.SessionHeader
+
+	mu      sync.RWMutex
+	events  []*sessionv1.SessionEvent
+	surf    surface
+	turns   turns
+	reqHdr  *sessionv1.EpochHeader
+	obsMu   sync.Mutex
+	obs     []*observer
+	queue   []*sessionv1.SessionEvent
+	sending bool
+}
+
+type observer struct {
+	fn      func(*sessionv1.SessionEvent)
+	stopped bool // guarded by Log.obsMu
+}
+
+// NewLog returns a log holding the seed events (which must have seqs 0, 1,
+// ... and pass [CheckLog]) under the immutable session header h. The seed is
+// cloned. A seed may end inside an open turn (a crashed session); the caller
+// repairs it by appending [InterruptedTurnClosers].
+func NewLog(h *sessionv1.SessionHeader, seed []*sessionv1.SessionEvent, opts ...Option) (*Log, error) {
+	l := &Log{opts: options{now: time.Now}}
+	for _, o := range opts {
+		o(&l.opts)
+	}
+	if l.opts.logger == nil {
+		l.opts.logger = slog.New(slog.DiscardHandler)
+	}
+	if h != nil {
+		l.header = proto.CloneOf(h)
+	}
+	l.surf.derive = true
+	var c Checker
+	l.events = make([]*sessionv1.SessionEvent, 0, max(len(seed), 64))
+	for _, ev := range seed {
+		ev = proto.CloneOf(ev)
+		if err := c.Check(ev); err != nil {
+			return nil, fmt.Errorf("session: seed: %w", err)
+		}
+		l.commit(ev)
+	}
+	return l, nil
+}
+
+// commit adds a validated event; l.mu must be held (or l unpublished).
+func (l *Log) commit(ev *sessionv1.SessionEvent) {
+	l.events = append(l.events, ev)
+	if IsSurfaceEvent(ev) {
+		l.surf.apply(ev)
+	}
+	l.turns.apply(ev)
+	if rh := ev.GetRequestHeader(); rh != nil {
+		l.reqHdr = CanonicalHeader(rh.GetHeader())
+	}
+}
+
+// Append validates a copy of ev, assigns its seq (the log length; a non-zero
+// seq must equal it) and its time (now, when 0), commits it, and then
+// notifies the observers. It returns the logged event. A rejected event
+// leaves the log unchanged and yields an [*AppendError] naming the event's
+// type and the broken rule.
+func (l *Log) Append(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error) {
+	l.mu.Lock()
+	seq := int64(len(l.events))
+	if ev.GetSeq() != 0 && ev.GetSeq() != seq {
+		l.mu.Unlock()
+		return nil, &AppendError{Seq: seq, Type: TypeName(ev), Rule: fmt.Sprintf("seq %d leaves a gap or rewrites history: the next seq is %d", ev.GetSeq(), seq)}
+	}
+	ev = proto.CloneOf(ev)
+	ev.Seq = seq
+	if ev.Time == 0 {
+		ev.Time = l.opts.now().UnixMilli()
+	}
+	if rule := l.rule(ev); rule != "" {
+		l.mu.Unlock()
+		return nil, &AppendError{Seq: seq, Type: TypeName(ev), Rule: rule}
+	}
+	l.commit(ev)
+	l.mu.Unlock()
+	l.notify(ev)
+	return ev, nil
+}
+
+func (l *Log) rule(ev *sessionv1.SessionEvent) string {
+	if r := checkPayload(ev); r != "" {
+		return r
+	}
+	if IsSurfaceEvent(ev) {
+		if r := l.surf.checkOp(ev, l.events); r != "" {
+			return r
+		}
+	}
+	if l.opts.strict {
+		return l.turns.check(ev, len(l.events) == 0)
+	}
+	return ""
+}
+
+// notify delivers ev to the observers. Deliveries are serialised in commit
+// order: if another delivery is running (another appender, or an observer
+// that appended), ev is queued and delivered by it.
+func (l *Log) notify(ev *sessionv1.SessionEvent) {
+	l.obsMu.Lock()
+	l.queue = append(l.queue, ev)
+	if l.sending {
+		l.obsMu.Unlock()
+		return
+	}
+	l.sending = true
+	for len(l.queue) > 0 {
+		next := l.queue[0]
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+		obs := l.obs
+		l.obsMu.Unlock()
+		for _, o := range obs {
+			l.deliver(o, next)
+		}
+		l.obsMu.Lock()
+	}
+	l.queue = nil
+	l.sending = false
+	l.obsMu.Unlock()
+}
+
+func (l *Log) deliver(o *observer, ev *sessionv1.SessionEvent) {
+	l.obsMu.Lock()
+	stopped := o.stopped
+	l.obsMu.Unlock()
+	if stopped {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			l.opts.logger.Error("session: observer panicked", "seq", ev.GetSeq(), "type", TypeName(ev), "panic", r)
+		}
+	}()
+	o.fn(ev)
+}
+
+// Observe registers fn to be called with every event committed from now on,
+// in seq order, after the event is committed. fn runs on an appending
+// goroutine, must not block for long, and may itself append (its event is
+// delivered after the current one). A panic in fn is logged and contained.
+// stop unregisters fn: no delivery starts after stop returns (one already
+// running on another goroutine may still be finishing).
+func (l *Log) Observe(fn func(*sessionv1.SessionEvent)) (stop func()) {
+	o := &observer{fn: fn}
+	l.obsMu.Lock()
+	l.obs = append(l.obs[:len(l.obs):len(l.obs)], o) // copy on write: deliveries iterate a snapshot
+	l.obsMu.Unlock()
+	return func() {
+		l.obsMu.Lock()
+		defer l.obsMu.Unlock()
+		o.stopped = true
+		obs := make([]*observer, 0, len(l.obs))
+		for _, x := range l.obs {
+			if x != o {
+				obs = append(obs, x)
+			}
+		}
+		l.obs = obs
+	}
+}
+
+// Len returns the number of events, which is also the next seq.
+func (l *Log) Len() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return int64(len(l.events))
+}
+
+// Events returns a read-only snapshot of the log. Later appends do not
+// change it. O(1).
+func (l *Log) Events() []*sessionv1.SessionEvent {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.events[:len(l.events):len(l.events)]
+}
+
+// EventsFrom returns a read-only snapshot of the events with seq >= seq
+// (nil when seq is past the end, everything when seq <= 0).
+func (l *Log) EventsFrom(seq int64) []*sessionv1.SessionEvent {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	n := int64(len(l.events))
+	if seq >= n {
+		return nil
+	}
+	return l.events[max(seq, 0):n:n]
+}
+
+// Header returns the session header given to [NewLog] (nil if none). It must
+// not be mutated.
+func (l *Log) Header() *sessionv1.SessionHeader { return l.header }
+
+// Messages returns the derived model history (semantics.md §3.6). The result
+// is cached: after an append it costs O(1) amortised, after a replace one
+// rebuild. The slice and messages are shared and must not be mutated;
+// later appends do not change a returned slice.
+func (l *Log) Messages() []*llmv1.Message {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.surf.msgs == nil {
+		return []*llmv1.Message{}
+	}
+	return l.surf.msgs[:len(l.surf.msgs):len(l.surf.msgs)]
+}
+
+// Surface returns a copy of the surface's node seqs, in order, and the
+// replace generation (the number of replaces applied so far).
+func (l *Log) Surface() (nodes []int64, replaceGeneration int) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return append([]int64(nil), l.surf.nodes...), l.surf.gen
+}
+
+// RequestHeader returns the canonical form of the latest request/header, or
+// nil when none was logged. It must not be mutated.
+func (l *Log) RequestHeader() *sessionv1.EpochHeader {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.reqHdr
+}
+
+// OpenTurn returns the number of the open turn, if one is open.
+func (l *Log) OpenTurn() (turn int32, ok bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.turns.turn, l.turns.turnOpen
+}
+
+// OpenStep returns the number of the open step, if one is open.
+func (l *Log) OpenStep() (step int32, ok bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.turns.step, l.turns.stepOpen
+}
+
+// NextTurn returns the number the next turn/start must carry.
+func (l *Log) NextTurn() int32 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.turns.wantNextTurn()
+}
