@@ -1,0 +1,88 @@
+// Command llmgateway serves dsh.llm.v1.LlmGateway. Flags default from
+// environment variables; provider routes come from the conventional
+// variables (DEEPSEEK_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY /
+// OPENAI_BASE_URL and their *_BASE_URL), plus an optional JSON config file.
+// The scripted route is always registered.
+//
+//	DEEPSEEK_API_KEY=... llmgateway --listen 127.0.0.1:7701
+//	grpcurl -plaintext -d '{"provider":"deepseek","model":"deepseek-v4-flash","messages":[{"role":"ROLE_USER","content":[{"text":{"text":"hi"}}]}]}' 127.0.0.1:7701 dsh.llm.v1.LlmGateway/Generate
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/internal/telemetry"
+	"github.com/dsh-dev/dsh/services/llmgateway"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func env(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "llmgateway:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg := llmgateway.ConfigFromEnv(os.Getenv)
+	listen := flag.String("listen", env("DSH_LISTEN", "127.0.0.1:7701"), "gRPC listen address (env DSH_LISTEN)")
+	configFile := flag.String("config", env("DSH_LLM_CONFIG", ""), "optional JSON config file with extra routes and model catalogues (env DSH_LLM_CONFIG)")
+	idle := flag.Duration("idle-timeout", cfg.IdleTimeout, "provider stream idle bound; 0 means 5m (env DSH_LLM_IDLE_TIMEOUT)")
+	flag.Parse()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *configFile != "" {
+		var err error
+		if cfg, err = llmgateway.LoadConfigFile(*configFile, cfg, os.Getenv); err != nil {
+			return err
+		}
+	}
+	if *idle > 0 {
+		cfg.IdleTimeout = *idle
+	}
+	cfg.Version = version
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-llmgateway", ServiceVersion: version, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
+
+	svc, err := llmgateway.New(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	srv := grpcserver.New(grpcserver.Config{Logger: logger})
+	svc.Register(srv.Server)
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", *listen, err)
+	}
+	logger.Info("llmgateway starting", "service", llmv1.LlmGateway_ServiceDesc.ServiceName, "routes", svc.RouteNames(), "version", version)
+	return srv.Serve(ctx, lis)
+}

@@ -1,0 +1,182 @@
+package llmgateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
+)
+
+// Register registers the LlmGateway service on gs.
+func (s *Service) Register(gs *grpc.Server) {
+	llmv1.RegisterLlmGatewayServer(gs, handler{s: s})
+}
+
+// handler is the gRPC edge: validation, proto <-> domain, error mapping.
+type handler struct {
+	llmv1.UnimplementedLlmGatewayServer
+	s *Service
+}
+
+var _ llmv1.LlmGatewayServer = handler{}
+
+// Generate makes exactly one provider attempt and streams its chunks.
+func (h handler) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamingServer[llmv1.GenerateResponse]) error {
+	ctx := stream.Context()
+	r, req, err := h.s.prepare(req)
+	if err != nil {
+		return toStatus(h.s.log, "Generate", err)
+	}
+	start := time.Now()
+	chunks := 0
+	var outcome string
+	for c := range h.s.stream(ctx, r, req) {
+		chunks++
+		if f := c.GetFinish(); f != nil {
+			outcome = finishKind(f)
+		}
+		if err := stream.Send(&llmv1.GenerateResponse{Chunk: c}); err != nil {
+			h.s.log.Debug("generate: client went away", "route", r.name, "err", err)
+			return toStatus(h.s.log, "Generate", err)
+		}
+	}
+	h.s.log.Info("generate", "route", r.name, "model", req.GetModel(), "outcome", outcome, "chunks", chunks, "duration", time.Since(start))
+	return nil
+}
+
+func finishKind(f *llmv1.FinishChunk) string {
+	switch k := f.GetReason().GetKind().(type) {
+	case *llmv1.FinishReason_Stop:
+		return "stop"
+	case *llmv1.FinishReason_ToolCalls:
+		return "tool-calls"
+	case *llmv1.FinishReason_MaxTokens:
+		return "max-tokens"
+	case *llmv1.FinishReason_Error:
+		return "error:" + k.Error.GetFailure().GetCode()
+	case *llmv1.FinishReason_Aborted:
+		return "aborted"
+	case *llmv1.FinishReason_Extension:
+		return k.Extension.GetType()
+	}
+	return "?"
+}
+
+// ListProviders lists the registered routes in registration order.
+func (h handler) ListProviders(context.Context, *llmv1.ListProvidersRequest) (*llmv1.ListProvidersResponse, error) {
+	out := &llmv1.ListProvidersResponse{}
+	for _, r := range h.s.routes {
+		out.Providers = append(out.Providers, &llmv1.ProviderInfo{Id: r.name, Name: r.display, Kind: r.adapter.Kind()})
+	}
+	return out, nil
+}
+
+// ListModels lists a route's advisory catalogue.
+func (h handler) ListModels(_ context.Context, req *llmv1.ListModelsRequest) (*llmv1.ListModelsResponse, error) {
+	r, err := h.s.lookup(req.GetProvider())
+	if err != nil {
+		return nil, toStatus(h.s.log, "ListModels", err)
+	}
+	out := &llmv1.ListModelsResponse{}
+	for _, m := range r.adapter.Models() {
+		mi := &llmv1.ModelInfo{Provider: r.name, Id: m.ID, Name: m.Name, Description: m.Description}
+		if mi.Name == "" {
+			mi.Name = m.ID
+		}
+		if m.ContextWindow > 0 {
+			mi.ContextWindow = proto.Int64(m.ContextWindow)
+		}
+		out.Models = append(out.Models, mi)
+	}
+	return out, nil
+}
+
+// GetModelContext returns a route and model's context window, or none when
+// unknown.
+func (h handler) GetModelContext(_ context.Context, req *llmv1.GetModelContextRequest) (*llmv1.GetModelContextResponse, error) {
+	r, err := h.s.lookup(req.GetProvider())
+	if err != nil {
+		return nil, toStatus(h.s.log, "GetModelContext", err)
+	}
+	if req.GetModel() == "" {
+		return nil, toStatus(h.s.log, "GetModelContext", &provider.RequestError{Field: "model", Reason: "a model id is required"})
+	}
+	out := &llmv1.GetModelContextResponse{}
+	for _, m := range r.adapter.Models() {
+		if m.ID == req.GetModel() && m.ContextWindow > 0 {
+			out.Context = &llmv1.ModelContext{ContextWindow: m.ContextWindow}
+		}
+	}
+	return out, nil
+}
+
+func (s *Service) lookup(name string) (*route, error) {
+	if name == "" {
+		return nil, &provider.RequestError{Field: "provider", Reason: fmt.Sprintf("a provider route is required (registered: %v)", s.RouteNames())}
+	}
+	r, ok := s.byName[name]
+	if !ok {
+		return nil, &UnknownRouteError{Route: name, Registered: s.RouteNames()}
+	}
+	return r, nil
+}
+
+// prepare validates req and strips replay state the target adapter does not
+// own (§2.3 rule 8: replay state passes only when the historical route and
+// the target route are served by the very same adapter instance). It never
+// mutates req.
+func (s *Service) prepare(req *llmv1.GenerateRequest) (*route, *llmv1.GenerateRequest, error) {
+	r, err := s.lookup(req.GetProvider())
+	if err != nil {
+		return nil, nil, err
+	}
+	if req.GetModel() == "" {
+		return nil, nil, &provider.RequestError{Field: "model", Reason: "a model id is required"}
+	}
+	if len(req.GetMessages()) == 0 {
+		return nil, nil, &provider.RequestError{Field: "messages", Reason: "at least one message is required"}
+	}
+	for i, m := range req.GetMessages() {
+		if m.GetRole() == llmv1.Role_ROLE_UNSPECIFIED {
+			return nil, nil, &provider.RequestError{Field: fmt.Sprintf("messages[%d].role", i), Reason: "a role is required"}
+		}
+	}
+	for i, t := range req.GetTools() {
+		if t.GetName() == "" {
+			return nil, nil, &provider.RequestError{Field: fmt.Sprintf("tools[%d].name", i), Reason: "a tool name is required"}
+		}
+		if p := t.GetParameters(); p != "" && !isJSONObject(p) {
+			return nil, nil, &provider.RequestError{Field: fmt.Sprintf("tools[%d].parameters", i), Reason: "must be a JSON Schema object as JSON text"}
+		}
+	}
+	if err := r.adapter.Validate(req); err != nil {
+		return nil, nil, err
+	}
+	var cloned bool
+	for i, m := range req.GetMessages() {
+		pv := m.GetProvenance()
+		if pv == nil || pv.ReplayState == nil {
+			continue
+		}
+		if owner, ok := s.byName[pv.GetProvider()]; ok && owner.adapter == r.adapter {
+			continue
+		}
+		if !cloned {
+			req = proto.CloneOf(req)
+			cloned = true
+		}
+		req.Messages[i].Provenance.ReplayState = nil
+	}
+	return r, req, nil
+}
+
+func isJSONObject(s string) bool {
+	var v map[string]json.RawMessage
+	return json.Unmarshal([]byte(s), &v) == nil
+}

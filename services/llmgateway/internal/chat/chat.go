@@ -1,0 +1,548 @@
+// Package chat is the chat-completions wire format shared by the deepseek
+// and openai adapters: request serialisation, the streaming translation to
+// StreamChunks, usage mapping and error classification. A Dialect switches
+// the few places where DeepSeek and generic OpenAI-compatible servers differ.
+//
+// # Ordering
+//
+// One harness block per provider text, reasoning and tool-call index,
+// numbered in the order they open; an empty first delta opens nothing. All
+// block-ends, then usage (at most once, the last usage the provider sent),
+// then finish are emitted only at the provider's "[DONE]" marker, so a
+// trailing usage-only chunk can never follow the finish.
+package chat
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/fragment"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/upstream"
+)
+
+// Dialect holds the differences between chat-completions servers.
+type Dialect struct {
+	// Kind is the adapter kind reported by Kind (deepseek, openai).
+	Kind string
+	// Images lets user messages carry image parts.
+	Images bool
+	// ReasoningPassback sends reasoning_content back on assistant turns that
+	// have tool calls (DeepSeek thinking mode requires it).
+	ReasoningPassback bool
+	// CompactionHeader is set to "1" on PURPOSE_COMPACTION calls, if any.
+	CompactionHeader string
+	// RequestIDHeaders name the response headers carrying the request id.
+	RequestIDHeaders []string
+}
+
+// Config configures one adapter instance.
+type Config struct {
+	// Route labels the provider in messages and logs.
+	Route string
+	// BaseURL is the API root; requests go to BaseURL + "/chat/completions".
+	BaseURL string
+	// APIKey is sent as a bearer token when non-empty. Never logged.
+	APIKey string
+	// Models is the advisory catalogue.
+	Models []provider.Model
+	// Thinking, when set, is sent as top-level thinking:{type} (DeepSeek:
+	// "enabled" or "disabled").
+	Thinking string
+	// ReasoningEffort, when set, is sent as reasoning_effort.
+	ReasoningEffort string
+	// Client sends the requests (shared transport, User-Agent, idle bound).
+	Client upstream.Client
+	// Logger receives the dropped-block counts.
+	Logger *slog.Logger
+}
+
+// Adapter is a chat-completions adapter.
+type Adapter struct {
+	d      Dialect
+	cfg    Config
+	url    string
+	client upstream.Client
+}
+
+// New returns an adapter speaking dialect d.
+func New(d Dialect, cfg Config) *Adapter {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := cfg.Client
+	c.RequestIDHeaders = d.RequestIDHeaders
+	if cfg.APIKey != "" {
+		c.Secrets = append(append([]string(nil), c.Secrets...), cfg.APIKey)
+	}
+	return &Adapter{d: d, cfg: cfg, url: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions", client: c}
+}
+
+var _ provider.Adapter = (*Adapter)(nil)
+
+// Kind implements provider.Adapter.
+func (a *Adapter) Kind() string { return a.d.Kind }
+
+// Models implements provider.Adapter.
+func (a *Adapter) Models() []provider.Model { return a.cfg.Models }
+
+// Validate implements provider.Adapter: images only in user messages of a
+// dialect that takes them; never in tool results (tool messages are text).
+func (a *Adapter) Validate(req *llmv1.GenerateRequest) error {
+	if !a.d.Images {
+		return provider.RejectImages(a.cfg.Route, req)
+	}
+	for i, m := range req.GetMessages() {
+		for j, b := range m.GetContent() {
+			if b.GetImage() != nil && m.GetRole() != llmv1.Role_ROLE_USER {
+				return &provider.RequestError{Field: fmt.Sprintf("messages[%d].content[%d]", i, j), Reason: "image block: only user messages may carry images"}
+			}
+			for k, rb := range b.GetToolResult().GetContent() {
+				if rb.GetImage() != nil {
+					return &provider.RequestError{Field: fmt.Sprintf("messages[%d].content[%d].tool_result.content[%d]", i, j, k), Reason: fmt.Sprintf("image block: route %q cannot take images in tool results", a.cfg.Route)}
+				}
+			}
+			if img := b.GetImage(); img != nil && img.GetUrl() == "" && img.GetMimeType() == "" {
+				return &provider.RequestError{Field: fmt.Sprintf("messages[%d].content[%d]", i, j), Reason: "image block: inline data needs a mime_type"}
+			}
+		}
+	}
+	return nil
+}
+
+// Stream implements provider.Adapter.
+func (a *Adapter) Stream(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error] {
+	return func(yield func(*llmv1.StreamChunk, error) bool) {
+		body, dropped, err := a.Body(req)
+		if err != nil {
+			yield(nil, &provider.Failure{Code: provider.CodeInvalidRequest, Message: a.cfg.Route + ": " + err.Error()})
+			return
+		}
+		if dropped > 0 {
+			a.cfg.Logger.Info("dropped blocks the wire format cannot carry", "route", a.cfg.Route, "blocks", dropped)
+		}
+		h := http.Header{}
+		if a.cfg.APIKey != "" {
+			h.Set("Authorization", "Bearer "+a.cfg.APIKey)
+		}
+		if a.d.CompactionHeader != "" && req.GetPurpose() == llmv1.Purpose_PURPOSE_COMPACTION {
+			h.Set(a.d.CompactionHeader, "1")
+		}
+		s, f := a.client.Open(ctx, upstream.Request{Name: a.cfg.Route, URL: a.url, Header: h, Body: body})
+		if f != nil {
+			yield(nil, f)
+			return
+		}
+		defer s.Close()
+		translate(s, provider.NewEmitter(yield))
+	}
+}
+
+// translate folds the provider's events into chunks.
+func translate(s *upstream.Stream, e *provider.Emitter) {
+	const none = -1
+	text, reasoning := none, none
+	tools := map[int]uint32{}
+	var usage *llmv1.TokenUsage
+	var finish string
+	var c streamChunk
+	var buf []byte
+	frag := func(raw json.RawMessage) ([]byte, error) {
+		var err error
+		buf, err = fragment.Unquote(buf[:0], raw)
+		return buf, err
+	}
+	for {
+		ev, f := s.Next()
+		if f != nil {
+			e.Fail(f)
+			return
+		}
+		data := ev.Data
+		if string(data) == "[DONE]" {
+			break
+		}
+		c = streamChunk{}
+		if err := json.Unmarshal(data, &c); err != nil {
+			e.Fail(s.Fail(provider.CodeMalformedResponse, "bad JSON in stream: "+err.Error()))
+			return
+		}
+		if c.Error != nil {
+			kind, msg := c.Error.detail()
+			if msg == "" {
+				msg = "provider error"
+			}
+			f := s.Fail(provider.ClassifyDetail(kind, msg), "provider error mid-stream: "+msg)
+			e.Fail(f)
+			return
+		}
+		if c.Usage != nil {
+			usage = c.Usage.proto()
+		}
+		for _, ch := range c.Choices {
+			if ch.Index != 0 {
+				continue // n > 1 is never requested
+			}
+			d := &ch.Delta
+			r, err := frag(d.reasoning())
+			if err != nil {
+				e.Fail(s.Fail(provider.CodeMalformedResponse, "bad reasoning string in stream"))
+				return
+			}
+			if len(r) > 0 {
+				if reasoning == none {
+					i, _ := e.Open(llmv1.BlockType_BLOCK_TYPE_REASONING)
+					reasoning = int(i)
+				}
+				if !e.Fragment(uint32(reasoning), "", r) {
+					return
+				}
+			}
+			t, err := frag(d.Content)
+			if err != nil {
+				e.Fail(s.Fail(provider.CodeMalformedResponse, "bad content string in stream"))
+				return
+			}
+			if len(t) > 0 {
+				if text == none {
+					i, _ := e.Open(llmv1.BlockType_BLOCK_TYPE_TEXT)
+					text = int(i)
+				}
+				if !e.Fragment(uint32(text), "", t) {
+					return
+				}
+			}
+			for _, tc := range d.ToolCalls {
+				i, ok := tools[tc.Index]
+				if !ok {
+					id := tc.ID
+					if id == "" {
+						id = fmt.Sprintf("call-%d", e.Len())
+					}
+					i, _ = e.OpenToolCall(id, "")
+					tools[tc.Index] = i
+				}
+				args, err := frag(tc.Function.Arguments)
+				if err != nil {
+					e.Fail(s.Fail(provider.CodeMalformedResponse, "bad tool arguments string in stream"))
+					return
+				}
+				if !e.Fragment(i, tc.Function.Name, args) {
+					return
+				}
+			}
+			if ch.FinishReason != "" {
+				finish = ch.FinishReason
+			}
+		}
+	}
+	if !e.EndAll() {
+		return
+	}
+	if usage != nil && !e.Usage(usage) {
+		return
+	}
+	e.Finish(finishReason(finish), nil)
+}
+
+func finishReason(r string) *llmv1.FinishReason {
+	switch r {
+	case "stop", "":
+		return provider.Stop()
+	case "tool_calls":
+		return provider.ToolCalls()
+	case "length":
+		return provider.MaxTokens()
+	}
+	return provider.StoppedFor(r)
+}
+
+type streamChunk struct {
+	Choices []struct {
+		Index        int    `json:"index"`
+		Delta        delta  `json:"delta"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *wireUsage `json:"usage"`
+	Error *wireError `json:"error"`
+}
+
+// delta keeps the streamed strings raw so fragment can reassemble
+// characters split across chunks.
+type delta struct {
+	Content          json.RawMessage `json:"content"`
+	ReasoningContent json.RawMessage `json:"reasoning_content"`
+	Reasoning        json.RawMessage `json:"reasoning"`
+	ToolCalls        []struct {
+		Index    int    `json:"index"`
+		ID       string `json:"id"`
+		Function struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+}
+
+// reasoning returns the raw reasoning string: reasoning_content (DeepSeek,
+// vLLM, llama.cpp) or reasoning (newer vLLM, Ollama).
+func (d *delta) reasoning() json.RawMessage {
+	if len(d.ReasoningContent) > 0 && string(d.ReasoningContent) != "null" {
+		return d.ReasoningContent
+	}
+	return d.Reasoning
+}
+
+type wireError struct {
+	Message string          `json:"message"`
+	Type    string          `json:"type"`
+	Code    json.RawMessage `json:"code"`
+}
+
+func (e *wireError) detail() (string, string) {
+	code := strings.Trim(string(e.Code), `"`)
+	if code == "null" {
+		code = ""
+	}
+	return strings.TrimSpace(e.Type + " " + code), e.Message
+}
+
+type wireUsage struct {
+	PromptTokens         int64  `json:"prompt_tokens"`
+	CompletionTokens     int64  `json:"completion_tokens"`
+	PromptCacheHitTokens *int64 `json:"prompt_cache_hit_tokens"`
+	PromptTokensDetails  *struct {
+		CachedTokens *int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails *struct {
+		ReasoningTokens *int64 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+// proto maps usage so counts stay disjoint: cache hits are subtracted from
+// prompt_tokens; reasoning tokens stay inside output tokens.
+func (u *wireUsage) proto() *llmv1.TokenUsage {
+	out := &llmv1.TokenUsage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens}
+	var cached *int64
+	if u.PromptTokensDetails != nil && u.PromptTokensDetails.CachedTokens != nil {
+		cached = u.PromptTokensDetails.CachedTokens
+	} else if u.PromptCacheHitTokens != nil {
+		cached = u.PromptCacheHitTokens
+	}
+	if cached != nil {
+		c := *cached
+		out.CacheReadTokens = &c
+		out.InputTokens = max(0, u.PromptTokens-c)
+	}
+	if u.CompletionTokensDetails != nil && u.CompletionTokensDetails.ReasoningTokens != nil {
+		r := *u.CompletionTokensDetails.ReasoningTokens
+		out.ReasoningTokens = &r
+	}
+	return out
+}
+
+// Body serialises req for the wire. It reports how many blocks the wire
+// format cannot carry (extension blocks) and were dropped.
+func (a *Adapter) Body(req *llmv1.GenerateRequest) ([]byte, int, error) {
+	w := wireRequest{
+		Model:         req.GetModel(),
+		Stream:        true,
+		StreamOptions: &streamOptions{IncludeUsage: true},
+		Temperature:   req.Temperature,
+		MaxTokens:     req.MaxTokens,
+		Stop:          req.GetStop(),
+	}
+	if a.cfg.Thinking != "" {
+		w.Thinking = &thinking{Type: a.cfg.Thinking}
+	}
+	w.ReasoningEffort = a.cfg.ReasoningEffort
+	if req.System != nil {
+		w.Messages = append(w.Messages, wireMessage{Role: "system", Content: req.GetSystem()})
+	}
+	dropped := 0
+	for _, m := range req.GetMessages() {
+		var n int
+		w.Messages, n = a.appendMessage(w.Messages, m)
+		dropped += n
+	}
+	for _, t := range req.GetTools() {
+		params := json.RawMessage(t.GetParameters())
+		if len(params) == 0 {
+			params = json.RawMessage(`{"type":"object","properties":{}}`)
+		}
+		fn := wireFunction{Name: t.GetName(), Description: t.GetDescription(), Parameters: params}
+		if t.GetStrict() {
+			fn.Strict = true
+		}
+		w.Tools = append(w.Tools, wireTool{Type: "function", Function: fn})
+	}
+	b, err := json.Marshal(&w)
+	return b, dropped, err
+}
+
+func (a *Adapter) appendMessage(out []wireMessage, m *llmv1.Message) ([]wireMessage, int) {
+	dropped := 0
+	switch m.GetRole() {
+	case llmv1.Role_ROLE_SYSTEM:
+		var sb strings.Builder
+		for _, b := range m.GetContent() {
+			if t := b.GetText(); t != nil {
+				sb.WriteString(t.GetText())
+			} else {
+				dropped++
+			}
+		}
+		return append(out, wireMessage{Role: "system", Content: sb.String()}), dropped
+	case llmv1.Role_ROLE_ASSISTANT:
+		var text, reasoning strings.Builder
+		msg := wireMessage{Role: "assistant"}
+		for _, b := range m.GetContent() {
+			switch v := b.GetBlock().(type) {
+			case *llmv1.ContentBlock_Text:
+				text.WriteString(v.Text.GetText())
+			case *llmv1.ContentBlock_Reasoning:
+				reasoning.WriteString(v.Reasoning.GetText())
+			case *llmv1.ContentBlock_ToolCall:
+				msg.ToolCalls = append(msg.ToolCalls, wireToolCall{ID: v.ToolCall.GetId(), Type: "function", Function: wireCall{Name: v.ToolCall.GetName(), Arguments: v.ToolCall.GetArguments()}})
+			default:
+				dropped++
+			}
+		}
+		msg.Content = text.String() // an empty string, never null
+		if a.d.ReasoningPassback && len(msg.ToolCalls) > 0 {
+			r := reasoning.String()
+			msg.ReasoningContent = &r
+		}
+		return append(out, msg), dropped
+	default:
+		// Tool results first: chat-completions servers require tool messages
+		// right after the assistant message that called them.
+		var parts []wirePart
+		hasText, hasResults := false, false
+		for _, b := range m.GetContent() {
+			switch v := b.GetBlock().(type) {
+			case *llmv1.ContentBlock_Text:
+				parts = append(parts, wirePart{Type: "text", Text: v.Text.GetText()})
+				hasText = true
+			case *llmv1.ContentBlock_Image:
+				parts = append(parts, wirePart{Type: "image_url", ImageURL: &wireImageURL{URL: imageURL(v.Image)}})
+				hasText = true
+			case *llmv1.ContentBlock_ToolResult:
+				hasResults = true
+				var sb strings.Builder
+				for _, rb := range v.ToolResult.GetContent() {
+					if t := rb.GetText(); t != nil {
+						sb.WriteString(t.GetText())
+					} else {
+						dropped++
+					}
+				}
+				content := sb.String()
+				if content == "" {
+					content = "(no output)"
+				}
+				out = append(out, wireMessage{Role: "tool", ToolCallID: v.ToolResult.GetToolCallId(), Content: content})
+			default:
+				dropped++
+			}
+		}
+		if hasText || !hasResults {
+			msg := wireMessage{Role: "user"}
+			if hasImage(parts) {
+				msg.Content = parts
+			} else {
+				var sb strings.Builder
+				for _, p := range parts {
+					sb.WriteString(p.Text)
+				}
+				msg.Content = sb.String()
+			}
+			out = append(out, msg)
+		}
+		return out, dropped
+	}
+}
+
+func hasImage(parts []wirePart) bool {
+	for _, p := range parts {
+		if p.ImageURL != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func imageURL(img *llmv1.ImageBlock) string {
+	if u := img.GetUrl(); u != "" {
+		return u
+	}
+	return "data:" + img.GetMimeType() + ";base64," + base64.StdEncoding.EncodeToString(img.GetData())
+}
+
+type wireRequest struct {
+	Model           string         `json:"model"`
+	Messages        []wireMessage  `json:"messages"`
+	Tools           []wireTool     `json:"tools,omitempty"`
+	Stream          bool           `json:"stream"`
+	StreamOptions   *streamOptions `json:"stream_options,omitempty"`
+	Temperature     *float64       `json:"temperature,omitempty"`
+	MaxTokens       *int32         `json:"max_tokens,omitempty"`
+	Stop            []string       `json:"stop,omitempty"`
+	Thinking        *thinking      `json:"thinking,omitempty"`
+	ReasoningEffort string         `json:"reasoning_effort,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type thinking struct {
+	Type string `json:"type"`
+}
+
+type wireMessage struct {
+	Role             string         `json:"role"`
+	Content          any            `json:"content"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []wireToolCall `json:"tool_calls,omitempty"`
+	ToolCallID       string         `json:"tool_call_id,omitempty"`
+}
+
+type wirePart struct {
+	Type     string        `json:"type"`
+	Text     string        `json:"text,omitempty"`
+	ImageURL *wireImageURL `json:"image_url,omitempty"`
+}
+
+type wireImageURL struct {
+	URL string `json:"url"`
+}
+
+type wireToolCall struct {
+	ID       string   `json:"id"`
+	Type     string   `json:"type"`
+	Function wireCall `json:"function"`
+}
+
+type wireCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type wireTool struct {
+	Type     string       `json:"type"`
+	Function wireFunction `json:"function"`
+}
+
+type wireFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters"`
+	Strict      bool            `json:"strict,omitempty"`
+}

@@ -1,0 +1,121 @@
+// Package provider is the gateway's model-provider seam: the Adapter
+// interface every provider implementation satisfies, the routes that select
+// adapters, the provider-neutral Failure, and the small helpers every adapter
+// shares (the chunk Emitter, failure classification, the User-Agent).
+//
+// # Ordering
+//
+// An adapter's Stream yields StreamChunks in the grammar of the design notes
+// (§2.2–§2.4): block-start, deltas and block-end per block, usage at most once,
+// then exactly one finish, nothing after it. An adapter may instead end its
+// sequence by yielding an error (transport and protocol failures); Normalize
+// turns either path into the one shape the gateway serves: every stream ends
+// with exactly one finish chunk, failures as finish{error|aborted, LlmFailure},
+// and no block is left open.
+package provider
+
+import (
+	"context"
+	"fmt"
+	"iter"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+)
+
+// Adapter serves one provider wire format. One adapter instance may serve
+// several routes; it must be safe for concurrent use.
+type Adapter interface {
+	// Kind names the adapter kind: deepseek, openai, anthropic, scripted.
+	Kind() string
+	// Models is the advisory catalogue; unlisted model ids are still accepted.
+	Models() []Model
+	// Validate rejects, before anything is sent, a request this adapter
+	// cannot express (an image block to a route without vision). It returns
+	// a *RequestError naming the offending block.
+	Validate(req *llmv1.GenerateRequest) error
+	// Stream makes exactly one provider attempt (never a retry) and yields
+	// its chunks. It honours ctx: cancelling ctx cancels the upstream request
+	// at once. The sequence ends with a finish chunk or with an error.
+	Stream(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error]
+}
+
+// Model is one catalogue entry of a route.
+type Model struct {
+	// ID is the provider model id.
+	ID string `json:"id"`
+	// Name is a human-readable name; the id when empty.
+	Name string `json:"name,omitempty"`
+	// Description optionally tells similar models apart.
+	Description string `json:"description,omitempty"`
+	// ContextWindow is the maximum combined request and response tokens;
+	// zero means unknown.
+	ContextWindow int64 `json:"context_window,omitempty"`
+}
+
+// RequestError reports a request that is itself wrong (the gateway answers
+// it with INVALID_ARGUMENT before anything is sent upstream).
+type RequestError struct {
+	// Field is the path of the offending field, e.g. "messages[2].content[1]".
+	Field string
+	// Reason says what is wrong in words a person can act on.
+	Reason string
+}
+
+func (e *RequestError) Error() string {
+	if e.Field == "" {
+		return e.Reason
+	}
+	return e.Field + ": " + e.Reason
+}
+
+// Code is the stable error code.
+func (e *RequestError) Code() string { return "INVALID_REQUEST" }
+
+// RejectImages is the Validate of a route that cannot take images: it names
+// the first image block found anywhere in the request.
+func RejectImages(route string, req *llmv1.GenerateRequest) error {
+	for i, m := range req.GetMessages() {
+		for j, b := range m.GetContent() {
+			if b.GetImage() != nil {
+				return &RequestError{Field: fmt.Sprintf("messages[%d].content[%d]", i, j), Reason: fmt.Sprintf("image block: adapter %q does not accept images", route)}
+			}
+			for k, rb := range b.GetToolResult().GetContent() {
+				if rb.GetImage() != nil {
+					return &RequestError{Field: fmt.Sprintf("messages[%d].content[%d].tool_result.content[%d]", i, j, k), Reason: fmt.Sprintf("image block: adapter %q does not accept images", route)}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// AppIdentity is the static public identity every provider request carries
+// in its User-Agent. It holds no secrets and nothing per request.
+type AppIdentity struct {
+	Product string
+	Version string
+	URL     string
+}
+
+// DSH is dsh's identity at the given version ("dev" when empty).
+func DSH(version string) AppIdentity {
+	if version == "" {
+		version = "dev"
+	}
+	return AppIdentity{Product: "dsh", Version: version, URL: "https://github.com/dsh-dev/dsh"}
+}
+
+// UserAgent renders the identity as "dsh/<version> (+<url>)".
+func (a AppIdentity) UserAgent() string {
+	p, v, u := a.Product, a.Version, a.URL
+	if p == "" {
+		p = "dsh"
+	}
+	if v == "" {
+		v = "dev"
+	}
+	if u == "" {
+		return p + "/" + v
+	}
+	return p + "/" + v + " (+" + u + ")"
+}
