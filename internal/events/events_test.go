@@ -1,0 +1,441 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/events"
+	"github.com/dsh-dev/dsh/internal/natstest"
+)
+
+// memStore is a hand-written Cursors (and, with reader set, Reader).
+type memStore struct {
+	mu      sync.Mutex
+	cursors map[string]int64
+	logs    map[string][]*sessionv1.SessionEvent
+}
+
+func newMemStore() *memStore {
+	return &memStore{cursors: map[string]int64{}, logs: map[string][]*sessionv1.SessionEvent{}}
+}
+
+func (m *memStore) PublishedCursor(_ context.Context, id string) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cursors[id], nil
+}
+
+func (m *memStore) SetPublishedCursor(_ context.Context, id string, next int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if next > m.cursors[id] {
+		m.cursors[id] = next
+	}
+	return nil
+}
+
+func (m *memStore) cursor(id string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cursors[id]
+}
+
+// readerStore adds Reader to memStore.
+type readerStore struct{ *memStore }
+
+func (r readerStore) ReadEvents(_ context.Context, id string, from int64) ([]*sessionv1.SessionEvent, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	log := r.logs[id]
+	if from >= int64(len(log)) {
+		return nil, nil
+	}
+	return append([]*sessionv1.SessionEvent(nil), log[from:]...), nil
+}
+
+func mkEvents(from, to int64) []*sessionv1.SessionEvent {
+	var out []*sessionv1.SessionEvent
+	for seq := from; seq < to; seq++ {
+		ev := &sessionv1.SessionEvent{Seq: seq, Time: 1000 + seq}
+		if seq%2 == 0 {
+			ev.Payload = &sessionv1.SessionEvent_StepStart{StepStart: &sessionv1.StepStart{Turn: 1, Step: int32(seq)}}
+		} else {
+			ev.Payload = &sessionv1.SessionEvent_StepEnd{StepEnd: &sessionv1.StepEnd{Turn: 1, Step: int32(seq)}}
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+func newPublisher(t *testing.T, url string, store events.Cursors, mod func(*events.Config)) *events.Publisher {
+	t.Helper()
+	cfg := events.Config{
+		Conn:         events.Conn{URL: url, Name: t.Name()},
+		Store:        store,
+		Logger:       slog.New(slog.DiscardHandler),
+		ExtraOptions: []nats.Option{nats.ReconnectWait(20 * time.Millisecond)},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := events.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+	})
+	return p
+}
+
+func flush(t *testing.T, p *events.Publisher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type stored struct {
+	session string
+	seq     int64
+	typ     string
+	msgID   string
+	subject string
+}
+
+// readStream returns every message of the stream in stream order.
+func readStream(t *testing.T, url string) []stored {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(t.Context(), events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []stored
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, ev, err := events.DecodeEvent(m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Header.Get(events.HeaderSeq); got != strconv.FormatInt(ev.GetSeq(), 10) {
+			t.Fatalf("seq header %q, payload seq %d", got, ev.GetSeq())
+		}
+		out = append(out, stored{session: id, seq: ev.GetSeq(), typ: m.Header.Get(events.HeaderEventType),
+			msgID: m.Header.Get(nats.MsgIdHdr), subject: m.Subject})
+	}
+	return out
+}
+
+// checkExactlyOnce asserts that session id has seqs 0..n-1 exactly once, in order.
+func checkExactlyOnce(t *testing.T, msgs []stored, id string, n int64) {
+	t.Helper()
+	var seqs []int64
+	for _, m := range msgs {
+		if m.session == id {
+			seqs = append(seqs, m.seq)
+		}
+	}
+	if int64(len(seqs)) != n {
+		t.Fatalf("session %s: %d messages in the stream, want %d (seqs %v)", id, len(seqs), n, seqs)
+	}
+	for i, s := range seqs {
+		if s != int64(i) {
+			t.Fatalf("session %s: stream position %d holds seq %d (seqs %v)", id, i, s, seqs)
+		}
+	}
+}
+
+func TestPublishesInOrderWithHeaders(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	store := newMemStore()
+	p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.BatchSize = 7 })
+	ids := []string{"s-1", "s.2", "s 3"}
+	for i := int64(0); i < 50; i += 5 {
+		for _, id := range ids {
+			p.Durable(id, mkEvents(i, i+5))
+		}
+	}
+	flush(t, p)
+	msgs := readStream(t, srv.URL())
+	for _, id := range ids {
+		checkExactlyOnce(t, msgs, id, 50)
+		if got := store.cursor(id); got != 50 {
+			t.Errorf("cursor of %s = %d, want 50", id, got)
+		}
+	}
+	for _, m := range msgs {
+		if m.subject != events.EventSubject(m.session) || m.msgID != events.MsgID(m.session, m.seq) {
+			t.Fatalf("message %+v: wrong subject or msg id", m)
+		}
+		want := "step/start"
+		if m.seq%2 == 1 {
+			want = "step/end"
+		}
+		if m.typ != want {
+			t.Fatalf("message %+v: type header %q, want %q", m, m.typ, want)
+		}
+	}
+	// Handing the same events in again publishes nothing.
+	p.Durable("s-1", mkEvents(0, 50))
+	flush(t, p)
+	if got := len(readStream(t, srv.URL())); got != 150 {
+		t.Fatalf("after re-handing: %d messages, want 150", got)
+	}
+}
+
+func TestServerDeduplicatesByMsgID(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	p := newPublisher(t, srv.URL(), newMemStore(), nil)
+	p.Durable("d", mkEvents(0, 3))
+	flush(t, p)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	msg, err := events.EncodeEvent("d", mkEvents(1, 2)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.PublishMsg(t.Context(), msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ack.Duplicate {
+		t.Fatal("re-publish of seq 1 was not reported as a duplicate")
+	}
+	checkExactlyOnce(t, readStream(t, srv.URL()), "d", 3)
+}
+
+func TestOutageMidSession(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	store := newMemStore()
+	p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.BatchSize = 4 })
+	p.Durable("o", mkEvents(0, 20))
+	flush(t, p)
+	srv.Stop()
+	for i := int64(20); i < 60; i += 3 {
+		p.Durable("o", mkEvents(i, min(i+3, 60))) // must not block with NATS down
+	}
+	if got := p.Pending(); got != 40 {
+		t.Fatalf("Pending during the outage = %d, want 40", got)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, p)
+	checkExactlyOnce(t, readStream(t, srv.URL()), "o", 60)
+	if got := store.cursor("o"); got != 60 {
+		t.Fatalf("cursor = %d, want 60", got)
+	}
+}
+
+func TestUnreachableAtStart(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	srv.Stop()
+	p := newPublisher(t, srv.URL(), newMemStore(), nil) // warns, does not fail
+	p.Durable("u", mkEvents(0, 5))
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, p)
+	checkExactlyOnce(t, readStream(t, srv.URL()), "u", 5)
+}
+
+func TestRestartWithStaleCursor(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	store := newMemStore()
+	a := newPublisher(t, srv.URL(), store, nil)
+	a.Durable("r", mkEvents(0, 10))
+	flush(t, a)
+	if err := a.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// A crash after JetStream acked but before the cursor was saved.
+	store.mu.Lock()
+	store.cursors["r"] = 3
+	store.mu.Unlock()
+	b := newPublisher(t, srv.URL(), store, nil)
+	b.Durable("r", mkEvents(0, 15)) // the agent hands in the loaded log
+	flush(t, b)
+	checkExactlyOnce(t, readStream(t, srv.URL()), "r", 15)
+	if got := store.cursor("r"); got != 15 {
+		t.Fatalf("cursor = %d, want 15", got)
+	}
+}
+
+func TestOverflow(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		reader bool
+	}{
+		{name: "store reader fills the gap", reader: true},
+		{name: "agent hands the log in again", reader: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := natstest.Start(t)
+			mem := newMemStore()
+			mem.logs["v"] = mkEvents(0, 30)
+			var store events.Cursors = mem
+			if tt.reader {
+				store = readerStore{mem}
+			}
+			srv.Stop()
+			p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.QueueLimit = 4; c.BatchSize = 3 })
+			for i := int64(0); i < 30; i++ {
+				p.Durable("v", mkEvents(i, i+1))
+			}
+			if err := srv.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			if !tt.reader {
+				// Without a reader, only the queued head can go out until
+				// the agent hands the log in again.
+				ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+				err := p.Flush(ctx)
+				cancel()
+				if err == nil {
+					t.Fatal("Flush succeeded with events missing")
+				}
+				checkExactlyOnce(t, readStream(t, srv.URL()), "v", 4)
+				p.Durable("v", mkEvents(0, 30))
+			}
+			flush(t, p)
+			checkExactlyOnce(t, readStream(t, srv.URL()), "v", 30)
+		})
+	}
+}
+
+func TestCatchUpSweep(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	mem := newMemStore()
+	mem.logs["a"] = mkEvents(0, 12)
+	mem.logs["b"] = mkEvents(0, 5)
+	mem.cursors["b"] = 2 // published by an earlier process
+	p := newPublisher(t, srv.URL(), readerStore{mem}, func(c *events.Config) { c.BatchSize = 5 })
+	p.CatchUp("a", "b")
+	flush(t, p)
+	msgs := readStream(t, srv.URL())
+	checkExactlyOnce(t, msgs, "a", 12)
+	var b []int64
+	for _, m := range msgs {
+		if m.session == "b" {
+			b = append(b, m.seq)
+		}
+	}
+	if fmt.Sprint(b) != "[2 3 4]" {
+		t.Fatalf("session b published %v, want [2 3 4]", b)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.SubscribeSync(events.AllStatus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p := newPublisher(t, srv.URL(), newMemStore(), nil)
+	p.Durable("st", mkEvents(0, 2))
+	p.Status("st", agentv1.AgentStatus_AGENT_STATUS_RUNNING)
+	p.Status("st", agentv1.AgentStatus_AGENT_STATUS_IDLE)
+	for _, want := range []agentv1.AgentStatus{agentv1.AgentStatus_AGENT_STATUS_RUNNING, agentv1.AgentStatus_AGENT_STATUS_IDLE} {
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, st, err := events.DecodeStatus(m.Header, m.Data)
+		if err != nil || id != "st" || st != want || m.Subject != events.StatusSubject("st") {
+			t.Fatalf("status message %s %q: id %q status %v err %v; want %v", m.Subject, m.Data, id, st, err, want)
+		}
+	}
+	// The events queued before IDLE are already in the stream.
+	checkExactlyOnce(t, readStream(t, srv.URL()), "st", 2)
+}
+
+func TestBadOptions(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	junk := filepath.Join(dir, "junk")
+	if err := os.WriteFile(junk, []byte("not a credential"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		conn     events.Conn
+		wantFlag string
+	}{
+		{name: "empty url", conn: events.Conn{}, wantFlag: events.FlagURL},
+		{name: "http scheme", conn: events.Conn{URL: "http://127.0.0.1:4222"}, wantFlag: events.FlagURL},
+		{name: "second url bad", conn: events.Conn{URL: "nats://a:1,localhost:2"}, wantFlag: events.FlagURL},
+		{name: "missing creds", conn: events.Conn{URL: "nats://a:1", CredsFile: filepath.Join(dir, "nope.creds")}, wantFlag: events.FlagCreds},
+		{name: "junk creds", conn: events.Conn{URL: "nats://a:1", CredsFile: junk}, wantFlag: events.FlagCreds},
+		{name: "junk nkey", conn: events.Conn{URL: "nats://a:1", NKeySeedFile: junk}, wantFlag: events.FlagNKey},
+		{name: "junk ca", conn: events.Conn{URL: "tls://a:1", TLSCAFile: junk}, wantFlag: events.FlagTLSCA},
+		{name: "cert without key", conn: events.Conn{URL: "tls://a:1", TLSCertFile: junk}, wantFlag: events.FlagTLSCert},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := events.New(t.Context(), events.Config{Conn: tt.conn, Store: newMemStore()})
+			var oe *events.OptionError
+			if !errors.As(err, &oe) {
+				t.Fatalf("New error = %v, want an *OptionError", err)
+			}
+			if oe.Flag != tt.wantFlag {
+				t.Fatalf("error names --%s, want --%s (%v)", oe.Flag, tt.wantFlag, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,716 @@
+// Package events fans session events out over NATS: every durable event goes
+// to the JetStream stream DSH_EVENTS on subject dsh.events.<session_id>, and
+// every live status change (idle, running) to core NATS on
+// dsh.status.<session_id>. All subjects, headers and message ids are built in
+// subjects.go and nowhere else.
+//
+// The agent hands events to a Publisher (its EventSink) only after they are
+// durable. Durable and Status never block: they append to a per-session queue
+// that one publisher goroutine drains.
+//
+// # Delivery
+//
+// JetStream ends up with every event of a session exactly once, in seq order:
+//
+//   - a durable per-session published cursor (the next seq not yet known to
+//     be in JetStream) is kept in the session store and advanced only after
+//     JetStream acknowledged everything below it;
+//   - every message carries Nats-Msg-Id <session_id>:<seq>, so a re-publish
+//     inside the stream's duplicate window is dropped by the server;
+//   - before publishing a session for the first time, and after any failure,
+//     the publisher reads the last message stored on the session's subject
+//     and moves the cursor past its seq, so a re-publish after a crash or a
+//     long outage is skipped even outside the duplicate window;
+//   - publishes are pipelined on one connection with the reconnect buffer
+//     off, so a message is never replayed after a later one, and a failed
+//     batch is resumed from its first unacknowledged event.
+//
+// When NATS is unreachable the queues hold the events, up to Config.QueueLimit
+// per session; beyond that the newest events are dropped from memory and read
+// again from the store (when it implements Reader) or handed in again by the
+// agent, which passes the whole loaded log to Durable when it loads a session
+// (events below the cursor are skipped; a re-handed log is kept whole). The
+// connection retries forever.
+//
+// Status messages are at most once: they are not persisted, and are dropped
+// while NATS is unreachable. A session's status is published after the
+// events queued before it, so a subscriber that sees IDLE finds every event
+// of the finished turn in the stream.
+//
+// # Shutdown
+//
+// Close publishes what it can until its context ends, then drains the
+// connection. Events left unpublished stay behind the durable cursor and are
+// published after the next start.
+package events
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/telemetry"
+)
+
+// Defaults.
+const (
+	DefaultQueueLimit = 1 << 16
+	DefaultBatchSize  = 256
+	DefaultAckTimeout = 5 * time.Second
+	// DefaultDuplicates is the stream's duplicate window when dsh creates it.
+	DefaultDuplicates = 2 * time.Minute
+	maxStatusQueue    = 16
+	minBackoff        = 50 * time.Millisecond
+	maxBackoff        = 2 * time.Second
+)
+
+// Cursors is the durable published cursor of each session (the persistence
+// Store implements it).
+type Cursors interface {
+	// PublishedCursor returns the next seq not yet published; 0 when none
+	// was. A session never stored may return an error; it is treated as 0.
+	PublishedCursor(ctx context.Context, id string) (int64, error)
+	// SetPublishedCursor records that every event below next was published.
+	SetPublishedCursor(ctx context.Context, id string, next int64) error
+}
+
+// Reader reads a stored log from a seq without modifying it. When the store
+// given in Config implements it, the publisher fills gaps (events dropped
+// from a full queue, or left unpublished by a previous process) by itself;
+// otherwise it waits for the agent to hand them in again.
+type Reader interface {
+	ReadEvents(ctx context.Context, id string, from int64) ([]*sessionv1.SessionEvent, error)
+}
+
+// Config configures a Publisher.
+type Config struct {
+	// Conn says how to reach NATS.
+	Conn Conn
+	// Store keeps the published cursors. Required.
+	Store Cursors
+	// Logger receives connection and publish problems. Required.
+	Logger *slog.Logger
+	// Metrics records the publish lag; nil records nothing.
+	Metrics *telemetry.Metrics
+	// QueueLimit bounds the events queued in memory per session.
+	QueueLimit int
+	// BatchSize is how many publishes are pipelined before waiting for acks.
+	BatchSize int
+	// AckTimeout bounds the wait for one batch's acks.
+	AckTimeout time.Duration
+	// Replicas is the replica count used when dsh creates the stream.
+	Replicas int
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// ExtraOptions are appended to the NATS options (tests use it).
+	ExtraOptions []nats.Option
+}
+
+// Publisher publishes session events and statuses to NATS.
+type Publisher struct {
+	cfg    Config
+	log    *slog.Logger
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	reader Reader
+
+	wake    chan struct{}
+	closing chan struct{}
+	done    chan struct{}
+
+	mu       sync.Mutex
+	sessions map[string]*sessionState
+	dirty    map[string]struct{}
+	busy     bool   // publishDirty is running
+	connGen  uint64 // bumped on every (re)connect
+	streamAt uint64 // connGen at which the stream was last ensured
+}
+
+type queued struct {
+	ev *sessionv1.SessionEvent
+	at time.Time
+}
+
+type sessionState struct {
+	id         string
+	cursor     int64 // next seq to publish; -1 until read from the store
+	next       int64 // one past the highest seq ever queued; -1 when none
+	pending    []queued
+	overflowed bool // the queue overflowed (logged once)
+	sweep      bool // read the store beyond the cursor (CatchUp)
+	resync     bool // consult the stream's tail before publishing
+	saved      int64
+	statuses   []agentv1.AgentStatus
+}
+
+// New validates the options and starts a Publisher. A bad option is an
+// *OptionError naming the flag; an unreachable server is not an error: the
+// publisher logs a warning, keeps the events queued and retries.
+func New(ctx context.Context, cfg Config) (*Publisher, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("events: Config.Store is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.QueueLimit <= 0 {
+		cfg.QueueLimit = DefaultQueueLimit
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = DefaultAckTimeout
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	opts, err := cfg.Conn.Options()
+	if err != nil {
+		return nil, err
+	}
+	p := &Publisher{
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "events"),
+		wake:     make(chan struct{}, 1),
+		closing:  make(chan struct{}),
+		done:     make(chan struct{}),
+		sessions: map[string]*sessionState{},
+		dirty:    map[string]struct{}{},
+	}
+	p.reader, _ = cfg.Store.(Reader)
+	opts = append(opts,
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		// No reconnect buffer: a publish during an outage fails at once
+		// instead of being replayed after later ones.
+		nats.ReconnectBufSize(-1),
+		nats.ConnectHandler(func(nc *nats.Conn) { p.connected(nc, "connected") }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { p.connected(nc, "reconnected") }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				p.log.Warn("nats disconnected; events stay queued", "err", err)
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			p.log.Warn("nats error", "err", err)
+		}),
+	)
+	opts = append(opts, cfg.ExtraOptions...)
+	nc, err := nats.Connect(cfg.Conn.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("events: connect %s: %w", cfg.Conn.URL, err)
+	}
+	if !nc.IsConnected() {
+		p.log.Warn("nats unreachable at start; serving anyway, events queue on the durable cursor and the connection keeps retrying",
+			"url", cfg.Conn.URL)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("events: jetstream: %w", err)
+	}
+	p.nc, p.js = nc, js
+	go p.run()
+	return p, nil
+}
+
+func (p *Publisher) connected(nc *nats.Conn, what string) {
+	p.log.Info("nats "+what, "url", nc.ConnectedUrlRedacted())
+	p.mu.Lock()
+	p.connGen++
+	for id, s := range p.sessions {
+		s.resync = true
+		if len(s.pending) > 0 || s.next > s.cursor || s.sweep {
+			p.dirty[id] = struct{}{}
+		}
+	}
+	p.mu.Unlock()
+	p.poke()
+}
+
+func (p *Publisher) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Publisher) state(id string) *sessionState {
+	s := p.sessions[id]
+	if s == nil {
+		s = &sessionState{id: id, cursor: -1, next: -1, saved: -1}
+		p.sessions[id] = s
+	}
+	return s
+}
+
+// Durable queues durable events of a session for publishing. Events already
+// queued or published are ignored, so the agent may hand in a whole loaded
+// log after a restart. It never blocks.
+func (p *Publisher) Durable(sessionID string, events []*sessionv1.SessionEvent) {
+	if len(events) == 0 {
+		return
+	}
+	now := p.cfg.Now()
+	p.mu.Lock()
+	s := p.state(sessionID)
+	// Events handed in again (a loaded log after a restart, or after an
+	// overflow) fill a gap and are kept whole: they are the agent's own
+	// in-memory log, so holding them costs only the queue slots.
+	rehand := events[0].GetSeq() < s.next
+	for _, ev := range events {
+		seq := ev.GetSeq()
+		if s.cursor >= 0 && seq < s.cursor {
+			continue
+		}
+		s.next = max(s.next, seq+1)
+		n := len(s.pending)
+		if n == 0 || seq > s.pending[n-1].ev.GetSeq() {
+			s.pending = append(s.pending, queued{ev: ev, at: now})
+		} else {
+			i, found := slices.BinarySearchFunc(s.pending, seq, func(q queued, seq int64) int { return cmp.Compare(q.ev.GetSeq(), seq) })
+			if found {
+				continue
+			}
+			s.pending = slices.Insert(s.pending, i, queued{ev: ev, at: now})
+		}
+		if len(s.pending) > p.cfg.QueueLimit && !rehand {
+			// Keep the lowest seqs: they go out first. The dropped tail
+			// stays below s.next and is read again (Reader) or handed in
+			// again by the agent.
+			if !s.overflowed {
+				p.log.Warn("event queue full; dropping the newest events from memory until they can be read again",
+					"session", sessionID, "limit", p.cfg.QueueLimit)
+				s.overflowed = true
+			}
+			s.pending = s.pending[:p.cfg.QueueLimit]
+		}
+	}
+	p.dirty[sessionID] = struct{}{}
+	p.mu.Unlock()
+	p.poke()
+}
+
+// CatchUp asks the publisher to publish whatever the store holds beyond the
+// published cursor of each session (after a restart). It needs a store that
+// implements Reader; otherwise it does nothing.
+func (p *Publisher) CatchUp(ids ...string) {
+	if p.reader == nil {
+		return
+	}
+	p.mu.Lock()
+	for _, id := range ids {
+		p.state(id).sweep = true
+		p.dirty[id] = struct{}{}
+	}
+	p.mu.Unlock()
+	p.poke()
+}
+
+// Status queues a status change for core NATS. It never blocks.
+func (p *Publisher) Status(sessionID string, st agentv1.AgentStatus) {
+	p.mu.Lock()
+	s := p.state(sessionID)
+	if len(s.statuses) >= maxStatusQueue {
+		s.statuses = s.statuses[1:]
+	}
+	s.statuses = append(s.statuses, st)
+	p.dirty[sessionID] = struct{}{}
+	p.mu.Unlock()
+	p.poke()
+}
+
+// Pending is the number of queued, unpublished events of every session.
+func (p *Publisher) Pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, s := range p.sessions {
+		n += len(s.pending)
+		if s.cursor >= 0 && s.next > s.cursor+int64(len(s.pending)) {
+			n += int(s.next - s.cursor - int64(len(s.pending)))
+		}
+		if s.sweep {
+			n++
+		}
+	}
+	return n
+}
+
+// Flush waits until every queued event is published or ctx ends.
+func (p *Publisher) Flush(ctx context.Context) error {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		clean := len(p.dirty) == 0 && !p.busy
+		p.mu.Unlock()
+		if clean && p.Pending() == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("events: flush: %d events unpublished: %w", p.Pending(), context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+}
+
+// Close publishes what it can until ctx ends, then drains and closes the
+// connection. Events still unpublished stay behind the durable cursor.
+func (p *Publisher) Close(ctx context.Context) error {
+	ferr := p.Flush(ctx)
+	select {
+	case <-p.closing:
+	default:
+		close(p.closing)
+	}
+	<-p.done
+	if p.nc.IsConnected() {
+		drained := make(chan struct{})
+		p.nc.SetClosedHandler(func(*nats.Conn) { close(drained) })
+		if err := p.nc.Drain(); err == nil {
+			select {
+			case <-drained:
+			case <-ctx.Done():
+			}
+		}
+	}
+	p.nc.Close()
+	if ferr != nil {
+		p.log.Warn("events left unpublished at close; they are published after the next start", "err", ferr)
+	}
+	return ferr
+}
+
+func (p *Publisher) run() {
+	defer close(p.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	backoff := minBackoff
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-p.closing:
+			return
+		case <-p.wake:
+		case <-retry:
+		}
+		retry = nil
+		if err := p.publishDirty(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.log.Debug("publish failed; retrying", "err", err, "in", backoff)
+			retry = time.After(backoff)
+			backoff = min(backoff*2, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+	}
+}
+
+var errNotConnected = errors.New("events: nats not connected")
+
+func (p *Publisher) publishDirty(ctx context.Context) error {
+	if !p.nc.IsConnected() {
+		return errNotConnected
+	}
+	if err := p.ensureStream(ctx); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	ids := make([]string, 0, len(p.dirty))
+	for id := range p.dirty {
+		ids = append(ids, id)
+	}
+	clear(p.dirty)
+	p.busy = true
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.busy = false
+		p.mu.Unlock()
+	}()
+	var firstErr error
+	for i, id := range ids {
+		if err := p.publishSession(ctx, id); err != nil {
+			p.mu.Lock()
+			for _, rest := range ids[i:] {
+				p.dirty[rest] = struct{}{}
+			}
+			p.sessions[id].resync = true
+			p.mu.Unlock()
+			firstErr = err
+			break
+		}
+	}
+	return firstErr
+}
+
+func (p *Publisher) ensureStream(ctx context.Context) error {
+	p.mu.Lock()
+	gen, done := p.connGen, p.streamAt == p.connGen && p.connGen != 0
+	p.mu.Unlock()
+	if done {
+		return nil
+	}
+	_, err := p.js.Stream(ctx, StreamName)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        StreamName,
+			Description: "dsh session events, one subject per session",
+			Subjects:    []string{AllEvents},
+			Storage:     jetstream.FileStorage,
+			Retention:   jetstream.LimitsPolicy,
+			Duplicates:  DefaultDuplicates,
+			Replicas:    p.cfg.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			err = nil
+		}
+		if err == nil {
+			p.log.Info("created jetstream stream", "stream", StreamName, "subjects", AllEvents)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("events: stream %s: %w", StreamName, err)
+	}
+	p.mu.Lock()
+	p.streamAt = gen
+	p.mu.Unlock()
+	return nil
+}
+
+// publishSession publishes everything queued for one session, then its
+// statuses.
+func (p *Publisher) publishSession(ctx context.Context, id string) error {
+	p.mu.Lock()
+	s := p.sessions[id]
+	cursor, resync := s.cursor, s.resync
+	p.mu.Unlock()
+
+	if cursor < 0 {
+		c, err := p.cfg.Store.PublishedCursor(ctx, id)
+		if err != nil {
+			c = 0 // never stored as published: start from the beginning (the stream's tail decides)
+		}
+		cursor, resync = c, true
+	}
+	if resync {
+		tail, err := p.streamTail(ctx, id)
+		if err != nil {
+			return err
+		}
+		cursor = max(cursor, tail)
+	}
+	p.mu.Lock()
+	s.cursor, s.resync = cursor, false
+	p.mu.Unlock()
+
+	for {
+		batch, err := p.nextBatch(ctx, s)
+		if err != nil {
+			p.saveCursor(ctx, s)
+			return err
+		}
+		if len(batch) == 0 {
+			break
+		}
+		if err := p.publishBatch(ctx, s, batch); err != nil {
+			p.saveCursor(ctx, s)
+			return err
+		}
+	}
+	p.saveCursor(ctx, s)
+
+	p.mu.Lock()
+	statuses := s.statuses
+	s.statuses = nil
+	p.mu.Unlock()
+	for _, st := range statuses {
+		if err := p.nc.PublishMsg(EncodeStatus(id, st)); err != nil {
+			p.log.Debug("status dropped", "session", id, "status", st, "err", err)
+		}
+	}
+	return nil
+}
+
+// streamTail returns one past the seq of the last event stored on the
+// session's subject (0 when none).
+func (p *Publisher) streamTail(ctx context.Context, id string) (int64, error) {
+	st, err := p.js.Stream(ctx, StreamName)
+	if err != nil {
+		return 0, fmt.Errorf("events: stream %s: %w", StreamName, err)
+	}
+	msg, err := st.GetLastMsgForSubject(ctx, EventSubject(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("events: last message of %s: %w", id, err)
+	}
+	seq, err := strconv.ParseInt(msg.Header.Get(HeaderSeq), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("events: last message of %s has a bad %s header: %w", id, HeaderSeq, err)
+	}
+	return seq + 1, nil
+}
+
+// nextBatch returns up to BatchSize contiguous events starting exactly at the
+// cursor. When the queue does not start at the cursor (a gap left by an
+// overflow or a restart), it reads the missing events from the store if it
+// can; otherwise it returns nothing and the events wait to be handed in
+// again.
+func (p *Publisher) nextBatch(ctx context.Context, s *sessionState) ([]queued, error) {
+	p.mu.Lock()
+	i := 0
+	for i < len(s.pending) && s.pending[i].ev.GetSeq() < s.cursor {
+		i++
+	}
+	s.pending = s.pending[i:]
+	if len(s.pending) == 0 {
+		s.pending = nil
+	}
+	cursor := s.cursor
+	if len(s.pending) > 0 && s.pending[0].ev.GetSeq() == cursor {
+		n := 1
+		for n < len(s.pending) && n < p.cfg.BatchSize && s.pending[n].ev.GetSeq() == cursor+int64(n) {
+			n++
+		}
+		out := append([]queued(nil), s.pending[:n]...)
+		p.mu.Unlock()
+		return out, nil
+	}
+	gapTo := s.next // exclusive end of the missing range
+	if len(s.pending) > 0 {
+		gapTo = s.pending[0].ev.GetSeq()
+	}
+	sweep := s.sweep
+	p.mu.Unlock()
+	if gapTo <= cursor && !sweep {
+		return nil, nil // nothing to publish
+	}
+	if p.reader == nil {
+		p.log.Debug("events missing from the queue; waiting for them to be handed in again", "session", s.id, "from", cursor, "to", gapTo)
+		return nil, nil
+	}
+	evs, err := p.reader.ReadEvents(ctx, s.id, cursor)
+	if err != nil {
+		return nil, fmt.Errorf("events: read %s from %d: %w", s.id, cursor, err)
+	}
+	now := p.cfg.Now()
+	var out []queued
+	for _, ev := range evs {
+		want := cursor + int64(len(out))
+		if ev.GetSeq() < want {
+			continue
+		}
+		if ev.GetSeq() != want || (!sweep && ev.GetSeq() >= gapTo) || len(out) >= p.cfg.BatchSize {
+			break
+		}
+		out = append(out, queued{ev: ev, at: now})
+	}
+	if len(out) == 0 {
+		p.mu.Lock()
+		s.sweep = false
+		p.mu.Unlock()
+		return nil, nil
+	}
+	p.mu.Lock()
+	s.next = max(s.next, out[len(out)-1].ev.GetSeq()+1)
+	p.mu.Unlock()
+	return out, nil
+}
+
+// publishBatch pipelines a batch and advances the cursor over the prefix
+// JetStream acknowledged.
+func (p *Publisher) publishBatch(ctx context.Context, s *sessionState, batch []queued) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(batch))
+	var sendErr error
+	for _, q := range batch {
+		msg, err := EncodeEvent(s.id, q.ev)
+		if err != nil {
+			return err
+		}
+		f, err := p.js.PublishMsgAsync(msg, jetstream.WithExpectStream(StreamName))
+		if err != nil {
+			sendErr = err
+			break
+		}
+		futures = append(futures, f)
+	}
+	timer := time.NewTimer(p.cfg.AckTimeout)
+	defer timer.Stop()
+	acked := 0
+	var ackErr error
+wait:
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+			acked++
+		case err := <-f.Err():
+			ackErr = err
+			break wait
+		case <-timer.C:
+			ackErr = errors.New("ack timeout")
+			break wait
+		case <-ctx.Done():
+			ackErr = ctx.Err()
+			break wait
+		}
+	}
+	if acked > 0 {
+		now := p.cfg.Now()
+		for _, q := range batch[:acked] {
+			p.cfg.Metrics.RecordPublishLag(ctx, now.Sub(q.at))
+		}
+		p.mu.Lock()
+		s.cursor = batch[acked-1].ev.GetSeq() + 1
+		p.mu.Unlock()
+	}
+	if err := errors.Join(sendErr, ackErr); err != nil {
+		return fmt.Errorf("events: publish %s from seq %d: %w", s.id, batch[acked:][0].ev.GetSeq(), err)
+	}
+	return nil
+}
+
+func (p *Publisher) saveCursor(ctx context.Context, s *sessionState) {
+	p.mu.Lock()
+	cursor, saved := s.cursor, s.saved
+	p.mu.Unlock()
+	if cursor <= saved {
+		return
+	}
+	if err := p.cfg.Store.SetPublishedCursor(ctx, s.id, cursor); err != nil {
+		// Not fatal: the stream's tail moves the cursor on the next start.
+		p.log.Warn("saving the published cursor failed", "session", s.id, "cursor", cursor, "err", err)
+		return
+	}
+	p.mu.Lock()
+	s.saved = cursor
+	p.mu.Unlock()
+}

@@ -1,0 +1,167 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/session"
+)
+
+// StreamName is the JetStream stream that holds every session event.
+const StreamName = "DSH_EVENTS"
+
+// Subject prefixes. Every subject dsh publishes is built by the functions
+// below and nowhere else.
+const (
+	eventsPrefix = "dsh.events."
+	statusPrefix = "dsh.status."
+)
+
+// Wildcards that match every session.
+const (
+	// AllEvents matches the event subject of every session; it is also the
+	// subject filter of the stream.
+	AllEvents = eventsPrefix + "*"
+	// AllStatus matches the status subject of every session.
+	AllStatus = statusPrefix + "*"
+)
+
+// Header names carried by every event message (and, for the session id and
+// status, by every status message).
+const (
+	HeaderEventType = "Dsh-Event-Type"
+	HeaderSeq       = "Dsh-Seq"
+	HeaderSessionID = "Dsh-Session-Id"
+	HeaderStatus    = "Dsh-Status"
+)
+
+// EventSubject is the JetStream subject of a session's events,
+// dsh.events.<token>, where token is SubjectToken(sessionID).
+func EventSubject(sessionID string) string { return eventsPrefix + SubjectToken(sessionID) }
+
+// StatusSubject is the core-NATS subject of a session's status changes.
+func StatusSubject(sessionID string) string { return statusPrefix + SubjectToken(sessionID) }
+
+// MsgID is the Nats-Msg-Id of an event, <session_id>:<seq>; JetStream drops
+// a second message with the same id inside the stream's duplicate window.
+func MsgID(sessionID string, seq int64) string {
+	return sessionID + ":" + strconv.FormatInt(seq, 10)
+}
+
+// SubjectToken makes a session id a single NATS subject token. Ids made of
+// letters, digits, '-', '_' and other printable ASCII pass unchanged; '.',
+// '*', '>', '%', spaces and any other byte outside '!'..'~' become %XX, so
+// the mapping is injective and DecodeSubjectToken reverses it.
+func SubjectToken(sessionID string) string {
+	if sessionID != "" && !needsEscape(sessionID) {
+		return sessionID
+	}
+	var b strings.Builder
+	for i := 0; i < len(sessionID); i++ {
+		c := sessionID[i]
+		if escapeByte(c) {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	if b.Len() == 0 {
+		return "%" // the empty id; never minted, but keep the subject valid
+	}
+	return b.String()
+}
+
+// DecodeSubjectToken reverses SubjectToken.
+func DecodeSubjectToken(tok string) (string, error) {
+	if tok == "%" {
+		return "", nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(tok); i++ {
+		if tok[i] != '%' {
+			b.WriteByte(tok[i])
+			continue
+		}
+		if i+2 >= len(tok) {
+			return "", fmt.Errorf("events: bad escape in subject token %q", tok)
+		}
+		v, err := strconv.ParseUint(tok[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", fmt.Errorf("events: bad escape in subject token %q", tok)
+		}
+		b.WriteByte(byte(v))
+		i += 2
+	}
+	return b.String(), nil
+}
+
+func needsEscape(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if escapeByte(s[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+func escapeByte(c byte) bool {
+	return c <= ' ' || c > '~' || c == '.' || c == '*' || c == '>' || c == '%'
+}
+
+// EncodeEvent builds the JetStream message of one event: the protobuf
+// encoding of the SessionEvent as payload, the type, seq and session id
+// headers, and the Nats-Msg-Id used for de-duplication.
+func EncodeEvent(sessionID string, ev *sessionv1.SessionEvent) (*nats.Msg, error) {
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("events: encode %s seq %d: %w", sessionID, ev.GetSeq(), err)
+	}
+	m := nats.NewMsg(EventSubject(sessionID))
+	m.Data = data
+	m.Header.Set(HeaderEventType, session.TypeName(ev))
+	m.Header.Set(HeaderSeq, strconv.FormatInt(ev.GetSeq(), 10))
+	m.Header.Set(HeaderSessionID, sessionID)
+	m.Header.Set(nats.MsgIdHdr, MsgID(sessionID, ev.GetSeq()))
+	return m, nil
+}
+
+// DecodeEvent reads an event message: its session id (from the header) and
+// the event.
+func DecodeEvent(h nats.Header, data []byte) (string, *sessionv1.SessionEvent, error) {
+	id := h.Get(HeaderSessionID)
+	if id == "" {
+		return "", nil, errors.New("events: message has no " + HeaderSessionID + " header")
+	}
+	ev := &sessionv1.SessionEvent{}
+	if err := proto.Unmarshal(data, ev); err != nil {
+		return "", nil, fmt.Errorf("events: decode event of %s: %w", id, err)
+	}
+	return id, ev, nil
+}
+
+// EncodeStatus builds the core-NATS message of a status change. The payload
+// is the status's enum name (for example AGENT_STATUS_IDLE), also in the
+// Dsh-Status header.
+func EncodeStatus(sessionID string, st agentv1.AgentStatus) *nats.Msg {
+	m := nats.NewMsg(StatusSubject(sessionID))
+	m.Data = []byte(st.String())
+	m.Header.Set(HeaderSessionID, sessionID)
+	m.Header.Set(HeaderStatus, st.String())
+	return m
+}
+
+// DecodeStatus reads a status message.
+func DecodeStatus(h nats.Header, data []byte) (string, agentv1.AgentStatus, error) {
+	v, ok := agentv1.AgentStatus_value[string(data)]
+	if !ok {
+		return "", 0, fmt.Errorf("events: unknown status %q", data)
+	}
+	return h.Get(HeaderSessionID), agentv1.AgentStatus(v), nil
+}
