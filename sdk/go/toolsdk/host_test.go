@@ -377,7 +377,9 @@ func TestDefinePanicsOnBadDefinitions(t *testing.T) {
 		"option type":      func() { toolsdk.Define("x", "", body, toolsdk.ConcurrencySafe(func(sleepArgs) bool { return true })) },
 		"negative timeout": func() { toolsdk.Define("x", "", body, toolsdk.Timeout(-time.Second)) },
 		"raw not object": func() {
-			toolsdk.RawTool("x", "", []byte(`{"type":"string"}`), func(context.Context, *toolsdk.Call, json.RawMessage) (toolsdk.Result, error) { return toolsdk.Result{}, nil })
+			toolsdk.RawTool("x", "", []byte(`{"type":"string"}`), func(context.Context, *toolsdk.Call, json.RawMessage) (toolsdk.Result, error) {
+				return toolsdk.Result{}, nil
+			})
 		},
 	} {
 		func() {

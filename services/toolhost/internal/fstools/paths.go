@@ -1,0 +1,136 @@
+package fstools
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Confiner resolves tool paths against the session's cwd and confines them
+// to the workspace root, following symlinks so that a link pointing out of
+// the workspace is refused like a "../" path.
+type Confiner struct {
+	// Root is the host's absolute workspace root.
+	Root string
+	// ReadOnly are extra absolute roots readable but not writable (the
+	// host's spill directory, so capped outputs can be read back).
+	ReadOnly []string
+	// Unconfined disables confinement (paths still resolve against cwd).
+	Unconfined bool
+}
+
+// Target is a resolved path.
+type Target struct {
+	// Display is the cleaned absolute path as the model named it.
+	Display string
+	// Real is the path with every symlink resolved; I/O uses it.
+	Real string
+}
+
+// Resolve resolves p for a call. root is the call's workspace root (empty:
+// the confiner's). write refuses the read-only roots.
+func (c *Confiner) Resolve(cwd, root, p string, write bool) (Target, error) {
+	if p == "" {
+		return Target{}, fsError(CodeNotFound, "empty path")
+	}
+	abs := p
+	if !filepath.IsAbs(abs) {
+		abs = filepath.Join(cwd, p)
+	}
+	abs = filepath.Clean(abs)
+	real, err := realPath(abs)
+	if err != nil {
+		return Target{}, fsError(CodeIOError, "resolve %s: %v", abs, err)
+	}
+	t := Target{Display: abs, Real: real}
+	if c.Unconfined {
+		return t, nil
+	}
+	if root == "" {
+		root = c.Root
+	}
+	roots := []string{root}
+	if !write {
+		roots = append(roots, c.ReadOnly...)
+	}
+	lexical := false
+	for _, r := range roots {
+		rr, err := realPath(r)
+		if err != nil {
+			continue
+		}
+		if within(abs, r) || within(abs, rr) {
+			lexical = true
+		}
+		if within(real, rr) {
+			return t, nil
+		}
+	}
+	if lexical {
+		return Target{}, fsError(CodePermissionDenied, "%s resolves through a symlink to %s, outside the workspace %s", abs, real, root)
+	}
+	return Target{}, fsError(CodePermissionDenied, "%s is outside the workspace %s", abs, root)
+}
+
+func within(p, root string) bool {
+	if p == root {
+		return true
+	}
+	if !strings.HasSuffix(root, string(filepath.Separator)) {
+		root += string(filepath.Separator)
+	}
+	return strings.HasPrefix(p, root)
+}
+
+// realPath resolves every symlink in an absolute clean path, including a
+// dangling final link; components past the first missing one are kept
+// lexically.
+func realPath(p string) (string, error) {
+	parts := splitPath(p)
+	cur := string(filepath.Separator)
+	for hops := 0; len(parts) > 0; {
+		next := filepath.Join(cur, parts[0])
+		parts = parts[1:]
+		fi, err := os.Lstat(next)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrInvalid) || isNotDir(err) {
+			return filepath.Join(append([]string{next}, parts...)...), nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if hops++; hops > 40 {
+			return "", fmt.Errorf("too many levels of symbolic links")
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(target) {
+			cur = string(filepath.Separator)
+		}
+		parts = append(splitPath(target), parts...)
+	}
+	return cur, nil
+}
+
+func isNotDir(err error) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe) && strings.Contains(pe.Err.Error(), "not a directory")
+}
+
+func splitPath(p string) []string {
+	var out []string
+	for _, s := range strings.Split(p, string(filepath.Separator)) {
+		if s != "" && s != "." {
+			out = append(out, s)
+		}
+	}
+	return out
+}

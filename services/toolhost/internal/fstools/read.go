@@ -1,0 +1,213 @@
+package fstools
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
+)
+
+// ReadArgs are the read tool's parameters.
+type ReadArgs struct {
+	FilePath string `json:"file_path" jsonschema:"required,description=Path of the file to read, absolute or relative to the session's working directory."`
+	Offset   int    `json:"offset" jsonschema:"description=1-based line number to start reading from (default 1)."`
+	Limit    int    `json:"limit" jsonschema:"description=Maximum number of lines to read (default and maximum 2000)."`
+}
+
+// readMeta is the read tool's presentation payload.
+type readMeta struct {
+	Path       string `json:"path"`
+	FirstLine  int    `json:"first_line"`
+	LastLine   int    `json:"last_line"`
+	TotalLines int    `json:"total_lines"`
+}
+
+func (f *FS) readTool() toolsdk.Tool {
+	return toolsdk.Define("read",
+		"Read a text file. Returns a line-numbered window (\"N: text\") of at most 2000 lines and 50 KB; lines longer than 2000 characters are truncated. Use offset and limit to page through large files. Reading a file is required before writing over it or editing it.",
+		f.read,
+		toolsdk.AlwaysConcurrencySafe(),
+		toolsdk.PresentCall(func(a ReadArgs) *toolsv1.ToolCallView {
+			loc := &toolsv1.FileLocation{Path: a.FilePath}
+			if a.Offset > 0 {
+				line := int32(a.Offset)
+				loc.Line = &line
+			}
+			return &toolsv1.ToolCallView{Card: &toolsv1.ToolCallView_Generic{Generic: &toolsv1.GenericCallView{
+				Title: "Read " + a.FilePath, Kind: toolsv1.ToolCallKind_TOOL_CALL_KIND_READ, RawInput: a.FilePath,
+				Locations: []*toolsv1.FileLocation{loc},
+			}}}
+		}),
+		toolsdk.PresentResult(func(a ReadArgs, r *toolsv1.ToolExecutionResult) *toolsv1.ToolResultView {
+			var m readMeta
+			if r.GetIsError() || !decodeMeta(r, &m) {
+				return nil
+			}
+			title := fmt.Sprintf("Read %s (lines %d-%d of %d)", m.Path, m.FirstLine, m.LastLine, m.TotalLines)
+			if m.TotalLines == 0 {
+				title = "Read " + m.Path + " (empty)"
+			}
+			return &toolsv1.ToolResultView{Card: &toolsv1.ToolResultView_Generic{Generic: &toolsv1.GenericResultView{Title: title}}}
+		}),
+	)
+}
+
+func (f *FS) read(ctx context.Context, call *toolsdk.Call, a ReadArgs) (toolsdk.Result, error) {
+	var bad []string
+	if a.Offset < 0 {
+		bad = append(bad, `"offset" must be at least 1`)
+	}
+	if a.Limit < 0 {
+		bad = append(bad, `"limit" must be at least 1`)
+	}
+	if len(bad) > 0 {
+		return toolsdk.Result{}, &toolsdk.ArgsError{Violations: bad}
+	}
+	offset, limit := max(a.Offset, 1), a.Limit
+	if limit == 0 || limit > ReadLimit {
+		limit = ReadLimit
+	}
+	t, err := f.conf.Resolve(call.Cwd, call.WorkspaceRoot, a.FilePath, false)
+	if err != nil {
+		return toolsdk.Result{}, err
+	}
+	fi, err := os.Stat(t.Real)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return toolsdk.Result{}, fsError(CodeNotFound, "file not found: %s", t.Display)
+	case err != nil:
+		return toolsdk.Result{}, fsError(CodeIOError, "stat %s: %v", t.Display, err)
+	case fi.IsDir():
+		return toolsdk.Result{}, fsError(CodeNotRegularFile, "%s is a directory; use glob to list files", t.Display)
+	case !fi.Mode().IsRegular():
+		return toolsdk.Result{}, fsError(CodeNotRegularFile, "%s is not a regular file", t.Display)
+	}
+	file, err := os.Open(t.Real)
+	if err != nil {
+		return toolsdk.Result{}, fsError(CodeIOError, "open %s: %v", t.Display, err)
+	}
+	defer file.Close()
+	w, err := readWindow(ctx, file, offset, limit)
+	if err != nil {
+		if errors.Is(err, errBinary) {
+			return toolsdk.Result{}, fsError(CodeNotText, "cannot read binary file: %s", t.Display)
+		}
+		if ctx.Err() != nil {
+			return toolsdk.Result{}, fsError(CodeAborted, "read of %s aborted", t.Display)
+		}
+		return toolsdk.Result{}, fsError(CodeIOError, "read %s: %v", t.Display, err)
+	}
+	if w.total > 0 && offset > w.total {
+		return toolsdk.Result{}, &toolsdk.ArgsError{Violations: []string{fmt.Sprintf(`"offset" %d is past the end of the file (%d lines)`, offset, w.total)}}
+	}
+	f.observed.Record(call.SessionID, t.Real, w.version)
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "<path>%s</path>\n<type>file</type>\n<content>\n", t.Display)
+	for i, line := range w.lines {
+		fmt.Fprintf(&b, "%d: %s\n", offset+i, line)
+	}
+	last := offset + len(w.lines) - 1
+	switch {
+	case w.capped:
+		fmt.Fprintf(&b, "\n(Output capped at 50 KB. Showing lines %d-%d. Use offset=%d to continue.)\n", offset, last, last+1)
+	case last < w.total:
+		fmt.Fprintf(&b, "\n(Showing lines %d-%d of %d. Use offset=%d to continue.)\n", offset, last, w.total, last+1)
+	default:
+		fmt.Fprintf(&b, "\n(End of file - total %d lines)\n", w.total)
+	}
+	b.WriteString("</content>")
+	res := toolsdk.Text(b.String())
+	res.Meta = readMeta{Path: t.Display, FirstLine: offset, LastLine: last, TotalLines: w.total}
+	return res, nil
+}
+
+var errBinary = errors.New("binary file")
+
+type window struct {
+	lines   []string
+	total   int
+	capped  bool
+	version Version
+}
+
+// readWindow streams r once: it hashes every byte (the version), counts
+// lines, and keeps the requested window within the line and byte caps. Lines
+// of any length are handled without holding more than ReadMaxLineLength
+// bytes of each.
+func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, error) {
+	var w window
+	h := sha256.New()
+	br := bufio.NewReaderSize(io.TeeReader(r, h), 64<<10)
+	head, _ := br.Peek(8000)
+	if isBinary(head) {
+		return w, errBinary
+	}
+	bytesOut := 0
+	lineNo := 0
+	var cur []byte
+	truncated, pending := false, false
+	inWindow := func() bool { return lineNo+1 >= offset && len(w.lines) < limit && !w.capped }
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 {
+			if inWindow() && !truncated {
+				room := ReadMaxLineLength*utf8.UTFMax - len(cur)
+				if len(chunk) > room {
+					cur = append(cur, chunk[:room]...)
+					truncated = true
+				} else {
+					cur = append(cur, chunk...)
+				}
+			}
+		}
+		endOfLine := len(chunk) > 0 && chunk[len(chunk)-1] == '\n'
+		pending = pending || len(chunk) > 0
+		if endOfLine || (errors.Is(err, io.EOF) && pending) {
+			if inWindow() {
+				line := formatLine(cur)
+				if bytesOut+len(line)+1 > ReadMaxBytes && len(w.lines) > 0 {
+					w.capped = true
+				} else {
+					w.lines = append(w.lines, line)
+					bytesOut += len(line) + 1
+				}
+			}
+			lineNo++
+			cur, truncated, pending = cur[:0], false, false
+			if lineNo%4096 == 0 && ctx.Err() != nil {
+				return w, ctx.Err()
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return w, err
+		}
+	}
+	w.total = lineNo
+	w.version = Version(hex.EncodeToString(h.Sum(nil)[:16]))
+	return w, nil
+}
+
+// formatLine strips the line ending, repairs invalid UTF-8 and truncates.
+func formatLine(b []byte) string {
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if utf8.RuneCountInString(s) > ReadMaxLineLength {
+		r := []rune(s)
+		s = string(r[:ReadMaxLineLength]) + fmt.Sprintf("... (line truncated to %d chars)", ReadMaxLineLength)
+	}
+	return s
+}
