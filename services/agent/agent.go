@@ -1,0 +1,441 @@
+// Package agent is the dsh agent service: it owns sessions, runs one loop
+// driver per live session (services/agent/internal/loop), persists every
+// session log through a Store, and serves dsh.agent.v1.AgentService.
+//
+// Sessions are loaded on demand: a command on a session that is persisted but
+// not in memory loads it first (the Store repairs an interrupted turn), and a
+// session that stayed quiescent, unobserved and unused for Config.IdleUnload
+// is flushed and dropped from memory.
+//
+// # Delivery
+//
+// Events are appended to the in-memory log synchronously; the log itself is
+// the write-behind buffer. flush appends every event past the session's
+// durable cursor as one Store batch, at the loop's checkpoints (after every
+// turn/end, before each model request and each tool body), after an idle
+// injection, after a fork, at unload and at Close. After each successful flush
+// the new events are handed to Config.Sink, in seq order, exactly once per
+// flush; a failed flush keeps them for the next one.
+//
+// # Shutdown
+//
+// Close stops admission (new commands fail with Unavailable), lets running
+// and queued turns finish until its context's deadline (minus a margin for the
+// final flush), then disposes what is left (the open turn ends as disposed;
+// queued sends that never ran are logged by session and count), ends every
+// event stream, and flushes every session.
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/session"
+	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+	"github.com/dsh-dev/dsh/services/agent/internal/loop"
+)
+
+// Store is the persistence the service uses (a subset of
+// persistence.Store).
+type Store interface {
+	Create(ctx context.Context, h *sessionv1.SessionHeader) error
+	Append(ctx context.Context, id string, events []*sessionv1.SessionEvent) error
+	Load(ctx context.Context, id string) (*sessionv1.SessionHeader, []*sessionv1.SessionEvent, error)
+	List(ctx context.Context) ([]*sessionv1.SessionHeader, error)
+}
+
+// ProviderLister lists the gateway's provider routes.
+type ProviderLister interface {
+	ListProviders(ctx context.Context) ([]string, error)
+}
+
+// EventSink receives events once they are durable, in seq order per session,
+// and status transitions. Implementations must not block.
+type EventSink interface {
+	Durable(sessionID string, events []*sessionv1.SessionEvent)
+	Status(sessionID string, status agentv1.AgentStatus)
+}
+
+// Config holds the service's settings.
+type Config struct {
+	// IdleUnload drops sessions quiescent and unused this long; 0 never.
+	IdleUnload time.Duration
+	// MaxParallelToolCalls bounds overlapping parallel-safe calls; default 10.
+	MaxParallelToolCalls int
+	// Debug runs the invariant and request-equation checks on every request.
+	Debug bool
+	// DefaultCwd is the cwd of sessions created without one.
+	DefaultCwd string
+	// Sink receives durable events; nil for none.
+	Sink EventSink
+	// Now and NewID are injected for reproducible logs; defaults time.Now
+	// and random hex ids.
+	Now   func() time.Time
+	NewID func() string
+}
+
+// Deps are the service's collaborators.
+type Deps struct {
+	Store     Store          // required
+	LLM       loop.LLM       // required
+	Providers ProviderLister // nil: provider names are not validated
+	Tools     loop.Tools     // nil: no tools
+	Hooks     *hooks.Set     // nil: no hooks
+	Prompt    loop.SystemPrompt
+}
+
+// Service is the agent service.
+type Service struct {
+	agentv1.UnimplementedAgentServiceServer
+
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	live    map[string]*liveSession
+	loading map[string]chan struct{}
+	closing bool
+	closed  chan struct{}
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New returns a service.
+func New(cfg Config, deps Deps, logger *slog.Logger) (*Service, error) {
+	if deps.Store == nil || deps.LLM == nil {
+		return nil, errors.New("agent: Deps.Store and Deps.LLM are required")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.NewID == nil {
+		cfg.NewID = randomID
+	}
+	s := &Service{cfg: cfg, deps: deps, log: logger, live: map[string]*liveSession{},
+		loading: map[string]chan struct{}{}, closed: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	if cfg.IdleUnload > 0 {
+		s.wg.Go(func() { s.janitor(ctx) })
+	}
+	return s, nil
+}
+
+func randomID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Register registers AgentService on gs.
+func (s *Service) Register(gs *grpc.Server) { agentv1.RegisterAgentServiceServer(gs, s) }
+
+// liveSession is a session in memory.
+type liveSession struct {
+	s     *Service
+	id    string
+	log   *session.Log
+	agent *loop.Agent
+
+	flushMu sync.Mutex
+	durable int64
+
+	subMu sync.Mutex
+	subs  map[chan struct{}]struct{}
+
+	// Guarded by Service.mu.
+	refs     int
+	lastUsed time.Time
+}
+
+// open builds the live session of log and starts its driver.
+func (s *Service) open(ctx context.Context, log *session.Log, durable int64, source string) *liveSession {
+	l := &liveSession{s: s, id: log.Header().GetId(), log: log, durable: durable, subs: map[chan struct{}]struct{}{}}
+	log.Observe(func(*sessionv1.SessionEvent) { l.notify() })
+	l.agent = loop.New(loop.Config{
+		LLM: s.deps.LLM, Tools: s.deps.Tools, Hooks: s.deps.Hooks, Prompt: s.deps.Prompt,
+		Flush: l.flush, MaxParallelToolCalls: s.cfg.MaxParallelToolCalls, Debug: s.cfg.Debug, Logger: s.log,
+		OnStatus: func(st agentv1.AgentStatus) {
+			if s.cfg.Sink != nil {
+				s.cfg.Sink.Status(l.id, st)
+			}
+		},
+	}, log)
+	l.agent.Start(ctx, source)
+	return l
+}
+
+func (l *liveSession) notify() {
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	for ch := range l.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (l *liveSession) subscribe() (chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	l.subMu.Lock()
+	l.subs[ch] = struct{}{}
+	l.subMu.Unlock()
+	return ch, func() {
+		l.subMu.Lock()
+		delete(l.subs, ch)
+		l.subMu.Unlock()
+	}
+}
+
+// flush appends every event past the durable cursor as one batch and hands
+// them to the sink.
+func (l *liveSession) flush(ctx context.Context) error {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	evs := l.log.EventsFrom(l.durable)
+	if len(evs) == 0 {
+		return nil
+	}
+	if err := l.s.deps.Store.Append(ctx, l.id, evs); err != nil {
+		return fmt.Errorf("flush session %s from seq %d: %w", l.id, l.durable, err)
+	}
+	l.durable = evs[len(evs)-1].GetSeq() + 1
+	if l.s.cfg.Sink != nil {
+		l.s.cfg.Sink.Durable(l.id, evs)
+	}
+	return nil
+}
+
+// acquire returns the live session id, loading it from the store when it is
+// persisted but not in memory. release must be called when done.
+func (s *Service) acquire(ctx context.Context, id string) (*liveSession, error) {
+	if id == "" {
+		return nil, invalidf("session_id is required")
+	}
+	for {
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			return nil, ErrClosing
+		}
+		if l, ok := s.live[id]; ok {
+			l.refs++
+			s.mu.Unlock()
+			return l, nil
+		}
+		if wait, ok := s.loading[id]; ok {
+			s.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		s.loading[id] = done
+		s.mu.Unlock()
+
+		l, err := s.load(ctx, id)
+		s.mu.Lock()
+		delete(s.loading, id)
+		close(done)
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		l.refs++
+		s.live[id] = l
+		s.mu.Unlock()
+		return l, nil
+	}
+}
+
+func (s *Service) load(ctx context.Context, id string) (*liveSession, error) {
+	h, evs, err := s.deps.Store.Load(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("load session %s: %w", id, err)
+	}
+	log, err := session.NewLog(h, evs, s.logOptions()...)
+	if err != nil {
+		return nil, fmt.Errorf("load session %s: stored log is invalid: %w", id, err)
+	}
+	s.log.Info("session loaded", "session", id, "events", len(evs))
+	return s.open(ctx, log, int64(len(evs)), "resume"), nil
+}
+
+func (s *Service) release(l *liveSession) {
+	s.mu.Lock()
+	l.refs--
+	l.lastUsed = s.cfg.Now()
+	s.mu.Unlock()
+}
+
+// janitor unloads idle sessions.
+func (s *Service) janitor(ctx context.Context) {
+	tick := max(s.cfg.IdleUnload/4, 10*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.unloadIdle(ctx)
+	}
+}
+
+func (s *Service) unloadIdle(ctx context.Context) {
+	now := s.cfg.Now()
+	var victims []*liveSession
+	s.mu.Lock()
+	for id, l := range s.live {
+		if l.refs == 0 && now.Sub(l.lastUsed) >= s.cfg.IdleUnload && l.agent.Quiescent() {
+			delete(s.live, id)
+			victims = append(victims, l)
+		}
+	}
+	s.mu.Unlock()
+	for _, l := range victims {
+		s.retire(ctx, l)
+	}
+}
+
+// Unload drops a session from memory now if it is quiescent and unused; it
+// reports whether it did.
+func (s *Service) Unload(ctx context.Context, id string) bool {
+	s.mu.Lock()
+	l, ok := s.live[id]
+	if !ok || l.refs > 0 || !l.agent.Quiescent() {
+		s.mu.Unlock()
+		return false
+	}
+	delete(s.live, id)
+	s.mu.Unlock()
+	s.retire(ctx, l)
+	return true
+}
+
+// retire disposes a live session's agent and flushes it.
+func (s *Service) retire(ctx context.Context, l *liveSession) {
+	dropped, err := l.agent.Dispose(ctx)
+	if err != nil {
+		s.log.Error("dispose session", "session", l.id, "err", err)
+	}
+	if len(dropped) > 0 {
+		s.log.Warn("queued prompts were not run before shutdown", "session", l.id, "count", len(dropped))
+	}
+	if err := l.flush(context.WithoutCancel(ctx)); err != nil {
+		s.log.Error("final flush failed", "session", l.id, "err", err)
+	}
+}
+
+// Close stops admission, lets turns finish until ctx's deadline (keeping a
+// margin for the final flush), disposes what is left, ends event streams and
+// flushes every session.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closing = true
+	lives := make([]*liveSession, 0, len(s.live))
+	for _, l := range s.live {
+		lives = append(lives, l)
+	}
+	s.mu.Unlock()
+	s.stop()
+	s.wg.Wait()
+
+	drainCtx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		drainCtx, cancel = context.WithDeadline(ctx, dl.Add(-time.Until(dl)/4))
+		defer cancel()
+	}
+	var wg sync.WaitGroup
+	for _, l := range lives {
+		wg.Go(func() { _ = l.agent.WaitIdle(drainCtx) })
+	}
+	wg.Wait()
+	close(s.closed)
+	var errs []error
+	for _, l := range lives {
+		s.retire(ctx, l)
+		if l.log.Len() > l.durableSeq() {
+			errs = append(errs, fmt.Errorf("session %s: %d events not durable", l.id, l.log.Len()-l.durableSeq()))
+		}
+	}
+	s.mu.Lock()
+	s.live = map[string]*liveSession{}
+	s.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+func (l *liveSession) durableSeq() int64 {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	return l.durable
+}
+
+// snapshot is the API view of a live session.
+func (l *liveSession) snapshot() *agentv1.Session {
+	out := &agentv1.Session{Header: l.log.Header(), Status: l.agent.Status(), NextSeq: l.log.Len(), Queued: int32(l.agent.Queued())}
+	if t, ok := l.log.OpenTurn(); ok {
+		out.OpenTurn = &t
+	}
+	return out
+}
+
+// sortedIDs merges stored and live ids.
+func (s *Service) headers(ctx context.Context) ([]*sessionv1.SessionHeader, map[string]*liveSession, error) {
+	stored, err := s.deps.Store.List(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list sessions: %w", err)
+	}
+	s.mu.Lock()
+	live := make(map[string]*liveSession, len(s.live))
+	for id, l := range s.live {
+		live[id] = l
+	}
+	s.mu.Unlock()
+	seen := map[string]bool{}
+	var out []*sessionv1.SessionHeader
+	for _, h := range stored {
+		seen[h.GetId()] = true
+		out = append(out, h)
+	}
+	for id, l := range live {
+		if !seen[id] {
+			out = append(out, l.log.Header())
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetId() < out[j].GetId() })
+	return out, live, nil
+}
+
+func (s *Service) logOptions() []session.Option {
+	opts := []session.Option{session.WithClock(s.cfg.Now), session.WithLogger(s.log)}
+	if s.cfg.Debug {
+		opts = append(opts, session.WithTurnChecks())
+	}
+	return opts
+}

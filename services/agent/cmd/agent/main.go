@@ -1,0 +1,94 @@
+// Command agent serves dsh.agent.v1.AgentService: sessions, the loop, the
+// tool pipeline and hooks. Flags default from environment variables.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/dsh-dev/dsh/services/agent"
+)
+
+type list []string
+
+func (l *list) String() string     { return fmt.Sprint(*l) }
+func (l *list) Set(v string) error { *l = append(*l, v); return nil }
+
+func env(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var toolhosts, hookFlags, icFlags list
+	listen := flag.String("listen", env("DSH_LISTEN", "127.0.0.1:7700"), "gRPC listen address (env DSH_LISTEN)")
+	gw := flag.String("gateway", env("DSH_GATEWAY", "127.0.0.1:7701"), "LlmGateway address (env DSH_GATEWAY)")
+	flag.Var(&toolhosts, "toolhost", "toolhost NAME=ADDR or ADDR, repeatable (env DSH_TOOLHOST; default 127.0.0.1:7702)")
+	flag.Var(&hookFlags, "hook", "remote AgentHooks NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable")
+	flag.Var(&icFlags, "interceptor", "remote ToolInterceptor NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable")
+	store := flag.String("store", env("DSH_STORE", "sqlite"), "session store: sqlite or jsonl (env DSH_STORE)")
+	data := flag.String("data", env("DSH_DATA", "."), "data directory (env DSH_DATA)")
+	idle := flag.Duration("idle-unload", envDuration("DSH_IDLE_UNLOAD", 10*time.Minute), "unload sessions idle this long; 0 never (env DSH_IDLE_UNLOAD)")
+	parallel := flag.Int("max-parallel-tools", 10, "parallel-safe tool calls that may overlap")
+	debug := flag.Bool("debug", env("DSH_DEBUG", "") != "", "check the log invariants and the request equation on every request (env DSH_DEBUG)")
+	flag.Parse()
+	if len(toolhosts) == 0 {
+		toolhosts = list{env("DSH_TOOLHOST", "127.0.0.1:7702")}
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cwd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	sc := agent.ServerConfig{
+		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data,
+		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd},
+	}
+	for _, h := range hookFlags {
+		r, err := agent.ParseRemote(h)
+		if err != nil {
+			return err
+		}
+		sc.Hooks = append(sc.Hooks, r)
+	}
+	for _, h := range icFlags {
+		r, err := agent.ParseRemote(h)
+		if err != nil {
+			return err
+		}
+		sc.Interceptors = append(sc.Interceptors, r)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return agent.Run(ctx, sc, logger)
+}
+
+func envDuration(k string, def time.Duration) time.Duration {
+	v := os.Getenv(k)
+	if v == "" {
+		return def
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return d
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	return def
+}

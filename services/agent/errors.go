@@ -1,0 +1,68 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/dsh-dev/dsh/internal/persistence"
+	"github.com/dsh-dev/dsh/services/agent/internal/loop"
+)
+
+// Domain errors of the service.
+var (
+	// ErrSessionNotFound: no live or stored session has the id.
+	ErrSessionNotFound = errors.New("session not found")
+	// ErrClosing: the service is shutting down and admits no new work.
+	ErrClosing = errors.New("agent service is shutting down")
+)
+
+// InvalidError is bad client input; its message says what to fix.
+type InvalidError struct{ Msg string }
+
+func (e *InvalidError) Error() string { return e.Msg }
+
+// Code is the stable error code.
+func (e *InvalidError) Code() string { return "INVALID_ARGUMENT" }
+
+func invalidf(format string, args ...any) error {
+	return &InvalidError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// toStatus is the one table from domain errors to gRPC status codes.
+// Unmapped errors become Internal with a generic message; the full error is
+// logged.
+func toStatus(log *slog.Logger, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var inv *InvalidError
+	switch {
+	case errors.As(err, &inv):
+		return status.Error(codes.InvalidArgument, inv.Msg)
+	case errors.Is(err, ErrSessionNotFound), errors.Is(err, persistence.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, loop.ErrDisposed):
+		return status.Error(codes.FailedPrecondition, "session is disposed: "+err.Error())
+	case errors.Is(err, persistence.ErrExists):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, ErrClosing):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	log.Error("internal error", "method", method, "err", err)
+	return status.Error(codes.Internal, "internal error")
+}
+
+// errExists: a session with the id is already live.
+var errExists = persistence.ErrExists

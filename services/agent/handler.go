@@ -1,0 +1,463 @@
+package agent
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"unicode"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/session"
+	"github.com/dsh-dev/dsh/services/agent/internal/loop"
+)
+
+// CreateSession creates a session.
+func (s *Service) CreateSession(ctx context.Context, req *agentv1.CreateSessionRequest) (*agentv1.CreateSessionResponse, error) {
+	sess, err := s.createSession(ctx, req)
+	if err != nil {
+		return nil, toStatus(s.log, "CreateSession", err)
+	}
+	return &agentv1.CreateSessionResponse{Session: sess}, nil
+}
+
+func (s *Service) createSession(ctx context.Context, req *agentv1.CreateSessionRequest) (*agentv1.Session, error) {
+	opts := req.GetOptions()
+	if opts.GetProvider() == "" || opts.GetModel() == "" {
+		return nil, invalidf("options.provider and options.model are required")
+	}
+	if s.deps.Providers != nil {
+		ids, err := s.deps.Providers.ListProviders(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("validate provider: %w", err)
+		}
+		if !slices.Contains(ids, opts.GetProvider()) {
+			return nil, invalidf("unknown provider %q: the gateway serves %s", opts.GetProvider(), strings.Join(ids, ", "))
+		}
+	}
+	cwd := req.GetCwd()
+	if cwd == "" {
+		cwd = s.cfg.DefaultCwd
+	}
+	if cwd != "" && !filepath.IsAbs(cwd) {
+		return nil, invalidf("cwd %q must be an absolute path", cwd)
+	}
+	if r := opts.GetWorkspaceRoot(); r != "" && !filepath.IsAbs(r) {
+		return nil, invalidf("options.workspace_root %q must be an absolute path", r)
+	}
+	id := req.GetSessionId()
+	if id == "" {
+		id = s.cfg.NewID()
+	}
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	h := &sessionv1.SessionHeader{Id: id, CreatedAt: s.cfg.Now().UnixMilli(), Cwd: cwd, Options: proto.CloneOf(opts)}
+	return s.start(ctx, h, nil)
+}
+
+// start registers a new session (header + optional seed) and brings it live.
+func (s *Service) start(ctx context.Context, h *sessionv1.SessionHeader, seed []*sessionv1.SessionEvent) (*agentv1.Session, error) {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil, ErrClosing
+	}
+	_, isLive := s.live[h.GetId()]
+	_, isLoading := s.loading[h.GetId()]
+	s.mu.Unlock()
+	if isLive || isLoading {
+		return nil, fmt.Errorf("create session %s: %w", h.GetId(), errExists)
+	}
+	log, err := session.NewLog(h, seed, s.logOptions()...)
+	if err != nil {
+		return nil, invalidf("session seed is invalid: %v", err)
+	}
+	if err := s.deps.Store.Create(ctx, h); err != nil {
+		return nil, fmt.Errorf("create session %s: %w", h.GetId(), err)
+	}
+	l := s.open(ctx, log, 0, "startup")
+	if len(seed) > 0 {
+		if err := l.flush(ctx); err != nil {
+			_, _ = l.agent.Dispose(ctx)
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.live[h.GetId()]; dup || s.closing {
+		_, _ = l.agent.Dispose(ctx)
+		if s.closing {
+			return nil, ErrClosing
+		}
+		return nil, fmt.Errorf("create session %s: %w", h.GetId(), errExists)
+	}
+	l.lastUsed = s.cfg.Now()
+	s.live[h.GetId()] = l
+	return l.snapshot(), nil
+}
+
+func checkID(id string) error {
+	if len(id) > 256 {
+		return invalidf("session id is %d bytes long; the limit is 256", len(id))
+	}
+	for _, r := range id {
+		if unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return invalidf("session id %q contains a control or invalid character", id)
+		}
+	}
+	return nil
+}
+
+// GetSession reads a session (loading it when persisted).
+func (s *Service) GetSession(ctx context.Context, req *agentv1.GetSessionRequest) (*agentv1.GetSessionResponse, error) {
+	l, err := s.acquire(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, toStatus(s.log, "GetSession", err)
+	}
+	defer s.release(l)
+	return &agentv1.GetSessionResponse{Session: l.snapshot()}, nil
+}
+
+// ListSessions pages through stored and live sessions by id. Sessions not in
+// memory are reported UNLOADED with next_seq 0 (listing never loads logs).
+func (s *Service) ListSessions(ctx context.Context, req *agentv1.ListSessionsRequest) (*agentv1.ListSessionsResponse, error) {
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		return nil, toStatus(s.log, "ListSessions", invalidf("page_size must not be negative"))
+	case size == 0:
+		size = 50
+	case size > 1000:
+		size = 1000
+	}
+	after := ""
+	if tok := req.GetPageToken(); tok != "" {
+		b, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil || len(b) == 0 {
+			return nil, toStatus(s.log, "ListSessions", invalidf("page_token %q is not a token this service issued", tok))
+		}
+		after = string(b)
+	}
+	hs, live, err := s.headers(ctx)
+	if err != nil {
+		return nil, toStatus(s.log, "ListSessions", err)
+	}
+	resp := &agentv1.ListSessionsResponse{}
+	for _, h := range hs {
+		if after != "" && h.GetId() <= after {
+			continue
+		}
+		if len(resp.Sessions) == size {
+			resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(resp.Sessions[size-1].GetHeader().GetId()))
+			break
+		}
+		if l, ok := live[h.GetId()]; ok {
+			resp.Sessions = append(resp.Sessions, l.snapshot())
+		} else {
+			resp.Sessions = append(resp.Sessions, &agentv1.Session{Header: h, Status: agentv1.AgentStatus_AGENT_STATUS_UNLOADED})
+		}
+	}
+	return resp, nil
+}
+
+// ForkSession copies a session through a turn/end into a new session.
+func (s *Service) ForkSession(ctx context.Context, req *agentv1.ForkSessionRequest) (*agentv1.ForkSessionResponse, error) {
+	sess, err := s.fork(ctx, req)
+	if err != nil {
+		return nil, toStatus(s.log, "ForkSession", err)
+	}
+	return &agentv1.ForkSessionResponse{Session: sess}, nil
+}
+
+func (s *Service) fork(ctx context.Context, req *agentv1.ForkSessionRequest) (*agentv1.Session, error) {
+	l, err := s.acquire(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	defer s.release(l)
+	events := l.log.Events()
+	if len(events) == 0 {
+		return nil, invalidf("session %s has no events; there is no turn/end to fork at", l.id)
+	}
+	b := int64(len(events) - 1)
+	if req.BoundarySeq != nil {
+		b = req.GetBoundarySeq()
+	}
+	if b < 0 || b >= int64(len(events)) {
+		return nil, invalidf("boundary_seq %d is outside the log (0..%d)", b, len(events)-1)
+	}
+	if events[b].GetTurnEnd() == nil {
+		return nil, invalidf("boundary_seq %d is a %s event, not a turn/end: fork at a turn/end", b, session.TypeName(events[b]))
+	}
+	id := req.GetNewSessionId()
+	if id == "" {
+		id = s.cfg.NewID()
+	}
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	src := l.log.Header()
+	seed := make([]*sessionv1.SessionEvent, b+1)
+	for i := range seed {
+		seed[i] = proto.CloneOf(events[i])
+	}
+	n := b + 1
+	h := &sessionv1.SessionHeader{Id: id, CreatedAt: s.cfg.Now().UnixMilli(), Cwd: src.GetCwd(),
+		ParentSession: src.GetId(), SeedLength: &n, DelegationDepth: src.GetDelegationDepth(), Options: proto.CloneOf(src.GetOptions())}
+	return s.start(ctx, h, seed)
+}
+
+// Send queues a prompt.
+func (s *Service) Send(ctx context.Context, req *agentv1.SendRequest) (*agentv1.SendResponse, error) {
+	st, err := s.submit(ctx, req.GetSessionId(), req.GetContent(), req.GetSource(), req.GetContexts(), false)
+	if err != nil {
+		return nil, toStatus(s.log, "Send", err)
+	}
+	return &agentv1.SendResponse{Status: st}, nil
+}
+
+// Steer submits steering.
+func (s *Service) Steer(ctx context.Context, req *agentv1.SteerRequest) (*agentv1.SteerResponse, error) {
+	st, err := s.submit(ctx, req.GetSessionId(), req.GetContent(), req.GetSource(), req.GetContexts(), true)
+	if err != nil {
+		return nil, toStatus(s.log, "Steer", err)
+	}
+	return &agentv1.SteerResponse{Status: st}, nil
+}
+
+func (s *Service) submit(ctx context.Context, id string, content []*llmv1.ContentBlock, src *llmv1.MessageSource, contexts []*toolsv1.HookContext, steer bool) (agentv1.AgentStatus, error) {
+	if err := checkContent("content", content); err != nil {
+		return 0, err
+	}
+	if err := checkSource("source", src); err != nil {
+		return 0, err
+	}
+	for i, c := range contexts {
+		if err := checkContext(fmt.Sprintf("contexts[%d]", i), c); err != nil {
+			return 0, err
+		}
+	}
+	l, err := s.acquire(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	defer s.release(l)
+	it := loop.Item{Content: cloneBlocks(content), Source: proto.CloneOf(src), Contexts: cloneContexts(contexts)}
+	if steer {
+		return l.agent.Steer(it)
+	}
+	return l.agent.Send(it)
+}
+
+// Inject appends context.
+func (s *Service) Inject(ctx context.Context, req *agentv1.InjectRequest) (*agentv1.InjectResponse, error) {
+	err := func() error {
+		if err := checkContent("content", req.GetContent()); err != nil {
+			return err
+		}
+		if err := checkSource("source", req.GetSource()); err != nil {
+			return err
+		}
+		if err := checkJSON("meta", req.Meta); err != nil {
+			return err
+		}
+		l, err := s.acquire(ctx, req.GetSessionId())
+		if err != nil {
+			return err
+		}
+		defer s.release(l)
+		return l.agent.Inject(cloneBlocks(req.GetContent()), proto.CloneOf(req.GetSource()), req.Meta)
+	}()
+	if err != nil {
+		return nil, toStatus(s.log, "Inject", err)
+	}
+	return &agentv1.InjectResponse{}, nil
+}
+
+// Cancel cancels.
+func (s *Service) Cancel(ctx context.Context, req *agentv1.CancelRequest) (*agentv1.CancelResponse, error) {
+	l, err := s.acquire(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, toStatus(s.log, "Cancel", err)
+	}
+	defer s.release(l)
+	cause := loop.ErrCancelUser
+	if req.GetCause() == agentv1.CancelCause_CANCEL_CAUSE_PARENT {
+		cause = loop.ErrCancelParent
+	}
+	return &agentv1.CancelResponse{Effective: l.agent.Cancel(cause)}, nil
+}
+
+// WaitIdle blocks until quiescence or the RPC deadline.
+func (s *Service) WaitIdle(ctx context.Context, req *agentv1.WaitIdleRequest) (*agentv1.WaitIdleResponse, error) {
+	l, err := s.acquire(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, toStatus(s.log, "WaitIdle", err)
+	}
+	defer s.release(l)
+	if err := l.agent.WaitIdle(ctx); err != nil {
+		return nil, toStatus(s.log, "WaitIdle", err)
+	}
+	return &agentv1.WaitIdleResponse{Session: l.snapshot()}, nil
+}
+
+// GetMessages returns the derived history.
+func (s *Service) GetMessages(ctx context.Context, req *agentv1.GetMessagesRequest) (*agentv1.GetMessagesResponse, error) {
+	l, err := s.acquire(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, toStatus(s.log, "GetMessages", err)
+	}
+	defer s.release(l)
+	return &agentv1.GetMessagesResponse{Messages: l.log.Messages()}, nil
+}
+
+// StreamEvents replays the log from from_seq, then follows live events. A
+// subscriber reads from the in-memory log at its own pace: a slow client
+// never slows the loop and never misses an event.
+func (s *Service) StreamEvents(req *agentv1.StreamEventsRequest, stream grpc.ServerStreamingServer[agentv1.StreamEventsResponse]) error {
+	ctx := stream.Context()
+	if req.GetFromSeq() < 0 {
+		return toStatus(s.log, "StreamEvents", invalidf("from_seq must not be negative"))
+	}
+	l, err := s.acquire(ctx, req.GetSessionId())
+	if err != nil {
+		return toStatus(s.log, "StreamEvents", err)
+	}
+	defer s.release(l)
+	wake, unsubscribe := l.subscribe()
+	defer unsubscribe()
+	next := req.GetFromSeq()
+	for {
+		for _, ev := range l.log.EventsFrom(next) {
+			if err := stream.Send(&agentv1.StreamEventsResponse{Event: ev}); err != nil {
+				return err
+			}
+			next = ev.GetSeq() + 1
+		}
+		if req.GetNoFollow() {
+			return nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil
+		case <-s.closed:
+			for _, ev := range l.log.EventsFrom(next) {
+				if err := stream.Send(&agentv1.StreamEventsResponse{Event: ev}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+}
+
+// Validation.
+
+func checkContent(field string, blocks []*llmv1.ContentBlock) error {
+	if len(blocks) == 0 {
+		return invalidf("%s must have at least one block", field)
+	}
+	for i, b := range blocks {
+		if err := checkBlock(fmt.Sprintf("%s[%d]", field, i), b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkBlock(field string, b *llmv1.ContentBlock) error {
+	switch v := b.GetBlock().(type) {
+	case *llmv1.ContentBlock_Text, *llmv1.ContentBlock_Reasoning:
+		return nil
+	case *llmv1.ContentBlock_Image:
+		switch {
+		case v.Image.GetUrl() == "" && len(v.Image.GetData()) == 0:
+			return invalidf("%s: image needs a url or inline data", field)
+		case len(v.Image.GetData()) > 0 && v.Image.GetMimeType() == "":
+			return invalidf("%s: inline image data needs a mime_type", field)
+		}
+		return nil
+	case *llmv1.ContentBlock_Extension:
+		if v.Extension.GetType() == "" {
+			return invalidf("%s: extension block needs a type", field)
+		}
+		if j := v.Extension.GetJson(); j != "" && !json.Valid([]byte(j)) {
+			return invalidf("%s: extension json is not valid JSON", field)
+		}
+		return nil
+	case *llmv1.ContentBlock_ToolCall, *llmv1.ContentBlock_ToolResult:
+		return invalidf("%s: tool-call and tool-result blocks are produced by the loop, not sent by clients", field)
+	default:
+		return invalidf("%s: block has no content variant set", field)
+	}
+}
+
+func checkSource(field string, src *llmv1.MessageSource) error {
+	if src == nil {
+		return nil
+	}
+	switch v := src.GetKind().(type) {
+	case nil:
+		return invalidf("%s: set a source variant or omit the source", field)
+	case *llmv1.MessageSource_Plugin:
+		if v.Plugin.GetPlugin() == "" {
+			return invalidf("%s: plugin source needs a plugin name", field)
+		}
+	case *llmv1.MessageSource_Agent:
+		if v.Agent.GetSessionId() == "" {
+			return invalidf("%s: agent source needs a session_id", field)
+		}
+	case *llmv1.MessageSource_Extension:
+		if j := v.Extension.GetJson(); j != "" && !json.Valid([]byte(j)) {
+			return invalidf("%s: extension json is not valid JSON", field)
+		}
+	}
+	return nil
+}
+
+func checkContext(field string, c *toolsv1.HookContext) error {
+	if err := checkContent(field+".content", c.GetContent()); err != nil {
+		return err
+	}
+	if c.GetSource() == nil {
+		return invalidf("%s.source is required (hook contexts must say who produced them)", field)
+	}
+	if err := checkSource(field+".source", c.GetSource()); err != nil {
+		return err
+	}
+	return checkJSON(field+".meta", c.Meta)
+}
+
+func checkJSON(field string, s *string) error {
+	if s != nil && !json.Valid([]byte(*s)) {
+		return invalidf("%s is not valid JSON", field)
+	}
+	return nil
+}
+
+func cloneBlocks(bs []*llmv1.ContentBlock) []*llmv1.ContentBlock {
+	out := make([]*llmv1.ContentBlock, len(bs))
+	for i, b := range bs {
+		out[i] = proto.CloneOf(b)
+	}
+	return out
+}
+
+func cloneContexts(cs []*toolsv1.HookContext) []*toolsv1.HookContext {
+	out := make([]*toolsv1.HookContext, len(cs))
+	for i, c := range cs {
+		out[i] = proto.CloneOf(c)
+	}
+	return out
+}

@@ -1,0 +1,146 @@
+package fakes
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+)
+
+// Tool is one fake tool.
+type Tool struct {
+	Name string
+	// Parallel makes every call parallel-safe.
+	Parallel bool
+	// Run executes a call; nil echoes the arguments.
+	Run func(ctx context.Context, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult
+}
+
+// ToolHost is a fake ToolHost serving Go funcs.
+type ToolHost struct {
+	toolsv1.UnimplementedToolHostServer
+
+	mu       sync.Mutex
+	tools    map[string]Tool
+	revision int64
+	changed  chan struct{}
+	executed []string
+}
+
+// NewToolHost returns a host serving tools.
+func NewToolHost(tools ...Tool) *ToolHost {
+	h := &ToolHost{tools: map[string]Tool{}, changed: make(chan struct{})}
+	h.SetTools(tools...)
+	return h
+}
+
+// SetTools replaces the tool set and notifies watchers.
+func (h *ToolHost) SetTools(tools ...Tool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tools = map[string]Tool{}
+	for _, t := range tools {
+		h.tools[t.Name] = t
+	}
+	h.revision++
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// Executed returns the call ids whose bodies ran, in start order.
+func (h *ToolHost) Executed() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.executed...)
+}
+
+func (h *ToolHost) snapshot() ([]*toolsv1.ToolDescriptor, int64, <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	names := make([]string, 0, len(h.tools))
+	for n := range h.tools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []*toolsv1.ToolDescriptor
+	for _, n := range names {
+		t := h.tools[n]
+		c := toolsv1.ConcurrencySafety_CONCURRENCY_SAFETY_UNSPECIFIED
+		if t.Parallel {
+			c = toolsv1.ConcurrencySafety_CONCURRENCY_SAFETY_ALWAYS
+		}
+		out = append(out, &toolsv1.ToolDescriptor{
+			Schema:      &llmv1.ToolSchema{Name: n, Description: "fake tool " + n, Parameters: `{"type":"object"}`},
+			Concurrency: c,
+		})
+	}
+	return out, h.revision, h.changed
+}
+
+// ListTools returns the tool set.
+func (h *ToolHost) ListTools(context.Context, *toolsv1.ListToolsRequest) (*toolsv1.ListToolsResponse, error) {
+	tools, rev, _ := h.snapshot()
+	return &toolsv1.ListToolsResponse{Tools: tools, Revision: rev}, nil
+}
+
+// WatchTools streams snapshots.
+func (h *ToolHost) WatchTools(_ *toolsv1.WatchToolsRequest, stream grpc.ServerStreamingServer[toolsv1.WatchToolsResponse]) error {
+	for {
+		tools, rev, changed := h.snapshot()
+		if err := stream.Send(&toolsv1.WatchToolsResponse{Tools: tools, Revision: rev}); err != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+// PrepareCalls classifies calls by their tool's Parallel flag.
+func (h *ToolHost) PrepareCalls(_ context.Context, req *toolsv1.PrepareCallsRequest) (*toolsv1.PrepareCallsResponse, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	resp := &toolsv1.PrepareCallsResponse{}
+	for _, ex := range req.GetExecutions() {
+		mode := toolsv1.ExecutionMode_EXECUTION_MODE_EXCLUSIVE
+		if t, ok := h.tools[ex.GetName()]; ok && t.Parallel {
+			mode = toolsv1.ExecutionMode_EXECUTION_MODE_PARALLEL
+		}
+		resp.Calls = append(resp.Calls, &toolsv1.PreparedCall{CallId: ex.GetCallId(), Mode: mode})
+	}
+	return resp, nil
+}
+
+// Execute runs a call.
+func (h *ToolHost) Execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {
+	ex := req.GetExecution()
+	h.mu.Lock()
+	t, ok := h.tools[ex.GetName()]
+	h.executed = append(h.executed, ex.GetCallId())
+	h.mu.Unlock()
+	var res *toolsv1.ToolExecutionResult
+	switch {
+	case !ok:
+		res = &toolsv1.ToolExecutionResult{IsError: true, Content: []*llmv1.ContentBlock{TextContent("Error: unknown tool: " + ex.GetName())},
+			Error: &toolsv1.ToolErrorInfo{Name: "ToolNotFoundError", Code: "UNKNOWN_TOOL"}}
+	case t.Run == nil:
+		res = &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{TextContent(ex.GetName() + ": " + ex.GetArguments())}}
+	default:
+		res = t.Run(stream.Context(), ex)
+	}
+	if res == nil {
+		return stream.Context().Err()
+	}
+	return stream.Send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Result{Result: res}})
+}
+
+// TextContent is a text content block.
+func TextContent(s string) *llmv1.ContentBlock {
+	return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: s}}}
+}

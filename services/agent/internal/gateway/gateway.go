@@ -1,0 +1,116 @@
+// Package gateway adapts the dsh.llm.v1.LlmGateway gRPC client to the loop's
+// LLM seam: one Generate call is one provider attempt, streamed as an
+// iter.Seq2 of chunks. gRPC failures of the call itself (the gateway down, a
+// deadline, a request the gateway refuses) become *loop.RequestFailure errors
+// with provider-neutral codes so the agent/request-error chain can decide on
+// them; a stream that ends without its terminal finish chunk becomes
+// STREAM_CLOSED.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/services/agent/internal/loop"
+)
+
+// Client is the LlmGateway client adapter.
+type Client struct {
+	c llmv1.LlmGatewayClient
+}
+
+var _ loop.LLM = (*Client)(nil)
+
+// New wraps a connection to an LlmGateway.
+func New(conn grpc.ClientConnInterface) *Client {
+	return &Client{c: llmv1.NewLlmGatewayClient(conn)}
+}
+
+// Generate streams one model attempt. Breaking out of the iteration cancels
+// the call.
+func (c *Client) Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error] {
+	return func(yield func(*llmv1.StreamChunk, error) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stream, err := c.c.Generate(ctx, req)
+		if err != nil {
+			yield(nil, classify(err))
+			return
+		}
+		finished := false
+		for {
+			resp, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				if !finished {
+					yield(nil, &loop.RequestFailure{Failure: &llmv1.LlmFailure{
+						Code: "STREAM_CLOSED", Message: "gateway stream ended without a finish chunk"}})
+				}
+				return
+			}
+			if err != nil {
+				yield(nil, classify(err))
+				return
+			}
+			ch := resp.GetChunk()
+			if ch == nil {
+				continue
+			}
+			if ch.GetFinish() != nil {
+				finished = true
+			}
+			if !yield(ch, nil) {
+				return
+			}
+		}
+	}
+}
+
+// ListProviders returns the gateway's provider route ids.
+func (c *Client) ListProviders(ctx context.Context) ([]string, error) {
+	resp, err := c.c.ListProviders(ctx, &llmv1.ListProvidersRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("gateway list providers: %w", err)
+	}
+	ids := make([]string, 0, len(resp.GetProviders()))
+	for _, p := range resp.GetProviders() {
+		ids = append(ids, p.GetId())
+	}
+	return ids, nil
+}
+
+// classify maps a gRPC error of a Generate call to a model-request failure.
+func classify(err error) error {
+	st, _ := status.FromError(err)
+	code := "UNKNOWN"
+	switch st.Code() {
+	case codes.Canceled:
+		code = "ABORTED"
+	case codes.DeadlineExceeded:
+		code = "TIMEOUT"
+	case codes.Unavailable:
+		code = "TRANSPORT"
+	case codes.InvalidArgument:
+		code = "INVALID_REQUEST"
+	case codes.NotFound:
+		code = "NO_ADAPTER"
+	case codes.Unauthenticated, codes.PermissionDenied:
+		code = "AUTH"
+	case codes.ResourceExhausted:
+		code = "RATE_LIMIT"
+	case codes.Internal, codes.Unknown:
+		code = "SERVER"
+	}
+	msg := st.Message()
+	if msg == "" {
+		msg = err.Error()
+	}
+	return &loop.RequestFailure{Failure: &llmv1.LlmFailure{Code: code, Message: "gateway: " + msg}}
+}

@@ -1,0 +1,466 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/session"
+	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+)
+
+// Tools is the tool seam the loop consumes (the toolpipe registry and
+// staged pipeline). hosts is the session's toolhost visibility.
+type Tools interface {
+	Schemas(hosts []string) []*llmv1.ToolSchema
+	PrepareCalls(ctx context.Context, hosts []string, execs []*toolsv1.ToolExecution) []*toolsv1.PreparedCall
+	Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolExecution) ToolCall
+}
+
+// ToolCall is one call in the staged pipeline: Begin ran pre-execute and the
+// guards; Dispatch runs the body (concurrently with other calls); Finish runs
+// post-execute and returns the final result.
+type ToolCall interface {
+	Dispatch(ctx context.Context, checkpoint func(context.Context) error)
+	Finish(ctx context.Context) *toolsv1.ToolExecutionResult
+}
+
+// SystemPrompt assembles the system prompt of a request.
+type SystemPrompt interface {
+	Assemble(in hooks.AssembleInput) (string, error)
+}
+
+// Config configures an Agent.
+type Config struct {
+	LLM    LLM
+	Tools  Tools        // nil: no tools
+	Hooks  *hooks.Set   // nil: every point takes its default
+	Prompt SystemPrompt // nil: no system prompt
+	// Flush makes everything appended so far durable. nil: no durability.
+	Flush func(ctx context.Context) error
+	// MaxParallelToolCalls bounds overlapping parallel-safe calls; default 10.
+	MaxParallelToolCalls int
+	// Debug runs session.CheckLog and the request-equation check before
+	// every request and fails the turn on a mismatch.
+	Debug  bool
+	Logger *slog.Logger
+	// OnStatus observes status transitions (must not block).
+	OnStatus func(agentv1.AgentStatus)
+	// OnError observes every reported failure (agent/error).
+	OnError func(turn, step int32, err error)
+}
+
+// Item is one inbox entry (a send or a steer).
+type Item struct {
+	Content  []*llmv1.ContentBlock
+	Source   *llmv1.MessageSource
+	Contexts []*toolsv1.HookContext
+}
+
+// Cancel causes.
+var (
+	ErrCancelUser   = errors.New("cancelled by the user")
+	ErrCancelParent = errors.New("cancelled by the parent agent")
+	// ErrDisposed is the disposal cause and the error of commands on a
+	// disposed agent.
+	ErrDisposed = errors.New("agent disposed")
+)
+
+// errCancelled unwinds a turn at a checkpoint.
+var errCancelled = errors.New("turn cancelled")
+
+// Agent is the live handle of one session.
+type Agent struct {
+	cfg  Config
+	log  *session.Log
+	h    *sessionv1.SessionHeader
+	subj hooks.Subject
+	hk   *hooks.Set
+	lg   *slog.Logger
+
+	ctx     context.Context
+	dispose context.CancelCauseFunc
+	done    chan struct{}
+	wake    chan struct{}
+
+	mu           sync.Mutex
+	queued       []Item
+	steering     []Item
+	status       agentv1.AgentStatus
+	disposed     bool
+	started      bool
+	preRunCancel bool
+	turnCancel   context.CancelCauseFunc
+	inBatch      bool
+	batchFIFO    []*sessionv1.SessionEvent
+	lastTurn     int32
+	waiters      []chan struct{}
+	idleFlushes  sync.WaitGroup
+
+	// Driver-only state.
+	headerLogged bool
+	prefix       []*llmv1.Message
+	prefixSet    bool
+}
+
+// New returns an agent over log. It does not start the driver; call Start.
+func New(cfg Config, log *session.Log) *Agent {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxParallelToolCalls <= 0 {
+		cfg.MaxParallelToolCalls = 10
+	}
+	hk := cfg.Hooks
+	if hk == nil {
+		hk = &hooks.Set{}
+	}
+	h := log.Header()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	a := &Agent{
+		cfg: cfg, log: log, h: h, hk: hk,
+		subj:    hooks.Subject{SessionID: h.GetId(), Cwd: h.GetCwd(), Options: h.GetOptions()},
+		lg:      cfg.Logger.With("session", h.GetId()),
+		ctx:     ctx,
+		dispose: cancel,
+		done:    make(chan struct{}),
+		wake:    make(chan struct{}, 1),
+		status:  agentv1.AgentStatus_AGENT_STATUS_IDLE,
+	}
+	for _, ev := range log.Events() {
+		if ts := ev.GetTurnStart(); ts != nil {
+			a.lastTurn = ts.GetTurn()
+		}
+	}
+	return a
+}
+
+// ID is the session id.
+func (a *Agent) ID() string { return a.h.GetId() }
+
+// Log is the session log (read-only for callers).
+func (a *Agent) Log() *session.Log { return a.log }
+
+// Start emits agent/session-start (source "startup" or "resume"), injects the
+// contexts its listeners return, and starts the driver.
+func (a *Agent) Start(ctx context.Context, source string) {
+	a.mu.Lock()
+	if a.started || a.disposed {
+		a.mu.Unlock()
+		return
+	}
+	a.started = true
+	a.mu.Unlock()
+	cs, err := a.hk.SessionStart.Run(ctx, &hooks.SessionStart{Subject: a.subj, Source: source})
+	if err != nil {
+		a.reportError(0, 0, fmt.Errorf("agent/session-start: %w", err))
+	}
+	for _, c := range cs {
+		if err := a.Inject(c.GetContent(), sourceOr(c.GetSource(), "session-start"), c.Meta); err != nil {
+			a.reportError(0, 0, err)
+		}
+	}
+	go a.run()
+}
+
+// Status is the live status.
+func (a *Agent) Status() agentv1.AgentStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.status
+}
+
+// Queued is the number of items in the queued FIFO.
+func (a *Agent) Queued() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.queued)
+}
+
+// Quiescent reports whether nothing runs and nothing is queued.
+func (a *Agent) Quiescent() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.status != agentv1.AgentStatus_AGENT_STATUS_RUNNING && len(a.queued) == 0
+}
+
+// Send queues a prompt: one send, one turn.
+func (a *Agent) Send(it Item) (agentv1.AgentStatus, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.disposed {
+		return a.status, ErrDisposed
+	}
+	a.queued = append(a.queued, it)
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+	return a.status, nil
+}
+
+// Steer submits steering for the running turn; when not running it is a
+// send.
+func (a *Agent) Steer(it Item) (agentv1.AgentStatus, error) {
+	a.mu.Lock()
+	if a.disposed {
+		defer a.mu.Unlock()
+		return a.status, ErrDisposed
+	}
+	if a.status != agentv1.AgentStatus_AGENT_STATUS_RUNNING {
+		a.mu.Unlock()
+		return a.Send(it)
+	}
+	defer a.mu.Unlock()
+	a.steering = append(a.steering, it)
+	return a.status, nil
+}
+
+// Inject appends model-facing context without running the model
+// (semantics.md §4.4): into the open turn (deferred past a running tool
+// batch), or, when idle, as a one-shot injection turn followed by a
+// non-blocking flush.
+func (a *Agent) Inject(content []*llmv1.ContentBlock, src *llmv1.MessageSource, meta *string) error {
+	if src == nil {
+		src = session.UserSource()
+	}
+	ev := contextEvent(content, src, meta)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.disposed {
+		return ErrDisposed
+	}
+	if _, open := a.log.OpenTurn(); open {
+		if a.inBatch {
+			a.batchFIFO = append(a.batchFIFO, ev)
+			return nil
+		}
+		_, err := a.appendLocked(ev)
+		return err
+	}
+	turn := a.lastTurn + 1
+	if _, err := a.appendLocked(session.TurnStartEvent(turn, session.InjectionTrigger(src))); err != nil {
+		return err
+	}
+	_, err := a.appendLocked(ev)
+	if _, endErr := a.appendLocked(session.TurnEndEvent(turn, completedReason())); endErr != nil {
+		return errors.Join(err, endErr)
+	}
+	if err != nil {
+		return err
+	}
+	a.idleFlushes.Go(func() {
+		if ferr := a.flush(context.Background()); ferr != nil {
+			a.reportError(turn, 0, fmt.Errorf("flush after injection: %w", ferr))
+		}
+	})
+	return nil
+}
+
+// Cancel clears both FIFOs and aborts the active turn with cause (the first
+// cause of a turn wins). It reports false when idle with nothing pending.
+func (a *Agent) Cancel(cause error) bool {
+	if cause == nil {
+		cause = ErrCancelUser
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.disposed {
+		return false
+	}
+	active := a.turnCancel != nil
+	if !active && len(a.queued) == 0 && len(a.steering) == 0 {
+		return false
+	}
+	if !active {
+		a.preRunCancel = true
+	}
+	a.queued, a.steering = nil, nil
+	if active {
+		a.turnCancel(cause)
+	}
+	return true
+}
+
+// WaitIdle blocks until the agent is quiescent (nothing running, nothing
+// queued) or ctx ends. A disposed agent waits for its driver to exit.
+func (a *Agent) WaitIdle(ctx context.Context) error {
+	a.mu.Lock()
+	if a.disposed {
+		a.mu.Unlock()
+		select {
+		case <-a.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if a.status != agentv1.AgentStatus_AGENT_STATUS_RUNNING && len(a.queued) == 0 {
+		a.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	a.waiters = append(a.waiters, ch)
+	a.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Dispose marks the agent disposed, aborts the active turn with the disposed
+// cause, and waits (bounded by ctx) for the driver and pending idle-injection
+// flushes. It returns the queued items that never ran.
+func (a *Agent) Dispose(ctx context.Context) ([]Item, error) {
+	a.mu.Lock()
+	if a.disposed {
+		a.mu.Unlock()
+		return nil, nil
+	}
+	a.disposed = true
+	dropped := a.queued
+	a.queued, a.steering = nil, nil
+	started := a.started
+	a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_DISPOSED)
+	a.dispose(ErrDisposed)
+	a.mu.Unlock()
+	if started {
+		select {
+		case <-a.done:
+		case <-ctx.Done():
+			return dropped, fmt.Errorf("dispose %s: driver did not stop: %w", a.ID(), ctx.Err())
+		}
+	}
+	a.idleFlushes.Wait()
+	return dropped, nil
+}
+
+// setStatusLocked transitions the status, notifies, and releases WaitIdle
+// waiters on a transition out of running.
+func (a *Agent) setStatusLocked(s agentv1.AgentStatus) {
+	if a.status == s || a.status == agentv1.AgentStatus_AGENT_STATUS_DISPOSED {
+		return
+	}
+	a.status = s
+	if s != agentv1.AgentStatus_AGENT_STATUS_RUNNING {
+		for _, w := range a.waiters {
+			close(w)
+		}
+		a.waiters = nil
+	}
+	if a.cfg.OnStatus != nil {
+		a.cfg.OnStatus(s)
+	}
+}
+
+// run is the driver (semantics.md §4.5).
+func (a *Agent) run() {
+	defer close(a.done)
+	for {
+		a.mu.Lock()
+		a.preRunCancel = false
+		for len(a.queued) == 0 && !a.disposed {
+			a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_IDLE)
+			a.mu.Unlock()
+			select {
+			case <-a.wake:
+			case <-a.ctx.Done():
+			}
+			a.mu.Lock()
+			a.preRunCancel = false
+		}
+		if a.disposed {
+			a.mu.Unlock()
+			return
+		}
+		item := a.queued[0]
+		a.queued = a.queued[1:]
+		turnCtx, cancel := context.WithCancelCause(a.ctx)
+		a.turnCancel = cancel
+		a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_RUNNING)
+		turn := a.lastTurn + 1
+		_, err := a.appendLocked(session.TurnStartEvent(turn, session.MessageTrigger(sourceOr(item.Source, ""))))
+		if err != nil {
+			a.turnCancel = nil
+			a.mu.Unlock()
+			cancel(nil)
+			a.reportError(turn, 0, fmt.Errorf("open turn: %w", err))
+			continue
+		}
+		a.mu.Unlock()
+
+		terminal := a.runTurn(turnCtx, cancel, turn, item)
+
+		a.mu.Lock()
+		if !terminal {
+			a.queued = append(a.queued, a.steering...)
+		}
+		a.steering = nil
+		a.mu.Unlock()
+	}
+}
+
+// append commits one event to the log.
+func (a *Agent) append(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.appendLocked(ev)
+}
+
+func (a *Agent) appendLocked(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error) {
+	out, err := a.log.Append(ev)
+	if err != nil {
+		return nil, fmt.Errorf("append %s: %w", session.TypeName(ev), err)
+	}
+	if ts := out.GetTurnStart(); ts != nil {
+		a.lastTurn = ts.GetTurn()
+	}
+	return out, nil
+}
+
+// flush runs the durability checkpoint; it is never cancelled by the turn.
+func (a *Agent) flush(ctx context.Context) error {
+	if a.cfg.Flush == nil {
+		return nil
+	}
+	return a.cfg.Flush(context.WithoutCancel(ctx))
+}
+
+func (a *Agent) reportError(turn, step int32, err error) {
+	a.lg.Error("agent error", "turn", turn, "step", step, "err", err)
+	if a.cfg.OnError != nil {
+		a.cfg.OnError(turn, step, err)
+	}
+}
+
+func sourceOr(src *llmv1.MessageSource, plugin string) *llmv1.MessageSource {
+	if src != nil && src.GetKind() != nil {
+		return src
+	}
+	if plugin == "" {
+		return session.UserSource()
+	}
+	return session.PluginSource(plugin)
+}
+
+func contextEvent(content []*llmv1.ContentBlock, src *llmv1.MessageSource, meta *string) *sessionv1.SessionEvent {
+	ev := session.ContextMessageEvent(content, src)
+	if meta != nil {
+		ev.GetContextMessage().Meta = proto.String(*meta)
+	}
+	return ev
+}
+
+func completedReason() *sessionv1.TurnEndReason {
+	return &sessionv1.TurnEndReason{Kind: &sessionv1.TurnEndReason_Completed{Completed: &sessionv1.EndCompleted{}}}
+}

@@ -1,0 +1,44 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+)
+
+// LLM makes one model attempt per Generate call and streams its chunks. A
+// model-request failure (the provider's, or the transport's to the gateway)
+// is reported either as a terminal finish chunk carrying an LlmFailure or as
+// an iteration error that wraps *RequestFailure; any other iteration error is
+// an ordinary step error.
+type LLM interface {
+	Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error]
+}
+
+// RequestFailure is a model-request failure surfaced as an error: it carries
+// the provider-neutral facts the agent/request-error chain decides on.
+type RequestFailure struct {
+	Failure *llmv1.LlmFailure
+}
+
+func (e *RequestFailure) Error() string {
+	if e.Failure == nil {
+		return "model request failed"
+	}
+	return fmt.Sprintf("%s: %s", e.Failure.GetCode(), e.Failure.GetMessage())
+}
+
+// Code returns the failure's provider-neutral code.
+func (e *RequestFailure) Code() string { return e.Failure.GetCode() }
+
+// AsRequestFailure reports whether err is (or wraps) a model-request failure.
+func AsRequestFailure(err error) (*llmv1.LlmFailure, bool) {
+	var rf *RequestFailure
+	if errors.As(err, &rf) && rf.Failure != nil {
+		return rf.Failure, true
+	}
+	return nil, false
+}

@@ -1,0 +1,593 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/llmstream"
+	"github.com/dsh-dev/dsh/internal/session"
+	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+)
+
+// turnState is what runTurn's body leaves for the close path.
+type turnState struct {
+	step      int32 // current step number (0 before the first)
+	stepOpen  bool
+	maxTokens bool
+	rejected  *string
+	failure   *llmv1.LlmFailure // final model-request failure
+	terminal  bool
+}
+
+// requestFailed carries a final model-request failure out of the body.
+type requestFailed struct{ failure *llmv1.LlmFailure }
+
+func (e *requestFailed) Error() string { return e.failure.GetCode() + ": " + e.failure.GetMessage() }
+
+// checkpoint returns errCancelled once the turn is cancelled.
+func checkpoint(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return errCancelled
+	}
+	return nil
+}
+
+// runTurn runs one claimed send after its turn/start, closes the turn and
+// flushes. It reports whether agent/turn-stop made the turn terminal.
+func (a *Agent) runTurn(ctx context.Context, cancel context.CancelCauseFunc, turn int32, item Item) bool {
+	st := &turnState{}
+	err := a.turnBody(ctx, turn, item, st)
+
+	// Retire the turn's cancellation authority, then classify and close.
+	a.mu.Lock()
+	a.turnCancel = nil
+	a.mu.Unlock()
+	var reason *sessionv1.TurnEndReason
+	switch {
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrDisposed):
+		reason = &sessionv1.TurnEndReason{Kind: &sessionv1.TurnEndReason_Disposed{Disposed: &sessionv1.EndDisposed{}}}
+	case ctx.Err() != nil:
+		reason = &sessionv1.TurnEndReason{Kind: &sessionv1.TurnEndReason_Aborted{Aborted: &sessionv1.EndAborted{}}}
+	case err != nil:
+		reason = a.failTurn(turn, st, err)
+	case st.rejected != nil:
+		reason = &sessionv1.TurnEndReason{Kind: &sessionv1.TurnEndReason_Rejected{Rejected: &sessionv1.EndRejected{Reason: *st.rejected}}}
+	case st.maxTokens:
+		reason = &sessionv1.TurnEndReason{Kind: &sessionv1.TurnEndReason_MaxTokens{MaxTokens: &sessionv1.EndMaxTokens{}}}
+	default:
+		reason = completedReason()
+	}
+	cancel(nil)
+	if st.stepOpen {
+		if _, aerr := a.append(session.StepEndEvent(turn, st.step)); aerr != nil {
+			a.reportError(turn, st.step, aerr)
+		}
+	}
+	if _, aerr := a.append(session.TurnEndEvent(turn, reason)); aerr != nil {
+		a.reportError(turn, st.step, aerr)
+	}
+	if ferr := a.flush(ctx); ferr != nil {
+		a.reportError(turn, st.step, fmt.Errorf("flush after turn/end: %w", ferr))
+	}
+	return st.terminal
+}
+
+// failTurn builds the error reason and reports the failure once.
+func (a *Agent) failTurn(turn int32, st *turnState, err error) *sessionv1.TurnEndReason {
+	a.reportError(turn, st.step, err)
+	e := &sessionv1.EndError{Step: st.step}
+	var rf *requestFailed
+	if errors.As(err, &rf) {
+		e.Failure = rf.failure
+	} else {
+		e.Message = err.Error()
+		var coded interface{ Code() string }
+		if errors.As(err, &coded) {
+			e.Code = coded.Code()
+		}
+	}
+	return &sessionv1.TurnEndReason{Kind: &sessionv1.TurnEndReason_Error{Error: e}}
+}
+
+// turnBody is semantics.md §4.6 between turn/start and the close.
+func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnState) error {
+	if err := checkpoint(ctx); err != nil {
+		return err
+	}
+	src := sourceOr(item.Source, "")
+	dec, err := a.hk.PromptSubmit.Run(ctx,
+		&hooks.PromptSubmit{Subject: a.subj, Turn: turn, Content: item.Content, Source: src, Contexts: item.Contexts},
+		func(_ context.Context, in *hooks.PromptSubmit) (*agentv1.PromptDecision, error) {
+			return hooks.Allow(in.Contexts), nil
+		})
+	if err != nil {
+		return fmt.Errorf("agent/prompt-submit: %w", err)
+	}
+	if err := checkpoint(ctx); err != nil {
+		return err
+	}
+	if b := dec.GetBlock(); b != nil {
+		ev := &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_PromptBlocked{PromptBlocked: &sessionv1.PromptBlocked{
+			Content: item.Content, Source: src, Reason: b.GetReason()}}}
+		if _, err := a.append(ev); err != nil {
+			return err
+		}
+		reason := b.GetReason()
+		st.rejected = &reason
+		return nil
+	}
+	content := item.Content
+	if al := dec.GetAllow(); al.GetReplaceContent() {
+		content = al.GetContent()
+	}
+	baked, envelope, separate := bakePrefix(content, dec.GetAllow().GetAdditionalContexts())
+	um := session.UserMessageEvent(baked, src)
+	um.GetUserMessage().Envelope = envelope
+	if _, err := a.append(um); err != nil {
+		return err
+	}
+	if err := a.appendContexts(separate, "prompt-submit"); err != nil {
+		return err
+	}
+
+	var prior []*llmv1.LlmFailure
+	for step := int32(1); ; step++ {
+		if _, err := a.drainSteering(turn); err != nil {
+			return err
+		}
+		system, tools, err := a.assemble()
+		if err != nil {
+			return err
+		}
+		if err := checkpoint(ctx); err != nil {
+			return err
+		}
+		if !a.prefixSet {
+			prefix, err := a.hk.SessionPrefix.Run(ctx, &hooks.SessionPrefix{Subject: a.subj},
+				func(_ context.Context, in *hooks.SessionPrefix) ([]*llmv1.Message, error) { return in.Prefix, nil })
+			if err != nil {
+				return fmt.Errorf("agent/session-prefix: %w", err)
+			}
+			if err := checkpoint(ctx); err != nil {
+				return err
+			}
+			a.prefix, a.prefixSet = cloneMessages(prefix), true
+		}
+		cs, err := a.hk.PreStep.Run(ctx, &hooks.Step{Subject: a.subj, Turn: turn, Step: step})
+		if err != nil {
+			return fmt.Errorf("agent/pre-step: %w", err)
+		}
+		if err := a.appendContexts(cs, "pre-step"); err != nil {
+			return err
+		}
+		if err := checkpoint(ctx); err != nil {
+			return err
+		}
+		boundary := a.log.Messages()
+		if _, err := a.append(session.StepStartEvent(turn, step)); err != nil {
+			return err
+		}
+		st.step, st.stepOpen = step, true
+		if err := checkpoint(ctx); err != nil {
+			return err
+		}
+		out, err := a.runStep(ctx, turn, step, boundary, system, tools)
+		if err != nil {
+			failure, isRequest := AsRequestFailure(err)
+			if !isRequest {
+				return err
+			}
+			if _, err := a.append(session.StepEndEvent(turn, step)); err != nil {
+				return err
+			}
+			st.stepOpen = false
+			if err := checkpoint(ctx); err != nil {
+				return err
+			}
+			d, herr := a.hk.RequestError.Run(ctx, &hooks.RequestError{
+				Subject: a.subj, Turn: turn, Step: step, Err: err, Failure: failure, PriorFailures: prior,
+				Append: func(ev *sessionv1.SessionEvent) error { _, err := a.append(ev); return err },
+			}, func(context.Context, *hooks.RequestError) (*agentv1.RequestErrorDecision, error) {
+				return hooks.Fail(), nil
+			})
+			if herr != nil && ctx.Err() == nil {
+				a.lg.Warn("agent/request-error listener failed; failing the request", "err", herr)
+				d = hooks.Fail()
+			}
+			if err := checkpoint(ctx); err != nil {
+				return err
+			}
+			if d.GetRetry() != nil {
+				prior = append(prior, failure)
+				continue
+			}
+			return &requestFailed{failure: failure}
+		}
+		prior = nil
+		if out.maxTokens {
+			st.maxTokens = true
+		}
+		steered, err := a.drainSteering(turn)
+		if err != nil {
+			return err
+		}
+		cs, err = a.hk.PostStep.Run(ctx, &hooks.Step{Subject: a.subj, Turn: turn, Step: step})
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("agent/post-step: %w", err)
+		}
+		if err := a.appendContexts(cs, "post-step"); err != nil {
+			return err
+		}
+		if err := checkpoint(ctx); err != nil {
+			return err
+		}
+		if _, err := a.append(session.StepEndEvent(turn, step)); err != nil {
+			return err
+		}
+		st.stepOpen = false
+		dflt := hooks.Stop()
+		if out.hadToolCalls || steered > 0 {
+			dflt = hooks.Continue()
+		}
+		d, err := a.hk.TurnContinuation.Run(ctx, &hooks.Continuation{Subject: a.subj, Turn: turn, Default: dflt},
+			func(_ context.Context, in *hooks.Continuation) (*agentv1.ContinuationDecision, error) {
+				return in.Default, nil
+			})
+		if err != nil {
+			return fmt.Errorf("agent/turn-continuation: %w", err)
+		}
+		if err := checkpoint(ctx); err != nil {
+			return err
+		}
+		if r := d.GetContinue().GetReason(); r != nil {
+			a.mu.Lock()
+			a.steering = append(a.steering, Item{Content: r.GetContent(), Source: sourceOr(r.GetSource(), "turn-continuation")})
+			a.mu.Unlock()
+		}
+		a.mu.Lock()
+		cont := d.GetContinue() != nil || len(a.steering) > 0
+		a.mu.Unlock()
+		stop, err := a.hk.TurnStop.Run(ctx, &hooks.TurnStop{Subject: a.subj, Turn: turn})
+		if err != nil {
+			return fmt.Errorf("agent/turn-stop: %w", err)
+		}
+		if err := checkpoint(ctx); err != nil {
+			return err
+		}
+		if stop {
+			st.terminal = true
+			a.mu.Lock()
+			a.steering = nil
+			a.mu.Unlock()
+			cont = false
+		}
+		if !cont {
+			return nil
+		}
+	}
+}
+
+// bakePrefix splits hook contexts by placement: prompt-prefix contexts are
+// baked into the content with an envelope; the rest stay separate.
+func bakePrefix(content []*llmv1.ContentBlock, contexts []*toolsv1.HookContext) ([]*llmv1.ContentBlock, *sessionv1.PromptEnvelope, []*toolsv1.HookContext) {
+	var prefix, separate []*toolsv1.HookContext
+	for _, c := range contexts {
+		if c.GetPlacement() == toolsv1.ContextPlacement_CONTEXT_PLACEMENT_PROMPT_PREFIX {
+			prefix = append(prefix, c)
+		} else {
+			separate = append(separate, c)
+		}
+	}
+	if len(prefix) == 0 {
+		return content, nil, separate
+	}
+	env := &sessionv1.PromptEnvelope{DisplayContent: content}
+	var baked []*llmv1.ContentBlock
+	for _, c := range prefix {
+		baked = append(baked, c.GetContent()...)
+		env.PrefixContexts = append(env.PrefixContexts, &sessionv1.PromptPrefixContext{Source: sourceOr(c.GetSource(), "hook"), Meta: c.Meta})
+	}
+	baked = append(baked, session.Text("\n\n## My request:\n"))
+	baked = append(baked, content...)
+	return baked, env, separate
+}
+
+// appendContexts appends separate hook contexts as context/message events.
+func (a *Agent) appendContexts(cs []*toolsv1.HookContext, plugin string) error {
+	for _, c := range cs {
+		if len(c.GetContent()) == 0 {
+			continue
+		}
+		if _, err := a.append(contextEvent(c.GetContent(), sourceOr(c.GetSource(), plugin), c.Meta)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drainSteering appends every pending steering item (steering/message, then
+// its separate contexts) and returns how many it drained.
+func (a *Agent) drainSteering(turn int32) (int, error) {
+	a.mu.Lock()
+	items := a.steering
+	a.steering = nil
+	a.mu.Unlock()
+	for _, it := range items {
+		baked, env, separate := bakePrefix(it.Content, it.Contexts)
+		ev := &sessionv1.SessionEvent{SurfaceOp: session.AppendOp(), Payload: &sessionv1.SessionEvent_SteeringMessage{
+			SteeringMessage: &sessionv1.SteeringMessage{Turn: turn, Content: baked, Source: sourceOr(it.Source, ""), Envelope: env}}}
+		if _, err := a.append(ev); err != nil {
+			return 0, err
+		}
+		if err := a.appendContexts(separate, "steering"); err != nil {
+			return 0, err
+		}
+	}
+	return len(items), nil
+}
+
+func (a *Agent) visibleHosts() []string { return a.h.GetOptions().GetToolhosts() }
+
+// assemble returns the system prompt and the visible tools.
+func (a *Agent) assemble() (string, []*llmv1.ToolSchema, error) {
+	var tools []*llmv1.ToolSchema
+	if a.cfg.Tools != nil {
+		tools = a.cfg.Tools.Schemas(a.visibleHosts())
+	}
+	if a.cfg.Prompt == nil {
+		return "", tools, nil
+	}
+	o := a.h.GetOptions()
+	sys, err := a.cfg.Prompt.Assemble(hooks.AssembleInput{
+		Provider: o.GetProvider(), Model: o.GetModel(), Cwd: a.h.GetCwd(),
+		Persona: o.GetPersona(), SystemPrompt: o.GetSystemPrompt(), Tools: tools,
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("assemble system prompt: %w", err)
+	}
+	return sys, tools, nil
+}
+
+func cloneMessages(ms []*llmv1.Message) []*llmv1.Message {
+	out := make([]*llmv1.Message, len(ms))
+	for i, m := range ms {
+		out[i] = proto.CloneOf(m)
+	}
+	return out
+}
+
+// stepOutcome is what a successful step tells the turn.
+type stepOutcome struct {
+	hadToolCalls bool
+	maxTokens    bool
+}
+
+// callConfigSeed is §4.7 step 1.
+func (a *Agent) callConfigSeed() *llmv1.LlmCallConfig {
+	if a.headerLogged {
+		if h := a.log.RequestHeader(); h != nil {
+			return proto.CloneOf(h.GetConfig())
+		}
+	}
+	o := a.h.GetOptions()
+	return &llmv1.LlmCallConfig{Provider: o.GetProvider(), Model: o.GetModel(), Temperature: o.Temperature, MaxTokens: o.MaxTokens}
+}
+
+// errNoRoute is the ordinary step error of an empty provider or model.
+var errNoRoute = errors.New("no provider/model configured for the request")
+
+// runStep is semantics.md §4.7 after step/start.
+func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1.Message, system string, tools []*llmv1.ToolSchema) (stepOutcome, error) {
+	cfg, err := a.hk.Request.Run(ctx, &hooks.Request{Subject: a.subj, Turn: turn, Step: step, Config: a.callConfigSeed()},
+		func(_ context.Context, in *hooks.Request) (*llmv1.LlmCallConfig, error) { return in.Config, nil })
+	if err != nil {
+		return stepOutcome{}, fmt.Errorf("agent/request: %w", err)
+	}
+	if err := checkpoint(ctx); err != nil {
+		return stepOutcome{}, err
+	}
+	if cfg.GetProvider() == "" || cfg.GetModel() == "" {
+		return stepOutcome{}, errNoRoute
+	}
+	header := &sessionv1.EpochHeader{Config: proto.CloneOf(cfg), Tools: tools, MessagePrefix: a.prefix}
+	if system != "" {
+		header.System = proto.String(system)
+	}
+	header = session.CanonicalHeader(header)
+	if err := a.logHeader(header); err != nil {
+		return stepOutcome{}, err
+	}
+	msgs := make([]*llmv1.Message, 0, len(a.prefix)+len(boundary))
+	msgs = append(append(msgs, a.prefix...), boundary...)
+	req := &llmv1.GenerateRequest{
+		Provider: cfg.GetProvider(), Model: cfg.GetModel(), Messages: msgs, System: header.System, Tools: tools,
+		Temperature: cfg.Temperature, MaxTokens: cfg.MaxTokens, Stop: cfg.GetStop(), SessionId: a.ID(),
+	}
+	if a.cfg.Debug {
+		if err := a.debugCheck(req); err != nil {
+			return stepOutcome{}, err
+		}
+	}
+	if err := a.flush(ctx); err != nil {
+		return stepOutcome{}, fmt.Errorf("checkpoint before the model request: %w", err)
+	}
+	if err := checkpoint(ctx); err != nil {
+		return stepOutcome{}, err
+	}
+
+	var asm llmstream.Assembler
+	seqs := []int64{}
+	for chunk, err := range a.cfg.LLM.Generate(ctx, req) {
+		if err != nil {
+			if ctx.Err() != nil {
+				return stepOutcome{}, errCancelled
+			}
+			return stepOutcome{}, err
+		}
+		if ctx.Err() != nil {
+			return stepOutcome{}, errCancelled
+		}
+		ev, err := a.append(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_AssistantChunk{
+			AssistantChunk: &sessionv1.AssistantChunk{Turn: turn, Step: step, Chunk: chunk}}})
+		if err != nil {
+			return stepOutcome{}, err
+		}
+		seqs = append(seqs, ev.GetSeq())
+		asm.Push(chunk)
+	}
+	if err := checkpoint(ctx); err != nil {
+		return stepOutcome{}, err
+	}
+	finish := asm.Finish()
+	if f := finish.GetError().GetFailure(); finish.GetError() != nil {
+		return stepOutcome{}, &RequestFailure{Failure: failureOr(f, "ERROR")}
+	}
+	if finish.GetAborted() != nil {
+		return stepOutcome{}, &RequestFailure{Failure: failureOr(finish.GetAborted().GetFailure(), "ABORTED")}
+	}
+	assembled, err := asm.Message()
+	if err != nil {
+		return stepOutcome{}, fmt.Errorf("assemble the response: %w", err)
+	}
+	maxTokens := finish.GetMaxTokens() != nil
+	stripped := false
+	if maxTokens {
+		assembled, stripped = stripToolCalls(assembled)
+	}
+	prov := &llmv1.AssistantProvenance{Provider: cfg.GetProvider(), Model: cfg.GetModel()}
+	usage := asm.Usage()
+	res, err := a.hk.StepResult.Run(ctx, &hooks.StepResult{Subject: a.subj, Turn: turn, Step: step, Message: proto.CloneOf(assembled)},
+		func(_ context.Context, in *hooks.StepResult) (*llmv1.Message, error) { return in.Message, nil })
+	if err != nil || ctx.Err() != nil {
+		// Every successful provider call leaves exactly one assistant/message.
+		if _, aerr := a.append(assistantEvent(turn, step, nil, prov, usage, seqs)); aerr != nil {
+			return stepOutcome{}, aerr
+		}
+		if err != nil {
+			return stepOutcome{}, fmt.Errorf("agent/step-result: %w", err)
+		}
+		return stepOutcome{}, errCancelled
+	}
+	if maxTokens {
+		var s bool
+		res, s = stripToolCalls(res)
+		stripped = stripped || s
+	}
+	if rs := asm.ReplayState(); rs != nil && !stripped && proto.Equal(&llmv1.Message{Content: res.GetContent()}, &llmv1.Message{Content: assembled.GetContent()}) {
+		prov.ReplayState = rs
+	}
+	var calls []*llmv1.ToolCallBlock
+	if !maxTokens {
+		for _, b := range res.GetContent() {
+			if tc := b.GetToolCall(); tc != nil {
+				calls = append(calls, tc)
+			}
+		}
+	}
+	a.mu.Lock()
+	_, err = a.appendLocked(assistantEvent(turn, step, res.GetContent(), prov, usage, seqs))
+	if err == nil && len(calls) > 0 {
+		a.inBatch = true
+	}
+	a.mu.Unlock()
+	if err != nil {
+		return stepOutcome{}, err
+	}
+	if len(calls) == 0 {
+		return stepOutcome{maxTokens: maxTokens}, nil
+	}
+	err = a.runBatch(ctx, turn, step, calls)
+	a.mu.Lock()
+	a.inBatch = false
+	deferred := a.batchFIFO
+	a.batchFIFO = nil
+	a.mu.Unlock()
+	for _, ev := range deferred {
+		if _, aerr := a.append(ev); aerr != nil {
+			return stepOutcome{}, errors.Join(err, aerr)
+		}
+	}
+	if err != nil {
+		return stepOutcome{}, err
+	}
+	return stepOutcome{hadToolCalls: true}, nil
+}
+
+func failureOr(f *llmv1.LlmFailure, code string) *llmv1.LlmFailure {
+	if f != nil && f.GetCode() != "" && f.GetMessage() != "" {
+		return f
+	}
+	return &llmv1.LlmFailure{Code: code, Message: "model request failed without details"}
+}
+
+func stripToolCalls(m *llmv1.Message) (*llmv1.Message, bool) {
+	out := &llmv1.Message{Role: m.GetRole(), Provenance: m.GetProvenance()}
+	for _, b := range m.GetContent() {
+		if b.GetToolCall() != nil {
+			continue
+		}
+		out.Content = append(out.Content, b)
+	}
+	return out, len(out.Content) != len(m.GetContent())
+}
+
+func assistantEvent(turn, step int32, content []*llmv1.ContentBlock, prov *llmv1.AssistantProvenance, usage *llmv1.TokenUsage, seqs []int64) *sessionv1.SessionEvent {
+	return &sessionv1.SessionEvent{
+		SurfaceOp:       session.AppendOp(),
+		SourceEventSeqs: session.Seqs(seqs...),
+		Payload: &sessionv1.SessionEvent_AssistantMessage{AssistantMessage: &sessionv1.AssistantMessage{
+			Turn: turn, Step: step, Content: content, Provenance: prov, Usage: usage}},
+	}
+}
+
+// logHeader appends request/header per the logging rule of §3.7.
+func (a *Agent) logHeader(h *sessionv1.EpochHeader) error {
+	latest := a.log.RequestHeader()
+	var reason sessionv1.HeaderReason
+	switch {
+	case !a.headerLogged && latest == nil:
+		reason = sessionv1.HeaderReason_HEADER_REASON_INITIAL
+	case !a.headerLogged:
+		reason = sessionv1.HeaderReason_HEADER_REASON_RESUME
+	case !session.HeaderEqual(latest, h):
+		reason = sessionv1.HeaderReason_HEADER_REASON_CHANGE
+	default:
+		return nil
+	}
+	_, err := a.append(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_RequestHeader{
+		RequestHeader: &sessionv1.RequestHeader{Header: h, Reason: reason}}})
+	if err == nil {
+		a.headerLogged = true
+	}
+	return err
+}
+
+// InvariantFailure is the loud debug-mode error of a broken invariant or a
+// request that is not a pure function of the log.
+type InvariantFailure struct{ Err error }
+
+func (e *InvariantFailure) Error() string { return "debug invariant check failed: " + e.Err.Error() }
+func (e *InvariantFailure) Unwrap() error { return e.Err }
+
+// Code is the stable error code.
+func (e *InvariantFailure) Code() string { return session.CodeInvariant }
+
+func (a *Agent) debugCheck(req *llmv1.GenerateRequest) error {
+	events := a.log.Events()
+	if err := session.CheckLog(events); err != nil {
+		a.lg.Error("DEBUG: session invariant broken", "err", err)
+		return &InvariantFailure{Err: err}
+	}
+	if err := session.CheckRequest(events, req); err != nil {
+		a.lg.Error("DEBUG: request is not a pure function of the log", "err", err)
+		return &InvariantFailure{Err: err}
+	}
+	return nil
+}

@@ -1,0 +1,291 @@
+package toolpipe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+)
+
+// Stable codes of pipeline-made results.
+const (
+	CodeUnknownTool           = "UNKNOWN_TOOL"
+	CodeAborted               = "ABORTED"
+	CodeAbortedBeforeDispatch = "ABORTED_BEFORE_DISPATCH"
+	CodeHostUnavailable       = "TOOL_HOST_UNAVAILABLE"
+	CodeHostProtocol          = "TOOL_HOST_PROTOCOL_ERROR"
+	CodeCheckpointFailed      = "CHECKPOINT_FAILED"
+)
+
+func text(s string) *llmv1.ContentBlock {
+	return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: s}}}
+}
+
+// ErrorResult is a model-facing failure: "Error: <message>", with a
+// structured class when name and code are set.
+func ErrorResult(message, name, code string) *toolsv1.ToolExecutionResult {
+	r := &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{text("Error: " + message)}, IsError: true}
+	if code != "" {
+		r.Error = &toolsv1.ToolErrorInfo{Name: name, Code: code}
+	}
+	return r
+}
+
+// AbortedBeforeDispatch is the canonical result of a call cancelled before
+// its body started.
+func AbortedBeforeDispatch() *toolsv1.ToolExecutionResult {
+	return ErrorResult("tool call aborted before dispatch", "AbortError", CodeAbortedBeforeDispatch)
+}
+
+// Aborted is the canonical result of a call cancelled while its body ran.
+func Aborted() *toolsv1.ToolExecutionResult {
+	return ErrorResult("tool call aborted", "AbortError", CodeAborted)
+}
+
+// Call is one call moving through the pipeline.
+type Call struct {
+	p       *Pipeline
+	hosts   []string
+	ex      *toolsv1.ToolExecution
+	result  *toolsv1.ToolExecutionResult
+	final   bool // skip post-execute
+	bodyRan bool
+}
+
+// Begin runs materialisation and the pre-dispatch stages: the pre-aborted
+// check, tools/pre-execute (local links, then remote interceptors), approval
+// (no approval channel: ask denies), guards and the cancellation re-check.
+// hosts is the session's toolhost visibility (empty = all).
+func (p *Pipeline) Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolExecution) *Call {
+	c := &Call{p: p, hosts: hosts, ex: ex}
+	if ctx.Err() != nil {
+		c.result, c.final = AbortedBeforeDispatch(), true
+		return c
+	}
+	d, err := p.Pre.Run(ctx, &PreIn{Execution: ex}, func(context.Context, *PreIn) (*toolsv1.PreToolDecision, error) {
+		return &toolsv1.PreToolDecision{Kind: &toolsv1.PreToolDecision_Allow{Allow: &toolsv1.PreAllow{}}}, nil
+	})
+	var reason string
+	switch {
+	case err != nil:
+		reason = fmt.Sprintf("pre-execute policy failed: %v", err)
+	case d.GetDeny() != nil:
+		reason = d.GetDeny().GetReason()
+		if reason == "" {
+			reason = fmt.Sprintf("tool %s was denied", ex.GetName())
+		}
+	case d.GetAsk() != nil:
+		reason = d.GetAsk().GetReason()
+		if reason == "" {
+			reason = fmt.Sprintf("tool %s requires approval and no approval channel is configured", ex.GetName())
+		}
+	}
+	if reason == "" {
+		for _, g := range p.cfg.Guards {
+			if r := g(ex); r != "" {
+				reason = r
+				break
+			}
+		}
+	}
+	if reason != "" {
+		c.result = ErrorResult(reason, "", "")
+		return c
+	}
+	if ctx.Err() != nil {
+		c.result = AbortedBeforeDispatch()
+	}
+	return c
+}
+
+// Dispatch runs the body on the owning host after checkpoint succeeded (the
+// loop's durability flush). Safe to run concurrently with other calls.
+func (c *Call) Dispatch(ctx context.Context, checkpoint func(context.Context) error) {
+	if c.result != nil {
+		return
+	}
+	if ctx.Err() != nil {
+		c.result = AbortedBeforeDispatch()
+		return
+	}
+	hs, _ := c.p.lookup(c.hosts, c.ex.GetName())
+	if hs == nil {
+		c.result = ErrorResult("unknown tool: "+c.ex.GetName(), "ToolNotFoundError", CodeUnknownTool)
+		return
+	}
+	if checkpoint != nil {
+		if err := checkpoint(ctx); err != nil {
+			if ctx.Err() != nil {
+				c.result = AbortedBeforeDispatch()
+				return
+			}
+			c.result = ErrorResult("checkpoint before the tool failed: "+err.Error(), "CheckpointError", CodeCheckpointFailed)
+			return
+		}
+	}
+	if ctx.Err() != nil {
+		c.result = AbortedBeforeDispatch()
+		return
+	}
+	c.bodyRan = true
+	c.result = c.execute(ctx, hs)
+	if ctx.Err() != nil && !c.result.GetIsError() {
+		c.result = withContexts(Aborted(), c.result)
+	}
+}
+
+func (c *Call) execute(ctx context.Context, hs *hostState) *toolsv1.ToolExecutionResult {
+	stream, err := hs.host.Client.Execute(ctx, &toolsv1.ExecuteRequest{Execution: c.ex})
+	if err != nil {
+		return c.rpcFailure(ctx, hs, err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return ErrorResult(fmt.Sprintf("tool host %s ended the call without a result", hs.host.Name), "ToolHostProtocolError", CodeHostProtocol)
+		}
+		if err != nil {
+			return c.rpcFailure(ctx, hs, err)
+		}
+		if r := resp.GetResult(); r != nil {
+			return r
+		}
+	}
+}
+
+func (c *Call) rpcFailure(ctx context.Context, hs *hostState, err error) *toolsv1.ToolExecutionResult {
+	if ctx.Err() != nil {
+		return Aborted()
+	}
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Unknown, codes.Internal, codes.Aborted:
+		return ErrorResult(fmt.Sprintf("tool host %s unavailable: %s", hs.host.Name, st.Message()), "ToolHostUnavailableError", CodeHostUnavailable)
+	case codes.NotFound:
+		return ErrorResult("unknown tool: "+c.ex.GetName(), "ToolNotFoundError", CodeUnknownTool)
+	default:
+		return ErrorResult(fmt.Sprintf("tool host %s refused the call: %s", hs.host.Name, st.Message()), "ToolHostProtocolError", CodeHostProtocol)
+	}
+}
+
+func withContexts(r, prior *toolsv1.ToolExecutionResult) *toolsv1.ToolExecutionResult {
+	r.AdditionalContexts = prior.GetAdditionalContexts()
+	return r
+}
+
+// Finish runs tools/post-execute (local links, then remote interceptors) and
+// the final cancellation rule, and returns the call's final result.
+func (c *Call) Finish(ctx context.Context) *toolsv1.ToolExecutionResult {
+	if c.final {
+		return c.result
+	}
+	if c.result == nil {
+		c.result = AbortedBeforeDispatch()
+	}
+	res := c.result
+	d, err := c.p.Post.Run(ctx, &PostIn{Execution: c.ex, Result: res}, func(context.Context, *PostIn) (*toolsv1.PostToolDecision, error) {
+		return &toolsv1.PostToolDecision{Kind: &toolsv1.PostToolDecision_Accept{Accept: &toolsv1.PostAccept{}}}, nil
+	})
+	switch {
+	case err != nil:
+		res = ErrorResult(fmt.Sprintf("post-execute policy failed: %v", err), "", "")
+	case d.GetBlock() != nil:
+		res = &toolsv1.ToolExecutionResult{Content: d.GetBlock().GetFeedback(), IsError: true,
+			AdditionalContexts: d.GetBlock().GetAdditionalContexts()}
+	case d.GetAccept() != nil:
+		a := d.GetAccept()
+		if a.GetReplaceContent() || len(a.GetAdditionalContexts()) > 0 {
+			res = proto.CloneOf(res)
+			if a.GetReplaceContent() {
+				res.Content = a.GetContent()
+			}
+			res.AdditionalContexts = append(res.AdditionalContexts, a.GetAdditionalContexts()...)
+		}
+	}
+	if ctx.Err() != nil && !res.GetIsError() {
+		if c.bodyRan {
+			res = withContexts(Aborted(), res)
+		} else {
+			res = withContexts(AbortedBeforeDispatch(), res)
+		}
+	}
+	c.result = res
+	return res
+}
+
+func (ic Interceptor) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := ic.Timeout
+	if d <= 0 {
+		d = 5 * time.Second
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+func (ic Interceptor) failed(log *slog.Logger, point string, err error) bool {
+	if status.Code(err) == codes.Unimplemented {
+		return false
+	}
+	log.Warn("tool interceptor failed", "interceptor", ic.Name, "point", point, "failOpen", ic.FailOpen, "err", err)
+	return true
+}
+
+func (ic Interceptor) preLink(log *slog.Logger) hooks.Link[*PreIn, *toolsv1.PreToolDecision] {
+	return func(ctx context.Context, in *PreIn, next hooks.Next[*PreIn, *toolsv1.PreToolDecision]) (*toolsv1.PreToolDecision, error) {
+		cctx, cancel := ic.call(ctx)
+		resp, err := ic.Client.PreExecute(cctx, &toolsv1.PreExecuteRequest{Execution: in.Execution})
+		cancel()
+		if err != nil {
+			if !ic.failed(log, "pre-execute", err) || ic.FailOpen {
+				return next(ctx, in)
+			}
+			return &toolsv1.PreToolDecision{Kind: &toolsv1.PreToolDecision_Deny{Deny: &toolsv1.PreDeny{
+				Reason: fmt.Sprintf("tool interceptor %s unavailable: %s", ic.Name, status.Convert(err).Message())}}}, nil
+		}
+		if d := resp.GetDecision(); d.GetDeny() != nil || d.GetAsk() != nil {
+			return d, nil
+		}
+		return next(ctx, in)
+	}
+}
+
+func (ic Interceptor) postLink(log *slog.Logger) hooks.Link[*PostIn, *toolsv1.PostToolDecision] {
+	return func(ctx context.Context, in *PostIn, next hooks.Next[*PostIn, *toolsv1.PostToolDecision]) (*toolsv1.PostToolDecision, error) {
+		cctx, cancel := ic.call(ctx)
+		resp, err := ic.Client.PostExecute(cctx, &toolsv1.PostExecuteRequest{Execution: in.Execution, Result: in.Result})
+		cancel()
+		if err != nil {
+			if !ic.failed(log, "post-execute", err) || ic.FailOpen {
+				return next(ctx, in)
+			}
+			return &toolsv1.PostToolDecision{Kind: &toolsv1.PostToolDecision_Block{Block: &toolsv1.PostBlock{
+				Feedback: []*llmv1.ContentBlock{text(fmt.Sprintf("Error: tool interceptor %s unavailable: %s", ic.Name, status.Convert(err).Message()))}}}}, nil
+		}
+		mine := resp.GetDecision()
+		if mine.GetBlock() != nil {
+			return mine, nil
+		}
+		down, err := next(ctx, in)
+		if err != nil || down.GetBlock() != nil || mine.GetAccept() == nil {
+			return down, err
+		}
+		a := proto.CloneOf(down.GetAccept())
+		if a == nil {
+			a = &toolsv1.PostAccept{}
+		}
+		if mine.GetAccept().GetReplaceContent() && !a.GetReplaceContent() {
+			a.ReplaceContent, a.Content = true, mine.GetAccept().GetContent()
+		}
+		a.AdditionalContexts = append(mine.GetAccept().GetAdditionalContexts(), a.AdditionalContexts...)
+		return &toolsv1.PostToolDecision{Kind: &toolsv1.PostToolDecision_Accept{Accept: a}}, nil
+	}
+}

@@ -1,0 +1,322 @@
+// Package toolpipe is the agent's client side of the tool seam: a registry
+// merged from every configured toolhost (ListTools at start, then WatchTools
+// with reconnect and backoff) and the staged tools/execute pipeline of
+// semantics.md §6.5 — pre-execute → approval → guards → dispatch (the owning
+// host's Execute, behind a durability checkpoint) → post-execute — whose
+// links are local Go funcs and remote ToolInterceptor services.
+//
+// A failing tool fails its call, never the turn: an unknown tool, a host that
+// is down or dies mid-call, a host that breaks the Execute protocol, a
+// cancelled call and a refused call all become error results with a stable
+// code (UNKNOWN_TOOL, TOOL_HOST_UNAVAILABLE, TOOL_HOST_PROTOCOL_ERROR,
+// ABORTED, ABORTED_BEFORE_DISPATCH, CHECKPOINT_FAILED).
+//
+// # Ordering
+//
+// Begin runs the pre-dispatch stages synchronously (the loop calls it in
+// model order, one call at a time); Dispatch may run concurrently with other
+// calls; Finish runs post-execute and is called in model order.
+package toolpipe
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+)
+
+// Host is one configured toolhost.
+type Host struct {
+	Name   string
+	Client toolsv1.ToolHostClient
+}
+
+// Interceptor is a remote ToolInterceptor link.
+type Interceptor struct {
+	Name     string
+	Client   toolsv1.ToolInterceptorClient
+	Timeout  time.Duration
+	FailOpen bool
+}
+
+// Guard returns a non-empty reason to deny a call.
+type Guard func(ex *toolsv1.ToolExecution) string
+
+// PreIn is the input of tools/pre-execute.
+type PreIn struct {
+	Execution *toolsv1.ToolExecution
+}
+
+// PostIn is the input of tools/post-execute.
+type PostIn struct {
+	Execution *toolsv1.ToolExecution
+	Result    *toolsv1.ToolExecutionResult
+}
+
+// Config configures a Pipeline.
+type Config struct {
+	Hosts        []Host
+	Interceptors []Interceptor
+	Guards       []Guard
+	// StartTimeout bounds each host's initial ListTools; default 5 s.
+	StartTimeout time.Duration
+	// BackoffMin and BackoffMax bound the WatchTools reconnect backoff.
+	BackoffMin, BackoffMax time.Duration
+	Logger                 *slog.Logger
+}
+
+type hostState struct {
+	host     Host
+	tools    map[string]*toolsv1.ToolDescriptor
+	revision int64
+}
+
+// Pipeline is the merged registry and the staged pipeline. Pre and Post are
+// the local links of tools/pre-execute and tools/post-execute; remote
+// interceptors run after them.
+type Pipeline struct {
+	Pre  hooks.Chain[*PreIn, *toolsv1.PreToolDecision]
+	Post hooks.Chain[*PostIn, *toolsv1.PostToolDecision]
+
+	cfg    Config
+	log    *slog.Logger
+	mu     sync.RWMutex
+	hosts  []*hostState
+	owner  map[string]*hostState // tool name -> owning host
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	ready  chan struct{}
+}
+
+// New returns a pipeline; call Start before use.
+func New(cfg Config) *Pipeline {
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 5 * time.Second
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = 100 * time.Millisecond
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Pipeline{cfg: cfg, log: cfg.Logger, owner: map[string]*hostState{}}
+	for _, h := range cfg.Hosts {
+		p.hosts = append(p.hosts, &hostState{host: h, tools: map[string]*toolsv1.ToolDescriptor{}})
+	}
+	for _, ic := range cfg.Interceptors {
+		p.Pre.Use(ic.preLink(p.log))
+		p.Post.Use(ic.postLink(p.log))
+	}
+	return p
+}
+
+// DuplicateToolError reports a tool name served by two hosts.
+type DuplicateToolError struct {
+	Tool, First, Second string
+}
+
+func (e *DuplicateToolError) Error() string {
+	return fmt.Sprintf("tool %q is served by two toolhosts, %q and %q: give each tool one owner", e.Tool, e.First, e.Second)
+}
+
+// Code is the stable error code.
+func (e *DuplicateToolError) Code() string { return "DUPLICATE_TOOL" }
+
+// Start lists every host's tools (a host that does not answer within
+// StartTimeout is logged and retried in the background) and starts the
+// watchers. A tool name owned by two reachable hosts is a configuration
+// error.
+func (p *Pipeline) Start(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(p.hosts))
+	for i, hs := range p.hosts {
+		wg.Go(func() {
+			lctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
+			defer cancel()
+			resp, err := hs.host.Client.ListTools(lctx, &toolsv1.ListToolsRequest{})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			p.setTools(hs, resp.GetTools(), resp.GetRevision())
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			p.log.Warn("toolhost unreachable at start; will keep retrying", "host", p.hosts[i].host.Name, "err", err)
+		}
+	}
+	if err := p.rebuild(true); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	for _, hs := range p.hosts {
+		p.wg.Go(func() { p.watch(wctx, hs) })
+	}
+	return nil
+}
+
+// Close stops the watchers.
+func (p *Pipeline) Close() {
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.wg.Wait()
+}
+
+func (p *Pipeline) setTools(hs *hostState, tools []*toolsv1.ToolDescriptor, rev int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := make(map[string]*toolsv1.ToolDescriptor, len(tools))
+	for _, t := range tools {
+		if n := t.GetSchema().GetName(); n != "" {
+			m[n] = t
+		}
+	}
+	hs.tools, hs.revision = m, rev
+}
+
+// rebuild recomputes the name→owner index in host order. With strict, a
+// duplicate is an error; otherwise the first host keeps the name and the
+// conflict is logged.
+func (p *Pipeline) rebuild(strict bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	owner := map[string]*hostState{}
+	for _, hs := range p.hosts {
+		for name := range hs.tools {
+			if first, ok := owner[name]; ok {
+				err := &DuplicateToolError{Tool: name, First: first.host.Name, Second: hs.host.Name}
+				if strict {
+					return err
+				}
+				p.log.Error("tool conflict; keeping the first host", "err", err)
+				continue
+			}
+			owner[name] = hs
+		}
+	}
+	p.owner = owner
+	return nil
+}
+
+func (p *Pipeline) watch(ctx context.Context, hs *hostState) {
+	backoff := p.cfg.BackoffMin
+	for ctx.Err() == nil {
+		stream, err := hs.host.Client.WatchTools(ctx, &toolsv1.WatchToolsRequest{})
+		if err == nil {
+			for {
+				resp, rerr := stream.Recv()
+				if rerr != nil {
+					err = rerr
+					break
+				}
+				backoff = p.cfg.BackoffMin
+				p.setTools(hs, resp.GetTools(), resp.GetRevision())
+				_ = p.rebuild(false)
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		p.log.Debug("toolhost watch broke; reconnecting", "host", hs.host.Name, "err", err, "backoff", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, p.cfg.BackoffMax)
+	}
+}
+
+// visible reports whether a host is visible to a session that sees hosts
+// (empty = all).
+func visible(hosts []string, name string) bool {
+	return len(hosts) == 0 || slices.Contains(hosts, name)
+}
+
+// lookup resolves a tool as visible to the session.
+func (p *Pipeline) lookup(hosts []string, name string) (*hostState, *toolsv1.ToolDescriptor) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	hs, ok := p.owner[name]
+	if !ok || !visible(hosts, hs.host.Name) {
+		return nil, nil
+	}
+	return hs, hs.tools[name]
+}
+
+// Schemas returns the schemas visible to a session, in lexicographic order.
+func (p *Pipeline) Schemas(hosts []string) []*llmv1.ToolSchema {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	names := make([]string, 0, len(p.owner))
+	for n, hs := range p.owner {
+		if visible(hosts, hs.host.Name) {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	out := make([]*llmv1.ToolSchema, 0, len(names))
+	for _, n := range names {
+		out = append(out, proto.CloneOf(p.owner[n].tools[n].GetSchema()))
+	}
+	return out
+}
+
+// PrepareCalls classifies a batch: one PreparedCall per execution, in order.
+// Tools that are always safe are parallel without a round trip; per-call
+// tools ask their host; anything unknown or failing is exclusive.
+func (p *Pipeline) PrepareCalls(ctx context.Context, hosts []string, execs []*toolsv1.ToolExecution) []*toolsv1.PreparedCall {
+	out := make([]*toolsv1.PreparedCall, len(execs))
+	ask := map[*hostState][]int{}
+	for i, ex := range execs {
+		out[i] = &toolsv1.PreparedCall{CallId: ex.GetCallId(), Mode: toolsv1.ExecutionMode_EXECUTION_MODE_EXCLUSIVE}
+		hs, d := p.lookup(hosts, ex.GetName())
+		if hs == nil {
+			continue
+		}
+		ask[hs] = append(ask[hs], i)
+		if d.GetConcurrency() == toolsv1.ConcurrencySafety_CONCURRENCY_SAFETY_ALWAYS {
+			out[i].Mode = toolsv1.ExecutionMode_EXECUTION_MODE_PARALLEL
+		}
+	}
+	for hs, idx := range ask {
+		req := &toolsv1.PrepareCallsRequest{}
+		for _, i := range idx {
+			req.Executions = append(req.Executions, execs[i])
+		}
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
+		resp, err := hs.host.Client.PrepareCalls(cctx, req)
+		cancel()
+		if err != nil || len(resp.GetCalls()) != len(idx) {
+			p.log.Debug("prepare calls failed; using descriptor modes", "host", hs.host.Name, "err", err)
+			continue
+		}
+		for k, i := range idx {
+			pc := resp.GetCalls()[k]
+			_, d := p.lookup(hosts, execs[i].GetName())
+			if d.GetConcurrency() != toolsv1.ConcurrencySafety_CONCURRENCY_SAFETY_UNSPECIFIED {
+				out[i].Mode = pc.GetMode()
+			}
+			out[i].View = pc.GetView()
+		}
+	}
+	return out
+}

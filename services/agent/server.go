@@ -1,0 +1,232 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/internal/persistence"
+	"github.com/dsh-dev/dsh/internal/persistence/jsonlstore"
+	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
+	"github.com/dsh-dev/dsh/services/agent/internal/gateway"
+	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
+)
+
+// Remote is a remote hook or interceptor endpoint: NAME=ADDR with a deadline
+// and a fail-open or fail-closed setting.
+type Remote struct {
+	Name, Addr string
+	Timeout    time.Duration
+	FailOpen   bool
+}
+
+// ParseRemote parses "NAME=ADDR[,timeout=DUR][,fail=open|closed]" (the
+// default is a 5 s deadline, fail-closed). A bare ADDR is named after itself.
+func ParseRemote(s string) (Remote, error) {
+	parts := strings.Split(s, ",")
+	r := Remote{Timeout: 5 * time.Second}
+	name, addr, ok := strings.Cut(parts[0], "=")
+	if !ok {
+		name, addr = parts[0], parts[0]
+	}
+	if addr == "" {
+		return r, fmt.Errorf("remote %q: missing address", s)
+	}
+	r.Name, r.Addr = name, addr
+	for _, p := range parts[1:] {
+		k, v, _ := strings.Cut(p, "=")
+		switch k {
+		case "timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return r, fmt.Errorf("remote %q: bad timeout %q", s, v)
+			}
+			r.Timeout = d
+		case "fail":
+			switch v {
+			case "open":
+				r.FailOpen = true
+			case "closed":
+				r.FailOpen = false
+			default:
+				return r, fmt.Errorf("remote %q: fail must be open or closed", s)
+			}
+		default:
+			return r, fmt.Errorf("remote %q: unknown option %q", s, k)
+		}
+	}
+	return r, nil
+}
+
+// ServerConfig configures Run: the whole agent process.
+type ServerConfig struct {
+	// Listen is the gRPC address; ignored when Listener is set.
+	Listen   string
+	Listener net.Listener
+	// Gateway is the LlmGateway address.
+	Gateway string
+	// Toolhosts are NAME=ADDR or ADDR entries.
+	Toolhosts []string
+	// Hooks are remote AgentHooks services; Interceptors remote
+	// ToolInterceptors.
+	Hooks, Interceptors []Remote
+	// Store is "sqlite" (default) or "jsonl"; DataDir holds it.
+	Store, DataDir string
+	// Synchronous is the SQLite synchronous level ("FULL" or "NORMAL").
+	Synchronous string
+	Service     Config
+	// Retry overrides the default retry policy when non-nil.
+	Retry *hooks.RetryPolicy
+	// ShutdownTimeout bounds Close; default 30 s.
+	ShutdownTimeout time.Duration
+	// Ready, when set, receives the bound address once serving.
+	Ready func(addr string)
+}
+
+// Run wires the agent process (store, gateway client, toolhost registry,
+// hooks, service, gRPC server) and serves until ctx ends, then shuts down:
+// the service closes first (turns finish or are disposed, sessions flush,
+// streams end), then the gRPC server drains.
+func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	store, err := openStore(ctx, sc)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	gwConn, err := grpcserver.Dial(sc.Gateway)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer gwConn.Close()
+	gw := gateway.New(gwConn)
+
+	var hosts []toolpipe.Host
+	seen := map[string]bool{}
+	for _, th := range sc.Toolhosts {
+		name, addr, ok := strings.Cut(th, "=")
+		if !ok {
+			name, addr = th, th
+		}
+		if seen[name] {
+			return fmt.Errorf("toolhost name %q is configured twice", name)
+		}
+		seen[name] = true
+		conn, err := grpcserver.Dial(addr)
+		if err != nil {
+			return fmt.Errorf("toolhost %s: %w", name, err)
+		}
+		defer conn.Close()
+		hosts = append(hosts, toolpipe.Host{Name: name, Client: toolsv1.NewToolHostClient(conn)})
+	}
+	var ics []toolpipe.Interceptor
+	for _, r := range sc.Interceptors {
+		conn, err := grpcserver.Dial(r.Addr)
+		if err != nil {
+			return fmt.Errorf("interceptor %s: %w", r.Name, err)
+		}
+		defer conn.Close()
+		ics = append(ics, toolpipe.Interceptor{Name: r.Name, Client: toolsv1.NewToolInterceptorClient(conn), Timeout: r.Timeout, FailOpen: r.FailOpen})
+	}
+	pipe := toolpipe.New(toolpipe.Config{Hosts: hosts, Interceptors: ics, Logger: logger})
+	if err := pipe.Start(ctx); err != nil {
+		return fmt.Errorf("toolhosts: %w", err)
+	}
+	defer pipe.Close()
+
+	hk := &hooks.Set{}
+	retry := hooks.DefaultRetryPolicy()
+	if sc.Retry != nil {
+		retry = *sc.Retry
+	}
+	hk.RequestError.Use(retry.Link())
+	for _, r := range sc.Hooks {
+		conn, err := grpcserver.Dial(r.Addr)
+		if err != nil {
+			return fmt.Errorf("hook %s: %w", r.Name, err)
+		}
+		defer conn.Close()
+		(&hooks.Remote{Name: r.Name, Client: agentv1.NewAgentHooksClient(conn), Timeout: r.Timeout, FailOpen: r.FailOpen, Logger: logger}).Install(hk)
+	}
+
+	svc, err := New(sc.Service, Deps{Store: store, LLM: gw, Providers: gw, Tools: toolsOf(pipe), Hooks: hk,
+		Prompt: &hooks.Prompt{ToolGuidance: "Use the tools when they help; call independent read-only tools together."}}, logger)
+	if err != nil {
+		return err
+	}
+	lis := sc.Listener
+	if lis == nil {
+		lis, err = net.Listen("tcp", sc.Listen)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", sc.Listen, err)
+		}
+	}
+	srv := grpcserver.New(grpcserver.Config{Logger: logger})
+	svc.Register(srv.Server)
+	srvCtx, stopSrv := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSrv()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(srvCtx, lis) }()
+	if sc.Ready != nil {
+		sc.Ready(lis.Addr().String())
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	timeout := sc.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	closeErr := svc.Close(cctx)
+	stopSrv()
+	if serveErr == nil {
+		serveErr = <-errc
+	}
+	return errors.Join(serveErr, closeErr)
+}
+
+type storeCloser interface {
+	Store
+	Close() error
+}
+
+var _ storeCloser = persistence.Store(nil)
+
+func openStore(ctx context.Context, sc ServerConfig) (storeCloser, error) {
+	dir := sc.DataDir
+	if dir == "" {
+		dir = "."
+	}
+	switch sc.Store {
+	case "", "sqlite":
+		st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(dir, "sessions.db"), Synchronous: sc.Synchronous})
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite store: %w", err)
+		}
+		return st, nil
+	case "jsonl":
+		st, err := jsonlstore.Open(jsonlstore.Config{Root: filepath.Join(dir, "sessions")})
+		if err != nil {
+			return nil, fmt.Errorf("open jsonl store: %w", err)
+		}
+		return st, nil
+	default:
+		return nil, fmt.Errorf("unknown store %q: use sqlite or jsonl", sc.Store)
+	}
+}
