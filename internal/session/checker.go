@@ -173,7 +173,9 @@ func (c *Checker) Check(ev *sessionv1.SessionEvent) error {
 		return c.err
 	}
 	if rule := c.rule(ev); rule != "" {
-		c.err = &InvariantError{Seq: ev.GetSeq(), Type: TypeName(ev), Rule: rule}
+		// The position is the seq the event should have; it locates the
+		// event even when its own seq is the problem.
+		c.err = &InvariantError{Seq: int64(len(c.events)), Type: TypeName(ev), Rule: rule}
 		return c.err
 	}
 	c.events = append(c.events, ev)

@@ -24,7 +24,7 @@ func (e *AppendError) Code() string { return CodeInvariant }
 // InvariantError reports the first event of a log (a seed, a loaded log, a
 // sequence checked by [CheckLog] or a [Checker]) that breaks an invariant.
 type InvariantError struct {
-	Seq  int64  // seq of the first bad event
+	Seq  int64  // seq of the first bad event (its position in the log, which is the seq it should have)
 	Type string // its type name
 	Rule string // the broken rule, in words
 }
