@@ -125,10 +125,10 @@ func TestDeriveMessages(t *testing.T) {
 			name: "replace over an earlier replacement, start seq greater than end seq",
 			build: func(b *logBuilder) {
 				b.turnStart()
-				b.user("a")          // 1
-				s2 := b.user("b")    // 2
-				s3 := b.user("c")    // 3
-				s4 := b.user("d")    // 4
+				b.user("a")                                                                                        // 1
+				s2 := b.user("b")                                                                                  // 2
+				s3 := b.user("c")                                                                                  // 3
+				s4 := b.user("d")                                                                                  // 4
 				r5 := b.replace(UserMessageEvent([]*llmv1.ContentBlock{Text("bc")}, UserSource()), s2, s3, s2, s3) // surface 1,5,4
 				b.replace(UserMessageEvent([]*llmv1.ContentBlock{Text("bcd")}, UserSource()), r5, s4, r5, s4)      // surface 1,6
 			},
