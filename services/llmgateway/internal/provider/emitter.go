@@ -14,7 +14,7 @@ import (
 // yield function. Every method returns false once the consumer stopped.
 type Emitter struct {
 	yield   func(*llmv1.StreamChunk, error) bool
-	blocks  []partial
+	blocks  []*partial
 	stopped bool
 }
 
@@ -45,7 +45,7 @@ func (e *Emitter) emit(c *llmv1.StreamChunk) bool {
 // Open opens a new block of type t and returns its index.
 func (e *Emitter) Open(t llmv1.BlockType) (uint32, bool) {
 	i := uint32(len(e.blocks))
-	e.blocks = append(e.blocks, partial{typ: t, open: true})
+	e.blocks = append(e.blocks, &partial{typ: t, open: true})
 	return i, e.emit(&llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_BlockStart{BlockStart: &llmv1.BlockStart{Index: i, BlockType: t}}})
 }
 
@@ -71,7 +71,7 @@ func (e *Emitter) Reasoning(i uint32, s string) bool {
 // ToolArgs appends a raw argument fragment to tool-call block i. A non-empty
 // name (re)names the call and travels on this delta.
 func (e *Emitter) ToolArgs(i uint32, name, args string) bool {
-	p := &e.blocks[i]
+	p := e.blocks[i]
 	d := &llmv1.ToolCallDelta{Index: i, Id: p.id, ArgumentsDelta: args}
 	if name != "" {
 		p.name = name
@@ -100,7 +100,7 @@ func (e *Emitter) ArgsLen(i uint32) int { return e.blocks[i].text.Len() }
 
 // Block returns block i as assembled so far.
 func (e *Emitter) Block(i uint32) *llmv1.ContentBlock {
-	p := &e.blocks[i]
+	p := e.blocks[i]
 	switch p.typ {
 	case llmv1.BlockType_BLOCK_TYPE_REASONING:
 		return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Reasoning{Reasoning: &llmv1.ReasoningBlock{Text: p.text.String()}}}
