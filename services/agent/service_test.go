@@ -1,0 +1,427 @@
+package agent_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/session"
+	"github.com/dsh-dev/dsh/services/agent"
+	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
+	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+)
+
+// env runs the agent process (agent.Run) against a fake gateway and a fake
+// toolhost over loopback gRPC, with SQLite under a temp dir.
+type env struct {
+	t      *testing.T
+	gw     *fakes.Gateway
+	host   *fakes.ToolHost
+	gwAddr string
+	thAddr string
+	dir    string
+	sink   *recordingSink
+	cfg    agent.Config
+
+	client agentv1.AgentServiceClient
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newEnv(t *testing.T, tools ...fakes.Tool) *env {
+	t.Helper()
+	return newEnvWith(t, nil, tools...)
+}
+
+func newEnvWith(t *testing.T, mutate func(*agent.Config), tools ...fakes.Tool) *env {
+	t.Helper()
+	e := &env{t: t, gw: &fakes.Gateway{}, host: fakes.NewToolHost(tools...), dir: t.TempDir(), sink: &recordingSink{}}
+	e.gwAddr = fakes.Serve(t, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, e.gw) })
+	e.thAddr = fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, e.host) })
+	e.cfg = agent.Config{Debug: true, DefaultCwd: "/work", Sink: e.sink}
+	if mutate != nil {
+		mutate(&e.cfg)
+	}
+	e.start()
+	t.Cleanup(e.stop)
+	return e
+}
+
+func (e *env) start() {
+	e.t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	retry := hooks.DefaultRetryPolicy()
+	retry.Sleep = func(context.Context, time.Duration) error { return nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel, e.done = cancel, make(chan error, 1)
+	go func() {
+		e.done <- agent.Run(ctx, agent.ServerConfig{
+			Listener: lis, Gateway: e.gwAddr, Toolhosts: []string{"fake=" + e.thAddr}, DataDir: e.dir,
+			Synchronous: "NORMAL", Service: e.cfg, Retry: &retry, ShutdownTimeout: 10 * time.Second,
+		}, slog.New(slog.DiscardHandler))
+	}()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	e.client = agentv1.NewAgentServiceClient(conn)
+}
+
+func (e *env) stop() {
+	if e.cancel == nil {
+		return
+	}
+	e.cancel()
+	if err := <-e.done; err != nil {
+		e.t.Errorf("agent.Run: %v", err)
+	}
+	e.cancel = nil
+}
+
+func (e *env) restart() {
+	e.t.Helper()
+	e.stop()
+	e.start()
+}
+
+func (e *env) create(id string) *agentv1.Session {
+	e.t.Helper()
+	resp, err := e.client.CreateSession(e.t.Context(), &agentv1.CreateSessionRequest{SessionId: id,
+		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m1"}})
+	if err != nil {
+		e.t.Fatalf("create %s: %v", id, err)
+	}
+	return resp.GetSession()
+}
+
+func (e *env) send(id, text string) {
+	e.t.Helper()
+	if _, err := e.client.Send(e.t.Context(), &agentv1.SendRequest{SessionId: id, Content: []*llmv1.ContentBlock{session.Text(text)}}); err != nil {
+		e.t.Fatalf("send: %v", err)
+	}
+}
+
+func (e *env) waitIdle(id string) *agentv1.Session {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.t.Context(), 20*time.Second)
+	defer cancel()
+	resp, err := e.client.WaitIdle(ctx, &agentv1.WaitIdleRequest{SessionId: id})
+	if err != nil {
+		e.t.Fatalf("wait idle: %v", err)
+	}
+	return resp.GetSession()
+}
+
+func (e *env) events(id string) []*sessionv1.SessionEvent {
+	e.t.Helper()
+	stream, err := e.client.StreamEvents(e.t.Context(), &agentv1.StreamEventsRequest{SessionId: id, NoFollow: true})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []*sessionv1.SessionEvent
+	for {
+		resp, err := stream.Recv()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			e.t.Fatalf("stream: %v", err)
+		}
+		out = append(out, resp.GetEvent())
+	}
+}
+
+type recordingSink struct {
+	mu     sync.Mutex
+	events map[string][]*sessionv1.SessionEvent
+}
+
+func (r *recordingSink) Durable(id string, evs []*sessionv1.SessionEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.events == nil {
+		r.events = map[string][]*sessionv1.SessionEvent{}
+	}
+	r.events[id] = append(r.events[id], evs...)
+}
+
+func (r *recordingSink) Status(string, agentv1.AgentStatus) {}
+
+func (r *recordingSink) of(id string) []*sessionv1.SessionEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events[id])
+}
+
+func code(err error) codes.Code { return status.Code(err) }
+
+func types(evs []*sessionv1.SessionEvent) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = session.TypeName(ev)
+	}
+	return out
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.create("s1")
+	ctx := t.Context()
+	meta := "{not json"
+	tests := []struct {
+		name string
+		call func() error
+		want codes.Code
+	}{
+		{"unknown provider", func() error {
+			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{Provider: "nope", Model: "m"}})
+			return err
+		}, codes.InvalidArgument},
+		{"missing model", func() error {
+			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{Provider: "fake"}})
+			return err
+		}, codes.InvalidArgument},
+		{"relative cwd", func() error {
+			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Cwd: "rel", Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}})
+			return err
+		}, codes.InvalidArgument},
+		{"duplicate id", func() error {
+			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{SessionId: "s1", Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}})
+			return err
+		}, codes.AlreadyExists},
+		{"unknown session", func() error {
+			_, err := e.client.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: "ghost"})
+			return err
+		}, codes.NotFound},
+		{"send to unknown session", func() error {
+			_, err := e.client.Send(ctx, &agentv1.SendRequest{SessionId: "ghost", Content: []*llmv1.ContentBlock{session.Text("x")}})
+			return err
+		}, codes.NotFound},
+		{"empty content", func() error {
+			_, err := e.client.Send(ctx, &agentv1.SendRequest{SessionId: "s1"})
+			return err
+		}, codes.InvalidArgument},
+		{"block without variant", func() error {
+			_, err := e.client.Send(ctx, &agentv1.SendRequest{SessionId: "s1", Content: []*llmv1.ContentBlock{{}}})
+			return err
+		}, codes.InvalidArgument},
+		{"tool call in a prompt", func() error {
+			_, err := e.client.Steer(ctx, &agentv1.SteerRequest{SessionId: "s1", Content: []*llmv1.ContentBlock{session.ToolCallBlock("c", "x", "{}")}})
+			return err
+		}, codes.InvalidArgument},
+		{"context without source", func() error {
+			_, err := e.client.Send(ctx, &agentv1.SendRequest{SessionId: "s1", Content: []*llmv1.ContentBlock{session.Text("x")},
+				Contexts: []*toolsv1.HookContext{{Content: []*llmv1.ContentBlock{session.Text("c")}}}})
+			return err
+		}, codes.InvalidArgument},
+		{"inject meta not JSON", func() error {
+			_, err := e.client.Inject(ctx, &agentv1.InjectRequest{SessionId: "s1", Content: []*llmv1.ContentBlock{session.Text("x")}, Meta: &meta})
+			return err
+		}, codes.InvalidArgument},
+		{"negative from_seq", func() error {
+			s, err := e.client.StreamEvents(ctx, &agentv1.StreamEventsRequest{SessionId: "s1", FromSeq: -1})
+			if err != nil {
+				return err
+			}
+			_, err = s.Recv()
+			return err
+		}, codes.InvalidArgument},
+		{"bad page token", func() error {
+			_, err := e.client.ListSessions(ctx, &agentv1.ListSessionsRequest{PageToken: "!!"})
+			return err
+		}, codes.InvalidArgument},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if code(err) != tc.want {
+				t.Errorf("got %v, want %v", err, tc.want)
+			}
+			if err != nil && status.Convert(err).Message() == "" {
+				t.Errorf("empty error message")
+			}
+		})
+	}
+}
+
+func TestSessionLifecycle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fakes.Tool{Name: "echo"})
+	e.gw.Script(
+		fakes.Response{Chunks: fakes.ToolCalls("", fakes.Call{ID: "c1", Name: "echo", Args: `{"a":1}`})},
+		fakes.Response{Chunks: fakes.Text("first answer")},
+	)
+	s := e.create("")
+	id := s.GetHeader().GetId()
+	if id == "" || s.GetStatus() != agentv1.AgentStatus_AGENT_STATUS_IDLE || s.GetHeader().GetCwd() != "/work" {
+		t.Fatalf("created %v", s)
+	}
+
+	// Two live subscribers before the turn.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var subs [2]agentv1.AgentService_StreamEventsClient
+	for i := range subs {
+		st, err := e.client.StreamEvents(ctx, &agentv1.StreamEventsRequest{SessionId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs[i] = st
+	}
+	e.send(id, "hello")
+	got := e.waitIdle(id)
+	if got.GetNextSeq() == 0 || got.OpenTurn != nil || got.GetQueued() != 0 {
+		t.Errorf("after the turn: %v", got)
+	}
+	all := e.events(id)
+	for i, st := range subs {
+		for n := range all {
+			resp, err := st.Recv()
+			if err != nil {
+				t.Fatalf("subscriber %d: %v", i, err)
+			}
+			if !proto.Equal(resp.GetEvent(), all[n]) {
+				t.Fatalf("subscriber %d event %d differs", i, n)
+			}
+		}
+	}
+	// Replay from the middle.
+	mid, err := e.client.StreamEvents(t.Context(), &agentv1.StreamEventsRequest{SessionId: id, FromSeq: 5, NoFollow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := mid.Recv(); err != nil || first.GetEvent().GetSeq() != 5 {
+		t.Errorf("replay from 5: %v %v", first, err)
+	}
+
+	msgs, err := e.client.GetMessages(t.Context(), &agentv1.GetMessagesRequest{SessionId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(msgs.GetMessages()); n != 4 {
+		t.Errorf("derived %d messages, want 4 (user, assistant call, result, assistant)", n)
+	}
+
+	// The sink saw every event once, in order, once durable.
+	durable := e.sink.of(id)
+	if len(durable) != len(all) {
+		t.Errorf("sink got %d events, log has %d", len(durable), len(all))
+	}
+	for i, ev := range durable {
+		if ev.GetSeq() != int64(i) {
+			t.Fatalf("sink event %d has seq %d", i, ev.GetSeq())
+		}
+	}
+
+	// Fork: a non-turn/end boundary is refused, naming the seq.
+	_, err = e.client.ForkSession(t.Context(), &agentv1.ForkSessionRequest{SessionId: id, BoundarySeq: proto.Int64(1)})
+	if code(err) != codes.InvalidArgument || !contains(status.Convert(err).Message(), "boundary_seq 1") {
+		t.Errorf("fork at 1: %v", err)
+	}
+	fork, err := e.client.ForkSession(t.Context(), &agentv1.ForkSessionRequest{SessionId: id, NewSessionId: "child"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fork.GetSession().GetHeader()
+	if h.GetParentSession() != id || h.GetSeedLength() != int64(len(all)) || fork.GetSession().GetNextSeq() != int64(len(all)) {
+		t.Errorf("fork header %v", h)
+	}
+	e.send("child", "and then?")
+	e.waitIdle("child")
+
+	// List, paged by id.
+	e.create("zz")
+	page1, err := e.client.ListSessions(t.Context(), &agentv1.ListSessionsRequest{PageSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page2, err := e.client.ListSessions(t.Context(), &agentv1.ListSessionsRequest{PageSize: 2, PageToken: page1.GetNextPageToken()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range append(page1.GetSessions(), page2.GetSessions()...) {
+		ids = append(ids, s.GetHeader().GetId())
+	}
+	if want := []string{"child", id, "zz"}; !slices.Equal(ids, sortedCopy(want)) || page2.GetNextPageToken() != "" {
+		t.Errorf("listed %v (next %q)", ids, page2.GetNextPageToken())
+	}
+
+	// Restart on the same data dir: the session loads and continues.
+	e.restart()
+	e.gw.Script(fakes.Response{Chunks: fakes.Text("after restart")})
+	e.send(id, "still there?")
+	e.waitIdle(id)
+	evs := e.events(id)
+	if err := session.CheckLog(evs); err != nil {
+		t.Fatal(err)
+	}
+	var reasons []sessionv1.HeaderReason
+	for _, ev := range evs {
+		if rh := ev.GetRequestHeader(); rh != nil {
+			reasons = append(reasons, rh.GetReason())
+		}
+	}
+	if want := []sessionv1.HeaderReason{sessionv1.HeaderReason_HEADER_REASON_INITIAL, sessionv1.HeaderReason_HEADER_REASON_RESUME}; !slices.Equal(reasons, want) {
+		t.Errorf("header reasons %v, want %v", reasons, want)
+	}
+	if last := evs[len(evs)-1].GetTurnEnd(); last.GetTurn() != 2 || last.GetReason().GetCompleted() == nil {
+		t.Errorf("last event %v", evs[len(evs)-1])
+	}
+}
+
+func TestIdleUnloadAndReload(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, func(c *agent.Config) { c.IdleUnload = 20 * time.Millisecond })
+	e.create("u1")
+	e.send("u1", "hi")
+	e.waitIdle("u1")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := e.client.ListSessions(t.Context(), &agentv1.ListSessionsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetSessions()) == 1 && resp.GetSessions()[0].GetStatus() == agentv1.AgentStatus_AGENT_STATUS_UNLOADED {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session never unloaded: %v", resp)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.send("u1", "again")
+	s := e.waitIdle("u1")
+	if s.GetNextSeq() < 20 {
+		t.Errorf("reloaded session has %d events", s.GetNextSeq())
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func sortedCopy(s []string) []string {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c
+}
