@@ -299,8 +299,8 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 			if b == nil {
 				continue
 			}
-			if b.kind == "tool_use" && !b.gotArgs {
-				e.SetToolArgs(b.idx, compactObject(b.input))
+			if b.kind == "tool_use" && !b.gotArgs && !e.ToolArgs(b.idx, "", compactObject(b.input)) {
+				return
 			}
 			if !e.End(b.idx) {
 				return

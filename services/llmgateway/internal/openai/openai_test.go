@@ -1,0 +1,106 @@
+package openai
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/chat"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/providertest"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/upstream"
+)
+
+func newAdapter(t *testing.T, baseURL string, idle time.Duration) provider.Adapter {
+	return New(chat.Config{
+		BaseURL: baseURL,
+		Client:  upstream.Client{HTTP: &http.Client{Transport: upstream.NewTransport()}, UserAgent: provider.DSH("").UserAgent(), IdleTimeout: idle},
+	})
+}
+
+func request() *llmv1.GenerateRequest {
+	return &llmv1.GenerateRequest{Provider: "openai", Model: "gpt-4.1-mini", Messages: []*llmv1.Message{{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: "hi"}}}}}}}
+}
+
+func TestStreams(t *testing.T) {
+	t.Parallel()
+	sse := func(name string) []byte { return providertest.ReadFile(t, name) }
+	providertest.RunCases(t, []providertest.Case{
+		{Name: "usage in a trailing usage-only chunk", Reply: providertest.Reply{Body: sse("usage_trailing.sse")}, Golden: "usage_trailing"},
+		{Name: "usage absent", Reply: providertest.Reply{Body: sse("usage_absent.sse")}, Golden: "usage_absent"},
+		{Name: "usage in the last delta, reasoning field", Reply: providertest.Reply{Body: sse("usage_last_delta.sse"), Chunk: 5}, Golden: "usage_last_delta"},
+		{Name: "HTTP 429 insufficient quota", Reply: providertest.Reply{Status: 429, Body: []byte(`{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`), Header: map[string]string{"x-request-id": "req_abc"}}, Code: provider.CodeQuota, Status: 429, RequestID: "req_abc"},
+		{Name: "HTTP 429 retry-after-ms", Reply: providertest.Reply{Status: 429, Body: []byte(`{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`), Header: map[string]string{"retry-after-ms": "1500", "Retry-After": "2"}}, Code: provider.CodeRateLimit, RetryAfterMS: 1500},
+		{Name: "HTTP 400 context_length_exceeded", Reply: providertest.Reply{Status: 400, Body: []byte(`{"error":{"message":"Input tokens exceed the configured limit of 272000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`)}, Code: provider.CodeContextWindowExceeded, Status: 400},
+		{Name: "HTTP 403", Reply: providertest.Reply{Status: 403, Body: []byte(`{"error":{"message":"Project does not have access to model"}}`)}, Code: provider.CodeAuth, Status: 403},
+		{Name: "HTTP 503", Reply: providertest.Reply{Status: 503, Body: []byte(`{"error":{"message":"The server is overloaded"}}`)}, Code: provider.CodeServer, Status: 503},
+	}, newAdapter, request())
+}
+
+// TestRequestWire checks usage is requested, no key means no Authorization
+// (local servers), and images travel as image_url parts.
+func TestRequestWire(t *testing.T) {
+	t.Parallel()
+	up := providertest.Serve(t, providertest.Reply{Body: providertest.ReadFile(t, "usage_absent.sse")})
+	req := request()
+	req.Messages[0].Content = append(req.Messages[0].Content,
+		&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Image{Image: &llmv1.ImageBlock{Source: &llmv1.ImageBlock_Data{Data: []byte{0x89, 'P', 'N', 'G'}}, MimeType: "image/png"}}},
+		&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Image{Image: &llmv1.ImageBlock{Source: &llmv1.ImageBlock_Url{Url: "https://example.com/cat.jpg"}}}})
+	a := newAdapter(t, up.URL, 0)
+	if err := a.Validate(req); err != nil {
+		t.Fatal(err)
+	}
+	providertest.Collect(t, t.Context(), a, req)
+	seen := up.Requests()[0]
+	if h := seen.Header.Get("Authorization"); h != "" {
+		t.Errorf("Authorization sent without a key: %q", h)
+	}
+	var body struct {
+		StreamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
+		Messages []struct {
+			Content []struct {
+				Type     string `json:"type"`
+				ImageURL struct {
+					URL string `json:"url"`
+				} `json:"image_url"`
+			} `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(seen.Body, &body); err != nil {
+		t.Fatalf("%v: %s", err, seen.Body)
+	}
+	if !body.StreamOptions.IncludeUsage {
+		t.Error("stream_options.include_usage not set")
+	}
+	parts := body.Messages[0].Content
+	if len(parts) != 3 || parts[1].ImageURL.URL != "data:image/png;base64,iVBORw==" || parts[2].ImageURL.URL != "https://example.com/cat.jpg" {
+		t.Errorf("image parts = %+v", parts)
+	}
+}
+
+func TestImageInToolResultRejected(t *testing.T) {
+	t.Parallel()
+	req := request()
+	req.Messages = append(req.Messages, &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{{Block: &llmv1.ContentBlock_ToolResult{ToolResult: &llmv1.ToolResultBlock{ToolCallId: "c", Content: []*llmv1.ContentBlock{{Block: &llmv1.ContentBlock_Image{Image: &llmv1.ImageBlock{Source: &llmv1.ImageBlock_Url{Url: "https://x"}}}}}}}}}})
+	err := newAdapter(t, "http://127.0.0.1:1", 0).Validate(req)
+	if err == nil || !strings.Contains(err.Error(), "messages[1].content[0].tool_result.content[0]") {
+		t.Fatalf("Validate = %v", err)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	providertest.Run(t, func(t *testing.T, m providertest.Mode) providertest.Subject {
+		r := providertest.Reply{Body: providertest.ReadFile(t, "usage_trailing.sse")}
+		if m == providertest.Stall {
+			r.StallAfter = providertest.After(t, r.Body, `"Hi"`)
+		}
+		up := providertest.Serve(t, r)
+		return providertest.Subject{Adapter: newAdapter(t, up.URL, 0), Request: request(), Upstream: up}
+	})
+}
