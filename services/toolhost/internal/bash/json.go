@@ -1,0 +1,5 @@
+package bash
+
+import "encoding/json"
+
+func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
