@@ -1,0 +1,138 @@
+package scripted
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/providertest"
+)
+
+func text(s string) *llmv1.ContentBlock {
+	return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: s}}}
+}
+
+func user(s string) *llmv1.Message {
+	return &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{text(s)}}
+}
+
+func assistant() *llmv1.Message {
+	return &llmv1.Message{Role: llmv1.Role_ROLE_ASSISTANT, Content: []*llmv1.ContentBlock{text("…")}}
+}
+
+func toolResult(id, out string) *llmv1.Message {
+	return &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{{Block: &llmv1.ContentBlock_ToolResult{ToolResult: &llmv1.ToolResultBlock{ToolCallId: id, Content: []*llmv1.ContentBlock{text(out)}}}}}}
+}
+
+func req(msgs ...*llmv1.Message) *llmv1.GenerateRequest {
+	return &llmv1.GenerateRequest{Provider: "scripted", Model: "demo", Messages: msgs}
+}
+
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	a := New(Demo())
+	first := providertest.Collect(t, t.Context(), a, req(user("hello")))
+	providertest.Golden(t, "testdata/golden/demo_step0.chunks", first)
+	var call *llmv1.ToolCallBlock
+	for _, c := range first {
+		if tc := c.GetBlockEnd().GetBlock().GetToolCall(); tc != nil {
+			call = tc
+		}
+	}
+	if call == nil || call.GetName() != "bash" || !json.Valid([]byte(call.GetArguments())) {
+		t.Fatalf("first demo step has no valid bash call: %v", call)
+	}
+	second := providertest.Collect(t, t.Context(), a, req(user("hello"), assistant(), toolResult(call.GetId(), "hello from dsh\nLinux")))
+	providertest.Golden(t, "testdata/golden/demo_step1.chunks", second)
+	// A new user turn starts over at step 0.
+	third := providertest.Collect(t, t.Context(), a, req(user("hello"), assistant(), toolResult(call.GetId(), "x"), assistant(), user("again")))
+	if providertest.Finish(third).GetReason().GetToolCalls() == nil {
+		t.Errorf("new turn did not restart at step 0: %s", providertest.Format(third))
+	}
+}
+
+func TestStepRule(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		msgs       []*llmv1.Message
+		turn, step int
+	}{
+		{"first call", []*llmv1.Message{user("a")}, 0, 0},
+		{"after tool results", []*llmv1.Message{user("a"), assistant(), toolResult("c", "x")}, 0, 1},
+		{"two tool rounds", []*llmv1.Message{user("a"), assistant(), toolResult("c", "x"), assistant(), toolResult("d", "y")}, 0, 2},
+		{"second turn", []*llmv1.Message{user("a"), assistant(), user("b")}, 1, 0},
+		{"no user message", []*llmv1.Message{assistant(), assistant()}, 0, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			turn, step := position(tt.msgs)
+			if turn != tt.turn || step != tt.step {
+				t.Errorf("position = (%d, %d), want (%d, %d)", turn, step, tt.turn, tt.step)
+			}
+		})
+	}
+}
+
+func TestScriptFeatures(t *testing.T) {
+	t.Parallel()
+	s, err := Parse([]byte(`{
+		"sequential": true,
+		"steps": [
+			{"failure": {"code": "RATE_LIMIT", "message": "slow down", "status": 429, "retry_after_ms": 1500}},
+			{"text": "partial answer", "finish": "max-tokens", "usage": {"input_tokens": 10, "output_tokens": 3}},
+			{"tool_calls": [{"id": "c1", "name": "raw", "arguments": "{\"broken\":"}]}
+		]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(s)
+	r := req(user("x"))
+	c := providertest.Collect(t, t.Context(), a, r)
+	f := providertest.Finish(c).GetReason().GetError().GetFailure()
+	if f.GetCode() != "RATE_LIMIT" || f.GetStatus() != 429 || f.GetProviderRetryAfterMs() != 1500 {
+		t.Errorf("failure = %v", f)
+	}
+	c = providertest.Collect(t, t.Context(), a, r)
+	if providertest.Finish(c).GetReason().GetMaxTokens() == nil || c[len(c)-2].GetUsage().GetUsage().GetOutputTokens() != 3 {
+		t.Errorf("max-tokens step:\n%s", providertest.Format(c))
+	}
+	c = providertest.Collect(t, t.Context(), a, r)
+	if got := c[len(c)-3].GetBlockEnd().GetBlock().GetToolCall().GetArguments(); got != `{"broken":` {
+		t.Errorf("raw arguments = %q", got)
+	}
+	c = providertest.Collect(t, t.Context(), a, r)
+	if providertest.FailureCode(c) != provider.CodeInvalidRequest {
+		t.Errorf("past the end: %s", providertest.Format(c))
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{`{}`, `[]`, `[{"tool_calls":[{"arguments":{}}]}]`, `[{"failure":{}}]`, `[{"finish":"bogus"}]`, `{"steps":`} {
+		if _, err := Parse([]byte(in)); err == nil {
+			t.Errorf("Parse(%s) succeeded", in)
+		}
+	}
+	if _, err := Load(`[{"text":"inline"}]`); err != nil {
+		t.Errorf("inline script: %v", err)
+	}
+	if _, err := Load("/nonexistent/script.json"); err == nil || !strings.Contains(err.Error(), "read script") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	providertest.Run(t, func(t *testing.T, m providertest.Mode) providertest.Subject {
+		s := Script{Steps: []Step{{Text: "one two three"}}}
+		if m == providertest.Stall {
+			// The block-start arrives at once; the first delta waits a minute.
+			s.Steps[0] = Step{Reasoning: "r", Text: "slow text", DelayMS: 60_000}
+		}
+		return providertest.Subject{Adapter: New(s), Request: req(user("x"))}
+	})
+}

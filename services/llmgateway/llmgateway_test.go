@@ -1,0 +1,306 @@
+package llmgateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/internal/llmstream"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/providertest"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/scripted"
+)
+
+const textSSE = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n" +
+	"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"}}]}\n\n" +
+	"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n" +
+	"data: [DONE]\n\n"
+
+// startGateway serves cfg on a loopback port and returns a client.
+func startGateway(t testing.TB, cfg Config) llmv1.LlmGatewayClient {
+	t.Helper()
+	svc, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpcserver.New(grpcserver.Config{})
+	svc.Register(srv.Server)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(ctx, lis); close(done) }()
+	conn, err := grpcserver.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(); cancel(); <-done; svc.Close() })
+	return llmv1.NewLlmGatewayClient(conn)
+}
+
+func userText(s string) *llmv1.Message {
+	return &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: s}}}}}
+}
+
+func recvAll(t testing.TB, s interface {
+	Recv() (*llmv1.GenerateResponse, error)
+}) ([]*llmv1.StreamChunk, error) {
+	var out []*llmv1.StreamChunk
+	for {
+		r, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r.GetChunk())
+	}
+}
+
+func TestGenerateOverGRPC(t *testing.T) {
+	t.Parallel()
+	up := providertest.Serve(t, providertest.Reply{Body: []byte(textSSE)})
+	stall := providertest.Serve(t, providertest.Reply{Body: []byte(textSSE), StallAfter: strings.Index(textSSE, "world") + 60})
+	c := startGateway(t, Config{Routes: []RouteConfig{
+		{Name: "local", Kind: KindOpenAI, BaseURL: up.URL, Models: []provider.Model{{ID: "m", ContextWindow: 4096}}},
+		{Name: "slow", Kind: KindOpenAI, BaseURL: stall.URL},
+		{Name: "ds", Kind: KindDeepSeek, BaseURL: up.URL, APIKey: "sk-secretsecretsecret"},
+		{Name: "scripted", Kind: KindScripted},
+	}})
+
+	t.Run("stream", func(t *testing.T) {
+		t.Parallel()
+		s, err := c.Generate(t.Context(), &llmv1.GenerateRequest{Provider: "local", Model: "m", Messages: []*llmv1.Message{userText("hi")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks, err := recvAll(t, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := llmstream.CheckStream(chunks); err != nil {
+			t.Fatal(err)
+		}
+		var a llmstream.Assembler
+		for _, ch := range chunks {
+			a.Push(ch)
+		}
+		m, _ := a.Message()
+		if got := m.GetContent()[0].GetText().GetText(); got != "Hello world" {
+			t.Errorf("text = %q", got)
+		}
+	})
+
+	t.Run("scripted demo", func(t *testing.T) {
+		t.Parallel()
+		s, err := c.Generate(t.Context(), &llmv1.GenerateRequest{Provider: "scripted", Model: "demo", Messages: []*llmv1.Message{userText("hi")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks, err := recvAll(t, s)
+		if err != nil || llmstream.CheckStream(chunks) != nil || providertest.Finish(chunks).GetReason().GetToolCalls() == nil {
+			t.Fatalf("demo stream: %v\n%s", err, providertest.Format(chunks))
+		}
+	})
+
+	t.Run("cancel mid-stream cancels upstream", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(t.Context())
+		s, err := c.Generate(ctx, &llmv1.GenerateRequest{Provider: "slow", Model: "m", Messages: []*llmv1.Message{userText("hi")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		select {
+		case <-stall.Cancelled():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the upstream request was not cancelled")
+		}
+		if _, err := recvAll(t, s); status.Code(err) != codes.Canceled {
+			t.Errorf("after cancel: %v", err)
+		}
+	})
+
+	t.Run("bad requests", func(t *testing.T) {
+		t.Parallel()
+		img := &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Image{Image: &llmv1.ImageBlock{Source: &llmv1.ImageBlock_Url{Url: "https://x/y.png"}}}}
+		tests := []struct {
+			name string
+			req  *llmv1.GenerateRequest
+			code codes.Code
+			msg  string
+		}{
+			{"no provider", &llmv1.GenerateRequest{Model: "m", Messages: []*llmv1.Message{userText("x")}}, codes.InvalidArgument, "provider"},
+			{"unknown provider", &llmv1.GenerateRequest{Provider: "nope", Model: "m", Messages: []*llmv1.Message{userText("x")}}, codes.NotFound, `"nope"`},
+			{"no model", &llmv1.GenerateRequest{Provider: "local", Messages: []*llmv1.Message{userText("x")}}, codes.InvalidArgument, "model"},
+			{"no messages", &llmv1.GenerateRequest{Provider: "local", Model: "m"}, codes.InvalidArgument, "messages"},
+			{"image to deepseek", &llmv1.GenerateRequest{Provider: "ds", Model: "m", Messages: []*llmv1.Message{userText("x"), {Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{img}}}}, codes.InvalidArgument, "messages[1].content[0]"},
+			{"bad tool schema", &llmv1.GenerateRequest{Provider: "local", Model: "m", Messages: []*llmv1.Message{userText("x")}, Tools: []*llmv1.ToolSchema{{Name: "t", Parameters: "[1]"}}}, codes.InvalidArgument, "tools[0].parameters"},
+		}
+		for _, tt := range tests {
+			s, err := c.Generate(t.Context(), tt.req)
+			if err == nil {
+				_, err = recvAll(t, s)
+			}
+			if status.Code(err) != tt.code || !strings.Contains(status.Convert(err).Message(), tt.msg) {
+				t.Errorf("%s: err = %v, want %s mentioning %s", tt.name, err, tt.code, tt.msg)
+			}
+		}
+	})
+
+	t.Run("catalogue", func(t *testing.T) {
+		t.Parallel()
+		lp, err := c.ListProviders(t.Context(), &llmv1.ListProvidersRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, p := range lp.GetProviders() {
+			ids = append(ids, p.GetId()+":"+p.GetKind())
+		}
+		if diff := cmp.Diff([]string{"local:openai", "slow:openai", "ds:deepseek", "scripted:scripted"}, ids); diff != "" {
+			t.Errorf("providers (-want +got):\n%s", diff)
+		}
+		lm, err := c.ListModels(t.Context(), &llmv1.ListModelsRequest{Provider: "ds"})
+		if err != nil || len(lm.GetModels()) != 2 || lm.GetModels()[0].GetContextWindow() != 128_000 {
+			t.Errorf("ListModels(ds) = %v, %v", lm, err)
+		}
+		mc, err := c.GetModelContext(t.Context(), &llmv1.GetModelContextRequest{Provider: "local", Model: "m"})
+		if err != nil || mc.GetContext().GetContextWindow() != 4096 {
+			t.Errorf("GetModelContext(local, m) = %v, %v", mc, err)
+		}
+		mc, err = c.GetModelContext(t.Context(), &llmv1.GetModelContextRequest{Provider: "local", Model: "unlisted"})
+		if err != nil || mc.GetContext() != nil {
+			t.Errorf("unknown model context = %v, %v", mc, err)
+		}
+		if _, err := c.ListModels(t.Context(), &llmv1.ListModelsRequest{Provider: "x"}); status.Code(err) != codes.NotFound {
+			t.Errorf("ListModels(x) = %v", err)
+		}
+	})
+	// Nothing of a rejected request reaches the upstream (checked after the
+	// parallel subtests finished).
+	t.Cleanup(func() {
+		for _, r := range up.Requests() {
+			if strings.Contains(string(r.Body), "https://x/y.png") || strings.Contains(string(r.Body), `"[1]"`) {
+				t.Errorf("a rejected request reached the upstream: %s", r.Body)
+			}
+		}
+	})
+}
+
+func TestReplayStateStripping(t *testing.T) {
+	t.Parallel()
+	shared := scripted.New(scripted.Script{Steps: []scripted.Step{{Text: "x"}}})
+	other := scripted.New(scripted.Script{Steps: []scripted.Step{{Text: "y"}}})
+	s, err := NewWithAdapters(nil, map[string]provider.Adapter{"a1": shared, "a2": shared, "b": other}, "a1", "a2", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist := func(route string) *llmv1.Message {
+		return &llmv1.Message{Role: llmv1.Role_ROLE_ASSISTANT, Provenance: &llmv1.AssistantProvenance{Provider: route, Model: "m", ReplayState: proto.String(`{"v":1}`)}}
+	}
+	req := &llmv1.GenerateRequest{Provider: "a1", Model: "m", Messages: []*llmv1.Message{userText("x"), hist("a2"), hist("b"), hist("gone"), hist("a1")}}
+	before := proto.Clone(req)
+	_, got, err := s.prepare(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []bool
+	for _, m := range got.GetMessages()[1:] {
+		kept = append(kept, m.GetProvenance().ReplayState != nil)
+	}
+	if diff := cmp.Diff([]bool{true, false, false, true}, kept); diff != "" {
+		t.Errorf("replay state kept (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(before, req, protocmp.Transform()); diff != "" {
+		t.Errorf("prepare mutated the caller's request:\n%s", diff)
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"nothing set: scripted only", nil, []string{"scripted:scripted"}},
+		{"all", map[string]string{"DEEPSEEK_API_KEY": "k", "ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"}, []string{"deepseek:deepseek", "anthropic:anthropic", "openai:openai", "scripted:scripted"}},
+		{"openai base url alone (local server)", map[string]string{"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"}, []string{"openai:openai", "scripted:scripted"}},
+		{"base url without key does not register deepseek", map[string]string{"DEEPSEEK_BASE_URL": "http://x"}, []string{"scripted:scripted"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := ConfigFromEnv(func(k string) string { return tt.env[k] })
+			var got []string
+			for _, r := range cfg.Routes {
+				got = append(got, r.Name+":"+r.Kind)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("routes (-want +got):\n%s", diff)
+			}
+			if _, err := New(cfg, nil); err != nil {
+				t.Errorf("New: %v", err)
+			}
+		})
+	}
+}
+
+func TestLoadConfigFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "gw.json")
+	if err := os.WriteFile(path, []byte(`{"idle_timeout":"30s","routes":[
+		{"name":"vllm","kind":"openai","base_url":"http://127.0.0.1:8000/v1","models":[{"id":"qwen","context_window":32768}]},
+		{"name":"ollama","kind":"openai","base_url":"http://127.0.0.1:11434/v1","api_key_env":"OLLAMA_KEY"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"OLLAMA_KEY": "secret"}
+	cfg, err := LoadConfigFile(path, ConfigFromEnv(func(string) string { return "" }), func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range cfg.Routes {
+		got = append(got, r.Name)
+	}
+	if diff := cmp.Diff([]string{"vllm", "ollama", "scripted"}, got); diff != "" {
+		t.Errorf("routes (-want +got):\n%s", diff)
+	}
+	if cfg.IdleTimeout != 30*time.Second || cfg.Routes[1].APIKey != "secret" {
+		t.Errorf("idle %v, key %q", cfg.IdleTimeout, cfg.Routes[1].APIKey)
+	}
+	if err := os.WriteFile(path, []byte(`{"routez":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfigFile(path, Config{}, os.Getenv); err == nil {
+		t.Error("unknown field accepted")
+	}
+	if _, err := New(Config{Routes: []RouteConfig{{Name: "x", Kind: "bogus"}}}, nil); err == nil {
+		t.Error("unknown kind accepted")
+	}
+	if _, err := New(Config{Routes: []RouteConfig{{Name: "x", Kind: KindScripted}, {Name: "x", Kind: KindScripted}}}, nil); err == nil {
+		t.Error("duplicate route accepted")
+	}
+}
