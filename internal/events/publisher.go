@@ -113,6 +113,10 @@ type Config struct {
 	Replicas int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// CursorEvery bounds how often a session's cursor is written to the
+	// store (the stream's tail corrects a stale cursor on the next start);
+	// 0 means 200ms. Close writes every cursor.
+	CursorEvery time.Duration
 	// ExtraOptions are appended to the NATS options (tests use it).
 	ExtraOptions []nats.Option
 }
@@ -178,6 +182,9 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.CursorEvery <= 0 {
+		cfg.CursorEvery = 200 * time.Millisecond
 	}
 	opts, err := cfg.Conn.Options()
 	if err != nil {
@@ -353,7 +360,8 @@ func (p *Publisher) Pending() int {
 	return n
 }
 
-// Flush waits until every queued event is published or ctx ends.
+// Flush waits until every queued event is published and the cursors are
+// written, or ctx ends.
 func (p *Publisher) Flush(ctx context.Context) error {
 	t := time.NewTicker(2 * time.Millisecond)
 	defer t.Stop()
@@ -362,6 +370,7 @@ func (p *Publisher) Flush(ctx context.Context) error {
 		clean := len(p.dirty) == 0 && !p.busy
 		p.mu.Unlock()
 		if clean && p.Pending() == 0 {
+			p.saveCursors(ctx)
 			return nil
 		}
 		select {
@@ -412,10 +421,16 @@ func (p *Publisher) run() {
 	}()
 	backoff := minBackoff
 	var retry <-chan time.Time
+	saveTick := time.NewTicker(p.cfg.CursorEvery)
+	defer saveTick.Stop()
+	defer p.saveCursors(context.Background())
 	for {
 		select {
 		case <-p.closing:
 			return
+		case <-saveTick.C:
+			p.saveCursors(ctx)
+			continue
 		case <-p.wake:
 		case <-retry:
 		}
@@ -534,18 +549,15 @@ func (p *Publisher) publishSession(ctx context.Context, id string) error {
 	for {
 		batch, err := p.nextBatch(ctx, s)
 		if err != nil {
-			p.saveCursor(ctx, s)
 			return err
 		}
 		if len(batch) == 0 {
 			break
 		}
 		if err := p.publishBatch(ctx, s, batch); err != nil {
-			p.saveCursor(ctx, s)
 			return err
 		}
 	}
-	p.saveCursor(ctx, s)
 
 	p.mu.Lock()
 	statuses := s.statuses
@@ -696,6 +708,21 @@ wait:
 		return fmt.Errorf("events: publish %s from seq %d: %w", s.id, batch[acked:][0].ev.GetSeq(), err)
 	}
 	return nil
+}
+
+// saveCursors writes every cursor that moved since it was last written.
+func (p *Publisher) saveCursors(ctx context.Context) {
+	p.mu.Lock()
+	var moved []*sessionState
+	for _, s := range p.sessions {
+		if s.cursor > s.saved {
+			moved = append(moved, s)
+		}
+	}
+	p.mu.Unlock()
+	for _, s := range moved {
+		p.saveCursor(ctx, s)
+	}
 }
 
 func (p *Publisher) saveCursor(ctx context.Context, s *sessionState) {
