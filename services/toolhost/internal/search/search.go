@@ -1,0 +1,350 @@
+package search
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
+	"github.com/dsh-dev/dsh/services/toolhost/internal/fstools"
+	"github.com/dsh-dev/dsh/services/toolhost/internal/spill"
+)
+
+// Caps of the inline results (the original's).
+const (
+	GlobInline    = 100
+	GrepInline    = 250
+	maxLineChars  = 2000
+	maxGrepFile   = 64 << 20
+	maxCollected  = 200000
+)
+
+var vcsDirs = map[string]bool{".git": true, ".hg": true, ".svn": true, ".jj": true, ".bzr": true, "_darcs": true, "CVS": true}
+
+// Search is the glob and grep tool family.
+type Search struct {
+	conf  *fstools.Confiner
+	spill *spill.Dir
+}
+
+// New returns the search tools; sp may be nil (no spilling).
+func New(conf *fstools.Confiner, sp *spill.Dir) *Search { return &Search{conf: conf, spill: sp} }
+
+// Tools returns glob and grep.
+func (s *Search) Tools() []toolsdk.Tool { return []toolsdk.Tool{s.globTool(), s.grepTool()} }
+
+// GlobArgs are glob's parameters.
+type GlobArgs struct {
+	Pattern string `json:"pattern" jsonschema:"required,description=Glob to match, e.g. **/*.go or src/**/*.{ts,tsx}; a pattern without a slash matches file names at any depth."`
+	Path    string `json:"path" jsonschema:"description=Directory to search (default: the session's working directory)."`
+}
+
+// GrepArgs are grep's parameters.
+type GrepArgs struct {
+	Pattern string `json:"pattern" jsonschema:"required,description=Regular expression (RE2 syntax) to search file contents for."`
+	Path    string `json:"path" jsonschema:"description=Directory or file to search (default: the session's working directory)."`
+	Include string `json:"include" jsonschema:"description=Only search files matching this glob, e.g. *.go or *.{ts,tsx}."`
+}
+
+type countMeta struct {
+	Count int `json:"count"`
+	Files int `json:"files"`
+}
+
+func searchView(title, pattern, path string) *toolsv1.ToolCallView {
+	g := &toolsv1.GenericCallView{Title: title + " " + pattern, Kind: toolsv1.ToolCallKind_TOOL_CALL_KIND_SEARCH, RawInput: pattern}
+	if path != "" {
+		g.Locations = []*toolsv1.FileLocation{{Path: path}}
+	}
+	return &toolsv1.ToolCallView{Card: &toolsv1.ToolCallView_Generic{Generic: g}}
+}
+
+func countView(r *toolsv1.ToolExecutionResult, format func(countMeta) string) *toolsv1.ToolResultView {
+	var m countMeta
+	if r.GetIsError() || r.Meta == nil || jsonUnmarshal(r.GetMeta(), &m) != nil {
+		return nil
+	}
+	return &toolsv1.ToolResultView{Card: &toolsv1.ToolResultView_Generic{Generic: &toolsv1.GenericResultView{Title: format(m)}}}
+}
+
+func (s *Search) globTool() toolsdk.Tool {
+	return toolsdk.Define("glob",
+		fmt.Sprintf("Find files by glob pattern. Returns matching paths, newest first, hidden and ignored files included, VCS folders skipped; the first %d inline and the full list in a file named in the result.", GlobInline),
+		s.glob,
+		toolsdk.AlwaysConcurrencySafe(),
+		toolsdk.PresentCall(func(a GlobArgs) *toolsv1.ToolCallView { return searchView("Glob", a.Pattern, a.Path) }),
+		toolsdk.PresentResult(func(_ GlobArgs, r *toolsv1.ToolExecutionResult) *toolsv1.ToolResultView {
+			return countView(r, func(m countMeta) string { return fmt.Sprintf("%d files", m.Count) })
+		}),
+	)
+}
+
+func (s *Search) grepTool() toolsdk.Tool {
+	return toolsdk.Define("grep",
+		fmt.Sprintf("Search file contents with a regular expression (Go RE2 syntax). Returns matching lines with line numbers grouped by file, newest files first; binary files and VCS folders are skipped; the first %d matches inline and the rest in a file named in the result.", GrepInline),
+		s.grep,
+		toolsdk.AlwaysConcurrencySafe(),
+		toolsdk.PresentCall(func(a GrepArgs) *toolsv1.ToolCallView { return searchView("Grep", a.Pattern, a.Path) }),
+		toolsdk.PresentResult(func(_ GrepArgs, r *toolsv1.ToolExecutionResult) *toolsv1.ToolResultView {
+			return countView(r, func(m countMeta) string { return fmt.Sprintf("%d matches in %d files", m.Count, m.Files) })
+		}),
+	)
+}
+
+type file struct {
+	path  string // display path
+	real  string
+	mtime time.Time
+}
+
+// walk lists the regular files under root (or root itself when it is a
+// file) accepted by keep, newest first.
+func walk(ctx context.Context, root fstools.Target, keep func(rel string) bool) ([]file, error) {
+	fi, err := os.Stat(root.Real)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, toolsdk.NewError("FsError", fstools.CodeNotFound, "path not found: "+root.Display, nil)
+	}
+	if err != nil {
+		return nil, toolsdk.NewError("FsError", fstools.CodeIOError, err.Error(), err)
+	}
+	var out []file
+	if !fi.IsDir() {
+		if keep(filepath.Base(root.Real)) {
+			out = append(out, file{root.Display, root.Real, fi.ModTime()})
+		}
+		return out, nil
+	}
+	err = filepath.WalkDir(root.Real, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // unreadable entries are skipped
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if d.IsDir() {
+			if p != root.Real && vcsDirs[d.Name()] {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		rel, _ := filepath.Rel(root.Real, p)
+		rel = filepath.ToSlash(rel)
+		if !keep(rel) {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		out = append(out, file{filepath.Join(root.Display, rel), p, info.ModTime()})
+		if len(out) >= maxCollected {
+			return errCollected
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errCollected) {
+		return nil, err
+	}
+	slices.SortStableFunc(out, func(a, b file) int {
+		if c := b.mtime.Compare(a.mtime); c != 0 {
+			return c
+		}
+		return strings.Compare(a.path, b.path)
+	})
+	return out, nil
+}
+
+var errCollected = errors.New("collected enough")
+
+func (s *Search) root(call *toolsdk.Call, p string) (fstools.Target, error) {
+	if p == "" {
+		p = call.Cwd
+	}
+	return s.conf.Resolve(call.Cwd, call.WorkspaceRoot, p, false)
+}
+
+func (s *Search) glob(ctx context.Context, call *toolsdk.Call, a GlobArgs) (toolsdk.Result, error) {
+	m, err := newMatcher(a.Pattern)
+	if err != nil {
+		return toolsdk.Result{}, &toolsdk.ArgsError{Violations: []string{`"pattern" is not a valid glob: ` + err.Error()}}
+	}
+	root, err := s.root(call, a.Path)
+	if err != nil {
+		return toolsdk.Result{}, err
+	}
+	files, err := walk(ctx, root, m.match)
+	if err != nil {
+		return toolsdk.Result{}, searchErr(ctx, err)
+	}
+	if len(files) == 0 {
+		res := toolsdk.Text("No files found")
+		res.Meta = countMeta{}
+		return res, nil
+	}
+	lines := make([]string, len(files))
+	for i, f := range files {
+		lines[i] = f.path
+	}
+	var b strings.Builder
+	b.WriteString(strings.Join(lines[:min(len(lines), GlobInline)], "\n"))
+	if len(lines) > GlobInline {
+		path := s.spillText(call, "glob.txt", strings.Join(lines, "\n")+"\n")
+		fmt.Fprintf(&b, "\n\n(Results are truncated: showing the first %d of %d files. Full list: %s)", GlobInline, len(lines), path)
+	}
+	res := toolsdk.Text(b.String())
+	res.Meta = countMeta{Count: len(files), Files: len(files)}
+	return res, nil
+}
+
+func (s *Search) spillText(call *toolsdk.Call, name, content string) string {
+	if s.spill == nil {
+		return "(unavailable)"
+	}
+	p, err := s.spill.WriteText(call.SessionID, call.ID+"-"+name, content)
+	if err != nil {
+		return "(unavailable)"
+	}
+	return p
+}
+
+func searchErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+func (s *Search) grep(ctx context.Context, call *toolsdk.Call, a GrepArgs) (toolsdk.Result, error) {
+	var bad []string
+	re, err := regexp.Compile(a.Pattern)
+	if err != nil {
+		bad = append(bad, `"pattern" is not a valid regular expression: `+err.Error())
+	}
+	keep := func(string) bool { return true }
+	if a.Include != "" {
+		m, err := newMatcher(a.Include)
+		if err != nil {
+			bad = append(bad, `"include" is not a valid glob: `+err.Error())
+		} else {
+			keep = m.match
+		}
+	}
+	if len(bad) > 0 {
+		return toolsdk.Result{}, &toolsdk.ArgsError{Violations: bad}
+	}
+	root, err := s.root(call, a.Path)
+	if err != nil {
+		return toolsdk.Result{}, err
+	}
+	files, err := walk(ctx, root, keep)
+	if err != nil {
+		return toolsdk.Result{}, searchErr(ctx, err)
+	}
+	var full, inline strings.Builder
+	total, nfiles := 0, 0
+	for _, f := range files {
+		if ctx.Err() != nil {
+			return toolsdk.Result{}, ctx.Err()
+		}
+		ms := grepFile(f.real, re)
+		if len(ms) == 0 {
+			continue
+		}
+		nfiles++
+		for _, out := range []*strings.Builder{&full, &inline} {
+			if out == &inline && total >= GrepInline {
+				continue
+			}
+			if out.Len() > 0 {
+				out.WriteString("\n")
+			}
+			out.WriteString(f.path + ":\n")
+		}
+		for _, m := range ms {
+			line := fmt.Sprintf("  Line %d: %s\n", m.n, m.text)
+			full.WriteString(line)
+			if total < GrepInline {
+				inline.WriteString(line)
+			}
+			total++
+		}
+	}
+	if total == 0 {
+		res := toolsdk.Text("No files found")
+		res.Meta = countMeta{}
+		return res, nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Found %d matches\n%s", total, strings.TrimRight(inline.String(), "\n"))
+	if total > GrepInline {
+		path := s.spillText(call, "grep.txt", full.String())
+		fmt.Fprintf(&b, "\n\n(Results are truncated: showing the first %d of %d matches. Full results: %s)", GrepInline, total, path)
+	}
+	res := toolsdk.Text(b.String())
+	res.Meta = countMeta{Count: total, Files: nfiles}
+	return res, nil
+}
+
+type match struct {
+	n    int
+	text string
+}
+
+// grepFile returns the matching lines of a text file; binary, unreadable
+// and oversized files yield none.
+func grepFile(p string, re *regexp.Regexp) []match {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || fi.Size() > maxGrepFile {
+		return nil
+	}
+	br := bufio.NewReaderSize(f, 64<<10)
+	head, _ := br.Peek(8000)
+	if bytes.IndexByte(head, 0) >= 0 {
+		return nil
+	}
+	var out []match
+	n := 0
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			n++
+			line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+			if re.Match(line) {
+				out = append(out, match{n, clip(line)})
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				return out
+			}
+			return out
+		}
+	}
+}
+
+func clip(b []byte) string {
+	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	if utf8.RuneCountInString(s) > maxLineChars {
+		s = string([]rune(s)[:maxLineChars]) + "..."
+	}
+	return s
+}
