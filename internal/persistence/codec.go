@@ -1,0 +1,127 @@
+package persistence
+
+import (
+	"errors"
+	"fmt"
+
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/session"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// CheckHeader validates a header given to Create.
+func CheckHeader(h *sessionv1.SessionHeader) error {
+	if h == nil {
+		return fmt.Errorf("%w: nil header", ErrInvalidHeader)
+	}
+	if h.GetId() == "" {
+		return fmt.Errorf("%w: empty session id", ErrInvalidHeader)
+	}
+	if h.GetVersion() != FormatVersion {
+		return fmt.Errorf("session %q: header version %d (this build stores version %d): %w", h.GetId(), h.GetVersion(), FormatVersion, ErrUnknownVersion)
+	}
+	return nil
+}
+
+// CheckBatch checks that a batch continues a log whose next seq is next: the
+// first seq equals next and the seqs are contiguous. Nil events are refused.
+func CheckBatch(id string, next int64, events []*sessionv1.SessionEvent) error {
+	for i, ev := range events {
+		want := next + int64(i)
+		if ev == nil {
+			return &InvalidEventError{SessionID: id, Seq: want, Type: "", Err: errors.New("nil event")}
+		}
+		if ev.GetSeq() != want {
+			return &SeqError{SessionID: id, Index: i, Want: want, Got: ev.GetSeq()}
+		}
+	}
+	return nil
+}
+
+// EncodeEvent returns the stored form of an event: its canonical one-line
+// JSON (session.MarshalEventJSON), after checking that every raw-JSON field
+// holds lossless JSON. A failure is an *InvalidEventError naming the type.
+func EncodeEvent(id string, ev *sessionv1.SessionEvent) ([]byte, error) {
+	typ := session.TypeName(ev)
+	if typ == "" {
+		return nil, &InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: "(none)", Err: errors.New("event has no payload")}
+	}
+	if err := CheckRawJSON(ev); err != nil {
+		return nil, &InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
+	}
+	b, err := session.MarshalEventJSON(ev)
+	if err != nil {
+		return nil, &InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
+	}
+	return b, nil
+}
+
+// EncodeBatch checks a batch against the stored next seq and encodes every
+// event; on error nothing should be written.
+func EncodeBatch(id string, next int64, events []*sessionv1.SessionEvent) ([][]byte, error) {
+	if err := CheckBatch(id, next, events); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(events))
+	for i, ev := range events {
+		b, err := EncodeEvent(id, ev)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = b
+	}
+	return out, nil
+}
+
+// DecodeEvent parses the stored form of an event.
+func DecodeEvent(b []byte) (*sessionv1.SessionEvent, error) {
+	return session.UnmarshalEventJSON(b)
+}
+
+// MarshalHeader returns the stored JSON form of a header (protojson, one
+// line, zero fields omitted).
+func MarshalHeader(h *sessionv1.SessionHeader) ([]byte, error) {
+	return protojson.Marshal(h)
+}
+
+// UnmarshalHeader parses the stored JSON form of a header and checks its
+// version.
+func UnmarshalHeader(id string, b []byte) (*sessionv1.SessionHeader, error) {
+	h := &sessionv1.SessionHeader{}
+	if err := protojson.Unmarshal(b, h); err != nil {
+		return nil, &CorruptError{SessionID: id, Seq: -1, Err: fmt.Errorf("header: %w", err)}
+	}
+	if h.GetVersion() != FormatVersion {
+		return nil, fmt.Errorf("session %q: stored header version %d (this build reads version %d): %w", id, h.GetVersion(), FormatVersion, ErrUnknownVersion)
+	}
+	if h.GetId() != id {
+		return nil, &CorruptError{SessionID: id, Seq: -1, Err: fmt.Errorf("header names session %q", h.GetId())}
+	}
+	return h, nil
+}
+
+// CheckLoaded validates a loaded log with the kernel's invariants (surface,
+// turn enclosure). A violation is a *CorruptError carrying the seq.
+func CheckLoaded(id string, events []*sessionv1.SessionEvent) error {
+	for i, ev := range events {
+		if ev.GetSeq() != int64(i) {
+			return &CorruptError{SessionID: id, Seq: int64(i), Err: fmt.Errorf("event %d carries seq %d", i, ev.GetSeq())}
+		}
+	}
+	if err := session.CheckLog(events); err != nil {
+		seq := int64(-1)
+		var inv *session.InvariantError
+		if errors.As(err, &inv) {
+			seq = inv.Seq
+		}
+		return &CorruptError{SessionID: id, Seq: seq, Err: err}
+	}
+	return nil
+}
+
+// Closers returns the synthetic events that close an interrupted final turn
+// (semantics.md §3.11), with seqs continuing the log, or nil when the log is
+// balanced.
+func Closers(events []*sessionv1.SessionEvent) []*sessionv1.SessionEvent {
+	return session.InterruptedTurnClosers(events)
+}

@@ -1,0 +1,219 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/persistence"
+)
+
+// Load reads a session in one read transaction, validates it and durably
+// closes an interrupted final turn.
+func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, []*sessionv1.SessionEvent, error) {
+	if err := s.checkOpen(ctx); err != nil {
+		return nil, nil, err
+	}
+	for {
+		h, events, err := s.read(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := persistence.CheckLoaded(id, events); err != nil {
+			return nil, nil, err
+		}
+		closers := persistence.Closers(events)
+		if len(closers) == 0 {
+			return h, events, nil
+		}
+		data := make([][]byte, len(closers))
+		for i, ev := range closers {
+			if data[i], err = persistence.EncodeEvent(id, ev); err != nil {
+				return nil, nil, fmt.Errorf("session %q: repair: %w", id, err)
+			}
+		}
+		err = s.inTx(ctx, func(tx *sql.Tx) error { return s.appendRows(ctx, tx, id, closers, data) })
+		var seqErr *persistence.SeqError
+		if errors.As(err, &seqErr) {
+			continue // the log grew after the read: read it again
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("session %q: repair: %w", id, err)
+		}
+		return h, append(events, closers...), nil
+	}
+}
+
+type row struct {
+	seq  int64
+	data string
+}
+
+// read returns the header and the stored events of a session from one
+// snapshot.
+func (s *Store) read(ctx context.Context, id string) (*sessionv1.SessionHeader, []*sessionv1.SessionEvent, error) {
+	tx, err := s.r.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlitestore: begin: %w", err)
+	}
+	defer tx.Rollback()
+	var (
+		hjson string
+		next  int64
+	)
+	err = tx.QueryRowContext(ctx, `SELECT header, next_seq FROM sessions WHERE id = ?`, id).Scan(&hjson, &next)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("session %q: %w", id, err)
+	}
+	h, err := persistence.UnmarshalHeader(id, []byte(hjson))
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT seq, data FROM events WHERE session_id = ? ORDER BY seq`, id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("session %q: %w", id, err)
+	}
+	defer rows.Close()
+	raw := make([]row, 0, next)
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.seq, &r.data); err != nil {
+			return nil, nil, fmt.Errorf("session %q: %w", id, err)
+		}
+		raw = append(raw, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("session %q: %w", id, err)
+	}
+	if int64(len(raw)) != next {
+		return nil, nil, &persistence.CorruptError{SessionID: id, Seq: int64(len(raw)), Err: fmt.Errorf("%d event rows for a log of length %d", len(raw), next)}
+	}
+	events, err := decodeRows(id, raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return h, events, nil
+}
+
+// decodeRows parses the rows, spreading the work over the available CPUs
+// (protojson decoding dominates a load).
+func decodeRows(id string, raw []row) ([]*sessionv1.SessionEvent, error) {
+	events := make([]*sessionv1.SessionEvent, len(raw))
+	errs := make([]error, len(raw))
+	decode := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if raw[i].seq != int64(i) {
+				errs[i] = &persistence.CorruptError{SessionID: id, Seq: int64(i), Err: fmt.Errorf("row %d has seq %d", i, raw[i].seq)}
+				return
+			}
+			ev, err := persistence.DecodeEvent([]byte(raw[i].data))
+			if err == nil && ev.GetSeq() != int64(i) {
+				err = fmt.Errorf("data of row %d carries seq %d", i, ev.GetSeq())
+			}
+			if err != nil {
+				errs[i] = &persistence.CorruptError{SessionID: id, Seq: int64(i), Err: err}
+				return
+			}
+			events[i] = ev
+		}
+	}
+	workers := min(runtime.GOMAXPROCS(0), max(len(raw)/512, 1))
+	if workers == 1 {
+		decode(0, len(raw))
+	} else {
+		var wg sync.WaitGroup
+		chunk := (len(raw) + workers - 1) / workers
+		for lo := 0; lo < len(raw); lo += chunk {
+			wg.Go(func() { decode(lo, min(lo+chunk, len(raw))) })
+		}
+		wg.Wait()
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return events, nil
+}
+
+// List returns the headers of the materialised sessions.
+func (s *Store) List(ctx context.Context) ([]*sessionv1.SessionHeader, error) {
+	if err := s.checkOpen(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT id, header FROM sessions ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: list: %w", err)
+	}
+	defer rows.Close()
+	var out []*sessionv1.SessionHeader
+	for rows.Next() {
+		var id, hjson string
+		if err := rows.Scan(&id, &hjson); err != nil {
+			return nil, fmt.Errorf("sqlitestore: list: %w", err)
+		}
+		h, err := persistence.UnmarshalHeader(id, []byte(hjson))
+		if err != nil {
+			s.log.Warn("sqlitestore: skipping an unreadable session header", "session", id, "error", err)
+			continue
+		}
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: list: %w", err)
+	}
+	return out, nil
+}
+
+// PublishedCursor returns the next seq not yet published.
+func (s *Store) PublishedCursor(ctx context.Context, id string) (int64, error) {
+	if err := s.checkOpen(ctx); err != nil {
+		return 0, err
+	}
+	var next int64
+	err := s.r.QueryRowContext(ctx, `SELECT published_next FROM sessions WHERE id = ?`, id).Scan(&next)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("session %q: %w", id, err)
+	}
+	return next, nil
+}
+
+// SetPublishedCursor raises the published cursor.
+func (s *Store) SetPublishedCursor(ctx context.Context, id string, next int64) error {
+	if err := s.checkOpen(ctx); err != nil {
+		return err
+	}
+	res, err := s.raiseCursor.ExecContext(ctx, id, next)
+	if err != nil {
+		return fmt.Errorf("session %q: published cursor: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("session %q: published cursor: %w", id, err)
+	} else if n == 1 {
+		return nil
+	}
+	// Not raised: the session is missing, the value is not higher, or it
+	// is beyond the log.
+	var stored, published int64
+	err = s.w.QueryRowContext(ctx, `SELECT next_seq, published_next FROM sessions WHERE id = ?`, id).Scan(&stored, &published)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("session %q: published cursor: %w", id, err)
+	}
+	if next > stored {
+		return &persistence.CursorError{SessionID: id, Next: next, Len: stored}
+	}
+	return nil
+}

@@ -1,0 +1,379 @@
+// Package sqlitestore is the SQLite session store (the default backend): one
+// database file holding every session, on the pure-Go modernc.org/sqlite
+// driver, in WAL mode.
+//
+// Schema: a sessions table (one row per materialised session: header
+// columns, the full header, the stored log length and the published cursor)
+// and an events table (one row per event: session_id, seq, type, time and the
+// event as readable JSON in data). PRAGMA user_version carries SchemaVersion;
+// an unknown version is refused at Open, never migrated silently.
+//
+// # Delivery
+//
+// Every Append is one IMMEDIATE transaction on the single writer connection:
+// it materialises the sessions row of a lazily created session, asserts that
+// the batch starts at the stored next seq, inserts the rows and advances
+// next_seq; any failure rolls the whole batch back. With the default
+// synchronous=FULL the commit fsyncs the WAL, so an Append that returned nil
+// survives a process crash and a power loss; with Synchronous "NORMAL" it
+// survives a process crash only. Load repairs an interrupted turn in its own
+// transaction, asserting that the log did not grow meanwhile.
+//
+// The database file is created 0600 (SQLite gives its -wal and -shm files
+// the same mode) in a directory created 0700.
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/persistence"
+	"github.com/dsh-dev/dsh/internal/session"
+)
+
+// Config configures a Store.
+type Config struct {
+	// Path of the database file; its directory is created 0700 if missing.
+	Path string
+	// Synchronous is the SQLite synchronous level: "FULL" (default; a
+	// committed append survives power loss) or "NORMAL" (it survives a
+	// process crash; faster).
+	Synchronous string
+	// Readers bounds the read connections (Load, List); default 4.
+	Readers int
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Store is a persistence.Store over one SQLite database.
+type Store struct {
+	w   *sql.DB // the single writer connection
+	r   *sql.DB // read-only connections
+	log *slog.Logger
+
+	insertSession, selectNext, insertEvent, updateNext, raiseCursor *sql.Stmt
+
+	mu      sync.Mutex
+	closed  bool
+	pending map[string]*sessionv1.SessionHeader // created, not yet materialised
+}
+
+var _ persistence.Store = (*Store)(nil)
+
+func dsn(path, sync string, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "synchronous("+sync+")")
+	if readOnly {
+		q.Add("_query_only", "1")
+	} else {
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_txlock", "immediate")
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// Open opens (creating if needed) the database at cfg.Path and checks its
+// schema version.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("sqlitestore: empty path")
+	}
+	sync := cfg.Synchronous
+	switch sync {
+	case "":
+		sync = "FULL"
+	case "FULL", "NORMAL":
+	default:
+		return nil, fmt.Errorf("sqlitestore: synchronous %q: want FULL or NORMAL", sync)
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.Path), 0o700); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	// Create the file ourselves so that it is 0600 whatever the umask.
+	f, err := os.OpenFile(cfg.Path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	f.Close()
+
+	s := &Store{log: cfg.Logger, pending: make(map[string]*sessionv1.SessionHeader)}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.w, err = sql.Open("sqlite", dsn(cfg.Path, sync, false)); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	s.w.SetMaxOpenConns(1)
+	s.w.SetMaxIdleConns(1)
+	s.w.SetConnMaxLifetime(0)
+	s.w.SetConnMaxIdleTime(0)
+	if err := s.migrate(ctx); err != nil {
+		s.w.Close()
+		return nil, err
+	}
+	if s.r, err = sql.Open("sqlite", dsn(cfg.Path, sync, true)); err != nil {
+		s.w.Close()
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	readers := cfg.Readers
+	if readers <= 0 {
+		readers = 4
+	}
+	s.r.SetMaxOpenConns(readers)
+	s.r.SetMaxIdleConns(readers)
+	if err := s.prepare(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// migrate stamps a fresh database with the schema and refuses an unknown
+// version.
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: %w", err)
+	}
+	defer tx.Rollback()
+	var version, tables int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return fmt.Errorf("sqlitestore: read schema version: %w", err)
+	}
+	switch version {
+	case SchemaVersion:
+		return nil
+	case 0:
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&tables); err != nil {
+			return fmt.Errorf("sqlitestore: %w", err)
+		}
+		if tables > 0 {
+			return fmt.Errorf("sqlitestore: database has tables but no schema version: %w", persistence.ErrUnknownVersion)
+		}
+	default:
+		return fmt.Errorf("sqlitestore: schema version %d (this build knows %d): %w", version, SchemaVersion, persistence.ErrUnknownVersion)
+	}
+	if _, err := tx.ExecContext(ctx, schema); err != nil {
+		return fmt.Errorf("sqlitestore: create schema: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion)); err != nil {
+		return fmt.Errorf("sqlitestore: stamp schema version: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlitestore: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) prepare(ctx context.Context) error {
+	for _, p := range []struct {
+		dst **sql.Stmt
+		q   string
+	}{
+		{&s.insertSession, `INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, delegation_depth, header, next_seq)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (id) DO NOTHING`},
+		{&s.selectNext, `SELECT next_seq FROM sessions WHERE id = ?`},
+		{&s.insertEvent, `INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, ?, ?, ?)`},
+		{&s.updateNext, `UPDATE sessions SET next_seq = ? WHERE id = ?`},
+		{&s.raiseCursor, `UPDATE sessions SET published_next = ?2 WHERE id = ?1 AND published_next < ?2 AND ?2 <= next_seq`},
+	} {
+		st, err := s.w.PrepareContext(ctx, p.q)
+		if err != nil {
+			return fmt.Errorf("sqlitestore: prepare: %w", err)
+		}
+		*p.dst = st
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	var errs []error
+	for _, st := range []*sql.Stmt{s.insertSession, s.selectNext, s.insertEvent, s.updateNext, s.raiseCursor} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	if s.r != nil {
+		errs = append(errs, s.r.Close())
+	}
+	errs = append(errs, s.w.Close())
+	return errors.Join(errs...)
+}
+
+func (s *Store) checkOpen(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return persistence.ErrClosed
+	}
+	return nil
+}
+
+// Create registers a session; the sessions row is written by the first
+// Append.
+func (s *Store) Create(ctx context.Context, h *sessionv1.SessionHeader) error {
+	if err := persistence.CheckHeader(h); err != nil {
+		return err
+	}
+	if err := s.checkOpen(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	_, dup := s.pending[h.GetId()]
+	s.mu.Unlock()
+	if dup {
+		return fmt.Errorf("session %q: %w", h.GetId(), persistence.ErrExists)
+	}
+	var n int64
+	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE id = ?`, h.GetId()).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("session %q: %w", h.GetId(), err)
+	}
+	if n > 0 {
+		return fmt.Errorf("session %q: %w", h.GetId(), persistence.ErrExists)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.pending[h.GetId()]; dup {
+		return fmt.Errorf("session %q: %w", h.GetId(), persistence.ErrExists)
+	}
+	s.pending[h.GetId()] = proto.CloneOf(h)
+	return nil
+}
+
+// Append durably appends one batch in one transaction.
+func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.SessionEvent) error {
+	if len(events) == 0 {
+		return ctx.Err()
+	}
+	if err := s.checkOpen(ctx); err != nil {
+		return err
+	}
+	// Encode outside the transaction; the seq check is made inside it.
+	if err := persistence.CheckBatch(id, events[0].GetSeq(), events); err != nil {
+		return err
+	}
+	data := make([][]byte, len(events))
+	for i, ev := range events {
+		b, err := persistence.EncodeEvent(id, ev)
+		if err != nil {
+			return err
+		}
+		data[i] = b
+	}
+	s.mu.Lock()
+	h := s.pending[id]
+	s.mu.Unlock()
+
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if h != nil {
+			if err := s.materialize(ctx, tx, h); err != nil {
+				return err
+			}
+		}
+		if err := s.appendRows(ctx, tx, id, events, data); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if h != nil {
+		s.mu.Lock()
+		if s.pending[id] == h {
+			delete(s.pending, id)
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *Store) materialize(ctx context.Context, tx *sql.Tx, h *sessionv1.SessionHeader) error {
+	hb, err := persistence.MarshalHeader(h)
+	if err != nil {
+		return fmt.Errorf("session %q: header: %w", h.GetId(), err)
+	}
+	var seedLength any
+	if h.SeedLength != nil {
+		seedLength = h.GetSeedLength()
+	}
+	res, err := tx.StmtContext(ctx, s.insertSession).ExecContext(ctx, h.GetId(), h.GetVersion(), h.GetCreatedAt(),
+		h.GetCwd(), h.GetParentSession(), seedLength, h.GetDelegationDepth(), string(hb))
+	if err != nil {
+		return fmt.Errorf("session %q: %w", h.GetId(), err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("session %q: %w", h.GetId(), err)
+	} else if n == 0 {
+		return fmt.Errorf("session %q: %w", h.GetId(), persistence.ErrExists)
+	}
+	return nil
+}
+
+// appendRows asserts the stored next seq and inserts the rows.
+func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []*sessionv1.SessionEvent, data [][]byte) error {
+	var next int64
+	err := tx.StmtContext(ctx, s.selectNext).QueryRowContext(ctx, id).Scan(&next)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("session %q: %w", id, err)
+	}
+	if err := persistence.CheckBatch(id, next, events); err != nil {
+		return err
+	}
+	ins := tx.StmtContext(ctx, s.insertEvent)
+	for i, ev := range events {
+		if _, err := ins.ExecContext(ctx, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), string(data[i])); err != nil {
+			return fmt.Errorf("session %q: insert seq %d: %w", id, ev.GetSeq(), err)
+		}
+	}
+	if _, err := tx.StmtContext(ctx, s.updateNext).ExecContext(ctx, next+int64(len(events)), id); err != nil {
+		return fmt.Errorf("session %q: %w", id, err)
+	}
+	return nil
+}
+
+// inTx runs fn in a write transaction, committing when it returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
+			s.log.Error("sqlitestore: rollback failed", "error", rerr)
+		}
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlitestore: commit: %w", err)
+	}
+	return nil
+}

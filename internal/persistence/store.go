@@ -1,0 +1,76 @@
+// Package persistence defines the durable session-log seam: the Store
+// interface every backend implements, its typed errors, the helpers backends
+// share (batch checks, the stored event encoding, load validation and crash
+// repair), and Buffer, the write-behind buffer the agent flushes.
+//
+// A session log is an append-only list of SessionEvents with contiguous seqs
+// from 0, plus an immutable SessionHeader kept outside the log. Backends live
+// in sub-packages (sqlitestore, jsonlstore); persistencetest holds the
+// conformance suite every backend runs.
+//
+// # Ordering
+//
+// Appends to one session must follow the log's order: a batch's first seq is
+// the stored next seq and its seqs are contiguous. A Store is safe for
+// concurrent use; operations on one session are serialised, operations on
+// different sessions may overlap.
+//
+// # Delivery
+//
+// Append returns nil only once the whole batch is durable (fsynced); it
+// either stores the whole batch or nothing. An event is durable exactly when
+// the Append (or Buffer.Flush) that carried it has returned nil. Load never
+// drops a committed event: it drops only a torn tail (a partially written
+// final batch that no Append acknowledged) and closes an interrupted final
+// turn with synthetic closers, which it writes durably before returning.
+package persistence
+
+import (
+	"context"
+
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+)
+
+// FormatVersion is the only SessionHeader.Version this build stores and
+// loads. Any other is refused with ErrUnknownVersion.
+const FormatVersion = 0
+
+// Store is a durable store of session logs.
+type Store interface {
+	// Create registers a new session. It may write nothing until the first
+	// non-empty Append (lazy materialisation). A duplicate id, stored or
+	// pending, fails with ErrExists; a version other than FormatVersion with
+	// ErrUnknownVersion.
+	Create(ctx context.Context, h *sessionv1.SessionHeader) error
+
+	// Append durably stores one batch. The first event's seq must equal the
+	// stored next seq and the batch must be contiguous (*SeqError); every
+	// payload must encode to lossless JSON (*InvalidEventError naming the
+	// event type). An empty batch is a no-op. On any error nothing of the
+	// batch is stored. The store does not retain the events.
+	Append(ctx context.Context, id string, events []*sessionv1.SessionEvent) error
+
+	// Load returns the header and the log, events[i].Seq == i. A torn tail is
+	// dropped; an interrupted final turn is closed with the synthetic closers
+	// of session.InterruptedTurnClosers, which are durably appended first.
+	// Errors: ErrNotFound (never appended), ErrUnknownVersion, *CorruptError.
+	Load(ctx context.Context, id string) (*sessionv1.SessionHeader, []*sessionv1.SessionEvent, error)
+
+	// List returns the headers of every stored session (those with at least
+	// one appended event), ordered by creation time then id. It does not
+	// parse whole logs.
+	List(ctx context.Context) ([]*sessionv1.SessionHeader, error)
+
+	// PublishedCursor returns the next seq not yet published to the event
+	// bus (0 when nothing was). ErrNotFound for a session never appended.
+	PublishedCursor(ctx context.Context, id string) (int64, error)
+
+	// SetPublishedCursor records that every event below next was published.
+	// The cursor is monotonic: a value at or below the stored one is a no-op.
+	// A value beyond the durable log fails with *CursorError.
+	SetPublishedCursor(ctx context.Context, id string, next int64) error
+
+	// Close releases the store. Pending (created, never appended) sessions
+	// are forgotten.
+	Close() error
+}
