@@ -27,7 +27,7 @@ func MarshalEventJSON(ev *sessionv1.SessionEvent) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(b))
-	if err := json.Compact(&buf, b); err != nil {
+	if err := compactJSON(&buf, b); err != nil {
 		return nil, fmt.Errorf("session: compact event %d: %w", ev.GetSeq(), err)
 	}
 	return buf.Bytes(), nil
@@ -43,3 +43,7 @@ func UnmarshalEventJSON(b []byte) (*sessionv1.SessionEvent, error) {
 	}
 	return ev, nil
 }
+
+// compactJSON removes insignificant whitespace, making protojson output
+// byte-stable.
+func compactJSON(buf *bytes.Buffer, b []byte) error { return json.Compact(buf, b) }
