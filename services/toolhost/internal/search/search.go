@@ -24,11 +24,11 @@ import (
 
 // Caps of the inline results (the original's).
 const (
-	GlobInline    = 100
-	GrepInline    = 250
-	maxLineChars  = 2000
-	maxGrepFile   = 64 << 20
-	maxCollected  = 200000
+	GlobInline   = 100
+	GrepInline   = 250
+	maxLineChars = 2000
+	maxGrepFile  = 64 << 20
+	maxCollected = 200000
 )
 
 var vcsDirs = map[string]bool{".git": true, ".hg": true, ".svn": true, ".jj": true, ".bzr": true, "_darcs": true, "CVS": true}

@@ -191,4 +191,3 @@ func spilled(t *testing.T, txt, marker string) string {
 	}
 	return string(b)
 }
-
