@@ -53,6 +53,9 @@ type Host struct {
 	order   []string // registration order
 	rev     int64
 	changed chan struct{} // closed and replaced on every change
+
+	stopOnce sync.Once
+	stopped  chan struct{} // closed by StopWatches
 }
 
 var _ toolsv1.ToolHostServer = (*Host)(nil)
@@ -68,7 +71,7 @@ func NewHost(cfg HostConfig, tools ...Tool) (*Host, error) {
 	if cfg.DefaultTimeout <= 0 {
 		cfg.DefaultTimeout = defaultHostTimeout
 	}
-	h := &Host{cfg: cfg, log: cfg.Logger, tools: map[string]Tool{}, changed: make(chan struct{})}
+	h := &Host{cfg: cfg, log: cfg.Logger, tools: map[string]Tool{}, changed: make(chan struct{}), stopped: make(chan struct{})}
 	if err := h.Add(tools...); err != nil {
 		return nil, err
 	}
@@ -174,9 +177,16 @@ func (h *Host) WatchTools(_ *toolsv1.WatchToolsRequest, stream grpc.ServerStream
 		case <-changed:
 		case <-ctx.Done():
 			return nil
+		case <-h.stopped:
+			return nil
 		}
 	}
 }
+
+// StopWatches ends every WatchTools stream (now and later), so a graceful
+// server stop does not wait for subscribers that never hang up. Call it when
+// shutdown begins; Host.Serve does.
+func (h *Host) StopWatches() { h.stopOnce.Do(func() { close(h.stopped) }) }
 
 // PrepareCalls classifies each call and computes its pending card. Unknown
 // tools and malformed arguments are exclusive with no card.

@@ -392,3 +392,43 @@ func TestDefinePanicsOnBadDefinitions(t *testing.T) {
 		}()
 	}
 }
+
+func TestServeStopsWatchersOnShutdown(t *testing.T) {
+	t.Parallel()
+	h, err := toolsdk.NewHost(toolsdk.HostConfig{}, echoTool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- h.Serve(ctx, lis) }()
+	conn, err := grpcserver.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := toolsv1.NewToolHostClient(conn).WatchTools(t.Context(), &toolsv1.WatchToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an open WatchTools stream held up shutdown")
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("shutdown took %v", el)
+	}
+}

@@ -29,6 +29,8 @@ func Serve(ctx context.Context, addr string, tools ...Tool) error {
 func (h *Host) Serve(ctx context.Context, lis net.Listener) error {
 	srv := grpcserver.New(grpcserver.Config{Logger: h.log})
 	h.Register(srv)
+	stop := context.AfterFunc(ctx, h.StopWatches)
+	defer stop()
 	return srv.Serve(ctx, lis)
 }
 

@@ -57,6 +57,7 @@ func Start(t testing.TB, opts ...Option) *Host {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	context.AfterFunc(ctx, svc.Host().StopWatches)
 	go func() { done <- srv.Serve(ctx, lis) }()
 	conn, err := grpcserver.Dial(lis.Addr().String())
 	if err != nil {

@@ -73,5 +73,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info("toolhost starting", "workspace", root, "addr", lis.Addr().String())
+	// Watch streams never end on their own; end them so the drain is quick.
+	context.AfterFunc(ctx, svc.Host().StopWatches)
 	return srv.Serve(ctx, lis)
 }
