@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dsh-dev/dsh/cmd/dsh/internal/render"
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+)
+
+func runChat(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "chat", "chat [flags]")
+	addr := fs.String("addr", envOr(e, "DSH_AGENT", defaultAgentAddr), "agent service address (env DSH_AGENT)")
+	var sf sessionFlags
+	fs.StringVar(&sf.id, "session", "", "resume this session (default: create one)")
+	fs.StringVar(&sf.provider, "provider", envOr(e, "DSH_PROVIDER", "scripted"), "provider route for a new session (env DSH_PROVIDER)")
+	fs.StringVar(&sf.model, "model", envOr(e, "DSH_MODEL", "demo"), "model for a new session (env DSH_MODEL)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	sf.cwd, _ = os.Getwd()
+	conn, err := dialService(ctx, *addr, "agent service")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	c := agentv1.NewAgentServiceClient(conn)
+	s, err := openSession(ctx, c, sf)
+	if err != nil {
+		return err
+	}
+	return chatLoop(ctx, e, c, s)
+}
+
+// screen serialises terminal output: rendered events, the prompt and the
+// spinner.
+type screen struct {
+	mu      sync.Mutex
+	w       io.Writer
+	r       *render.Renderer
+	color   bool
+	spin    bool // a spinner frame is on the current line
+	frame   int
+	waiting bool // a prompt is shown
+}
+
+var spinnerFrames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
+
+func (s *screen) clearSpinner() {
+	if s.spin {
+		fmt.Fprint(s.w, "\r\x1b[K")
+		s.spin = false
+	}
+}
+
+func (s *screen) event(ev *sessionv1.SessionEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clearSpinner()
+	s.r.Event(ev)
+}
+
+func (s *screen) println(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clearSpinner()
+	if !s.r.AtLineStart() {
+		fmt.Fprintln(s.w)
+	}
+	fmt.Fprintln(s.w, text)
+}
+
+func (s *screen) prompt() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clearSpinner()
+	p := "› "
+	if s.color {
+		p = "\x1b[1m› \x1b[0m"
+	}
+	fmt.Fprint(s.w, p)
+	s.waiting = true
+}
+
+// tick draws the next spinner frame while a tool runs.
+func (s *screen) tick() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	running := s.r.Running()
+	if len(running) == 0 || !s.r.AtLineStart() {
+		s.clearSpinner()
+		return
+	}
+	s.frame = (s.frame + 1) % len(spinnerFrames)
+	label := fmt.Sprintf("%s running %s…", spinnerFrames[s.frame], strings.Join(running, ", "))
+	if s.color {
+		label = "\x1b[2m" + label + "\x1b[0m"
+	}
+	fmt.Fprint(s.w, "\r\x1b[K"+label)
+	s.spin = true
+}
+
+// chatLoop runs the interactive chat on an open session. Ctrl-C cancels the
+// running turn; a second Ctrl-C (or Ctrl-D, or /exit) leaves.
+func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agentv1.Session) error {
+	out := e.stdout
+	scr := &screen{w: out, color: useColor(e, out)}
+	scr.r = render.New(out, render.Options{Color: scr.color})
+	id := s.GetHeader().GetId()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	evc, errc, err := follow(sctx, c, id, s.GetNextSeq())
+	if err != nil {
+		return err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	defer signal.Stop(sig)
+
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(e.stdin)
+		sc.Buffer(make([]byte, 64*1024), 4<<20)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+	if isTTY(out) {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		go func() {
+			for {
+				select {
+				case <-t.C:
+					scr.tick()
+				case <-sctx.Done():
+					return
+				}
+			}
+		}()
+	}
+
+	scr.println(fmt.Sprintf("session %s · %s/%s · Ctrl-C cancels a turn, Ctrl-D exits",
+		id, s.GetHeader().GetOptions().GetProvider(), s.GetHeader().GetOptions().GetModel()))
+	busy := s.GetStatus() == agentv1.AgentStatus_AGENT_STATUS_RUNNING
+	if !busy {
+		scr.prompt()
+	}
+	interrupted := false
+	for {
+		select {
+		case ev, ok := <-evc:
+			if !ok {
+				return &exitError{code: 1, msg: fmt.Sprintf("event stream ended: %v", <-errc)}
+			}
+			scr.event(ev)
+			switch ev.GetPayload().(type) {
+			case *sessionv1.SessionEvent_TurnStart:
+				busy = true
+			case *sessionv1.SessionEvent_TurnEnd:
+				busy = false
+				scr.prompt()
+			}
+		case line, ok := <-lines:
+			if !ok {
+				scr.println("bye")
+				return nil
+			}
+			interrupted = false
+			line = strings.TrimSpace(line)
+			switch line {
+			case "":
+				if !busy {
+					scr.prompt()
+				}
+				continue
+			case "/exit", "/quit":
+				scr.println("bye")
+				return nil
+			}
+			if _, err := c.Send(ctx, &agentv1.SendRequest{SessionId: id, Content: textPrompt(line)}); err != nil {
+				scr.println("send failed: " + rpcError("send", err).Error())
+				scr.prompt()
+				continue
+			}
+			busy = true
+		case <-sig:
+			if interrupted {
+				scr.println("bye")
+				return nil
+			}
+			interrupted = true
+			if busy {
+				if _, err := c.Cancel(ctx, &agentv1.CancelRequest{SessionId: id, Cause: agentv1.CancelCause_CANCEL_CAUSE_USER}); err != nil {
+					scr.println("cancel failed: " + rpcError("cancel", err).Error())
+				} else {
+					scr.println("cancelling… (Ctrl-C again to exit)")
+				}
+				continue
+			}
+			scr.println("(Ctrl-C again or Ctrl-D to exit)")
+			scr.prompt()
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}

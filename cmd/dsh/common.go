@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/term"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dsh-dev/dsh/internal/grpcserver"
+)
+
+// Default addresses, shared with the services' own defaults.
+const (
+	defaultAgentAddr    = "127.0.0.1:7700"
+	defaultGatewayAddr  = "127.0.0.1:7701"
+	defaultToolhostAddr = "127.0.0.1:7702"
+	defaultNATSURL      = "nats://127.0.0.1:4222"
+)
+
+func envOr(e *env, key, def string) string {
+	if v := e.getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// newFlags returns a flag set whose usage names the subcommand.
+func newFlags(e *env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: dsh %s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags; --help exits 0 after printing usage.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return &exitError{code: 0}
+		}
+		return &exitError{code: 2}
+	}
+	return nil
+}
+
+// isTTY reports whether w is a terminal.
+func isTTY(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// useColor: colour only on a TTY, never with NO_COLOR or TERM=dumb.
+func useColor(e *env, w io.Writer) bool {
+	if _, set := lookupEnv(e, "NO_COLOR"); set {
+		return false
+	}
+	if e.getenv("TERM") == "dumb" {
+		return false
+	}
+	return isTTY(w)
+}
+
+func lookupEnv(e *env, k string) (string, bool) {
+	if e.getenv == nil {
+		return "", false
+	}
+	if v := e.getenv(k); v != "" {
+		return v, true
+	}
+	return "", false
+}
+
+// dialService connects to addr and checks, within a short deadline, that a
+// server answering the health service is there. what names the service for
+// the error line ("agent service").
+func dialService(ctx context.Context, addr, what string) (*grpc.ClientConn, error) {
+	conn, err := grpcserver.Dial(addr)
+	if err != nil {
+		return nil, &exitError{code: 1, msg: fmt.Sprintf("%s address %q: %v", what, addr, err)}
+	}
+	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(false)); err != nil {
+		conn.Close()
+		return nil, &exitError{code: 1, msg: fmt.Sprintf("no %s at %s (is `dsh dev` running? use --addr to point elsewhere)", what, addr)}
+	}
+	return conn, nil
+}
+
+var jsonOpts = protojson.MarshalOptions{UseProtoNames: true}
+
+// printJSON writes one proto message as a single JSON line.
+func printJSON(w io.Writer, m proto.Message) error {
+	b, err := jsonOpts.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// table prints rows aligned in columns.
+func table(w io.Writer, header []string, rows [][]string) {
+	widths := make([]int, len(header))
+	for i, h := range header {
+		widths[i] = len(h)
+	}
+	for _, r := range rows {
+		for i, c := range r {
+			widths[i] = max(widths[i], len([]rune(c)))
+		}
+	}
+	line := func(cells []string) {
+		var b strings.Builder
+		for i, c := range cells {
+			if i == len(cells)-1 {
+				b.WriteString(c)
+				break
+			}
+			b.WriteString(c)
+			b.WriteString(strings.Repeat(" ", widths[i]-len([]rune(c))+2))
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+	line(header)
+	for _, r := range rows {
+		line(r)
+	}
+}

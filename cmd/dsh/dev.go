@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/internal/events"
+	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/internal/natstest"
+	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
+	"github.com/dsh-dev/dsh/internal/telemetry"
+	"github.com/dsh-dev/dsh/services/agent"
+	"github.com/dsh-dev/dsh/services/llmgateway"
+)
+
+type devFlags struct {
+	data, store                                  string
+	prompt                                       string
+	asJSON                                       bool
+	provider, model                              string
+	agentAddr, gatewayAddr, toolhostAddr, natsAd string
+}
+
+func runDev(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "dev", "dev [flags]   (interactive chat; -p PROMPT for one prompt)")
+	var f devFlags
+	fs.StringVar(&f.data, "data", envOr(e, "DSH_DATA", ".dsh"), "data directory: sessions, NATS store, logs (env DSH_DATA)")
+	fs.StringVar(&f.store, "store", envOr(e, "DSH_STORE", "sqlite"), "session store: sqlite or jsonl (env DSH_STORE)")
+	fs.StringVar(&f.prompt, "p", "", "run this one prompt without a terminal UI, print the answer, exit 0 iff the turn completed")
+	fs.BoolVar(&f.asJSON, "json", false, "with -p: print every event of the turn as JSON lines")
+	fs.StringVar(&f.provider, "provider", e.getenv("DSH_PROVIDER"), "provider route (default: the first configured, else scripted) (env DSH_PROVIDER)")
+	fs.StringVar(&f.model, "model", e.getenv("DSH_MODEL"), "model (default: the provider's first) (env DSH_MODEL)")
+	fs.StringVar(&f.agentAddr, "agent-listen", defaultAgentAddr, "agent service address (a busy default port falls back to a free one)")
+	fs.StringVar(&f.gatewayAddr, "gateway-listen", defaultGatewayAddr, "LLM gateway address")
+	fs.StringVar(&f.toolhostAddr, "toolhost-listen", defaultToolhostAddr, "toolhost address")
+	fs.StringVar(&f.natsAd, "nats-listen", "127.0.0.1:4222", "embedded NATS address")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return &exitError{code: 2, msg: fmt.Sprintf("unexpected argument %q (use -p \"PROMPT\" for one prompt)", fs.Arg(0))}
+	}
+	st, err := startStack(ctx, e, f)
+	if err != nil {
+		return err
+	}
+	defer st.stop()
+
+	conn, err := grpcserver.Dial(st.agentAddr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	c := agentv1.NewAgentServiceClient(conn)
+	cwd, _ := os.Getwd()
+	s, err := openSession(ctx, c, sessionFlags{provider: st.provider, model: st.model, cwd: cwd})
+	if err != nil {
+		return err
+	}
+	if f.prompt != "" {
+		return printTurn(ctx, e, c, s, f.prompt, f.asJSON)
+	}
+	return chatLoop(ctx, e, c, s)
+}
+
+// stack is the running all-in-one.
+type stack struct {
+	agentAddr, gatewayAddr, toolhostAddr, natsURL string
+	provider, model                               string
+	stop                                          func()
+}
+
+// listen binds addr; when addr is the default and busy, it binds a free
+// port on the same host instead.
+func listen(addr, def string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil && addr == def {
+		host, _, _ := net.SplitHostPort(addr)
+		lis, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	return lis, nil
+}
+
+func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
+	var cleanups []func()
+	stop := func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	if abs, err := filepath.Abs(f.data); err == nil {
+		f.data = abs
+	}
+	if err := os.MkdirAll(f.data, 0o700); err != nil {
+		return nil, fmt.Errorf("--data %s: %w", f.data, err)
+	}
+	logFile, err := os.OpenFile(filepath.Join(f.data, "dsh.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("--data %s: %w", f.data, err)
+	}
+	cleanups = append(cleanups, func() { logFile.Close() })
+	level := slog.LevelInfo
+	if e.getenv("DSH_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level}))
+
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-dev", Logger: logger, Getenv: e.getenv})
+	if err != nil {
+		return nil, err
+	}
+	cleanups = append(cleanups, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), telemetry.ShutdownTimeout)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	})
+	metrics, err := telemetry.NewMetrics(tel.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+
+	// NATS starts in the background: the publisher tolerates a server that
+	// is not up yet, so it costs nothing on the way to the first request.
+	natsLis, err := listen(f.natsAd, "127.0.0.1:4222")
+	if err != nil {
+		return nil, fmt.Errorf("--nats-listen: %w", err)
+	}
+	natsHost, natsPortS, _ := net.SplitHostPort(natsLis.Addr().String())
+	natsPort, _ := strconv.Atoi(natsPortS)
+	natsLis.Close()
+	natsURL := "nats://" + net.JoinHostPort(natsHost, natsPortS)
+	natsReady := make(chan *natstest.Server, 1)
+	go func() {
+		srv, err := natstest.New(natstest.Options{Host: natsHost, Port: natsPort, StoreDir: filepath.Join(f.data, "nats")})
+		if err != nil {
+			logger.Error("embedded NATS failed to start; events stay queued", "err", err)
+			natsReady <- nil
+			return
+		}
+		natsReady <- srv
+	}()
+	cleanups = append(cleanups, func() {
+		if srv := <-natsReady; srv != nil {
+			srv.Shutdown()
+		}
+	})
+
+	// Gateway.
+	gwCfg := llmgateway.ConfigFromEnv(e.getenv)
+	gw, err := llmgateway.New(gwCfg, logger)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	gwLis, err := listen(f.gatewayAddr, defaultGatewayAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--gateway-listen: %w", err)
+	}
+	gwSrv := grpcserver.New(grpcserver.Config{Logger: logger, DrainTimeout: 2 * time.Second})
+	gw.Register(gwSrv.Server)
+	cleanups = append(cleanups, serve(ctx, gwSrv, gwLis, gw.Close))
+
+	// Toolhost.
+	cwd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	thLis, err := listen(f.toolhostAddr, defaultToolhostAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--toolhost-listen: %w", err)
+	}
+	thStop, err := startToolhost(ctx, cwd, f.data, thLis, logger)
+	if err != nil {
+		thLis.Close()
+		return nil, fmt.Errorf("toolhost: %w", err)
+	}
+	cleanups = append(cleanups, thStop)
+
+	// Event publisher: cursors live in the same SQLite database as the
+	// sessions.
+	var cursors events.Cursors
+	if f.store == "sqlite" {
+		cs, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(f.data, "sessions.db"), Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite store: %w", err)
+		}
+		cleanups = append(cleanups, func() { cs.Close() })
+		cursors = cs
+	} else {
+		return nil, &exitError{code: 2, msg: "dsh dev supports --store sqlite only"}
+	}
+	pub, err := events.New(ctx, events.Config{Conn: events.Conn{URL: natsURL, Name: "dsh dev agent"}, Store: cursors, Logger: logger, Metrics: metrics})
+	if err != nil {
+		return nil, err
+	}
+	cleanups = append(cleanups, func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = pub.Close(cctx)
+	})
+
+	// Agent.
+	agLis, err := listen(f.agentAddr, defaultAgentAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--agent-listen: %w", err)
+	}
+	agCtx, agCancel := context.WithCancel(context.WithoutCancel(ctx))
+	ready := make(chan string, 1)
+	agDone := make(chan error, 1)
+	go func() {
+		agDone <- agent.Run(agCtx, agent.ServerConfig{
+			Listener: agLis, Gateway: gwLis.Addr().String(), Toolhosts: []string{"builtin=" + thLis.Addr().String()},
+			Store: f.store, DataDir: f.data, ShutdownTimeout: 5 * time.Second,
+			Service: agent.Config{DefaultCwd: cwd, Sink: pub, IdleUnload: 0},
+			Ready:   func(addr string) { ready <- addr },
+		}, logger)
+	}()
+	cleanups = append(cleanups, func() {
+		agCancel()
+		if err := <-agDone; err != nil {
+			logger.Error("agent shutdown", "err", err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-agDone:
+		agDone <- err
+		return nil, fmt.Errorf("agent: %w", err)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+
+	st := &stack{agentAddr: agLis.Addr().String(), gatewayAddr: gwLis.Addr().String(), toolhostAddr: thLis.Addr().String(),
+		natsURL: natsURL, stop: stop}
+	if err := pickModel(ctx, st, f, gwCfg); err != nil {
+		return nil, err
+	}
+	banner(e, st, f, cwd, gwCfg)
+	return st, nil
+}
+
+// serve runs a gRPC server until the returned stop is called.
+func serve(ctx context.Context, srv *grpcserver.Server, lis net.Listener, after func()) func() {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		_ = srv.Serve(sctx, lis)
+		close(done)
+	}()
+	return func() {
+		cancel()
+		<-done
+		if after != nil {
+			after()
+		}
+	}
+}
+
+// pickModel chooses the provider (the first configured, else scripted) and
+// model (the provider's first, unless given).
+func pickModel(ctx context.Context, st *stack, f devFlags, cfg llmgateway.Config) error {
+	st.provider = f.provider
+	if st.provider == "" {
+		for _, r := range cfg.Routes {
+			st.provider = r.Name
+			break
+		}
+	}
+	st.model = f.model
+	if st.model != "" {
+		return nil
+	}
+	conn, err := grpcserver.Dial(st.gatewayAddr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	resp, err := llmv1.NewLlmGatewayClient(conn).ListModels(ctx, &llmv1.ListModelsRequest{Provider: st.provider})
+	if err != nil {
+		return rpcError("list models of "+st.provider, err)
+	}
+	if len(resp.GetModels()) == 0 {
+		return &exitError{code: 2, msg: fmt.Sprintf("provider %s lists no models: pass --model (or set DSH_MODEL / OPENAI_MODEL)", st.provider)}
+	}
+	st.model = resp.GetModels()[0].GetId()
+	return nil
+}
+
+func usingScripted(st *stack, cfg llmgateway.Config) bool {
+	for _, r := range cfg.Routes {
+		if r.Name == st.provider {
+			return r.Kind == llmgateway.KindScripted
+		}
+	}
+	return false
+}
+
+// banner prints where everything listens and which model answers: to
+// stdout for the chat, to stderr with -p (stdout carries the answer).
+func banner(e *env, st *stack, f devFlags, cwd string, cfg llmgateway.Config) {
+	w := e.stdout
+	if f.prompt != "" {
+		w = e.stderr
+	}
+	color := useColor(e, w)
+	dim := func(s string) string {
+		if color {
+			return "\x1b[2m" + s + "\x1b[0m"
+		}
+		return s
+	}
+	if f.prompt != "" && !isTTY(w) {
+		// Scripts get a short note, not the tour.
+		if usingScripted(st, cfg) {
+			fmt.Fprintln(w, "dsh: no model configured (set DEEPSEEK_API_KEY, ANTHROPIC_API_KEY or OPENAI_API_KEY); using the scripted demo provider")
+		}
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "dsh dev — agent, gateway, toolhost and NATS in one process\n")
+	fmt.Fprintf(&b, "  agent     %s   %s\n", st.agentAddr, dim("dsh chat --addr "+st.agentAddr+" · grpcurl -plaintext "+st.agentAddr+" list"))
+	fmt.Fprintf(&b, "  gateway   %s\n", st.gatewayAddr)
+	fmt.Fprintf(&b, "  toolhost  %s   %s\n", st.toolhostAddr, dim("workspace "+cwd))
+	fmt.Fprintf(&b, "  nats      %s   %s\n", st.natsURL, dim("dsh events tail --nats "+st.natsURL))
+	fmt.Fprintf(&b, "  data      %s   %s\n", f.data, dim("sessions ("+f.store+"), NATS store, dsh.log"))
+	fmt.Fprintf(&b, "  model     %s/%s\n", st.provider, st.model)
+	if usingScripted(st, cfg) {
+		msg := "No model is configured, so the scripted demo provider answers (it runs one real tool).\n" +
+			"To use a real model set DEEPSEEK_API_KEY, ANTHROPIC_API_KEY, or OPENAI_API_KEY\n" +
+			"(with OPENAI_BASE_URL and OPENAI_MODEL for vLLM, Ollama or llama.cpp), then start dsh dev again."
+		if color {
+			msg = "\x1b[33m" + msg + "\x1b[0m"
+		}
+		fmt.Fprintf(&b, "\n%s\n", msg)
+	}
+	fmt.Fprintln(w, b.String())
+}

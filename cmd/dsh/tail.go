@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dsh-dev/dsh/cmd/dsh/internal/render"
+	"github.com/dsh-dev/dsh/internal/events"
+	"github.com/dsh-dev/dsh/internal/session"
+)
+
+func runEvents(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 || args[0] != "tail" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprintln(e.stdout, "Usage: dsh events tail [--session ID] [--all] [--nats URL] [--json]")
+			return nil
+		}
+		return &exitError{code: 2, msg: "usage: dsh events tail [--session ID] [--all] [--nats URL] [--json]"}
+	}
+	fs := newFlags(e, "events tail", "events tail [flags]")
+	var conn events.Conn
+	conn.RegisterFlags(fs, e.getenv)
+	id := fs.String("session", "", "only this session (default: every session)")
+	all := fs.Bool("all", false, "replay the stored events first, then follow")
+	asJSON := fs.Bool("json", false, "print each event as JSON: {\"session_id\", \"event\"}")
+	status := fs.Bool("status", true, "also show status changes (core NATS)")
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	if conn.URL == "" {
+		conn.URL = defaultNATSURL
+	}
+	conn.Name = "dsh events tail"
+	opts, err := conn.Options()
+	if err != nil {
+		return &exitError{code: 2, msg: err.Error()}
+	}
+	nc, err := nats.Connect(conn.URL, opts...)
+	if err != nil {
+		return &exitError{code: 1, msg: fmt.Sprintf("no NATS server at %s (is `dsh dev` running? use --nats): %v", conn.URL, err)}
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	subject := events.AllEvents
+	statusSubject := events.AllStatus
+	if *id != "" {
+		subject = events.EventSubject(*id)
+		statusSubject = events.StatusSubject(*id)
+	}
+	deliver := jetstream.DeliverNewPolicy
+	if *all {
+		deliver = jetstream.DeliverAllPolicy
+	}
+	cons, err := js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject}, DeliverPolicy: deliver,
+	})
+	if err != nil {
+		return &exitError{code: 1, msg: fmt.Sprintf("subscribe to %s on stream %s: %v", subject, events.StreamName, err)}
+	}
+	out := e.stdout
+	var mu sync.Mutex
+	r := render.New(out, render.Options{Color: useColor(e, out), ShowUser: true})
+	last := ""
+	header := func(sid string) {
+		if *id == "" && sid != last && !*asJSON {
+			if !r.AtLineStart() {
+				fmt.Fprintln(out)
+			}
+			fmt.Fprintf(out, "── session %s\n", sid)
+		}
+		last = sid
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		sid, ev, err := events.DecodeEvent(m.Headers(), m.Data())
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			fmt.Fprintln(e.stderr, "dsh: skipping a message:", err)
+			return
+		}
+		if *asJSON {
+			b, err := session.MarshalEventJSON(ev)
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(out, "{\"session_id\":%q,\"event\":%s}\n", sid, b)
+			return
+		}
+		header(sid)
+		r.Event(ev)
+	})
+	if err != nil {
+		return err
+	}
+	defer cc.Stop()
+	if *status && !*asJSON {
+		sub, err := nc.Subscribe(statusSubject, func(m *nats.Msg) {
+			sid, st, err := events.DecodeStatus(m.Header, m.Data)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !r.AtLineStart() {
+				return // do not break a streamed line
+			}
+			fmt.Fprintf(out, "· %s is %s\n", sid, statusName(st))
+		})
+		if err != nil {
+			return err
+		}
+		defer sub.Unsubscribe()
+	}
+	if !*asJSON {
+		fmt.Fprintf(e.stderr, "following %s on %s (Ctrl-C to stop)\n", subject, conn.URL)
+	}
+	<-ctx.Done()
+	return nil
+}
