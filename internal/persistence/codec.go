@@ -1,6 +1,8 @@
 package persistence
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -78,10 +80,18 @@ func DecodeEvent(b []byte) (*sessionv1.SessionEvent, error) {
 	return session.UnmarshalEventJSON(b)
 }
 
-// MarshalHeader returns the stored JSON form of a header (protojson, one
-// line, zero fields omitted).
+// MarshalHeader returns the stored JSON form of a header: protojson with
+// proto field names, compact, zero fields omitted.
 func MarshalHeader(h *sessionv1.SessionHeader) ([]byte, error) {
-	return protojson.Marshal(h)
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // UnmarshalHeader parses the stored JSON form of a header and checks its
@@ -98,6 +108,55 @@ func UnmarshalHeader(id string, b []byte) (*sessionv1.SessionHeader, error) {
 		return nil, &CorruptError{SessionID: id, Seq: -1, Err: fmt.Errorf("header names session %q", h.GetId())}
 	}
 	return h, nil
+}
+
+// headerRecord is the header line of a JSON-lines session file and dump.
+type headerRecord struct {
+	Type    string          `json:"type"`
+	Version *int            `json:"version"`
+	Header  json.RawMessage `json:"header"`
+}
+
+// HeaderRecordType is the "type" of a header record; it cannot collide with
+// an event line, which has no "type" field.
+const HeaderRecordType = "session"
+
+// EncodeHeaderRecord returns the one-line header record that starts a
+// JSON-lines session file or dump:
+// {"type":"session","version":0,"header":{...protojson...}}.
+func EncodeHeaderRecord(h *sessionv1.SessionHeader) ([]byte, error) {
+	hb, err := MarshalHeader(h)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, `{"type":%q,"version":%d,"header":`, HeaderRecordType, h.GetVersion())
+	if err := json.Compact(&buf, hb); err != nil {
+		return nil, err
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// DecodeHeaderRecord parses a header record (line 1 of a session file) and
+// checks its version and id.
+func DecodeHeaderRecord(id string, line []byte) (*sessionv1.SessionHeader, error) {
+	var rec headerRecord
+	if err := json.Unmarshal(line, &rec); err != nil || rec.Type != HeaderRecordType || rec.Version == nil || len(rec.Header) == 0 {
+		if err == nil {
+			err = errors.New(`not a {"type":"session"} header record`)
+		}
+		return nil, &CorruptError{SessionID: id, Line: 1, Seq: -1, Err: fmt.Errorf("header line: %w", err)}
+	}
+	if *rec.Version != FormatVersion {
+		return nil, fmt.Errorf("session %q: format version %d (this build reads version %d): %w", id, *rec.Version, FormatVersion, ErrUnknownVersion)
+	}
+	h, err := UnmarshalHeader(id, rec.Header)
+	var ce *CorruptError
+	if errors.As(err, &ce) {
+		ce.Line = 1
+	}
+	return h, err
 }
 
 // CheckLoaded validates a loaded log with the kernel's invariants (surface,

@@ -74,3 +74,15 @@ type Store interface {
 	// are forgotten.
 	Close() error
 }
+
+// Reader is implemented by stores that can read a stored log exactly as it
+// is, without repairing it or dropping a torn tail from storage: inspection
+// tools and the event fan-out's catch-up use it. Both backends implement it.
+type Reader interface {
+	// ReadHeader returns a stored session's header (ErrNotFound when the
+	// session was never appended).
+	ReadHeader(ctx context.Context, id string) (*sessionv1.SessionHeader, error)
+	// ReadEvents returns the stored events with seq >= from, in order. A
+	// torn tail is left out (and left in place).
+	ReadEvents(ctx context.Context, id string, from int64) ([]*sessionv1.SessionEvent, error)
+}

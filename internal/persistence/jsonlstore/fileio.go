@@ -112,7 +112,7 @@ func readHeader(id, path string) (*sessionv1.SessionHeader, error) {
 	if err != nil {
 		return nil, &persistence.CorruptError{SessionID: id, Line: 1, Seq: -1, Err: fmt.Errorf("header line: %w", err)}
 	}
-	return decodeHeaderLine(id, line[:len(line)-1])
+	return persistence.DecodeHeaderRecord(id, line[:len(line)-1])
 }
 
 // readCursor reads a cursor file; a missing file is cursor 0.

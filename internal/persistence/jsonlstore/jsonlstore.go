@@ -76,7 +76,10 @@ type Store struct {
 	sessions map[string]*sess
 }
 
-var _ persistence.Store = (*Store)(nil)
+var (
+	_ persistence.Store  = (*Store)(nil)
+	_ persistence.Reader = (*Store)(nil)
+)
 
 // sess is the per-session state; mu serialises the session's operations.
 type sess struct {
@@ -433,4 +436,46 @@ func (s *Store) SetPublishedCursor(ctx context.Context, id string, next int64) e
 		return nil
 	}
 	return writeFileAtomic(s.root, path, strconv.AppendInt(nil, next, 10))
+}
+
+// readStored reads and scans a session file without changing it.
+func (s *Store) readStored(ctx context.Context, id string) (*scanned, error) {
+	st, name, err := s.acquire(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer st.mu.Unlock()
+	data, err := os.ReadFile(filepath.Join(s.root, name+logSuffix))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("session %q: %w", id, err)
+	}
+	return scan(id, data)
+}
+
+// ReadHeader returns a stored session's header (line 1 only).
+func (s *Store) ReadHeader(ctx context.Context, id string) (*sessionv1.SessionHeader, error) {
+	st, name, err := s.acquire(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer st.mu.Unlock()
+	h, err := readHeader(id, filepath.Join(s.root, name+logSuffix))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+	}
+	return h, err
+}
+
+// ReadEvents returns the stored events with seq >= from, without repair; a
+// torn tail is left out and left in place.
+func (s *Store) ReadEvents(ctx context.Context, id string, from int64) ([]*sessionv1.SessionEvent, error) {
+	sc, err := s.readStored(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	from = min(max(from, 0), int64(len(sc.events)))
+	return sc.events[from:], nil
 }

@@ -2,50 +2,21 @@ package jsonlstore
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/persistence"
 )
 
-// headerLine is line 1 of a session file.
-type headerLine struct {
-	Type    string          `json:"type"`
-	Version *int            `json:"version"`
-	Header  json.RawMessage `json:"header"`
-}
-
-const headerType = "session"
-
 func encodeHeaderLine(h *sessionv1.SessionHeader) ([]byte, error) {
-	hb, err := persistence.MarshalHeader(h)
+	rec, err := persistence.EncodeHeaderRecord(h)
 	if err != nil {
 		return nil, err
 	}
-	line := fmt.Appendf(nil, `{"type":%q,"version":%d,"header":`, headerType, h.GetVersion())
-	line = append(line, hb...)
-	return append(line, '}', '\n'), nil
-}
-
-func decodeHeaderLine(id string, line []byte) (*sessionv1.SessionHeader, error) {
-	var hl headerLine
-	if err := json.Unmarshal(line, &hl); err != nil || hl.Type != headerType || hl.Version == nil || len(hl.Header) == 0 {
-		if err == nil {
-			err = errors.New(`not a {"type":"session"} header record`)
-		}
-		return nil, &persistence.CorruptError{SessionID: id, Line: 1, Seq: -1, Err: fmt.Errorf("header line: %w", err)}
-	}
-	if *hl.Version != persistence.FormatVersion {
-		return nil, fmt.Errorf("session %q: file format version %d (this build reads version %d): %w", id, *hl.Version, persistence.FormatVersion, persistence.ErrUnknownVersion)
-	}
-	h, err := persistence.UnmarshalHeader(id, hl.Header)
-	var ce *persistence.CorruptError
-	if errors.As(err, &ce) {
-		ce.Line = 1
-	}
-	return h, err
+	return append(rec, '\n'), nil
 }
 
 // scanned is a parsed session file.
@@ -69,35 +40,80 @@ func scan(id string, data []byte) (*scanned, error) {
 	if nl < 0 {
 		return nil, &persistence.CorruptError{SessionID: id, Line: 1, Seq: -1, Err: errors.New("no complete header line")}
 	}
-	h, err := decodeHeaderLine(id, data[:nl])
+	h, err := persistence.DecodeHeaderRecord(id, data[:nl])
 	if err != nil {
 		return nil, err
 	}
 	out := &scanned{header: h}
+
+	// Split the complete lines, then decode them in parallel.
+	type span struct{ lo, hi int } // line bytes, without the '\n'
+	var lines []span
 	off := nl + 1
-	line := 1
 	for off < len(data) {
-		line++
 		end := bytes.IndexByte(data[off:], '\n')
 		if end < 0 {
-			out.torn = true // a final line without '\n' was never acknowledged
 			break
 		}
-		raw := data[off : off+end]
-		ev, err := decodeLine(raw, int64(len(out.events)))
-		if err != nil {
-			// Bad line: a torn tail unless a committed turn/end follows.
-			if l := committedAfter(data[off+end+1:]); l > 0 {
-				return nil, &persistence.CorruptError{SessionID: id, Line: line, Seq: int64(len(out.events)), Err: fmt.Errorf("%w (a committed turn/end follows at line %d)", err, line+l)}
-			}
-			out.torn = true
-			break
-		}
-		out.events = append(out.events, ev)
+		lines = append(lines, span{off, off + end})
 		off += end + 1
 	}
+	decoded := make([]*sessionv1.SessionEvent, len(lines))
+	errs := make([]error, len(lines))
+	parallel(len(lines), func(i int) {
+		decoded[i], errs[i] = decodeLine(data[lines[i].lo:lines[i].hi], int64(i))
+	})
+
+	for i, ln := range lines {
+		if errs[i] != nil {
+			// A bad line: a torn tail unless a committed turn/end follows.
+			for j := i + 1; j < len(lines); j++ {
+				if isTurnEnd(decoded[j], data[lines[j].lo:lines[j].hi]) {
+					return nil, &persistence.CorruptError{SessionID: id, Line: i + 2, Seq: int64(i),
+						Err: fmt.Errorf("%w (a committed turn/end follows at line %d)", errs[i], j+2)}
+				}
+			}
+			out.torn = true
+			out.valid = int64(ln.lo)
+			out.events = decoded[:i]
+			return out, nil
+		}
+	}
+	out.events = decoded
 	out.valid = int64(off)
+	out.torn = off < len(data) // a final line without '\n' was never acknowledged
 	return out, nil
+}
+
+// isTurnEnd reports whether a line holds a turn/end event, whether or not its
+// seq was the one due.
+func isTurnEnd(ev *sessionv1.SessionEvent, raw []byte) bool {
+	if ev != nil {
+		return ev.GetTurnEnd() != nil
+	}
+	ev, err := persistence.DecodeEvent(raw)
+	return err == nil && ev.GetTurnEnd() != nil
+}
+
+// parallel calls fn(i) for every i in [0, n), spread over the CPUs.
+func parallel(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), max(n/256, 1))
+	if workers <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += chunk {
+		wg.Go(func() {
+			for i := lo; i < min(lo+chunk, n); i++ {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // decodeLine parses one event line and checks its seq.
@@ -113,22 +129,4 @@ func decodeLine(raw []byte, want int64) (*sessionv1.SessionEvent, error) {
 		return nil, fmt.Errorf("seq %d where seq %d was due", ev.GetSeq(), want)
 	}
 	return ev, nil
-}
-
-// committedAfter reports the 1-based offset (in lines, from the line after
-// the bad one) of a complete line holding a turn/end event in rest, or 0.
-func committedAfter(rest []byte) int {
-	n := 0
-	for len(rest) > 0 {
-		end := bytes.IndexByte(rest, '\n')
-		if end < 0 {
-			return 0
-		}
-		n++
-		if ev, err := persistence.DecodeEvent(rest[:end]); err == nil && ev.GetTurnEnd() != nil {
-			return n
-		}
-		rest = rest[end+1:]
-	}
-	return 0
 }

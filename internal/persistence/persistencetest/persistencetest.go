@@ -58,6 +58,7 @@ func Run(t *testing.T, open Opener) {
 		{"ConcurrentSessions", testConcurrent},
 		{"BufferFlushRetriesAfterFailure", testBufferRetry},
 		{"ClosedStore", testClosed},
+		{"ReaderDoesNotRepair", testReader},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -717,6 +718,46 @@ func turnEnd(evs []*sessionv1.SessionEvent, turn int32) int {
 		}
 	}
 	panic("no such turn/end")
+}
+
+func testReader(t *testing.T, h *harness) {
+	r, ok := h.store().(persistence.Reader)
+	if !ok {
+		t.Skip("the store does not implement persistence.Reader")
+	}
+	var b Builder
+	b.CompletedTurn(1)
+	b.StartTurn("open")
+	h.created("rd", &b, 4)
+	ctx := t.Context()
+	hd, err := r.ReadHeader(ctx, "rd")
+	if err != nil || hd.GetId() != "rd" {
+		t.Fatalf("ReadHeader = %v, %v", hd, err)
+	}
+	for _, from := range []int64{0, 3, b.Len() - 1, b.Len(), b.Len() + 5} {
+		got, err := r.ReadEvents(ctx, "rd", from)
+		if err != nil {
+			t.Fatalf("ReadEvents(%d): %v", from, err)
+		}
+		want := b.Events()[min(from, b.Len()):]
+		if d := diffEvents(want, got); d != "" {
+			t.Fatalf("ReadEvents(%d) (-want +got):\n%s", from, d)
+		}
+	}
+	_, loaded := h.load("rd") // repairs
+	got, err := r.ReadEvents(ctx, "rd", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffEvents(loaded, got); d != "" {
+		t.Fatalf("ReadEvents after the repairing Load (-want +got):\n%s", d)
+	}
+	if _, err := r.ReadEvents(ctx, "missing", 0); !errors.Is(err, persistence.ErrNotFound) {
+		t.Fatalf("ReadEvents(missing): %v, want ErrNotFound", err)
+	}
+	if _, err := r.ReadHeader(ctx, "missing"); !errors.Is(err, persistence.ErrNotFound) {
+		t.Fatalf("ReadHeader(missing): %v, want ErrNotFound", err)
+	}
 }
 
 func listIDs(t *testing.T, s persistence.Store) []string {

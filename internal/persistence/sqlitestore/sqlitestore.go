@@ -69,7 +69,10 @@ type Store struct {
 	pending map[string]*sessionv1.SessionHeader // created, not yet materialised
 }
 
-var _ persistence.Store = (*Store)(nil)
+var (
+	_ persistence.Store  = (*Store)(nil)
+	_ persistence.Reader = (*Store)(nil)
+)
 
 func dsn(path, sync string, readOnly bool) string {
 	q := url.Values{}
@@ -186,7 +189,7 @@ func (s *Store) prepare(ctx context.Context) error {
 		{&s.insertSession, `INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, delegation_depth, header, next_seq)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (id) DO NOTHING`},
 		{&s.selectNext, `SELECT next_seq FROM sessions WHERE id = ?`},
-		{&s.insertEvent, `INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, ?, ?, ?)`},
+		{&s.insertEvent, `INSERT INTO events (session_id, seq, type, time, data, pb) VALUES (?, ?, ?, ?, ?, ?)`},
 		{&s.updateNext, `UPDATE sessions SET next_seq = ? WHERE id = ?`},
 		{&s.raiseCursor, `UPDATE sessions SET published_next = ?2 WHERE id = ?1 AND published_next < ?2 AND ?2 <= next_seq`},
 	} {
@@ -277,19 +280,15 @@ func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.Sessi
 	if err := persistence.CheckBatch(id, events[0].GetSeq(), events); err != nil {
 		return err
 	}
-	data := make([][]byte, len(events))
-	for i, ev := range events {
-		b, err := persistence.EncodeEvent(id, ev)
-		if err != nil {
-			return err
-		}
-		data[i] = b
+	data, err := encodeRows(id, events)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	h := s.pending[id]
 	s.mu.Unlock()
 
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		if h != nil {
 			if err := s.materialize(ctx, tx, h); err != nil {
 				return err
@@ -336,7 +335,7 @@ func (s *Store) materialize(ctx context.Context, tx *sql.Tx, h *sessionv1.Sessio
 }
 
 // appendRows asserts the stored next seq and inserts the rows.
-func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []*sessionv1.SessionEvent, data [][]byte) error {
+func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []*sessionv1.SessionEvent, data []encoded) error {
 	var next int64
 	err := tx.StmtContext(ctx, s.selectNext).QueryRowContext(ctx, id).Scan(&next)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -350,7 +349,7 @@ func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []
 	}
 	ins := tx.StmtContext(ctx, s.insertEvent)
 	for i, ev := range events {
-		if _, err := ins.ExecContext(ctx, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), string(data[i])); err != nil {
+		if _, err := ins.ExecContext(ctx, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), string(data[i].json), data[i].pb); err != nil {
 			return fmt.Errorf("session %q: insert seq %d: %w", id, ev.GetSeq(), err)
 		}
 	}
@@ -358,6 +357,30 @@ func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []
 		return fmt.Errorf("session %q: %w", id, err)
 	}
 	return nil
+}
+
+// encoded is the stored form of one event.
+type encoded struct {
+	json []byte // canonical JSON (validated: raw-JSON fields hold JSON)
+	pb   []byte // protobuf binary
+}
+
+var pbMarshal = proto.MarshalOptions{Deterministic: true}
+
+func encodeRows(id string, events []*sessionv1.SessionEvent) ([]encoded, error) {
+	out := make([]encoded, len(events))
+	for i, ev := range events {
+		j, err := persistence.EncodeEvent(id, ev)
+		if err != nil {
+			return nil, err
+		}
+		pb, err := pbMarshal.Marshal(ev)
+		if err != nil {
+			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: session.TypeName(ev), Err: err}
+		}
+		out[i] = encoded{j, pb}
+	}
+	return out, nil
 }
 
 // inTx runs fn in a write transaction, committing when it returns nil.
