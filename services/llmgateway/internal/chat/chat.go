@@ -15,8 +15,8 @@ package chat
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
+	json "github.com/segmentio/encoding/json"
 	"iter"
 	"log/slog"
 	"net/http"

@@ -60,7 +60,7 @@ func NewReaderSize(r io.Reader, max int) *Reader {
 	if max <= 0 {
 		max = DefaultMaxEventSize
 	}
-	return &Reader{br: bufio.NewReaderSize(r, 32<<10), max: max}
+	return &Reader{br: bufio.NewReaderSize(r, 4<<10), max: max}
 }
 
 // Next returns the next event. At the end of the stream it returns io.EOF

@@ -1,0 +1,33 @@
+package chat
+
+import (
+	stdjson "encoding/json"
+	"testing"
+
+	segjson "github.com/segmentio/encoding/json"
+)
+
+var benchChunk = []byte(`{"id":"chatcmpl-B9x","object":"chat.completion.chunk","created":1764370000,"model":"gpt-4.1-mini-2025-04-14","service_tier":"default","system_fingerprint":"fp_6f2","choices":[{"index":0,"delta":{"content":" world"},"logprobs":null,"finish_reason":null}],"usage":null}`)
+
+// BenchmarkDecodeChunk compares JSON decoders on one typical streamed
+// chunk.
+func BenchmarkDecodeChunk(b *testing.B) {
+	b.Run("encoding/json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var c streamChunk
+			if err := stdjson.Unmarshal(benchChunk, &c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("segmentio", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var c streamChunk
+			if err := segjson.Unmarshal(benchChunk, &c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
