@@ -479,3 +479,16 @@ func (s *Store) ReadEvents(ctx context.Context, id string, from int64) ([]*sessi
 	from = min(max(from, 0), int64(len(sc.events)))
 	return sc.events[from:], nil
 }
+
+// CheckStorage reports a torn tail that the next Load will truncate
+// (inspect.Verify calls it).
+func (s *Store) CheckStorage(ctx context.Context, id string) error {
+	sc, err := s.readStored(ctx, id)
+	if err != nil {
+		return err
+	}
+	if sc.torn {
+		return fmt.Errorf("torn tail after line %d (byte %d): the next Load truncates it", len(sc.events)+1, sc.valid)
+	}
+	return nil
+}

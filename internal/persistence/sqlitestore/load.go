@@ -12,6 +12,7 @@ import (
 
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/persistence"
+	"github.com/dsh-dev/dsh/internal/session"
 )
 
 // Load reads a session in one read transaction, validates it and durably
@@ -282,4 +283,61 @@ func (s *Store) ReadEvents(ctx context.Context, id string, from int64) ([]*sessi
 		events[i] = ev
 	}
 	return events, nil
+}
+
+// CheckStorage checks the redundancy of a stored session (inspect.Verify
+// calls it): next_seq equals the row count and every row's JSON data
+// decodes to the same event as its protobuf binary.
+func (s *Store) CheckStorage(ctx context.Context, id string) error {
+	if err := s.checkOpen(ctx); err != nil {
+		return err
+	}
+	tx, err := s.r.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: begin: %w", err)
+	}
+	defer tx.Rollback()
+	var next, count int64
+	if err := tx.QueryRowContext(ctx, `SELECT next_seq, (SELECT count(*) FROM events WHERE session_id = ?1) FROM sessions WHERE id = ?1`, id).Scan(&next, &count); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+		}
+		return fmt.Errorf("session %q: %w", id, err)
+	}
+	var problems []error
+	if next != count {
+		problems = append(problems, fmt.Errorf("next_seq %d but %d event rows", next, count))
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT seq, type, data, pb FROM events WHERE session_id = ? ORDER BY seq`, id)
+	if err != nil {
+		return fmt.Errorf("session %q: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			seq     int64
+			typ, js string
+			pb      []byte
+		)
+		if err := rows.Scan(&seq, &typ, &js, &pb); err != nil {
+			return fmt.Errorf("session %q: %w", id, err)
+		}
+		fromPB := &sessionv1.SessionEvent{}
+		perr := proto.Unmarshal(pb, fromPB)
+		fromJSON, jerr := persistence.DecodeEvent([]byte(js))
+		switch {
+		case perr != nil:
+			problems = append(problems, fmt.Errorf("seq %d: pb: %w", seq, perr))
+		case jerr != nil:
+			problems = append(problems, fmt.Errorf("seq %d: data: %w", seq, jerr))
+		case !proto.Equal(fromPB, fromJSON):
+			problems = append(problems, fmt.Errorf("seq %d: data and pb disagree", seq))
+		case session.TypeName(fromPB) != typ:
+			problems = append(problems, fmt.Errorf("seq %d: type column %q, event is %q", seq, typ, session.TypeName(fromPB)))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("session %q: %w", id, err)
+	}
+	return errors.Join(problems...)
 }
