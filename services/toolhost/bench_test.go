@@ -1,0 +1,34 @@
+package toolhost_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dsh-dev/dsh/services/toolhost/toolhosttest"
+)
+
+// BenchmarkReadRoundTrip is one read of a 100-line file over loopback gRPC.
+func BenchmarkReadRoundTrip(b *testing.B) {
+	h := toolhosttest.Start(b)
+	os.WriteFile(filepath.Join(h.Workspace, "f.txt"), []byte(strings.Repeat("some line of text\n", 100)), 0o644)
+	args := `{"file_path":"f.txt"}`
+	for b.Loop() {
+		if _, r, err := h.Execute(b.Context(), "s", "read", args); err != nil || r.GetIsError() {
+			b.Fatal(err, r)
+		}
+	}
+}
+
+// BenchmarkBashTrueRoundTrip is one `true` through the bash tool: process
+// group spawn, pipes, wait, result.
+func BenchmarkBashTrueRoundTrip(b *testing.B) {
+	h := toolhosttest.Start(b)
+	args := `{"command":"true","description":"nothing"}`
+	for b.Loop() {
+		if _, r, err := h.Execute(b.Context(), "s", "bash", args); err != nil || r.GetIsError() {
+			b.Fatal(err, r)
+		}
+	}
+}
