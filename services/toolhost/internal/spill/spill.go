@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 )
 
 // Dir is a host's spill directory.
@@ -45,7 +46,7 @@ func (d *Dir) Create(sessionID, name string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create spill session dir: %w", err)
 	}
-	safe := unsafeName.ReplaceAllString(name, "_")
+	safe := strings.ReplaceAll(unsafeName.ReplaceAllString(name, "_"), "..", "_")
 	if len(safe) > 80 {
 		safe = safe[:80]
 	}
