@@ -138,10 +138,20 @@ func hasSurrogate(b []byte) bool {
 }
 
 // fix converts b to valid UTF-8, pairing CESU-8 surrogates; unless final, an
-// incomplete sequence at the end is returned as rest.
+// incomplete sequence at the end is returned as rest. A run of invalid bytes
+// becomes one U+FFFD, as with strings.ToValidUTF8.
 func fix(b []byte, final bool) (string, []byte) {
 	out := make([]byte, 0, len(b))
+	bad := false
+	invalid := func() {
+		if !bad {
+			out = utf8.AppendRune(out, utf8.RuneError)
+		}
+		bad = true
+	}
 	for i := 0; i < len(b); {
+		wasBad := bad
+		bad = false
 		if b[i] < utf8.RuneSelf {
 			out = append(out, b[i])
 			i++
@@ -153,7 +163,8 @@ func fix(b []byte, final bool) (string, []byte) {
 				if !final {
 					return string(out), b[i:]
 				}
-				out = utf8.AppendRune(out, utf8.RuneError)
+				bad = wasBad
+				invalid()
 				break
 			}
 			hi := rune(b[i+1]&0x3F)<<6 | rune(b[i+2]&0x3F) | 0xD000
@@ -171,7 +182,8 @@ func fix(b []byte, final bool) (string, []byte) {
 					return string(out), b[i:]
 				}
 			}
-			out = utf8.AppendRune(out, utf8.RuneError)
+			bad = wasBad
+			invalid()
 			i += 3
 			continue
 		}
@@ -180,7 +192,8 @@ func fix(b []byte, final bool) (string, []byte) {
 			if !final && !utf8.FullRune(b[i:]) {
 				return string(out), b[i:]
 			}
-			out = utf8.AppendRune(out, utf8.RuneError)
+			bad = wasBad
+			invalid()
 			i++
 			continue
 		}

@@ -2,6 +2,7 @@ package fragment
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -76,6 +77,57 @@ func FuzzUnquote(f *testing.F) {
 		}
 		if !utf8.ValidString(out) {
 			t.Fatalf("invalid UTF-8 %q", out)
+		}
+	})
+}
+
+// quoteRaw builds a JSON string literal that keeps non-ASCII bytes raw, as
+// a provider that cut a character in two would send it.
+func quoteRaw(b []byte) []byte {
+	out := []byte{'"'}
+	for _, c := range b {
+		switch {
+		case c == '"' || c == '\\':
+			out = append(out, '\\', c)
+		case c < 0x20:
+			out = append(out, fmt.Sprintf(`\u%04x`, c)...)
+		default:
+			out = append(out, c)
+		}
+	}
+	return append(out, '"')
+}
+
+// FuzzSplit: any valid text cut at any byte positions reassembles exactly,
+// and every emitted piece is valid UTF-8.
+func FuzzSplit(f *testing.F) {
+	f.Add("café ☕ 😀 \"q\" \\", uint8(4), uint8(9))
+	f.Add("😀😀", uint8(1), uint8(6))
+	f.Fuzz(func(t *testing.T, s string, a, b uint8) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		cuts := []int{int(a) % (len(s) + 1), int(b) % (len(s) + 1)}
+		if cuts[0] > cuts[1] {
+			cuts[0], cuts[1] = cuts[1], cuts[0]
+		}
+		parts := []string{s[:cuts[0]], s[cuts[0]:cuts[1]], s[cuts[1]:]}
+		var c Carry
+		var sb strings.Builder
+		for _, p := range parts {
+			dec, err := Unquote(nil, quoteRaw([]byte(p)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := c.Push(dec)
+			if !utf8.ValidString(out) {
+				t.Fatalf("invalid piece %q", out)
+			}
+			sb.WriteString(out)
+		}
+		sb.WriteString(c.Flush())
+		if sb.String() != s {
+			t.Fatalf("reassembled %q, want %q", sb.String(), s)
 		}
 	})
 }

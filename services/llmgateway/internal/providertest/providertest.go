@@ -48,6 +48,9 @@ type Reply struct {
 	// StallAfter, when > 0, writes that many bytes, then stalls until the
 	// request is cancelled.
 	StallAfter int
+	// StallHeaders stalls before sending the response headers until the
+	// request is cancelled.
+	StallHeaders bool
 }
 
 // Upstream is a fake provider endpoint.
@@ -76,6 +79,11 @@ func Serve(t testing.TB, r Reply) *Upstream {
 		u.mu.Lock()
 		u.reqs = append(u.reqs, Seen{Path: req.URL.Path, Header: req.Header.Clone(), Body: body})
 		u.mu.Unlock()
+		if r.StallHeaders {
+			<-req.Context().Done()
+			u.once.Do(func() { close(u.cancelled) })
+			return
+		}
 		for k, v := range r.Header {
 			w.Header().Set(k, v)
 		}
