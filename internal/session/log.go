@@ -77,7 +77,7 @@ func NewLog(h *sessionv1.SessionHeader, seed []*sessionv1.SessionEvent, opts ...
 	var c Checker
 	l.events = make([]*sessionv1.SessionEvent, 0, max(len(seed), 64))
 	for _, ev := range seed {
-		ev = proto.CloneOf(ev)
+		ev = cloneEvent(ev)
 		if err := c.Check(ev); err != nil {
 			return nil, fmt.Errorf("session: seed: %w", err)
 		}
@@ -110,7 +110,7 @@ func (l *Log) Append(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error
 		l.mu.Unlock()
 		return nil, &AppendError{Seq: seq, Type: TypeName(ev), Rule: fmt.Sprintf("seq %d leaves a gap or rewrites history: the next seq is %d", ev.GetSeq(), seq)}
 	}
-	ev = proto.CloneOf(ev)
+	ev = cloneEvent(ev)
 	ev.Seq = seq
 	if ev.Time == 0 {
 		ev.Time = l.opts.now().UnixMilli()

@@ -34,6 +34,9 @@ const extensionName protoreflect.FullName = "dsh.llm.v1.Extension"
 // events, and the historical-data requirements of §3.7 hold. It returns the
 // broken rule or "".
 func checkPayload(ev *sessionv1.SessionEvent) string {
+	if rule, ok := checkDeltaChunk(ev); ok {
+		return rule
+	}
 	if ev.GetPayload() == nil {
 		return "the event has no payload"
 	}
@@ -153,6 +156,7 @@ type surface struct {
 	proj   []*llmv1.Message // per node: its derived message, or nil (derive only)
 	msgs   []*llmv1.Message // the non-nil projections in order; replaced, never edited, on replace
 	gen    int              // replace generation
+	work   int              // events projected so far (derive only): a measure of derivation cost
 }
 
 // checkOp checks a surface event's op against the current surface. events
@@ -216,6 +220,7 @@ func (s *surface) apply(ev *sessionv1.SessionEvent) {
 	var m *llmv1.Message
 	if s.derive {
 		m = deriveEventMessage(ev)
+		s.work++
 	}
 	r := ev.GetSurfaceOp().GetReplace()
 	if r == nil {
@@ -243,6 +248,7 @@ func (s *surface) apply(ev *sessionv1.SessionEvent) {
 	proj = append(append(append(proj, s.proj[:i]...), m), s.proj[j+1:]...)
 	s.proj = proj
 	msgs := make([]*llmv1.Message, 0, len(proj))
+	s.work += len(proj)
 	for _, p := range proj {
 		if p != nil {
 			msgs = append(msgs, p)

@@ -1,0 +1,119 @@
+package session
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+)
+
+// benchSeed returns a valid log of about n events shaped like real
+// sessions: turns of a user message and steps of a header, text chunks, an
+// assistant message with one tool call, the call and its result.
+func benchSeed(n int) []*sessionv1.SessionEvent {
+	b := &logBuilder{}
+	for len(b.evs) < n {
+		b.turnStart()
+		b.user("please do the thing")
+		for range 3 {
+			b.stepStart()
+			b.header("system prompt")
+			for range 8 {
+				b.chunk("some text ")
+			}
+			b.assistant(Text("doing it"), ToolCallBlock(fmt.Sprintf("c%d", len(b.evs)), "read", `{"path":"a.go"}`))
+			id := fmt.Sprintf("c%d", len(b.evs)-1)
+			c := b.call(id)
+			b.result(id, c, "package main")
+			b.stepEnd()
+		}
+		b.turnEnd()
+	}
+	return b.evs
+}
+
+// benchCycle is the repeating tail appended by the benchmark: the events of
+// a step after its start (chunks, assistant message, call, result) plus an
+// injected context; 4 of 8 are surface events.
+func benchCycle() []*sessionv1.SessionEvent {
+	chunk := &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_AssistantChunk{AssistantChunk: &sessionv1.AssistantChunk{
+		Chunk: &llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_TextDelta{TextDelta: &llmv1.TextDelta{Text: "delta "}}}}}}
+	return []*sessionv1.SessionEvent{
+		chunk, chunk, chunk,
+		assistantEvent(1, 1, Text("answer"), ToolCallBlock("cx", "read", `{"path":"b.go"}`)),
+		{Payload: &sessionv1.SessionEvent_ToolCall{ToolCall: &sessionv1.ToolCall{CallId: "cx", Name: "read", Arguments: `{"path":"b.go"}`}}},
+		ToolResultEvent(1, 1, "cx", []*llmv1.ContentBlock{Text("package b")}, false, nil, -1),
+		ContextMessageEvent([]*llmv1.ContentBlock{Text("<system-reminder>b.go changed</system-reminder>")}, PluginSource("fs")),
+		UserMessageEvent([]*llmv1.ContentBlock{Text("next")}, UserSource()),
+	}
+}
+
+// BenchmarkAppendDerive measures one Append plus one Messages() on a log of
+// n to 2n events: the log is rebuilt from its n-event seed (timer stopped,
+// garbage collected) whenever it doubled, so slice growth amortises as in a
+// real session. O(1) amortised derivation means the
+// ns/op at 100k events stays within 2x of the ns/op at 1k.
+func BenchmarkAppendDerive(b *testing.B) {
+	cycle := benchCycle()
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
+			seed := benchSeed(n)
+			grow := n
+			fresh := func() *Log {
+				l, err := NewLog(nil, seed)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return l
+			}
+			l := fresh()
+			appended := 0
+			sink := 0
+			work, base := 0, l.surf.work
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if appended == grow {
+					b.StopTimer()
+					work += l.surf.work - base
+					l, appended = nil, 0
+					runtime.GC() // collect the old log now, not during timed appends
+					l = fresh()
+					base = l.surf.work
+					runtime.GC()
+					b.StartTimer()
+				}
+				if _, err := l.Append(cycle[i%len(cycle)]); err != nil {
+					b.Fatal(err)
+				}
+				appended++
+				sink += len(l.Messages())
+			}
+			if sink == 0 {
+				b.Fatal("no messages")
+			}
+			work += l.surf.work - base
+			// Nodes projected per append: constant (the surface share of the
+			// appended events), whatever the log size.
+			b.ReportMetric(float64(work)/float64(b.N), "projections/op")
+		})
+	}
+}
+
+// BenchmarkDeriveMessages derives the history from scratch, for contrast:
+// this is the O(n) cost the Log's cache avoids.
+func BenchmarkDeriveMessages(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
+			seed := benchSeed(n)
+			b.ReportAllocs()
+			for b.Loop() {
+				if len(DeriveMessages(seed)) == 0 {
+					b.Fatal("no messages")
+				}
+			}
+		})
+	}
+}
