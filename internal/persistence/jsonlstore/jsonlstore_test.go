@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -47,7 +48,7 @@ func TestCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	persistencetest.RunCrash(t, openAt, 60)
+	persistencetest.RunCrash(t, openAt, 8*time.Second)
 }
 
 func BenchmarkStore(b *testing.B) {

@@ -23,7 +23,10 @@ import (
 const (
 	crashEnvDir  = "DSH_PERSISTENCE_CRASH_DIR"
 	crashEnvSeed = "DSH_PERSISTENCE_CRASH_SEED"
-	crashID      = "crash/session ☃"
+	crashEnvID   = "DSH_PERSISTENCE_CRASH_ID"
+	// crashRounds is how many kills one session goes through before the
+	// test moves to a new session (keeping logs, and reloads, small).
+	crashRounds = 8
 )
 
 // StoreOpener opens a store over dir outside a test (the crash child has no
@@ -42,14 +45,14 @@ func MaybeRunCrashChild(open StoreOpener) {
 		return
 	}
 	seed, _ := strconv.ParseUint(os.Getenv(crashEnvSeed), 10, 64)
-	if err := crashChild(open, dir, seed); err != nil {
+	if err := crashChild(open, dir, os.Getenv(crashEnvID), seed); err != nil {
 		fmt.Fprintln(os.Stderr, "crash child:", err)
 		os.Exit(2)
 	}
 	os.Exit(0)
 }
 
-func crashChild(open StoreOpener, dir string, seed uint64) error {
+func crashChild(open StoreOpener, dir, crashID string, seed uint64) error {
 	ctx := context.Background()
 	s, err := open(ctx, dir)
 	if err != nil {
@@ -86,19 +89,27 @@ func crashChild(open StoreOpener, dir string, seed uint64) error {
 	}
 }
 
-// RunCrash runs the SIGKILL test: for the given number of iterations it
-// starts the test binary as a crash child (see MaybeRunCrashChild) over one
-// store directory, kills it at a random moment, and checks that a reload
-// is valid, balanced, keeps every acknowledged event and never rewrites an
-// event an earlier reload returned.
-func RunCrash(t *testing.T, open StoreOpener, iterations int) {
+// RunCrash runs the SIGKILL test for about budget (and at least 2 x
+// crashRounds iterations): each iteration starts the test binary as a crash
+// child (see MaybeRunCrashChild) over one store directory, kills it at a
+// random moment, and checks that a reload is valid and balanced, keeps every
+// acknowledged event and never rewrites an event an earlier reload returned.
+func RunCrash(t *testing.T, open StoreOpener, budget time.Duration) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	var prev []*sessionv1.SessionEvent
-	var maxAcked int64
-	repaired := 0
-	for it := range iterations {
-		acked, killedAt := runChild(t, dir, rng.Uint64(), time.Duration(rng.IntN(20_000))*time.Microsecond)
+	var (
+		prev     []*sessionv1.SessionEvent
+		maxAcked int64
+		repaired int
+		it       int
+	)
+	start := time.Now()
+	for ; it < 2*crashRounds || time.Since(start) < budget; it++ {
+		crashID := fmt.Sprintf("crash/session ☃ %d", it/crashRounds)
+		if it%crashRounds == 0 {
+			prev = nil
+		}
+		acked, killedAt := runChild(t, dir, crashID, rng.Uint64(), 1+rng.IntN(12), time.Duration(rng.IntN(3000))*time.Microsecond)
 		s, err := open(t.Context(), dir)
 		if err != nil {
 			t.Fatalf("iteration %d: open after kill: %v", it, err)
@@ -137,15 +148,17 @@ func RunCrash(t *testing.T, open StoreOpener, iterations int) {
 	if maxAcked == 0 || repaired == 0 {
 		t.Fatalf("the test exercised too little: %d events acknowledged, %d open turns repaired", maxAcked, repaired)
 	}
-	t.Logf("%d iterations: %d open turns repaired, final log %d events", iterations, repaired, len(prev))
+	t.Logf("%d kills in %v: %d open turns repaired", it, time.Since(start).Round(time.Millisecond), repaired)
 }
 
-// runChild starts a crash child, waits until it is ready, lets it append
-// for delay, SIGKILLs it and returns the highest acknowledged next seq.
-func runChild(t *testing.T, dir string, seed uint64, delay time.Duration) (int64, time.Duration) {
+// runChild starts a crash child, waits until it acknowledged acks appends,
+// lets it run for delay more (so that the kill lands at a random point,
+// often inside an append), SIGKILLs it and returns the highest acknowledged
+// next seq.
+func runChild(t *testing.T, dir, id string, seed uint64, acks int, delay time.Duration) (int64, time.Duration) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashEnvDir+"="+dir, crashEnvSeed+"="+strconv.FormatUint(seed, 10))
+	cmd.Env = append(os.Environ(), crashEnvDir+"="+dir, crashEnvID+"="+id, crashEnvSeed+"="+strconv.FormatUint(seed, 10))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -164,7 +177,6 @@ func runChild(t *testing.T, dir string, seed uint64, delay time.Duration) (int64
 		close(lines)
 	}()
 	var acked int64
-	ready := false
 	var kill <-chan time.Time
 	deadline := time.After(30 * time.Second)
 	start := time.Now()
@@ -184,10 +196,11 @@ func runChild(t *testing.T, dir string, seed uint64, delay time.Duration) (int64
 					t.Fatalf("child line %q", line)
 				}
 				acked = v
-			} else if strings.HasPrefix(line, "ready ") && !ready {
-				ready = true
+				if acks--; acks == 0 {
+					kill = time.After(delay)
+				}
+			} else if strings.HasPrefix(line, "ready ") {
 				start = time.Now()
-				kill = time.After(delay)
 			}
 		case <-kill:
 			kill = nil

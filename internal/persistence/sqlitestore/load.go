@@ -21,7 +21,7 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 	if err := s.checkOpen(ctx); err != nil {
 		return nil, nil, err
 	}
-	for {
+	for attempt := 0; ; attempt++ {
 		h, events, err := s.read(ctx, id)
 		if err != nil {
 			return nil, nil, err
@@ -39,7 +39,7 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 		}
 		err = s.inTx(ctx, func(tx *sql.Tx) error { return s.appendRows(ctx, tx, id, closers, data) })
 		var seqErr *persistence.SeqError
-		if errors.As(err, &seqErr) {
+		if errors.As(err, &seqErr) && attempt < 3 {
 			continue // the log grew after the read: read it again
 		}
 		if err != nil {

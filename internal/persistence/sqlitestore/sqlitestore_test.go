@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/persistence/persistencetest"
@@ -44,7 +45,7 @@ func TestCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	persistencetest.RunCrash(t, openAt, 60)
+	persistencetest.RunCrash(t, openAt, 8*time.Second)
 }
 
 func BenchmarkStore(b *testing.B) {
