@@ -1,0 +1,68 @@
+package fstools
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// simpleWindow is the obvious, memory-hungry reference for readWindow.
+func simpleWindow(content []byte, offset, limit int) (lines []string, total int) {
+	if len(content) == 0 {
+		return nil, 0
+	}
+	parts := bytes.Split(content, []byte("\n"))
+	if len(parts[len(parts)-1]) == 0 {
+		parts = parts[:len(parts)-1]
+	}
+	total = len(parts)
+	for i := offset - 1; i < total && len(lines) < limit; i++ {
+		if i >= 0 {
+			lines = append(lines, formatLine(parts[i]))
+		}
+	}
+	return lines, total
+}
+
+func FuzzReadWindow(f *testing.F) {
+	f.Add([]byte("a\nb\r\nc"), 1, 2)
+	f.Add([]byte("\n\n\n"), 2, 5)
+	f.Add([]byte(strings.Repeat("x", 70000)+"\nshort\n"), 1, 10)
+	f.Add([]byte("caf\xe9\n"), 1, 1)
+	f.Add([]byte(""), 1, 1)
+	f.Fuzz(func(t *testing.T, content []byte, offset, limit int) {
+		if bytes.IndexByte(content, 0) >= 0 {
+			return
+		}
+		offset = 1 + abs(offset)%50
+		limit = 1 + abs(limit)%50
+		w, err := readWindow(context.Background(), bytes.NewReader(content), offset, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, total := simpleWindow(content, offset, limit)
+		if w.total != total {
+			t.Fatalf("total %d, want %d", w.total, total)
+		}
+		if w.version != versionOf(content) {
+			t.Fatal("version is not the content hash")
+		}
+		if !w.capped && strings.Join(w.lines, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("lines %q, want %q", w.lines, want)
+		}
+		if w.capped && (len(w.lines) == 0 || strings.Join(w.lines, "\n") != strings.Join(want[:len(w.lines)], "\n")) {
+			t.Fatalf("capped lines %q are not a prefix of %q", w.lines, want)
+		}
+	})
+}
+
+func abs(i int) int {
+	if i < 0 {
+		if i == -i {
+			return 0
+		}
+		return -i
+	}
+	return i
+}
