@@ -62,7 +62,9 @@ func testServer() *mcp.Server {
 		})
 	raw("crash", func() *mcp.CallToolResult { os.Exit(3); return nil })
 	raw("add", func() *mcp.CallToolResult {
-		raw("extra", func() *mcp.CallToolResult { return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "extra"}}} })
+		raw("extra", func() *mcp.CallToolResult {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "extra"}}}
+		})
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "added"}}}
 	})
 	raw("drop", func() *mcp.CallToolResult {
