@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
@@ -193,18 +195,17 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	cleanups = append(cleanups, thStop)
 
 	// Event publisher: cursors live in the same SQLite database as the
-	// sessions.
-	var cursors events.Cursors
-	if f.store == "sqlite" {
-		cs, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(f.data, "sessions.db"), Logger: logger})
-		if err != nil {
-			return nil, fmt.Errorf("open sqlite store: %w", err)
-		}
-		cleanups = append(cleanups, func() { cs.Close() })
-		cursors = cs
-	} else {
+	// sessions. The store is opened on the publisher's first use, off the
+	// path to the first model request. dsh dev trades power-loss durability
+	// for latency (synchronous NORMAL: a committed event survives a crash
+	// of the process, not of the machine).
+	if f.store != "sqlite" {
 		return nil, &exitError{code: 2, msg: "dsh dev supports --store sqlite only"}
 	}
+	cursors := &lazyCursors{open: func() (*sqlitestore.Store, error) {
+		return sqlitestore.Open(context.WithoutCancel(ctx), sqlitestore.Config{Path: filepath.Join(f.data, "sessions.db"), Synchronous: "NORMAL", Logger: logger})
+	}}
+	cleanups = append(cleanups, cursors.close)
 	pub, err := events.New(ctx, events.Config{Conn: events.Conn{URL: natsURL, Name: "dsh dev agent"}, Store: cursors, Logger: logger, Metrics: metrics})
 	if err != nil {
 		return nil, err
@@ -226,7 +227,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	go func() {
 		agDone <- agent.Run(agCtx, agent.ServerConfig{
 			Listener: agLis, Gateway: gwLis.Addr().String(), Toolhosts: []string{"builtin=" + thLis.Addr().String()},
-			Store: f.store, DataDir: f.data, ShutdownTimeout: 5 * time.Second,
+			Store: f.store, DataDir: f.data, Synchronous: "NORMAL", ShutdownTimeout: 5 * time.Second,
 			Service: agent.Config{DefaultCwd: cwd, Sink: pub, IdleUnload: 0},
 			Ready:   func(addr string) { ready <- addr },
 		}, logger)
@@ -285,6 +286,12 @@ func pickModel(ctx context.Context, st *stack, f devFlags, cfg llmgateway.Config
 	st.model = f.model
 	if st.model != "" {
 		return nil
+	}
+	for _, r := range cfg.Routes {
+		if r.Name == st.provider && len(r.Models) > 0 {
+			st.model = r.Models[0].ID
+			return nil
+		}
 	}
 	conn, err := grpcserver.Dial(st.gatewayAddr)
 	if err != nil {
@@ -350,4 +357,40 @@ func banner(e *env, st *stack, f devFlags, cwd string, cfg llmgateway.Config) {
 		fmt.Fprintf(&b, "\n%s\n", msg)
 	}
 	fmt.Fprintln(w, b.String())
+}
+
+// lazyCursors opens the cursor store on first use.
+type lazyCursors struct {
+	open  func() (*sqlitestore.Store, error)
+	once  sync.Once
+	store *sqlitestore.Store
+	err   error
+}
+
+func (l *lazyCursors) get() (*sqlitestore.Store, error) {
+	l.once.Do(func() { l.store, l.err = l.open() })
+	return l.store, l.err
+}
+
+func (l *lazyCursors) PublishedCursor(ctx context.Context, id string) (int64, error) {
+	s, err := l.get()
+	if err != nil {
+		return 0, err
+	}
+	return s.PublishedCursor(ctx, id)
+}
+
+func (l *lazyCursors) SetPublishedCursor(ctx context.Context, id string, next int64) error {
+	s, err := l.get()
+	if err != nil {
+		return err
+	}
+	return s.SetPublishedCursor(ctx, id, next)
+}
+
+func (l *lazyCursors) close() {
+	l.once.Do(func() { l.err = errors.New("closed") })
+	if l.store != nil {
+		_ = l.store.Close()
+	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/signal"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +33,8 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	defer stop()
 	if conn.URL == "" {
 		conn.URL = defaultNATSURL
 	}
