@@ -12,6 +12,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -28,30 +29,37 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-func env(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
 func main() {
-	if err := run(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "llmgateway:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	cfg := llmgateway.ConfigFromEnv(os.Getenv)
-	listen := flag.String("listen", env("DSH_LISTEN", "127.0.0.1:7701"), "gRPC listen address (env DSH_LISTEN)")
-	configFile := flag.String("config", env("DSH_LLM_CONFIG", ""), "optional JSON config file with extra routes and model catalogues (env DSH_LLM_CONFIG)")
-	idle := flag.Duration("idle-timeout", cfg.IdleTimeout, "provider stream idle bound; 0 means 5m (env DSH_LLM_IDLE_TIMEOUT)")
-	flag.Parse()
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+// run serves until ctx ends. ready, when set, receives the listen address
+// once the server accepts connections.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready func(addr string)) error {
+	env := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	cfg := llmgateway.ConfigFromEnv(getenv)
+	fs := flag.NewFlagSet("llmgateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", env("DSH_LISTEN", "127.0.0.1:7701"), "gRPC listen address (env DSH_LISTEN)")
+	configFile := fs.String("config", env("DSH_LLM_CONFIG", ""), "optional JSON config file with extra routes and model catalogues (env DSH_LLM_CONFIG)")
+	idle := fs.Duration("idle-timeout", cfg.IdleTimeout, "provider stream idle bound; 0 means 5m (env DSH_LLM_IDLE_TIMEOUT)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	if *configFile != "" {
 		var err error
-		if cfg, err = llmgateway.LoadConfigFile(*configFile, cfg, os.Getenv); err != nil {
+		if cfg, err = llmgateway.LoadConfigFile(*configFile, cfg, getenv); err != nil {
 			return err
 		}
 	}
@@ -60,9 +68,7 @@ func run() error {
 	}
 	cfg.Version = version
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-llmgateway", ServiceVersion: version, Logger: logger})
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-llmgateway", ServiceVersion: version, Logger: logger, Getenv: getenv})
 	if err != nil {
 		return err
 	}
@@ -83,6 +89,9 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", *listen, err)
 	}
-	logger.Info("llmgateway starting", "service", llmv1.LlmGateway_ServiceDesc.ServiceName, "routes", svc.RouteNames(), "version", version)
+	logger.Info("llmgateway starting", "service", llmv1.LlmGateway_ServiceDesc.ServiceName, "addr", lis.Addr().String(), "routes", svc.RouteNames(), "version", version)
+	if ready != nil {
+		ready(lis.Addr().String())
+	}
 	return srv.Serve(ctx, lis)
 }
