@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/session"
@@ -59,20 +61,43 @@ func EncodeEvent(id string, ev *sessionv1.SessionEvent) ([]byte, error) {
 }
 
 // EncodeBatch checks a batch against the stored next seq and encodes every
-// event; on error nothing should be written.
+// event (large batches on all CPUs); on error nothing should be written. The
+// error, if any, is the one of the lowest failing event.
 func EncodeBatch(id string, next int64, events []*sessionv1.SessionEvent) ([][]byte, error) {
 	if err := CheckBatch(id, next, events); err != nil {
 		return nil, err
 	}
 	out := make([][]byte, len(events))
-	for i, ev := range events {
-		b, err := EncodeEvent(id, ev)
+	errs := make([]error, len(events))
+	parallel(len(events), 32, func(i int) { out[i], errs[i] = EncodeEvent(id, events[i]) })
+	for _, err := range errs {
 		if err != nil {
 			return nil, err
 		}
-		out[i] = b
 	}
 	return out, nil
+}
+
+// parallel calls fn(i) for every i in [0, n), spread over the CPUs when n
+// is at least 2*grain.
+func parallel(n, grain int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), max(n/grain, 1))
+	if workers <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += chunk {
+		wg.Go(func() {
+			for i := lo; i < min(lo+chunk, n); i++ {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // DecodeEvent parses the stored form of an event.

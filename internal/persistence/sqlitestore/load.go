@@ -33,7 +33,7 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 		if len(closers) == 0 {
 			return h, events, nil
 		}
-		data, err := encodeRows(id, closers)
+		data, err := encodeRows(id, closers[0].GetSeq(), closers)
 		if err != nil {
 			return nil, nil, fmt.Errorf("session %q: repair: %w", id, err)
 		}

@@ -276,11 +276,9 @@ func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.Sessi
 	if err := s.checkOpen(ctx); err != nil {
 		return err
 	}
-	// Encode outside the transaction; the seq check is made inside it.
-	if err := persistence.CheckBatch(id, events[0].GetSeq(), events); err != nil {
-		return err
-	}
-	data, err := encodeRows(id, events)
+	// Encode outside the transaction (contiguity checked here); the check
+	// against the stored next seq is made inside it.
+	data, err := encodeRows(id, events[0].GetSeq(), events)
 	if err != nil {
 		return err
 	}
@@ -367,18 +365,18 @@ type encoded struct {
 
 var pbMarshal = proto.MarshalOptions{Deterministic: true}
 
-func encodeRows(id string, events []*sessionv1.SessionEvent) ([]encoded, error) {
+func encodeRows(id string, next int64, events []*sessionv1.SessionEvent) ([]encoded, error) {
+	js, err := persistence.EncodeBatch(id, next, events)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]encoded, len(events))
 	for i, ev := range events {
-		j, err := persistence.EncodeEvent(id, ev)
-		if err != nil {
-			return nil, err
-		}
 		pb, err := pbMarshal.Marshal(ev)
 		if err != nil {
 			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: session.TypeName(ev), Err: err}
 		}
-		out[i] = encoded{j, pb}
+		out[i] = encoded{js[i], pb}
 	}
 	return out, nil
 }
