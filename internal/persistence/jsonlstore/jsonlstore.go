@@ -328,6 +328,10 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 		return nil, nil, err
 	}
 	if err := persistence.CheckLoaded(id, sc.events); err != nil {
+		var ce *persistence.CorruptError
+		if errors.As(err, &ce) && ce.Seq >= 0 {
+			ce.Line = int(ce.Seq) + 2 // line 1 is the header
+		}
 		return nil, nil, err
 	}
 	if sc.torn {

@@ -161,6 +161,7 @@ func TestCorruptionRefused(t *testing.T) {
 		{"seq gap in the first turn", 4, ""},
 		{"truncated line before turn/end", 5, `{"seq":`},
 		{"the turn/end itself", 0, `{"seq":`},
+		{"a valid line that breaks an invariant", 4, `{"seq":"2","time":"1767225600002","step_start":{"turn":5,"step":1}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
