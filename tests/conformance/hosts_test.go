@@ -52,7 +52,7 @@ var listeningRE = regexp.MustCompile(`^dsh-toolhost listening on (\S+)$`)
 // startProcess starts a host process, waits for its "listening on" line and
 // stops it with SIGTERM at cleanup, expecting a clean exit (graceful
 // shutdown).
-func startProcess(t *testing.T, name string, args ...string) string {
+func startProcess(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Stderr = &testWriter{t: t, prefix: filepath.Base(name) + ": "}
@@ -103,7 +103,7 @@ func startProcess(t *testing.T, name string, args ...string) string {
 }
 
 type testWriter struct {
-	t      *testing.T
+	t      testing.TB
 	prefix string
 }
 
@@ -114,7 +114,7 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -150,7 +150,7 @@ func TestTypeScriptHost(t *testing.T) {
 	conformance.Run(t, dialer(addr), conformance.Options{})
 }
 
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -160,7 +160,7 @@ func listen(t *testing.T) net.Listener {
 }
 
 // serveInProcess runs serve on a loopback listener until the test ends.
-func serveInProcess(t *testing.T, serve func(ctx context.Context, lis net.Listener) error) string {
+func serveInProcess(t testing.TB, serve func(ctx context.Context, lis net.Listener) error) string {
 	t.Helper()
 	lis := listen(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -188,7 +188,7 @@ func TestGoHost(t *testing.T) {
 	conformance.Run(t, dialer(addr), conformance.Options{})
 }
 
-func bridge(t *testing.T, servers map[string]mcpbridge.ServerConfig) string {
+func bridge(t testing.TB, servers map[string]mcpbridge.ServerConfig) string {
 	t.Helper()
 	b, err := mcpbridge.New(mcpbridge.Config{Servers: mcpbridge.FileConfig{Servers: servers}, MinBackoff: 20 * time.Millisecond},
 		slog.New(slog.NewTextHandler(&testWriter{t: t, prefix: "mcpbridge: "}, &slog.HandlerOptions{Level: slog.LevelWarn})))
