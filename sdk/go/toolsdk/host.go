@@ -203,25 +203,58 @@ func (h *Host) PrepareCalls(_ context.Context, req *toolsv1.PrepareCallsRequest)
 	return out, nil
 }
 
+// liveOutputQueue bounds the live output waiting for a slow caller; chunks
+// beyond it are dropped (the result still carries the output), so a caller
+// that stops reading never stalls the tool.
+const liveOutputQueue = 256
+
 // Execute runs one call and streams its output and result.
 func (h *Host) Execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {
 	ex := req.GetExecution()
 	if err := h.checkExecution(ex); err != nil {
 		return toStatus(err)
 	}
-	var mu sync.Mutex
-	done := false
+	var (
+		mu      sync.Mutex
+		done    bool
+		queue   chan *toolsv1.ToolOutput
+		sent    chan struct{}
+		dropped int
+	)
 	output := func(s, text string) {
 		mu.Lock()
 		defer mu.Unlock()
-		if !done {
-			_ = stream.Send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Output{Output: &toolsv1.ToolOutput{Stream: s, Text: text}}})
+		if done {
+			return
+		}
+		if queue == nil {
+			queue, sent = make(chan *toolsv1.ToolOutput, liveOutputQueue), make(chan struct{})
+			go func() {
+				defer close(sent)
+				for o := range queue {
+					_ = stream.Send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Output{Output: o}})
+				}
+			}()
+		}
+		select {
+		case queue <- &toolsv1.ToolOutput{Stream: s, Text: text}:
+		default:
+			dropped++
 		}
 	}
 	res := h.Run(stream.Context(), ex, output)
 	mu.Lock()
-	defer mu.Unlock()
 	done = true
+	if queue != nil {
+		close(queue)
+	}
+	mu.Unlock()
+	if sent != nil {
+		<-sent
+	}
+	if dropped > 0 {
+		h.log.Debug("dropped live output for a slow caller", "tool", ex.GetName(), "call_id", ex.GetCallId(), "chunks", dropped)
+	}
 	return stream.Send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Result{Result: res}})
 }
 
