@@ -432,3 +432,42 @@ func TestServeStopsWatchersOnShutdown(t *testing.T) {
 		t.Errorf("shutdown took %v", el)
 	}
 }
+
+func TestSlowCallerNeverStallsTheTool(t *testing.T) {
+	t.Parallel()
+	finished := make(chan struct{})
+	chatty := toolsdk.Define("chatty", "Writes a lot of live output.", func(_ context.Context, call *toolsdk.Call, _ struct{}) (toolsdk.Result, error) {
+		chunk := strings.Repeat("x", 4096)
+		for range 5000 { // 20 MB, far past any flow-control window
+			call.Output("stdout", chunk)
+		}
+		close(finished)
+		return toolsdk.Text("done"), nil
+	})
+	h, err := toolsdk.NewHost(toolsdk.HostConfig{}, chatty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startHost(t, h)
+	st, err := c.Execute(t.Context(), exec("chatty", `{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read nothing until the body has finished.
+	select {
+	case <-finished:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a caller that does not read stalled the tool body")
+	}
+	var res *toolsv1.ToolExecutionResult
+	for res == nil {
+		m, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res = m.GetResult()
+	}
+	if toolsdk.ResultText(res.GetContent()) != "done" {
+		t.Errorf("result %v", res)
+	}
+}
