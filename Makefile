@@ -68,3 +68,11 @@ fuzz: ## Run each fuzz target briefly (FUZZTIME=30s to go longer).
 	@for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
 	  for f in $$(grep -h '^func Fuzz' $$t/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-10s} $$t || exit 1; done; done
+
+.PHONY: test-polyglot
+test-polyglot: ## Polyglot toolhosts: setup, Python/TS SDK tests, stub drift, conformance suite, MCP bridge.
+	scripts/setup-polyglot.sh
+	sdk/python/scripts/gen.sh --check
+	/usr/bin/python3 -m unittest discover -s sdk/python/tests -t sdk/python
+	cd sdk/typescript && node --test --test-reporter=dot test/ && npx --no-install tsc -p tsconfig.json
+	$(GOTEST) $(RACE) -count=1 -timeout 10m ./tests/conformance/... ./services/mcpbridge/...
