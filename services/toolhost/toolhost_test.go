@@ -19,6 +19,7 @@ import (
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
+	"github.com/dsh-dev/dsh/sdk/go/toolsdk/toolhostconformance"
 	"github.com/dsh-dev/dsh/services/toolhost"
 	"github.com/dsh-dev/dsh/services/toolhost/toolhosttest"
 )
@@ -265,4 +266,9 @@ func TestCloseKillsBackgroundTasks(t *testing.T) {
 	if alive(pid) {
 		t.Errorf("task %d survived Close", pid)
 	}
+}
+
+func TestBuiltinHostConforms(t *testing.T) {
+	h := toolhosttest.Start(t)
+	toolhostconformance.Run(t, h.Client, h.Workspace)
 }
