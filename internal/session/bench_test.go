@@ -3,6 +3,7 @@ package session
 import (
 	"fmt"
 	"runtime"
+	"time"
 	"testing"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -116,4 +117,73 @@ func BenchmarkDeriveMessages(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchLog is a log of n to 2n events for the interleaved benchmark.
+type benchLog struct {
+	b        *testing.B
+	seed     []*sessionv1.SessionEvent
+	l        *Log
+	appended int
+	elapsed  time.Duration
+}
+
+func newBenchLog(b *testing.B, n int) *benchLog {
+	bl := &benchLog{b: b, seed: benchSeed(n)}
+	bl.reset()
+	return bl
+}
+
+func (bl *benchLog) reset() {
+	bl.l = nil
+	runtime.GC()
+	l, err := NewLog(nil, bl.seed)
+	if err != nil {
+		bl.b.Fatal(err)
+	}
+	bl.l, bl.appended = l, 0
+	runtime.GC()
+}
+
+// step appends ev and derives, timing only that.
+func (bl *benchLog) step(ev *sessionv1.SessionEvent) {
+	if bl.appended == len(bl.seed) {
+		bl.b.StopTimer()
+		bl.reset()
+		bl.b.StartTimer()
+	}
+	start := time.Now()
+	if _, err := bl.l.Append(ev); err != nil {
+		bl.b.Fatal(err)
+	}
+	if len(bl.l.Messages()) == 0 {
+		bl.b.Fatal("no messages")
+	}
+	bl.elapsed += time.Since(start)
+	bl.appended++
+}
+
+// BenchmarkAppendDeriveInterleaved alternates single append+derive
+// operations on a 1k-event and a 100k-event log, so that both sizes are
+// measured under the same machine load (on a shared, busy machine separate
+// sub-benchmarks drift by more than the effect being measured). It reports
+// the mean cost at each size and their ratio; ns/op counts both operations.
+func BenchmarkAppendDeriveInterleaved(b *testing.B) {
+	cycle := benchCycle()
+	small, large := newBenchLog(b, 1_000), newBenchLog(b, 100_000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ev := cycle[i%len(cycle)]
+		if i%2 == 0 {
+			small.step(ev)
+			large.step(ev)
+		} else {
+			large.step(ev)
+			small.step(ev)
+		}
+	}
+	b.ReportMetric(float64(small.elapsed.Nanoseconds())/float64(b.N), "ns/op@1k")
+	b.ReportMetric(float64(large.elapsed.Nanoseconds())/float64(b.N), "ns/op@100k")
+	b.ReportMetric(float64(large.elapsed)/float64(small.elapsed), "ratio")
 }

@@ -211,3 +211,35 @@ func TestSurfaceGeneration(t *testing.T) {
 		t.Fatalf("surface = %v gen %d (%s)", nodes, gen, diff)
 	}
 }
+
+func TestEventClassifiers(t *testing.T) {
+	t.Parallel()
+	b := &logBuilder{}
+	b.turnStart()
+	s := b.user("a")
+	r := b.replace(UserMessageEvent([]*llmv1.ContentBlock{Text("b")}, UserSource()), s, s, s)
+	tests := []struct {
+		ev                *sessionv1.SessionEvent
+		name              string
+		surface, appended bool
+		derives           bool
+	}{
+		{b.evs[0], TypeTurnStart, false, false, false},
+		{b.evs[s], TypeUserMessage, true, true, true},
+		{b.evs[r], TypeUserMessage, true, false, true},
+		{assistantEvent(1, 1), TypeAssistantMessage, true, true, false},
+		{ExtensionEvent("approval/asked", "{}"), "approval/asked", false, false, false},
+		{&sessionv1.SessionEvent{}, "", false, false, false},
+	}
+	for _, tt := range tests {
+		if got := TypeName(tt.ev); got != tt.name {
+			t.Errorf("TypeName = %q, want %q", got, tt.name)
+		}
+		if IsSurfaceEvent(tt.ev) != tt.surface || IsSurfaceType(tt.name) != tt.surface || IsAppendSurfaceEvent(tt.ev) != tt.appended {
+			t.Errorf("%s: surface %v / append %v, want %v / %v", tt.name, IsSurfaceEvent(tt.ev), IsAppendSurfaceEvent(tt.ev), tt.surface, tt.appended)
+		}
+		if (DeriveEventMessage(tt.ev) != nil) != tt.derives {
+			t.Errorf("%s: DeriveEventMessage = %v", tt.name, DeriveEventMessage(tt.ev))
+		}
+	}
+}

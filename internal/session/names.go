@@ -231,3 +231,10 @@ func ToolResultEvent(turn, step int32, callID string, content []*llmv1.ContentBl
 func ExtensionEvent(typ, json string) *sessionv1.SessionEvent {
 	return &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_Extension{Extension: &llmv1.Extension{Type: typ, Json: json}}}
 }
+
+// IsAppendSurfaceEvent reports whether ev joined the surface by append (not
+// by replace): the events a human transcript shows, since the surface
+// deliberately hides replaced ranges (semantics.md §3.5).
+func IsAppendSurfaceEvent(ev *sessionv1.SessionEvent) bool {
+	return IsSurfaceEvent(ev) && ev.GetSurfaceOp().GetAppend() != nil
+}

@@ -297,3 +297,8 @@ func DeriveMessages(events []*sessionv1.SessionEvent) []*llmv1.Message {
 	}
 	return s.msgs
 }
+
+// DeriveEventMessage returns the provider message one surface event projects
+// to, or nil (an empty assistant message, or any non-surface event). The
+// message shares the event's content; do not mutate it.
+func DeriveEventMessage(ev *sessionv1.SessionEvent) *llmv1.Message { return deriveEventMessage(ev) }
