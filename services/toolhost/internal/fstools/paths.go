@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // Confiner resolves tool paths against the session's cwd and confines them
@@ -20,6 +21,25 @@ type Confiner struct {
 	ReadOnly []string
 	// Unconfined disables confinement (paths still resolve against cwd).
 	Unconfined bool
+
+	once sync.Once
+	real map[string]string // resolved Root and ReadOnly, computed once
+}
+
+// realRoot resolves a root, from the cache for the configured ones.
+func (c *Confiner) realRoot(r string) (string, error) {
+	c.once.Do(func() {
+		c.real = map[string]string{}
+		for _, p := range append([]string{c.Root}, c.ReadOnly...) {
+			if rp, err := realPath(filepath.Clean(p)); err == nil {
+				c.real[p] = rp
+			}
+		}
+	})
+	if rp, ok := c.real[r]; ok {
+		return rp, nil
+	}
+	return realPath(filepath.Clean(r))
 }
 
 // Target is a resolved path.
@@ -58,7 +78,7 @@ func (c *Confiner) Resolve(cwd, root, p string, write bool) (Target, error) {
 	}
 	lexical := false
 	for _, r := range roots {
-		rr, err := realPath(r)
+		rr, err := c.realRoot(r)
 		if err != nil {
 			continue
 		}
