@@ -2,16 +2,11 @@ package conformance_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
-	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
-	"github.com/dsh-dev/dsh/services/mcpbridge"
 	"github.com/dsh-dev/dsh/tests/conformance"
-	"github.com/dsh-dev/dsh/tests/conformance/conftools"
+	"github.com/dsh-dev/dsh/tests/conformance/hostproc"
 )
 
 // BenchmarkExecuteEcho measures one Execute round trip of conf_echo over
@@ -22,36 +17,10 @@ func BenchmarkExecuteEcho(b *testing.B) {
 		name, tool string
 		start      func(b *testing.B) string
 	}{
-		{"go", "conf_echo", func(b *testing.B) string {
-			host, err := toolsdk.NewHost(toolsdk.HostConfig{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := host.Add(conftools.Tools(host)...); err != nil {
-				b.Fatal(err)
-			}
-			return serveInProcess(b, host.Serve)
-		}},
-		{"python", "conf_echo", func(b *testing.B) string {
-			if _, err := os.Stat("/usr/bin/python3"); err != nil {
-				b.Skip("Python runtime missing")
-			}
-			return startProcess(b, "/usr/bin/python3", filepath.Join(repoRoot(b), "sdk", "python", "examples", "csvhost.py"), "--conformance")
-		}},
-		{"typescript", "conf_echo", func(b *testing.B) string {
-			node, err := exec.LookPath("node")
-			if err != nil {
-				b.Skip("Node.js runtime missing")
-			}
-			return startProcess(b, node, filepath.Join(repoRoot(b), "sdk", "typescript", "examples", "jsonhost.js"), "--conformance")
-		}},
-		{"mcpbridge-stdio", "conf__conf_echo", func(b *testing.B) string {
-			exe, err := os.Executable()
-			if err != nil {
-				b.Fatal(err)
-			}
-			return bridge(b, map[string]mcpbridge.ServerConfig{"conf": {Command: exe, Env: map[string]string{mcpStdioEnv: "1"}}})
-		}},
+		{"go", "conf_echo", func(b *testing.B) string { return goHost(b) }},
+		{"python", "conf_echo", func(b *testing.B) string { return hostproc.PythonExample(b, "--conformance") }},
+		{"typescript", "conf_echo", func(b *testing.B) string { return hostproc.TypeScriptExample(b, "--conformance") }},
+		{"mcpbridge-stdio", "conf__conf_echo", func(b *testing.B) string { return stdioBridge(b) }},
 	}
 	for _, h := range hosts {
 		b.Run(h.name, func(b *testing.B) {
