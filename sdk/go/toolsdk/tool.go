@@ -14,19 +14,16 @@ import (
 
 // Stable error codes of the SDK's own failures.
 const (
-	CodeInvalidArgs           = "INVALID_ARGS"
-	CodeUnknownTool           = "UNKNOWN_TOOL"
-	CodeToolTimeout           = "TOOL_TIMEOUT"
-	CodeAborted               = "ABORTED"
-	CodeToolPanic             = "TOOL_PANIC"
-	CodeInvalidResult         = "INVALID_RESULT"
-	codeToolFailed            = "TOOL_FAILED"
-	defaultErrorName          = "ToolError"
-	abortErrorName            = "AbortError"
-	maxToolNameLen            = 64
-	defaultHostTimeout        = 2 * time.Minute
-	defaultMaxArgumentBytes   = 1 << 20
-	defaultWatchChannelBuffer = 1
+	CodeInvalidArgs         = "INVALID_ARGS"
+	CodeUnknownTool         = "UNKNOWN_TOOL"
+	CodeToolTimeout         = "TOOL_TIMEOUT"
+	CodeAborted             = "ABORTED"
+	CodeToolPanic           = "TOOL_PANIC"
+	CodeInvalidResult       = "INVALID_RESULT"
+	defaultErrorName        = "ToolError"
+	abortErrorName          = "AbortError"
+	defaultHostTimeout      = 2 * time.Minute
+	defaultMaxArgumentBytes = 1 << 20
 )
 
 // Tool is one tool a Host serves. Build tools with Define (typed arguments
