@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,11 +64,28 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 	if *all {
 		deliver = jetstream.DeliverAllPolicy
 	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject}, DeliverPolicy: deliver,
-	})
-	if err != nil {
-		return &exitError{code: 1, msg: fmt.Sprintf("subscribe to %s on stream %s: %v", subject, events.StreamName, err)}
+	// The agent creates the stream when it first reaches NATS; wait for it.
+	var cons jetstream.Consumer
+	waited := false
+	for {
+		cons, err = js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{subject}, DeliverPolicy: deliver,
+		})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return &exitError{code: 1, msg: fmt.Sprintf("subscribe to %s on stream %s: %v", subject, events.StreamName, err)}
+		}
+		if !waited {
+			fmt.Fprintf(e.stderr, "waiting for the stream %s to appear on %s…\n", events.StreamName, conn.URL)
+			waited = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 	out := e.stdout
 	var mu sync.Mutex
@@ -122,9 +141,7 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 		}
 		defer sub.Unsubscribe()
 	}
-	if !*asJSON {
-		fmt.Fprintf(e.stderr, "following %s on %s (Ctrl-C to stop)\n", subject, conn.URL)
-	}
+	fmt.Fprintf(e.stderr, "following %s on %s (Ctrl-C to stop)\n", subject, conn.URL)
 	<-ctx.Done()
 	return nil
 }

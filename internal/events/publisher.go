@@ -234,6 +234,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	p.nc, p.js = nc, js
 	go p.run()
+	p.poke() // create the stream as soon as the server is reachable
 	return p, nil
 }
 
@@ -715,7 +716,7 @@ func (p *Publisher) saveCursors(ctx context.Context) {
 	p.mu.Lock()
 	var moved []*sessionState
 	for _, s := range p.sessions {
-		if s.cursor > s.saved {
+		if s.cursor > max(s.saved, 0) {
 			moved = append(moved, s)
 		}
 	}
@@ -729,8 +730,8 @@ func (p *Publisher) saveCursor(ctx context.Context, s *sessionState) {
 	p.mu.Lock()
 	cursor, saved := s.cursor, s.saved
 	p.mu.Unlock()
-	if cursor <= saved {
-		return
+	if cursor <= max(saved, 0) {
+		return // nothing new, or a session with no published event yet
 	}
 	if err := p.cfg.Store.SetPublishedCursor(ctx, s.id, cursor); err != nil {
 		// Not fatal: the stream's tail moves the cursor on the next start.

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/session"
+)
+
+// TestDevWithEventsTail runs `dsh dev` (its chat on a pipe) and, as a second
+// terminal would, `dsh events tail` against the NATS server dev prints; the
+// tail shows the session's events live, each once, in order.
+func TestDevWithEventsTail(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	natsAddr := freeAddr(t)
+	dev := exec.Command(filepath.Join(binDir, "dsh"), "dev", "--data", filepath.Join(dir, ".dsh"),
+		"--agent-listen", "127.0.0.1:0", "--gateway-listen", "127.0.0.1:0", "--toolhost-listen", "127.0.0.1:0", "--nats-listen", natsAddr)
+	dev.Dir = dir
+	dev.Env = cleanEnv("DSH_SCRIPT=" + script)
+	stdin, err := dev.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	devOut := &syncBuffer{}
+	dev.Stdout, dev.Stderr = devOut, devOut
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	devDone := make(chan error, 1)
+	go func() { devDone <- dev.Wait() }()
+	t.Cleanup(func() {
+		stdin.Close()
+		select {
+		case <-devDone:
+		case <-time.After(20 * time.Second):
+			_ = dev.Process.Kill()
+			<-devDone
+		}
+		if t.Failed() {
+			t.Logf("dsh dev output:\n%s", devOut.String())
+		}
+	})
+	url := "nats://" + natsAddr
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(devOut.String(), "› ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("dsh dev shows no prompt:\n%s", devOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(devOut.String(), url) {
+		t.Fatalf("dsh dev does not print the NATS URL %s:\n%s", url, devOut.String())
+	}
+
+	tail := exec.Command(filepath.Join(binDir, "dsh"), "events", "tail", "--nats", url, "--json")
+	tail.Env = cleanEnv()
+	tailOut, err := tail.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tailErr := &syncBuffer{}
+	tail.Stderr = tailErr
+	if err := tail.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tail.Process.Kill(); _ = tail.Wait() })
+	// The tail follows new events only; it is subscribed once it says so.
+	for !strings.Contains(tailErr.String(), "following") {
+		if time.Now().After(deadline) {
+			t.Fatalf("events tail did not start: %s", tailErr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	if _, err := io.WriteString(stdin, "run the two commands\n"); err != nil {
+		t.Fatal(err)
+	}
+	var evs []*sessionv1.SessionEvent
+	got := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(tailOut)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			var line struct {
+				SessionID string          `json:"session_id"`
+				Event     json.RawMessage `json:"event"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+				got <- err
+				return
+			}
+			ev, err := session.UnmarshalEventJSON(line.Event)
+			if err != nil {
+				got <- err
+				return
+			}
+			evs = append(evs, ev)
+			if ev.GetTurnEnd() != nil {
+				got <- nil
+				return
+			}
+		}
+		got <- sc.Err()
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("events tail showed no turn/end; stderr: %s", tailErr.String())
+	}
+	checkTurn(t, evs, 0)
+}
