@@ -14,6 +14,7 @@ func BenchmarkReadRoundTrip(b *testing.B) {
 	h := toolhosttest.Start(b)
 	os.WriteFile(filepath.Join(h.Workspace, "f.txt"), []byte(strings.Repeat("some line of text\n", 100)), 0o644)
 	args := `{"file_path":"f.txt"}`
+	b.ReportAllocs()
 	for b.Loop() {
 		if _, r, err := h.Execute(b.Context(), "s", "read", args); err != nil || r.GetIsError() {
 			b.Fatal(err, r)
@@ -26,6 +27,7 @@ func BenchmarkReadRoundTrip(b *testing.B) {
 func BenchmarkBashTrueRoundTrip(b *testing.B) {
 	h := toolhosttest.Start(b)
 	args := `{"command":"true","description":"nothing"}`
+	b.ReportAllocs()
 	for b.Loop() {
 		if _, r, err := h.Execute(b.Context(), "s", "bash", args); err != nil || r.GetIsError() {
 			b.Fatal(err, r)
