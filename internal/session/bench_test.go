@@ -3,8 +3,8 @@ package session
 import (
 	"fmt"
 	"runtime"
-	"time"
 	"testing"
+	"time"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"

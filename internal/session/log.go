@@ -104,18 +104,21 @@ func (l *Log) commit(ev *sessionv1.SessionEvent) {
 // leaves the log unchanged and yields an [*AppendError] naming the event's
 // type and the broken rule.
 func (l *Log) Append(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error) {
+	// Copying and the content walk need no log state: do them unlocked.
+	want := ev.GetSeq()
+	ev = cloneEvent(ev)
+	content := checkContent(ev)
 	l.mu.Lock()
 	seq := int64(len(l.events))
-	if ev.GetSeq() != 0 && ev.GetSeq() != seq {
+	if want != 0 && want != seq {
 		l.mu.Unlock()
-		return nil, &AppendError{Seq: seq, Type: TypeName(ev), Rule: fmt.Sprintf("seq %d leaves a gap or rewrites history: the next seq is %d", ev.GetSeq(), seq)}
+		return nil, &AppendError{Seq: seq, Type: TypeName(ev), Rule: fmt.Sprintf("seq %d leaves a gap or rewrites history: the next seq is %d", want, seq)}
 	}
-	ev = cloneEvent(ev)
 	ev.Seq = seq
 	if ev.Time == 0 {
 		ev.Time = l.opts.now().UnixMilli()
 	}
-	if rule := l.rule(ev); rule != "" {
+	if rule := l.rule(ev, content); rule != "" {
 		l.mu.Unlock()
 		return nil, &AppendError{Seq: seq, Type: TypeName(ev), Rule: rule}
 	}
@@ -125,9 +128,12 @@ func (l *Log) Append(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error
 	return ev, nil
 }
 
-func (l *Log) rule(ev *sessionv1.SessionEvent) string {
-	if r := checkPayload(ev); r != "" {
+func (l *Log) rule(ev *sessionv1.SessionEvent, content string) string {
+	if r := checkShape(ev); r != "" {
 		return r
+	}
+	if content != "" {
+		return content
 	}
 	if IsSurfaceEvent(ev) {
 		if r := l.surf.checkOp(ev, l.events); r != "" {

@@ -28,15 +28,31 @@ var jsonFields = map[protoreflect.FullName]bool{
 
 const extensionName protoreflect.FullName = "dsh.llm.v1.Extension"
 
-// checkPayload applies the rules that depend on the event alone: a payload
-// is set, plugin types are well-formed, every string is valid UTF-8, every
-// raw-JSON field holds valid JSON, surface fields appear only on surface
-// events, and the historical-data requirements of §3.7 hold. It returns the
-// broken rule or "".
+// checkPayload applies the rules that depend on the event alone (see
+// checkShape and checkContent). It returns the broken rule or "".
 func checkPayload(ev *sessionv1.SessionEvent) string {
+	if r := checkShape(ev); r != "" {
+		return r
+	}
+	return checkContent(ev)
+}
+
+// checkContent checks what does not depend on the event's seq or on the
+// log: every string is valid UTF-8 and every raw-JSON field holds valid
+// JSON. It is the costly part of validation, so Append runs it before
+// taking the log's lock.
+func checkContent(ev *sessionv1.SessionEvent) string {
 	if rule, ok := checkDeltaChunk(ev); ok {
 		return rule
 	}
+	return checkStrings(ev.ProtoReflect())
+}
+
+// checkShape checks that a payload is set, plugin types are well-formed,
+// surface fields appear only (and properly) on surface events, and the
+// historical-data requirements of §3.7 hold. It returns the broken rule or
+// "".
+func checkShape(ev *sessionv1.SessionEvent) string {
 	if ev.GetPayload() == nil {
 		return "the event has no payload"
 	}
@@ -100,7 +116,7 @@ func checkPayload(ev *sessionv1.SessionEvent) string {
 			return "an assistant message needs provenance.provider and provenance.model"
 		}
 	}
-	return checkStrings(ev.ProtoReflect())
+	return ""
 }
 
 // checkStrings walks every populated field: strings must be valid UTF-8 and
