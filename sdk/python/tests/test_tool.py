@@ -1,0 +1,148 @@
+import enum
+import json
+import os
+import sys
+import threading
+import unittest
+from dataclasses import dataclass
+from typing import Optional, TypedDict
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from dsh_toolhost import Output, Tool, ToolContext, run_call, tool  # noqa: E402
+from dsh_toolhost.gen.dsh.tools.v1 import tools_pb2  # noqa: E402
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Span(TypedDict):
+    start: int
+    end: int
+
+
+@dataclass
+class Opts:
+    depth: int
+    label: Optional[str] = None
+
+
+def call(t, args, ctx=None, outs=None):
+    ex = tools_pb2.ToolExecution(call_id="c", name=t.name, arguments=args if isinstance(args, str) else json.dumps(args))
+    return run_call(t, ex, ctx or ToolContext(), (outs if outs is not None else []).append)
+
+
+def text(r):
+    return "".join(b.text.text for b in r.content)
+
+
+class ToolTest(unittest.TestCase):
+    def test_argument_conversion(self):
+        seen = {}
+
+        @tool
+        def f(color: Color, span: Span, opts: Opts, ratio: float, n: int = 1) -> str:
+            """F."""
+            seen.update(color=color, span=span, opts=opts, ratio=ratio, n=n)
+            return "ok"
+
+        self.assertEqual(f.parameters["properties"]["color"], {"type": "string", "enum": ["red", "blue"]})
+        r = call(f, {"color": "blue", "span": {"start": 1, "end": 2}, "opts": {"depth": 3}, "ratio": 2, "n": 4.0})
+        self.assertEqual(text(r), "ok", text(r))
+        self.assertIs(seen["color"], Color.BLUE)
+        self.assertEqual(seen["span"], {"start": 1, "end": 2})
+        self.assertEqual(seen["opts"], Opts(depth=3))
+        self.assertIsInstance(seen["ratio"], float)
+        self.assertEqual((seen["n"], type(seen["n"])), (4, int))
+
+    def test_per_call_classifier(self):
+        @tool
+        def read(path: str, write: bool = False) -> str:
+            """R."""
+            return ""
+
+        @read.concurrency_safe
+        def _(args):
+            return not args.get("write", False)
+
+        self.assertEqual(read.descriptor().concurrency, tools_pb2.CONCURRENCY_SAFETY_PER_CALL)
+        cases = [({"path": "a"}, tools_pb2.EXECUTION_MODE_PARALLEL),
+                 ({"path": "a", "write": True}, tools_pb2.EXECUTION_MODE_EXCLUSIVE),
+                 ({}, tools_pb2.EXECUTION_MODE_EXCLUSIVE),  # invalid args are exclusive
+                 ([], tools_pb2.EXECUTION_MODE_EXCLUSIVE)]
+        for args, want in cases:
+            with self.subTest(args=args):
+                self.assertEqual(read.execution_mode(args), want)
+
+        @tool
+        def boom(x: str) -> str:
+            """B."""
+            return ""
+
+        @boom.concurrency_safe
+        def _(args):
+            raise RuntimeError("classifier bug")
+
+        self.assertEqual(boom.execution_mode({"x": "a"}), tools_pb2.EXECUTION_MODE_EXCLUSIVE)
+
+    def test_generator_cancelled_between_chunks(self):
+        ctx = ToolContext()
+        closed = threading.Event()
+
+        @tool
+        def gen(ctx: ToolContext):
+            """G."""
+            try:
+                yield "one"
+                ctx.cancelled.set()  # the caller cancels while the tool is running
+                yield "two"
+                yield "three"
+            finally:
+                closed.set()
+            return "never"
+
+        outs = []
+        r = call(gen, {}, ctx, outs)
+        self.assertEqual([o.text for o in outs], ["one", "two"])
+        self.assertTrue(closed.is_set(), "the generator was not closed")
+        self.assertEqual((text(r), r.error.code), ("Error: tool call aborted", "ABORTED"))
+
+    def test_bad_stream_item_and_meta(self):
+        @tool
+        def g():
+            """G."""
+            yield 42
+
+        self.assertEqual(text(call(g, {})), "Error: a streaming tool yielded int; yield str or Output")
+
+        @tool
+        def m():
+            """M."""
+            from dsh_toolhost import Result
+            return Result(content="x", meta={"n": float("nan")})
+
+        r = call(m, {})
+        self.assertTrue(r.is_error, "NaN meta must not produce invalid JSON")
+
+    def test_definition_errors(self):
+        with self.assertRaises(ValueError):
+            Tool(name="t", description="", parameters={"type": "object"}, fn=lambda: None, timeout_ms=-1)
+        with self.assertRaises(ValueError):
+            Tool(name="t", description="", parameters={"type": "array"}, fn=lambda: None)
+        with self.assertRaises(ValueError):
+            Tool(name="", description="", parameters={"type": "object"}, fn=lambda: None)
+
+    def test_json_values(self):
+        @tool
+        def j() -> dict:
+            """J."""
+            return {"a": [1, 2]}
+
+        self.assertEqual(text(call(j, {})), '{"a": [1, 2]}')
+        self.assertEqual(text(call(j, "NaN")), "Error: invalid arguments: arguments are not valid JSON: NaN is not JSON")
+
+
+if __name__ == "__main__":
+    unittest.main()
