@@ -300,9 +300,32 @@ def error_result(message: str, code: str = "", name: str = "") -> tools_pb2.Tool
     return r
 
 
+def _check_block(b: llm_pb2.ContentBlock) -> llm_pb2.ContentBlock:
+    """Refuse blocks a tool result cannot carry (the agent would reject the
+    whole stream as TOOL_HOST_PROTOCOL_ERROR)."""
+    kind = b.WhichOneof("block")
+    if kind not in ("text", "image", "extension"):
+        what = "an empty" if kind is None else "a " + kind
+        raise TypeError(f"a tool result cannot carry {what} content block")
+    if kind == "image":
+        src = b.image.WhichOneof("source")
+        if src is None or (src == "url" and not b.image.url):
+            raise TypeError("an image block needs a url or data")
+        if src == "data" and not b.image.mime_type:
+            raise TypeError("an inline image block needs a mime_type")
+    if kind == "extension":
+        if not b.extension.type:
+            raise TypeError("an extension block needs a type")
+        try:
+            json.loads(b.extension.json)
+        except ValueError:
+            raise TypeError("an extension block's json is not valid JSON") from None
+    return b
+
+
 def _to_block(v: Any) -> llm_pb2.ContentBlock:
     if isinstance(v, llm_pb2.ContentBlock):
-        return v
+        return _check_block(v)
     if isinstance(v, str):
         return text(v)
     if isinstance(v, dict) and v.get("type") == "text" and isinstance(v.get("text"), str):

@@ -126,6 +126,23 @@ class ToolTest(unittest.TestCase):
         r = call(m, {})
         self.assertTrue(r.is_error, "NaN meta must not produce invalid JSON")
 
+    def test_invalid_blocks_become_errors(self):
+        from dsh_toolhost.gen.dsh.llm.v1 import llm_pb2
+        cases = [
+            (llm_pb2.ContentBlock(), "Error: a tool result cannot carry an empty content block"),
+            (llm_pb2.ContentBlock(reasoning=llm_pb2.ReasoningBlock(text="x")), "Error: a tool result cannot carry a reasoning content block"),
+            (llm_pb2.ContentBlock(image=llm_pb2.ImageBlock(data=b"x")), "Error: an inline image block needs a mime_type"),
+            (llm_pb2.ContentBlock(extension=llm_pb2.Extension(type="x", json="{")), "Error: an extension block's json is not valid JSON"),
+        ]
+        for block, want in cases:
+            with self.subTest(want=want):
+                @tool
+                def t():
+                    """T."""
+                    return [block]
+                r = call(t, {})
+                self.assertEqual((text(r), r.is_error), (want, True))
+
     def test_definition_errors(self):
         with self.assertRaises(ValueError):
             Tool(name="t", description="", parameters={"type": "object"}, fn=lambda: None, timeout_ms=-1)
