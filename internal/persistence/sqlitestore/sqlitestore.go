@@ -32,6 +32,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -41,6 +42,9 @@ import (
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/session"
 )
+
+// rowsPerInsert is the number of event rows one multi-row INSERT carries.
+const rowsPerInsert = 16
 
 // Config configures a Store.
 type Config struct {
@@ -62,7 +66,7 @@ type Store struct {
 	r   *sql.DB // read-only connections
 	log *slog.Logger
 
-	insertSession, selectNext, insertEvent, updateNext, raiseCursor *sql.Stmt
+	insertSession, selectNext, insertEvent, insertEvents, updateNext, raiseCursor *sql.Stmt
 
 	mu      sync.Mutex
 	closed  bool
@@ -190,6 +194,8 @@ func (s *Store) prepare(ctx context.Context) error {
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (id) DO NOTHING`},
 		{&s.selectNext, `SELECT next_seq FROM sessions WHERE id = ?`},
 		{&s.insertEvent, `INSERT INTO events (session_id, seq, type, time, data, pb) VALUES (?, ?, ?, ?, ?, ?)`},
+		{&s.insertEvents, `INSERT INTO events (session_id, seq, type, time, data, pb) VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", rowsPerInsert), ", ")},
 		{&s.updateNext, `UPDATE sessions SET next_seq = ? WHERE id = ?`},
 		{&s.raiseCursor, `UPDATE sessions SET published_next = ?2 WHERE id = ?1 AND published_next < ?2 AND ?2 <= next_seq`},
 	} {
@@ -212,7 +218,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	var errs []error
-	for _, st := range []*sql.Stmt{s.insertSession, s.selectNext, s.insertEvent, s.updateNext, s.raiseCursor} {
+	for _, st := range []*sql.Stmt{s.insertSession, s.selectNext, s.insertEvent, s.insertEvents, s.updateNext, s.raiseCursor} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -345,10 +351,30 @@ func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []
 	if err := persistence.CheckBatch(id, next, events); err != nil {
 		return err
 	}
-	ins := tx.StmtContext(ctx, s.insertEvent)
-	for i, ev := range events {
-		if _, err := ins.ExecContext(ctx, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), string(data[i].json), data[i].pb); err != nil {
-			return fmt.Errorf("session %q: insert seq %d: %w", id, ev.GetSeq(), err)
+	// Insert rowsPerInsert rows per statement, then the rest one by one:
+	// each Exec costs more in database/sql than a row costs in SQLite.
+	i := 0
+	if len(events) >= rowsPerInsert {
+		many := tx.StmtContext(ctx, s.insertEvents)
+		args := make([]any, 0, 6*rowsPerInsert)
+		for ; i+rowsPerInsert <= len(events); i += rowsPerInsert {
+			args = args[:0]
+			for j := i; j < i+rowsPerInsert; j++ {
+				ev := events[j]
+				args = append(args, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), string(data[j].json), data[j].pb)
+			}
+			if _, err := many.ExecContext(ctx, args...); err != nil {
+				return fmt.Errorf("session %q: insert seqs %d..%d: %w", id, events[i].GetSeq(), events[i+rowsPerInsert-1].GetSeq(), err)
+			}
+		}
+	}
+	if i < len(events) {
+		one := tx.StmtContext(ctx, s.insertEvent)
+		for ; i < len(events); i++ {
+			ev := events[i]
+			if _, err := one.ExecContext(ctx, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), string(data[i].json), data[i].pb); err != nil {
+				return fmt.Errorf("session %q: insert seq %d: %w", id, ev.GetSeq(), err)
+			}
 		}
 	}
 	if _, err := tx.StmtContext(ctx, s.updateNext).ExecContext(ctx, next+int64(len(events)), id); err != nil {

@@ -164,8 +164,9 @@ func TestFailedAppendRollsBack(t *testing.T) {
 	s := open(t, dir)
 	defer s.Close()
 	var b persistencetest.Builder
-	b.CompletedTurn(3)
-	b.CompletedTurn(3)
+	for range 4 {
+		b.CompletedTurn(6)
+	}
 	evs := b.Events()
 	if err := s.Create(t.Context(), persistencetest.Header("f")); err != nil {
 		t.Fatal(err)
@@ -174,10 +175,11 @@ func TestFailedAppendRollsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := rawDB(t, dir)
-	if _, err := db.Exec(`CREATE TRIGGER fail BEFORE INSERT ON events WHEN NEW.seq = 8 BEGIN SELECT RAISE(ABORT, 'injected: disk full'); END`); err != nil {
+	if _, err := db.Exec(`CREATE TRIGGER fail BEFORE INSERT ON events WHEN NEW.seq = 30 BEGIN SELECT RAISE(ABORT, 'injected: disk full'); END`); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append(t.Context(), "f", evs[5:12]); err == nil {
+	// 40 rows: two multi-row inserts (the second fails) and the rest.
+	if err := s.Append(t.Context(), "f", evs[5:45]); err == nil {
 		t.Fatal("Append succeeded through a failing insert")
 	}
 	var rows int
