@@ -123,6 +123,8 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level}))
+	launched := time.Now()
+	phase := func(name string) { logger.Debug("dev startup", "phase", name, "elapsed", time.Since(launched)) }
 
 	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-dev", Logger: logger, Getenv: e.getenv})
 	if err != nil {
@@ -138,8 +140,10 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 		return nil, err
 	}
 
-	// NATS starts in the background: the publisher tolerates a server that
-	// is not up yet, so it costs nothing on the way to the first request.
+	// NATS starts in the background once the agent serves: the publisher
+	// tolerates a server that is not up yet (events queue, the connection
+	// retries), so JetStream's start-up stays off the path to the first
+	// model request.
 	natsLis, err := listen(f.natsAd, "127.0.0.1:4222")
 	if err != nil {
 		return nil, fmt.Errorf("--nats-listen: %w", err)
@@ -149,16 +153,25 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	natsLis.Close()
 	natsURL := "nats://" + net.JoinHostPort(natsHost, natsPortS)
 	natsReady := make(chan *natstest.Server, 1)
-	go func() {
-		srv, err := natstest.New(natstest.Options{Host: natsHost, Port: natsPort, StoreDir: filepath.Join(f.data, "nats")})
-		if err != nil {
-			logger.Error("embedded NATS failed to start; events stay queued", "err", err)
-			natsReady <- nil
+	natsStarted := false
+	startNATS := func() {
+		natsStarted = true
+		go func() {
+			srv, err := natstest.New(natstest.Options{Host: natsHost, Port: natsPort, StoreDir: filepath.Join(f.data, "nats")})
+			if err != nil {
+				logger.Error("embedded NATS failed to start; events stay queued", "err", err)
+				natsReady <- nil
+				return
+			}
+			phase("nats ready")
+			natsReady <- srv
+		}()
+	}
+	// Stopped after the publisher has drained (cleanups run in reverse).
+	cleanups = append(cleanups, func() {
+		if !natsStarted {
 			return
 		}
-		natsReady <- srv
-	}()
-	cleanups = append(cleanups, func() {
 		if srv := <-natsReady; srv != nil {
 			srv.Shutdown()
 		}
@@ -176,6 +189,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	}
 	gwSrv := grpcserver.New(grpcserver.Config{Logger: logger, DrainTimeout: 2 * time.Second})
 	gw.Register(gwSrv.Server)
+	phase("gateway built")
 	cleanups = append(cleanups, serve(ctx, gwSrv, gwLis, gw.Close))
 
 	// Toolhost.
@@ -193,6 +207,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 		return nil, fmt.Errorf("toolhost: %w", err)
 	}
 	cleanups = append(cleanups, thStop)
+	phase("toolhost built")
 
 	// Event publisher: cursors live in the same SQLite database as the
 	// sessions. The store is opened on the publisher's first use, off the
@@ -240,6 +255,8 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	})
 	select {
 	case <-ready:
+		phase("agent serving")
+		startNATS()
 	case err := <-agDone:
 		agDone <- err
 		return nil, fmt.Errorf("agent: %w", err)
