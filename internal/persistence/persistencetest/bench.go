@@ -22,9 +22,7 @@ type BenchOpener func(b *testing.B, dir string) persistence.Store
 //   - Load10kRepair: load of a 10,000-event session whose last turn is open,
 //     including the durable write of its closers.
 func Bench(b *testing.B, open BenchOpener) {
-	for _, n := range []int{1, 10, 100} {
-		b.Run(fmt.Sprintf("Append/batch=%d", n), func(b *testing.B) { benchAppend(b, open, n) })
-	}
+	BenchAppend(b, open, 1, 10, 100)
 	for _, turns := range []int{10, 1000} {
 		b.Run(fmt.Sprintf("FlushAtTurn/%d", turns), func(b *testing.B) { benchFlushAtTurn(b, open, turns) })
 	}
@@ -59,6 +57,13 @@ func create(b *testing.B, s persistence.Store, id string) {
 func grow(bld *Builder, n int64) {
 	for bld.Len() < n {
 		bld.CompletedTurn(8)
+	}
+}
+
+// BenchAppend runs only the Append/batch=N benchmarks.
+func BenchAppend(b *testing.B, open BenchOpener, batches ...int) {
+	for _, n := range batches {
+		b.Run(fmt.Sprintf("Append/batch=%d", n), func(b *testing.B) { benchAppend(b, open, n) })
 	}
 }
 

@@ -52,6 +52,18 @@ func BenchmarkStore(b *testing.B) {
 	persistencetest.Bench(b, func(b *testing.B, dir string) persistence.Store { return open(b, dir) })
 }
 
+// BenchmarkSyncNormal measures appends with synchronous=NORMAL (durable
+// against a process crash, not a power loss).
+func BenchmarkSyncNormal(b *testing.B) {
+	persistencetest.BenchAppend(b, func(b *testing.B, dir string) persistence.Store {
+		s, err := sqlitestore.Open(b.Context(), sqlitestore.Config{Path: dbPath(dir), Synchronous: "NORMAL"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}, 1, 100)
+}
+
 // stored appends one completed turn to a new session.
 func stored(t *testing.T, s persistence.Store, id string) *persistencetest.Builder {
 	t.Helper()
