@@ -345,6 +345,9 @@ func (s *Service) retire(ctx context.Context, l *liveSession) {
 	if err := l.flush(context.WithoutCancel(ctx)); err != nil {
 		s.log.Error("final flush failed", "session", l.id, "err", err)
 	}
+	if f, ok := s.deps.LLM.(interface{ Forget(sessionID string) }); ok {
+		f.Forget(l.id)
+	}
 }
 
 // Close stops admission, lets turns finish until ctx's deadline (keeping a

@@ -135,3 +135,17 @@ func Listen(addr string, register func(*grpc.Server)) (string, func(), error) {
 
 // Unavailable is a gRPC error a scripted response may end with.
 var Unavailable = status.Error(codes.Unavailable, "fake gateway: connection reset")
+
+// ServeWith is Serve with server options.
+func ServeWith(tb testing.TB, opts []grpc.ServerOption, register func(*grpc.Server)) string {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("fakes: listen: %v", err)
+	}
+	gs := grpc.NewServer(opts...)
+	register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	tb.Cleanup(gs.Stop)
+	return lis.Addr().String()
+}

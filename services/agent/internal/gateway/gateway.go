@@ -24,14 +24,15 @@ import (
 
 // Client is the LlmGateway client adapter.
 type Client struct {
-	c llmv1.LlmGatewayClient
+	c     llmv1.LlmGatewayClient
+	codec *historyCodec
 }
 
 var _ loop.LLM = (*Client)(nil)
 
 // New wraps a connection to an LlmGateway.
 func New(conn grpc.ClientConnInterface) *Client {
-	return &Client{c: llmv1.NewLlmGatewayClient(conn)}
+	return &Client{c: llmv1.NewLlmGatewayClient(conn), codec: newHistoryCodec()}
 }
 
 // Generate streams one model attempt. Breaking out of the iteration cancels
@@ -40,7 +41,7 @@ func (c *Client) Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.
 	return func(yield func(*llmv1.StreamChunk, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		stream, err := c.c.Generate(ctx, req)
+		stream, err := c.c.Generate(ctx, req, grpc.ForceCodecV2(c.codec))
 		if err != nil {
 			yield(nil, classify(err))
 			return
@@ -114,3 +115,6 @@ func classify(err error) error {
 	}
 	return &loop.RequestFailure{Failure: &llmv1.LlmFailure{Code: code, Message: "gateway: " + msg}}
 }
+
+// Forget drops the per-session encoding cache of a session that left memory.
+func (c *Client) Forget(sessionID string) { c.codec.forget(sessionID) }

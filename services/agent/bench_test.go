@@ -1,0 +1,247 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
+	"github.com/dsh-dev/dsh/internal/session"
+	"github.com/dsh-dev/dsh/services/agent"
+	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
+	"github.com/dsh-dev/dsh/services/agent/internal/gateway"
+)
+
+// budgetGateway answers with one tool call per request while its budget
+// lasts, then with a short text.
+func budgetGateway(budget *atomic.Int64) *fakes.Gateway {
+	toolStep := fakes.ToolCalls("", fakes.Call{ID: "c", Name: "noop", Args: `{}`})
+	textStep := fakes.Text("done")
+	return &fakes.Gateway{Default: func(*llmv1.GenerateRequest) fakes.Response {
+		if budget.Add(-1) >= 0 {
+			return fakes.Response{Chunks: toolStep}
+		}
+		return fakes.Response{Chunks: textStep}
+	}}
+}
+
+func benchAgent(b *testing.B, gwAddr, thAddr, dir, sync string) (agentv1.AgentServiceClient, func()) {
+	b.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(ctx, agent.ServerConfig{Listener: lis, Gateway: gwAddr, Toolhosts: []string{"fake=" + thAddr},
+			DataDir: dir, Synchronous: sync, Service: agent.Config{DefaultCwd: "/work"}}, slog.New(slog.DiscardHandler))
+	}()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return agentv1.NewAgentServiceClient(conn), func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}
+}
+
+func turn(b *testing.B, c agentv1.AgentServiceClient, id string) {
+	b.Helper()
+	ctx := context.Background()
+	if _, err := c.Send(ctx, &agentv1.SendRequest{SessionId: id, Content: []*llmv1.ContentBlock{session.Text("go")}}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.WaitIdle(ctx, &agentv1.WaitIdleRequest{SessionId: id}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkStep is the harness overhead of one step (a model call with no
+// provider delay that requests one trivial tool, the tool call, and the
+// durable SQLite checkpoints before the request and before the tool body),
+// measured after the session already holds `at` steps. ns/op is per step.
+func BenchmarkStep(b *testing.B) {
+	for _, sync := range []string{"FULL", "NORMAL"} {
+		for _, at := range []int{10, 100, 1000} {
+			b.Run(fmt.Sprintf("sync=%s/at=%d", sync, at), func(b *testing.B) {
+				var budget atomic.Int64
+				gw := budgetGateway(&budget)
+				host := fakes.NewToolHost(fakes.Tool{Name: "noop", Run: func(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+					return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{session.Text("ok")}}
+				}})
+				gwAddr := fakes.ServeWith(b, []grpc.ServerOption{grpc.ForceServerCodecV2(fakes.SkipHistoryCodec{})},
+					func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
+				thAddr := fakes.Serve(b, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })
+				c, stop := benchAgent(b, gwAddr, thAddr, b.TempDir(), sync)
+				defer stop()
+				if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: "bench",
+					Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
+					b.Fatal(err)
+				}
+				budget.Store(int64(at))
+				turn(b, c, "bench")
+				budget.Store(int64(b.N))
+				cpu := cpuTime()
+				b.ResetTimer()
+				turn(b, c, "bench")
+				b.StopTimer()
+				b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+			})
+		}
+	}
+}
+
+// seed runs turns until the session holds at least n events.
+func seed(b *testing.B, c agentv1.AgentServiceClient, id string, n int64, budget *atomic.Int64) {
+	b.Helper()
+	for {
+		resp, err := c.GetSession(context.Background(), &agentv1.GetSessionRequest{SessionId: id})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if resp.GetSession().GetNextSeq() >= n {
+			return
+		}
+		budget.Store(20)
+		turn(b, c, id)
+	}
+}
+
+// BenchmarkResume10k is the time to load a persisted 10,000-event session
+// (store load, log validation, derivation, a new driver) on a command.
+func BenchmarkResume10k(b *testing.B) {
+	var budget atomic.Int64
+	gw := budgetGateway(&budget)
+	host := fakes.NewToolHost(fakes.Tool{Name: "noop"})
+	gwAddr := fakes.Serve(b, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
+	thAddr := fakes.Serve(b, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })
+	dir := b.TempDir()
+	c, stop := benchAgent(b, gwAddr, thAddr, dir, "NORMAL")
+	if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: "big",
+		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
+		b.Fatal(err)
+	}
+	seed(b, c, "big", 10_000, &budget)
+	stop()
+
+	ctx := context.Background()
+	store, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(dir, "sessions.db")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	conn, err := grpc.NewClient(gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	svc, err := agent.New(agent.Config{}, agent.Deps{Store: store, LLM: gateway.New(conn)}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer svc.Close(ctx)
+	var events int64
+	cpu := cpuTime()
+	n := 0
+	for b.Loop() {
+		n++
+		resp, err := svc.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: "big"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		events = resp.GetSession().GetNextSeq()
+		if !svc.Unload(ctx, "big") {
+			b.Fatal("could not unload")
+		}
+	}
+	b.ReportMetric(float64(events), "events")
+	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(n), "cpu-ms/op")
+}
+
+// BenchmarkIdleUnloadedSessionMemory reports the heap a session keeps after
+// it ran a turn and was unloaded (B/session).
+func BenchmarkIdleUnloadedSessionMemory(b *testing.B) {
+	var budget atomic.Int64
+	gw := budgetGateway(&budget)
+	gwAddr := fakes.Serve(b, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
+	ctx := context.Background()
+	store, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(b.TempDir(), "sessions.db"), Synchronous: "NORMAL"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	conn, err := grpc.NewClient(gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	svc, err := agent.New(agent.Config{}, agent.Deps{Store: store, LLM: gateway.New(conn)}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer svc.Close(ctx)
+	const n = 200
+	run := func(prefix string) {
+		for i := range n {
+			id := fmt.Sprintf("%s-%d", prefix, i)
+			if _, err := svc.CreateSession(ctx, &agentv1.CreateSessionRequest{SessionId: id, Cwd: "/work",
+				Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := svc.Send(ctx, &agentv1.SendRequest{SessionId: id, Content: []*llmv1.ContentBlock{session.Text("hi")}}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := svc.WaitIdle(ctx, &agentv1.WaitIdleRequest{SessionId: id}); err != nil {
+				b.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for !svc.Unload(ctx, id) {
+				if time.Now().After(deadline) {
+					b.Fatalf("%s never unloaded", id)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	run("warm") // warm pools and caches
+	var per float64
+	for i := 0; b.Loop(); i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		run(fmt.Sprintf("s%d", i))
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		per = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+	}
+	b.ReportMetric(per, "B/session")
+}
+
+// cpuTime is the process's user+system CPU time: on a shared, loaded
+// machine it shows the work done apart from the wait for a core.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

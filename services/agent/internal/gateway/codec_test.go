@@ -1,0 +1,90 @@
+package gateway
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+)
+
+func history(n int) []*llmv1.Message {
+	var ms []*llmv1.Message
+	for i := range n {
+		ms = append(ms, &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{
+			{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: fmt.Sprint("message ", i)}}}}})
+	}
+	return ms
+}
+
+func TestHistoryCodecRoundTrip(t *testing.T) {
+	t.Parallel()
+	c := newHistoryCodec()
+	sys := "be brief"
+	ms := history(5)
+	for i := range 3 { // repeated requests hit the cache and still decode identically
+		req := &llmv1.GenerateRequest{Provider: "p", Model: "m", System: &sys, SessionId: "s", Messages: ms[:3+i],
+			Tools: []*llmv1.ToolSchema{{Name: "t", Parameters: `{"type":"object"}`}}, Stop: []string{"x"}}
+		bs, err := c.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got llmv1.GenerateRequest
+		if err := proto.Unmarshal(bs.Materialize(), &got); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(req, &got, protocmp.Transform()); diff != "" {
+			t.Fatalf("round trip %d (-want +got):\n%s", i, diff)
+		}
+	}
+}
+
+func TestHistoryCodecReencodesChangedMessages(t *testing.T) {
+	t.Parallel()
+	c := newHistoryCodec()
+	ms := history(4)
+	if _, err := c.Marshal(&llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Messages: ms}); err != nil {
+		t.Fatal(err)
+	}
+	// A compaction-like change: position 1 now holds a different message.
+	changed := append([]*llmv1.Message{ms[0]}, history(1)[0], ms[3])
+	req := &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Messages: changed}
+	bs, err := c.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got llmv1.GenerateRequest
+	if err := proto.Unmarshal(bs.Materialize(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(req, &got, protocmp.Transform()); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	c.forget("s")
+	if len(c.sessions) != 0 {
+		t.Error("forget kept the session")
+	}
+}
+
+func BenchmarkHistoryCodec(b *testing.B) {
+	ms := history(2000)
+	req := &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Messages: ms}
+	b.Run("plain", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := proto.Marshal(req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		c := newHistoryCodec()
+		for b.Loop() {
+			if _, err := c.Marshal(req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
