@@ -41,6 +41,10 @@ type Dialect struct {
 	CompactionHeader string
 	// RequestIDHeaders name the response headers carrying the request id.
 	RequestIDHeaders []string
+	// MaxCompletionTokens sends the output limit as max_completion_tokens
+	// (OpenAI's own API, whose reasoning models reject max_tokens) instead
+	// of max_tokens (DeepSeek, vLLM, Ollama, llama.cpp).
+	MaxCompletionTokens bool
 }
 
 // Config configures one adapter instance.
@@ -355,8 +359,12 @@ func (a *Adapter) Body(req *llmv1.GenerateRequest) ([]byte, int, error) {
 		Stream:        true,
 		StreamOptions: &streamOptions{IncludeUsage: true},
 		Temperature:   req.Temperature,
-		MaxTokens:     req.MaxTokens,
 		Stop:          req.GetStop(),
+	}
+	if a.d.MaxCompletionTokens {
+		w.MaxCompletionTokens = req.MaxTokens
+	} else {
+		w.MaxTokens = req.MaxTokens
 	}
 	if a.cfg.Thinking != "" {
 		w.Thinking = &thinking{Type: a.cfg.Thinking}
@@ -486,16 +494,17 @@ func imageURL(img *llmv1.ImageBlock) string {
 }
 
 type wireRequest struct {
-	Model           string         `json:"model"`
-	Messages        []wireMessage  `json:"messages"`
-	Tools           []wireTool     `json:"tools,omitempty"`
-	Stream          bool           `json:"stream"`
-	StreamOptions   *streamOptions `json:"stream_options,omitempty"`
-	Temperature     *float64       `json:"temperature,omitempty"`
-	MaxTokens       *int32         `json:"max_tokens,omitempty"`
-	Stop            []string       `json:"stop,omitempty"`
-	Thinking        *thinking      `json:"thinking,omitempty"`
-	ReasoningEffort string         `json:"reasoning_effort,omitempty"`
+	Model               string         `json:"model"`
+	Messages            []wireMessage  `json:"messages"`
+	Tools               []wireTool     `json:"tools,omitempty"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
+	Temperature         *float64       `json:"temperature,omitempty"`
+	MaxTokens           *int32         `json:"max_tokens,omitempty"`
+	MaxCompletionTokens *int32         `json:"max_completion_tokens,omitempty"`
+	Stop                []string       `json:"stop,omitempty"`
+	Thinking            *thinking      `json:"thinking,omitempty"`
+	ReasoningEffort     string         `json:"reasoning_effort,omitempty"`
 }
 
 type streamOptions struct {

@@ -6,6 +6,8 @@
 package openai
 
 import (
+	"net/url"
+
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/chat"
 )
 
@@ -20,7 +22,9 @@ var dialect = chat.Dialect{
 }
 
 // New returns an OpenAI-compatible adapter. An empty BaseURL means
-// DefaultBaseURL.
+// DefaultBaseURL. Requests to OpenAI's own API send the output limit as
+// max_completion_tokens (its reasoning models reject max_tokens); other
+// servers get max_tokens, which all of them accept.
 func New(cfg chat.Config) *chat.Adapter {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
@@ -28,5 +32,9 @@ func New(cfg chat.Config) *chat.Adapter {
 	if cfg.Route == "" {
 		cfg.Route = "openai"
 	}
-	return chat.New(dialect, cfg)
+	d := dialect
+	if u, err := url.Parse(cfg.BaseURL); err == nil && u.Hostname() == "api.openai.com" {
+		d.MaxCompletionTokens = true
+	}
+	return chat.New(d, cfg)
 }

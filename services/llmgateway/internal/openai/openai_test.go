@@ -104,3 +104,22 @@ func TestConformance(t *testing.T) {
 		return providertest.Subject{Adapter: newAdapter(t, up.URL, 0), Request: request(), Upstream: up}
 	})
 }
+
+func TestMaxTokensField(t *testing.T) {
+	t.Parallel()
+	req := request()
+	limit := int32(77)
+	req.MaxTokens = &limit
+	for _, tt := range []struct{ base, want, not string }{
+		{"https://api.openai.com/v1", `"max_completion_tokens":77`, `"max_tokens"`},
+		{"http://127.0.0.1:8000/v1", `"max_tokens":77`, `"max_completion_tokens"`},
+	} {
+		body, _, err := New(chat.Config{BaseURL: tt.base}).Body(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(body), tt.want) || strings.Contains(string(body), tt.not) {
+			t.Errorf("%s: body %s", tt.base, body)
+		}
+	}
+}
