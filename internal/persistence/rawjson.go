@@ -25,17 +25,27 @@ var rawJSONFields = map[protoreflect.FullName]bool{
 }
 
 // CheckRawJSON reports the first raw-JSON field of m that is set and does
-// not hold valid JSON, naming the field.
+// not hold valid JSON, naming the field. The rules are the kernel's
+// (session.Log.Append applies the same ones): an optional raw-JSON field that
+// is present must be valid JSON, even when empty, and an Extension's json
+// always must.
 func CheckRawJSON(m proto.Message) error {
 	return walkRawJSON(m.ProtoReflect())
 }
 
 func walkRawJSON(m protoreflect.Message) error {
+	if m.Descriptor().FullName() == "dsh.llm.v1.Extension" {
+		// An extension always carries JSON data, even when its field is
+		// empty (and so not visited by Range): {} or null for none.
+		if s := m.Get(m.Descriptor().Fields().ByName("json")).String(); !json.Valid([]byte(s)) {
+			return fmt.Errorf("field dsh.llm.v1.Extension.json does not hold valid JSON (use {} or null for no data)")
+		}
+	}
 	var err error
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {
 		case fd.Kind() == protoreflect.StringKind && !fd.IsList() && !fd.IsMap():
-			if rawJSONFields[fd.FullName()] && v.String() != "" && !json.Valid([]byte(v.String())) {
+			if rawJSONFields[fd.FullName()] && !json.Valid([]byte(v.String())) {
 				err = fmt.Errorf("field %s does not hold valid JSON", fd.FullName())
 			}
 		case fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind:

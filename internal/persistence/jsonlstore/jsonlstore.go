@@ -25,6 +25,7 @@
 package jsonlstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -59,6 +61,11 @@ type Config struct {
 	// Logger receives warnings (unreadable files skipped by List). Nil
 	// discards them.
 	Logger *slog.Logger
+	// LockTimeout bounds the wait for the root's lock (default 2s). A lock
+	// held by a live process is refused after it; the wait absorbs a lock
+	// that a previous owner is releasing, or that a child process forked at
+	// the wrong moment briefly shares.
+	LockTimeout time.Duration
 }
 
 // Store is a persistence.Store over JSONL files.
@@ -101,7 +108,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jsonlstore: %w", err)
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flock(lock, cmp.Or(cfg.LockTimeout, 2*time.Second)); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("jsonlstore: root %s is in use by another process: %w", cfg.Root, err)
 	}
@@ -117,6 +124,18 @@ func Open(cfg Config) (*Store, error) {
 		pending:  make(map[string]*sessionv1.SessionHeader),
 		sessions: make(map[string]*sess),
 	}, nil
+}
+
+// flock takes an exclusive lock on f, polling until timeout.
+func flock(f *os.File, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil || !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Close releases the root lock. Pending sessions are forgotten.

@@ -299,7 +299,7 @@ func TestSecondOpenRefused(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := open(t, dir)
-	if _, err := Open(Config{Root: filepath.Join(dir, "sessions")}); err == nil || !strings.Contains(err.Error(), "in use") {
+	if _, err := Open(Config{Root: filepath.Join(dir, "sessions"), LockTimeout: 50 * time.Millisecond}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second Open: %v, want an in-use error", err)
 	}
 	s.Close()
