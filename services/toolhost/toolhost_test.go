@@ -272,3 +272,38 @@ func TestBuiltinHostConforms(t *testing.T) {
 	h := toolhosttest.Start(t)
 	toolhostconformance.Run(t, h.Client, h.Workspace)
 }
+
+func TestPrepareCallsViews(t *testing.T) {
+	t.Parallel()
+	h := toolhosttest.Start(t)
+	resp, err := h.Client.PrepareCalls(t.Context(), &toolsv1.PrepareCallsRequest{Executions: []*toolsv1.ToolExecution{
+		{CallId: "1", Name: "bash", Arguments: `{"command":"go test ./...","description":"Run the tests","workdir":"sub"}`},
+		{CallId: "2", Name: "read", Arguments: `{"file_path":"a.go","offset":40}`},
+		{CallId: "3", Name: "edit", Arguments: `{"file_path":"a.go","old_string":"x","new_string":"y"}`},
+		{CallId: "4", Name: "grep", Arguments: `{"pattern":"TODO","path":"pkg"}`},
+		{CallId: "5", Name: "read", Arguments: `{"file_path":7}`},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := resp.GetCalls()
+	if len(c) != 5 {
+		t.Fatalf("%d calls", len(c))
+	}
+	par, exc := toolsv1.ExecutionMode_EXECUTION_MODE_PARALLEL, toolsv1.ExecutionMode_EXECUTION_MODE_EXCLUSIVE
+	if term := c[0].GetView().GetTerminal(); c[0].GetMode() != exc || term.GetTitle() != "go test ./..." || term.GetDescription() != "Run the tests" || term.GetCwd() != "sub" {
+		t.Errorf("bash: %v", c[0])
+	}
+	if g := c[1].GetView().GetGeneric(); c[1].GetMode() != par || g.GetKind() != toolsv1.ToolCallKind_TOOL_CALL_KIND_READ || g.GetLocations()[0].GetPath() != "a.go" || g.GetLocations()[0].GetLine() != 40 {
+		t.Errorf("read: %v", c[1])
+	}
+	if d := c[2].GetView().GetDiff(); c[2].GetMode() != exc || d.GetDiffs()[0].GetOldText() != "x" || d.GetDiffs()[0].GetNewText() != "y" {
+		t.Errorf("edit: %v", c[2])
+	}
+	if g := c[3].GetView().GetGeneric(); c[3].GetMode() != par || g.GetKind() != toolsv1.ToolCallKind_TOOL_CALL_KIND_SEARCH || g.GetLocations()[0].GetPath() != "pkg" {
+		t.Errorf("grep: %v", c[3])
+	}
+	if c[4].GetView() != nil {
+		t.Errorf("an old argument shape must fall back to the generic card: %v", c[4])
+	}
+}

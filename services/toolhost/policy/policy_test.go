@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"net"
+	"os"
 	"strings"
 	"testing"
 
@@ -112,4 +113,19 @@ func TestInterceptorOverGRPC(t *testing.T) {
 	if err != nil || post.GetDecision().GetAccept() == nil {
 		t.Errorf("PostExecute = %v, %v; want accept", post, err)
 	}
+}
+
+func FuzzParse(f *testing.F) {
+	b, _ := os.ReadFile("testdata/example.policy")
+	f.Add(string(b), "rm -rf /")
+	f.Add("deny (\nask\n", "x")
+	f.Fuzz(func(t *testing.T, file, cmd string) {
+		p, err := policy.Parse(strings.NewReader(file))
+		if err != nil {
+			return
+		}
+		if d := p.Decide(cmd); d.GetKind() == nil {
+			t.Fatal("no decision")
+		}
+	})
 }
