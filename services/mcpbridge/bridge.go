@@ -163,12 +163,15 @@ func (s *server) run(ctx context.Context) {
 	}
 }
 
-func (s *server) transport(ctx context.Context) mcp.Transport {
+// transport builds the connection of one attempt. A stdio server is not
+// tied to a context: closing the session closes its stdin and, after
+// TerminateDuration, terminates it, so it can exit cleanly on shutdown.
+func (s *server) transport() mcp.Transport {
 	if s.cfg.URL != "" {
 		hc := &http.Client{Transport: sseTapTransport{base: http.DefaultTransport, headers: s.cfg.Headers, b: s.b}}
 		return &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: hc}
 	}
-	cmd := exec.CommandContext(ctx, s.cfg.Command, s.cfg.Args...)
+	cmd := exec.Command(s.cfg.Command, s.cfg.Args...)
 	cmd.Env = os.Environ()
 	for k, v := range s.cfg.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -183,7 +186,7 @@ func (s *server) connectAndServe(ctx context.Context) error {
 		ToolListChangedHandler:      func(context.Context, *mcp.ToolListChangedRequest) { s.kick() },
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) { s.b.onProgress(req.Params) },
 	})
-	session, err := client.Connect(ctx, s.transport(ctx), nil)
+	session, err := client.Connect(ctx, s.transport(), nil)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
