@@ -91,19 +91,18 @@ type Agent struct {
 	done    chan struct{}
 	wake    chan struct{}
 
-	mu           sync.Mutex
-	queued       []Item
-	steering     []Item
-	status       agentv1.AgentStatus
-	disposed     bool
-	started      bool
-	preRunCancel bool
-	turnCancel   context.CancelCauseFunc
-	inBatch      bool
-	batchFIFO    []*sessionv1.SessionEvent
-	lastTurn     int32
-	waiters      []chan struct{}
-	idleFlushes  sync.WaitGroup
+	mu          sync.Mutex
+	queued      []Item
+	steering    []Item
+	status      agentv1.AgentStatus
+	disposed    bool
+	started     bool
+	turnCancel  context.CancelCauseFunc
+	inBatch     bool
+	batchFIFO   []*sessionv1.SessionEvent
+	lastTurn    int32
+	waiters     []chan struct{}
+	idleFlushes sync.WaitGroup
 
 	// Driver-only state.
 	headerLogged bool
@@ -276,12 +275,12 @@ func (a *Agent) Cancel(cause error) bool {
 	if a.disposed {
 		return false
 	}
+	// The claim of a queued item and the installation of its turn's cancel
+	// happen under a.mu, so a cancel either aborts the active turn or clears
+	// the item before it is claimed: no pre-run marker is needed.
 	active := a.turnCancel != nil
 	if !active && len(a.queued) == 0 && len(a.steering) == 0 {
 		return false
-	}
-	if !active {
-		a.preRunCancel = true
 	}
 	a.queued, a.steering = nil, nil
 	if active {
@@ -368,7 +367,6 @@ func (a *Agent) run() {
 	defer close(a.done)
 	for {
 		a.mu.Lock()
-		a.preRunCancel = false
 		for len(a.queued) == 0 && !a.disposed {
 			a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_IDLE)
 			a.mu.Unlock()
@@ -377,7 +375,6 @@ func (a *Agent) run() {
 			case <-a.ctx.Done():
 			}
 			a.mu.Lock()
-			a.preRunCancel = false
 		}
 		if a.disposed {
 			a.mu.Unlock()

@@ -548,6 +548,56 @@ func TestLoopScenarios(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "todo_write_and_prefix_contexts",
+			tools: func(h **harness) []fakes.Tool {
+				return []fakes.Tool{{Name: "todo_write", Run: func(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+					return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{text("todos updated")},
+						AdditionalContexts: []*toolsv1.HookContext{{Content: []*llmv1.ContentBlock{text("remember the plan")}, Source: session.PluginSource("todo")}}}
+				}}}
+			},
+			run: func(t *testing.T, h *harness) {
+				h.gw.Script(
+					fakes.Response{Chunks: fakes.ToolCalls("", fakes.Call{ID: "t1", Name: "todo_write",
+						Args: `{"todos":[{"content":"read","status":"completed"},{"content":"write","status":"in_progress"}]}`})},
+					fakes.Response{Chunks: fakes.Text("Planned.")},
+				)
+				_, err := h.agent.Send(loop.Item{Content: []*llmv1.ContentBlock{text("plan it")}, Contexts: []*toolsv1.HookContext{
+					{Content: []*llmv1.ContentBlock{text("<rules>be careful</rules>")}, Source: session.PluginSource("rules"), Placement: toolsv1.ContextPlacement_CONTEXT_PLACEMENT_PROMPT_PREFIX},
+					{Content: []*llmv1.ContentBlock{text("open files: a.go")}, Source: session.PluginSource("ide")},
+				}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.waitIdle()
+			},
+		},
+		{
+			name:  "continuation_and_terminal_stop",
+			tools: noTools,
+			opts: []option{func(h *harness, _ *loop.Config) {
+				h.hooks.TurnContinuation.Use(func(ctx context.Context, in *hooks.Continuation, next hooks.Next[*hooks.Continuation, *agentv1.ContinuationDecision]) (*agentv1.ContinuationDecision, error) {
+					d, err := next(ctx, in)
+					if d.GetStop() != nil && h.log.Len() < 20 { // continue once with a nudge
+						return &agentv1.ContinuationDecision{Action: &agentv1.ContinuationDecision_Continue{Continue: &agentv1.ContinueTurn{
+							Reason: &agentv1.ContinueReason{Content: []*llmv1.ContentBlock{text("keep going")}, Source: session.PluginSource("goal")}}}}, nil
+					}
+					return d, err
+				})
+				h.hooks.TurnStop.Use(func(ctx context.Context, in *hooks.TurnStop) (bool, error) {
+					if h.log.Len() >= 20 {
+						h.agent.Steer(loop.Item{Content: []*llmv1.ContentBlock{text("discarded by the terminal stop")}})
+						return true, nil
+					}
+					return false, nil
+				})
+			}},
+			run: func(t *testing.T, h *harness) {
+				h.gw.Script(fakes.Response{Chunks: fakes.Text("one")}, fakes.Response{Chunks: fakes.Text("two")})
+				h.send("work")
+				h.waitIdle()
+			},
+		},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

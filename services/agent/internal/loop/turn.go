@@ -170,8 +170,13 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 		if err := checkpoint(ctx); err != nil {
 			return err
 		}
+		// The boundary snapshot and step/start are one atomic step with
+		// respect to concurrent injections, so the request equation holds.
+		a.mu.Lock()
 		boundary := a.log.Messages()
-		if _, err := a.append(session.StepStartEvent(turn, step)); err != nil {
+		_, err = a.appendLocked(session.StepStartEvent(turn, step))
+		a.mu.Unlock()
+		if err != nil {
 			return err
 		}
 		st.step, st.stepOpen = step, true

@@ -1,0 +1,231 @@
+package toolpipe_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
+	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
+)
+
+func client(t *testing.T, addr string) toolsv1.ToolHostClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return toolsv1.NewToolHostClient(conn)
+}
+
+func serveHost(t *testing.T, h *fakes.ToolHost) string {
+	return fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, h) })
+}
+
+func start(t *testing.T, cfg toolpipe.Config) *toolpipe.Pipeline {
+	t.Helper()
+	cfg.BackoffMin, cfg.BackoffMax = time.Millisecond, 10*time.Millisecond
+	p := toolpipe.New(cfg)
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func run(ctx context.Context, p *toolpipe.Pipeline, name, args string) *toolsv1.ToolExecutionResult {
+	ex := &toolsv1.ToolExecution{CallId: "c1", Name: name, Arguments: args, Context: &toolsv1.ToolContext{SessionId: "s", Cwd: "/w"}}
+	c := p.Begin(ctx, nil, ex)
+	c.Dispatch(ctx, nil)
+	return c.Finish(ctx)
+}
+
+func codeOf(r *toolsv1.ToolExecutionResult) string { return r.GetError().GetCode() }
+
+func TestDuplicateToolIsAConfigError(t *testing.T) {
+	t.Parallel()
+	a := serveHost(t, fakes.NewToolHost(fakes.Tool{Name: "read"}))
+	b := serveHost(t, fakes.NewToolHost(fakes.Tool{Name: "read"}))
+	p := toolpipe.New(toolpipe.Config{Hosts: []toolpipe.Host{{Name: "a", Client: client(t, a)}, {Name: "b", Client: client(t, b)}}})
+	var dup *toolpipe.DuplicateToolError
+	if err := p.Start(t.Context()); !errors.As(err, &dup) || dup.Tool != "read" {
+		t.Fatalf("start: %v, want a duplicate tool error", err)
+	}
+}
+
+func TestResults(t *testing.T) {
+	t.Parallel()
+	host := fakes.NewToolHost(fakes.Tool{Name: "echo"}, fakes.Tool{Name: "hang", Run: func(ctx context.Context, _ *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+		<-ctx.Done()
+		return nil
+	}})
+	p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, serveHost(t, host))}},
+		Guards: []toolpipe.Guard{func(ex *toolsv1.ToolExecution) string {
+			if ex.GetArguments() == `{"forbidden":true}` {
+				return "guarded"
+			}
+			return ""
+		}}})
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	tests := []struct {
+		name, tool, args string
+		ctx              context.Context
+		wantCode         string
+		wantErr          bool
+	}{
+		{"ok", "echo", `{}`, t.Context(), "", false},
+		{"unknown tool", "nope", `{}`, t.Context(), toolpipe.CodeUnknownTool, true},
+		{"guard denies", "echo", `{"forbidden":true}`, t.Context(), "", true},
+		{"cancelled before", "echo", `{}`, cancelled, toolpipe.CodeAbortedBeforeDispatch, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(tc.ctx, p, tc.tool, tc.args)
+			if codeOf(r) != tc.wantCode || r.GetIsError() != tc.wantErr {
+				t.Errorf("result %v, want code %q error %v", r, tc.wantCode, tc.wantErr)
+			}
+		})
+	}
+	t.Run("cancelled while running", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		ex := &toolsv1.ToolExecution{CallId: "h1", Name: "hang", Arguments: `{}`}
+		c := p.Begin(ctx, nil, ex)
+		done := make(chan struct{})
+		go func() { c.Dispatch(ctx, nil); close(done) }()
+		for len(host.Executed()) == 0 || host.Executed()[len(host.Executed())-1] != "h1" {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		<-done
+		if r := c.Finish(ctx); codeOf(r) != toolpipe.CodeAborted {
+			t.Errorf("result %v, want ABORTED", r)
+		}
+	})
+	t.Run("checkpoint failure fails closed", func(t *testing.T) {
+		before := len(host.Executed())
+		ex := &toolsv1.ToolExecution{CallId: "k1", Name: "echo", Arguments: `{}`}
+		c := p.Begin(t.Context(), nil, ex)
+		c.Dispatch(t.Context(), func(context.Context) error { return errors.New("disk full") })
+		if r := c.Finish(t.Context()); codeOf(r) != toolpipe.CodeCheckpointFailed || len(host.Executed()) != before {
+			t.Errorf("result %v; the body must not run", r)
+		}
+	})
+}
+
+func TestHostDownAndDyingMidCall(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	host := fakes.NewToolHost(fakes.Tool{Name: "slow", Run: func(ctx context.Context, _ *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+		close(started)
+		<-ctx.Done()
+		return nil
+	}})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	toolsv1.RegisterToolHostServer(gs, host)
+	go gs.Serve(lis)
+	p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, lis.Addr().String())}}})
+	res := make(chan *toolsv1.ToolExecutionResult)
+	go func() { res <- run(t.Context(), p, "slow", `{}`) }()
+	<-started
+	gs.Stop() // the host dies mid-call
+	if r := <-res; codeOf(r) != toolpipe.CodeHostUnavailable {
+		t.Fatalf("mid-call death: %v", r)
+	}
+	// The host stays down: its last-known tools fail fast as unavailable.
+	if r := run(t.Context(), p, "slow", `{}`); codeOf(r) != toolpipe.CodeHostUnavailable {
+		t.Fatalf("host down: %v", r)
+	}
+}
+
+func TestWatchToolsFollowsChanges(t *testing.T) {
+	t.Parallel()
+	host := fakes.NewToolHost(fakes.Tool{Name: "a"})
+	p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, serveHost(t, host))}}})
+	host.SetTools(fakes.Tool{Name: "a"}, fakes.Tool{Name: "b"})
+	deadline := time.Now().Add(10 * time.Second)
+	for len(p.Schemas(nil)) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("schemas %v", p.Schemas(nil))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := p.Schemas([]string{"other"}); len(got) != 0 {
+		t.Errorf("a session restricted to another host sees %v", got)
+	}
+}
+
+type interceptor struct {
+	toolsv1.UnimplementedToolInterceptorServer
+	slow bool
+}
+
+func (i interceptor) PreExecute(ctx context.Context, req *toolsv1.PreExecuteRequest) (*toolsv1.PreExecuteResponse, error) {
+	if i.slow {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if req.GetExecution().GetArguments() == `{"rm":true}` {
+		return &toolsv1.PreExecuteResponse{Decision: &toolsv1.PreToolDecision{Kind: &toolsv1.PreToolDecision_Deny{Deny: &toolsv1.PreDeny{Reason: "no deleting"}}}}, nil
+	}
+	return &toolsv1.PreExecuteResponse{}, nil
+}
+
+func (i interceptor) PostExecute(_ context.Context, req *toolsv1.PostExecuteRequest) (*toolsv1.PostExecuteResponse, error) {
+	if req.GetResult().GetIsError() {
+		return &toolsv1.PostExecuteResponse{}, nil
+	}
+	return &toolsv1.PostExecuteResponse{Decision: &toolsv1.PostToolDecision{Kind: &toolsv1.PostToolDecision_Accept{Accept: &toolsv1.PostAccept{
+		ReplaceContent: true, Content: []*llmv1.ContentBlock{fakes.TextContent("[redacted]")}}}}}, nil
+}
+
+func TestRemoteInterceptors(t *testing.T) {
+	t.Parallel()
+	hostAddr := serveHost(t, fakes.NewToolHost(fakes.Tool{Name: "echo"}))
+	icClient := func(slow bool) toolsv1.ToolInterceptorClient {
+		addr := fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolInterceptorServer(s, interceptor{slow: slow}) })
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return toolsv1.NewToolInterceptorClient(conn)
+	}
+	policy := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, hostAddr)}},
+		Interceptors: []toolpipe.Interceptor{{Name: "policy", Client: icClient(false), Timeout: time.Second}}})
+	if r := run(t.Context(), policy, "echo", `{"rm":true}`); !r.GetIsError() || r.GetContent()[0].GetText().GetText() != "Error: no deleting" {
+		t.Errorf("deny: %v", r)
+	}
+	if r := run(t.Context(), policy, "echo", `{}`); r.GetIsError() || r.GetContent()[0].GetText().GetText() != "[redacted]" {
+		t.Errorf("accept with replacement: %v", r)
+	}
+	for _, failOpen := range []bool{true, false} {
+		p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, hostAddr)}},
+			Interceptors: []toolpipe.Interceptor{{Name: "slow", Client: icClient(true), Timeout: 20 * time.Millisecond, FailOpen: failOpen}}})
+		r := run(t.Context(), p, "echo", `{}`)
+		if r.GetIsError() == failOpen {
+			t.Errorf("failOpen=%v: %v", failOpen, r)
+		}
+	}
+	// Local links run before remote ones.
+	local := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, hostAddr)}}})
+	local.Pre.Use(func(ctx context.Context, in *toolpipe.PreIn, next hooks.Next[*toolpipe.PreIn, *toolsv1.PreToolDecision]) (*toolsv1.PreToolDecision, error) {
+		return &toolsv1.PreToolDecision{Kind: &toolsv1.PreToolDecision_Ask{Ask: &toolsv1.PreAsk{}}}, nil
+	})
+	if r := run(t.Context(), local, "echo", `{}`); !r.GetIsError() {
+		t.Errorf("ask without an approval channel must deny: %v", r)
+	}
+}
