@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -33,15 +34,23 @@ func (h handler) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamin
 	if err != nil {
 		return toStatus(h.s.log, "Generate", err)
 	}
+	// Send the response headers now, so they travel while the provider
+	// works on its first token instead of in front of the first chunk.
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return toStatus(h.s.log, "Generate", err)
+	}
 	start := time.Now()
 	chunks := 0
 	var outcome string
+	// Send marshals before it returns, so one response message is reused.
+	resp := &llmv1.GenerateResponse{}
 	for c := range h.s.stream(ctx, r, req) {
 		chunks++
 		if f := c.GetFinish(); f != nil {
 			outcome = finishKind(f)
 		}
-		if err := stream.Send(&llmv1.GenerateResponse{Chunk: c}); err != nil {
+		resp.Chunk = c
+		if err := stream.Send(resp); err != nil {
 			h.s.log.Debug("generate: client went away", "route", r.name, "err", err)
 			return toStatus(h.s.log, "Generate", err)
 		}

@@ -56,29 +56,61 @@ func (e *Emitter) OpenToolCall(id, name string) (uint32, bool) {
 	return i, ok
 }
 
+// The delta chunks are the hot path (one per provider token), so each is
+// built in one allocation: the chunk, its oneof wrapper and the delta live
+// in one struct and point into it.
+type textChunk struct {
+	c llmv1.StreamChunk
+	w llmv1.StreamChunk_TextDelta
+	d llmv1.TextDelta
+}
+
+type reasoningChunk struct {
+	c llmv1.StreamChunk
+	w llmv1.StreamChunk_ReasoningDelta
+	d llmv1.ReasoningDelta
+}
+
+type toolChunk struct {
+	c llmv1.StreamChunk
+	w llmv1.StreamChunk_ToolCallDelta
+	d llmv1.ToolCallDelta
+}
+
 // Text appends visible text to text block i.
 func (e *Emitter) Text(i uint32, s string) bool {
 	e.blocks[i].text.WriteString(s)
-	return e.emit(&llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_TextDelta{TextDelta: &llmv1.TextDelta{Index: i, Text: s}}})
+	x := &textChunk{}
+	x.d.Index, x.d.Text = i, s
+	x.w.TextDelta = &x.d
+	x.c.Chunk = &x.w
+	return e.emit(&x.c)
 }
 
 // Reasoning appends reasoning text to reasoning block i.
 func (e *Emitter) Reasoning(i uint32, s string) bool {
 	e.blocks[i].text.WriteString(s)
-	return e.emit(&llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_ReasoningDelta{ReasoningDelta: &llmv1.ReasoningDelta{Index: i, Text: s}}})
+	x := &reasoningChunk{}
+	x.d.Index, x.d.Text = i, s
+	x.w.ReasoningDelta = &x.d
+	x.c.Chunk = &x.w
+	return e.emit(&x.c)
 }
 
 // ToolArgs appends a raw argument fragment to tool-call block i. A non-empty
 // name (re)names the call and travels on this delta.
 func (e *Emitter) ToolArgs(i uint32, name, args string) bool {
 	p := e.blocks[i]
-	d := &llmv1.ToolCallDelta{Index: i, Id: p.id, ArgumentsDelta: args}
+	x := &toolChunk{}
+	x.d.Index, x.d.Id, x.d.ArgumentsDelta = i, p.id, args
 	if name != "" {
 		p.name = name
-		d.Name = &name
+		x.d.Name = &name
 	}
 	p.text.WriteString(args)
-	return e.emit(&llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_ToolCallDelta{ToolCallDelta: d}})
+	x.w.ToolCallDelta = &x.d
+	x.c.Chunk = &x.w
+	return e.emit(&x.c)
 }
 
 // SetToolArgs replaces the assembled arguments of tool-call block i without
