@@ -235,6 +235,7 @@ func BenchmarkAssemblerTextDelta(b *testing.B) {
 	a.Push(start(0, tText))
 	b.ReportAllocs()
 	n := 0
+	cpu := cpuTime()
 	for b.Loop() {
 		a.Push(chunk)
 		n++
@@ -244,4 +245,24 @@ func BenchmarkAssemblerTextDelta(b *testing.B) {
 			a.Push(start(0, tText))
 		}
 	}
+	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
+func BenchmarkAssemblerToolCallDelta(b *testing.B) {
+	chunk := call(1, "call_abc", nil, `{"pa`)
+	var a Assembler
+	a.Push(start(1, tCall))
+	b.ReportAllocs()
+	n := 0
+	cpu := cpuTime()
+	for b.Loop() {
+		a.Push(chunk)
+		n++
+		if n == 4096 {
+			n = 0
+			a.Reset()
+			a.Push(start(1, tCall))
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
