@@ -39,8 +39,15 @@ type progressSink struct {
 }
 
 func (b *Bridge) registerProgress(out func(stream, text string)) (string, *progressSink) {
-	tok := "dsh-" + strconv.FormatInt(b.nextTok.Add(1), 10)
 	s := &progressSink{out: out, wake: make(chan struct{}, 1)}
+	tok := "dsh-" + strconv.FormatInt(b.nextTok.Add(1), 10)
+	b.progress.Store(tok, s)
+	return tok, s
+}
+
+// registerProgressToken registers a sink under a given token (tests).
+func (b *Bridge) registerProgressToken(tok string) (string, *progressSink) {
+	s := &progressSink{out: func(string, string) {}, wake: make(chan struct{}, 1)}
 	b.progress.Store(tok, s)
 	return tok, s
 }
