@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
 )
 
@@ -39,6 +42,10 @@ func (h handler) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamin
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
 		return toStatus(h.s.log, "Generate", err)
 	}
+	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.ModelCallAttributes(req.GetSessionId(), r.name, req.GetModel())...)
+	}
 	start := time.Now()
 	chunks := 0
 	var outcome string
@@ -48,6 +55,12 @@ func (h handler) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamin
 		chunks++
 		if f := c.GetFinish(); f != nil {
 			outcome = finishKind(f)
+			if span.IsRecording() {
+				span.SetAttributes(attribute.String("dsh.llm.outcome", outcome))
+			}
+		}
+		if u := c.GetUsage(); u != nil && span.IsRecording() {
+			span.SetAttributes(telemetry.UsageAttributes(u.GetUsage())...)
 		}
 		resp.Chunk = c
 		if err := stream.Send(resp); err != nil {

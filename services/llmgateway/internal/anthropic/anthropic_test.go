@@ -19,8 +19,10 @@ import (
 
 const testKey = "sk-ant-api03-secretsecretsecret"
 
+var fixedNow = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
 func newAdapter(t *testing.T, baseURL string, idle time.Duration) provider.Adapter {
-	return New(Config{BaseURL: baseURL, APIKey: testKey, Client: upstream.Client{HTTP: &http.Client{Transport: upstream.NewTransport()}, UserAgent: provider.DSH("1.0.0").UserAgent(), IdleTimeout: idle}})
+	return New(Config{BaseURL: baseURL, APIKey: testKey, Client: upstream.Client{HTTP: &http.Client{Transport: upstream.NewTransport()}, UserAgent: provider.DSH("1.0.0").UserAgent(), IdleTimeout: idle, Now: func() time.Time { return fixedNow }}})
 }
 
 func text(s string) *llmv1.ContentBlock {
@@ -50,6 +52,7 @@ func TestStreams(t *testing.T) {
 		{Name: "stall", Reply: providertest.Reply{Body: sse("text.sse"), StallAfter: providertest.After(t, sse("text.sse"), "Hello")}, Idle: 100 * time.Millisecond, Code: provider.CodeTimeout},
 		{Name: "HTTP 401", Reply: providertest.Reply{Status: 401, Body: errBody("authentication_error", "invalid x-api-key")}, Code: provider.CodeAuth, Status: 401},
 		{Name: "HTTP 429 Retry-After", Reply: providertest.Reply{Status: 429, Body: errBody("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit"), Header: map[string]string{"retry-after": "30", "request-id": "req_429"}}, Code: provider.CodeRateLimit, Status: 429, RetryAfterMS: 30000, RequestID: "req_429"},
+		{Name: "HTTP 429 Retry-After date", Reply: providertest.Reply{Status: 429, Body: errBody("rate_limit_error", "slow down"), Header: map[string]string{"retry-after": fixedNow.Add(2 * time.Minute).Format(http.TimeFormat)}}, Code: provider.CodeRateLimit, Status: 429, RetryAfterMS: 120000},
 		{Name: "HTTP 400 prompt too long", Reply: providertest.Reply{Status: 400, Body: errBody("invalid_request_error", "prompt is too long: 215000 tokens > 200000 maximum")}, Code: provider.CodeContextWindowExceeded, Status: 400, Golden: "http400_overflow"},
 		{Name: "HTTP 400 credit balance", Reply: providertest.Reply{Status: 400, Body: errBody("invalid_request_error", "Your credit balance is too low to access the Anthropic API.")}, Code: provider.CodeQuota, Status: 400},
 		{Name: "HTTP 529 overloaded", Reply: providertest.Reply{Status: 529, Body: errBody("overloaded_error", "Overloaded")}, Code: provider.CodeServer, Status: 529},
