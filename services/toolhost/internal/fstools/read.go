@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
@@ -134,6 +135,9 @@ func (f *FS) read(ctx context.Context, call *toolsdk.Call, a ReadArgs) (toolsdk.
 
 var errBinary = errors.New("binary file")
 
+// readers recycles the 64 KiB line readers of readWindow.
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
 type window struct {
 	lines   []string
 	total   int
@@ -148,7 +152,9 @@ type window struct {
 func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, error) {
 	var w window
 	h := sha256.New()
-	br := bufio.NewReaderSize(io.TeeReader(r, h), 64<<10)
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(io.TeeReader(r, h))
+	defer func() { br.Reset(nil); readers.Put(br) }()
 	head, _ := br.Peek(8000)
 	if isBinary(head) {
 		return w, errBinary
