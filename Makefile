@@ -53,7 +53,11 @@ vet: ## go vet.
 	$(GO) vet $(PKGS)
 
 .PHONY: test
-test: check test-go ## Everything: checks, then the Go suite with -race.
+test: setup check test-go test-sdk ## Everything: install what is missing, checks, the Go suite with -race, the SDK suites.
+
+.PHONY: setup
+setup: ## Install what the tests need and is missing (Debian python3-grpcio/protobuf, protoc, npm deps).
+	scripts/setup-polyglot.sh
 
 .PHONY: test-go
 test-go: ## The Go test suite with the race detector.
@@ -69,10 +73,12 @@ fuzz: ## Run each fuzz target briefly (FUZZTIME=30s to go longer).
 	  for f in $$(grep -h '^func Fuzz' $$t/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-10s} $$t || exit 1; done; done
 
-.PHONY: test-polyglot
-test-polyglot: ## Polyglot toolhosts: setup, Python/TS SDK tests, stub drift, conformance suite, MCP bridge.
-	scripts/setup-polyglot.sh
+.PHONY: test-sdk
+test-sdk: ## The Python and TypeScript SDK suites, and the Python stub drift check.
 	sdk/python/scripts/gen.sh --check
 	/usr/bin/python3 -m unittest discover -s sdk/python/tests -t sdk/python
-	cd sdk/typescript && node --test --test-reporter=dot test/ && npx --no-install tsc -p tsconfig.json
+	cd sdk/typescript && node --test --test-reporter=spec test/ && npx --no-install tsc -p tsconfig.json
+
+.PHONY: test-polyglot
+test-polyglot: setup test-sdk ## Polyglot toolhosts only: SDK suites, conformance suite, MCP bridge.
 	$(GOTEST) $(RACE) -count=1 -timeout 10m ./tests/conformance/... ./services/mcpbridge/...
