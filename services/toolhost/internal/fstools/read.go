@@ -2,6 +2,7 @@ package fstools
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -169,7 +170,8 @@ func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, er
 		if len(chunk) > 0 {
 			if inWindow() && !truncated {
 				room := ReadMaxLineLength*utf8.UTFMax - len(cur)
-				if len(chunk) > room {
+				body := bytes.TrimSuffix(bytes.TrimSuffix(chunk, []byte("\n")), []byte("\r"))
+				if len(body) > room {
 					cur = append(cur, chunk[:room]...)
 					truncated = true
 				} else {
@@ -181,7 +183,7 @@ func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, er
 		pending = pending || len(chunk) > 0
 		if endOfLine || (errors.Is(err, io.EOF) && pending) {
 			if inWindow() {
-				line := formatLine(cur)
+				line := formatLine(cur, truncated)
 				if bytesOut+len(line)+1 > ReadMaxBytes && len(w.lines) > 0 {
 					w.capped = true
 				} else {
@@ -207,13 +209,17 @@ func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, er
 	return w, nil
 }
 
-// formatLine strips the line ending, repairs invalid UTF-8 and truncates.
-func formatLine(b []byte) string {
+// formatLine strips the line ending, repairs invalid UTF-8 and truncates
+// to ReadMaxLineLength characters; cut says the reader already dropped the
+// line's tail.
+func formatLine(b []byte, cut bool) string {
 	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	if utf8.RuneCountInString(s) > ReadMaxLineLength {
-		r := []rune(s)
-		s = string(r[:ReadMaxLineLength]) + fmt.Sprintf("... (line truncated to %d chars)", ReadMaxLineLength)
+		s, cut = string([]rune(s)[:ReadMaxLineLength]), true
+	}
+	if cut {
+		s += fmt.Sprintf("... (line truncated to %d chars)", ReadMaxLineLength)
 	}
 	return s
 }

@@ -19,7 +19,7 @@ func simpleWindow(content []byte, offset, limit int) (lines []string, total int)
 	total = len(parts)
 	for i := offset - 1; i < total && len(lines) < limit; i++ {
 		if i >= 0 {
-			lines = append(lines, formatLine(parts[i]))
+			lines = append(lines, formatLine(parts[i], false))
 		}
 	}
 	return lines, total
