@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -304,3 +305,50 @@ func TestLoadConfigFile(t *testing.T) {
 		t.Error("duplicate route accepted")
 	}
 }
+
+// TestKeysNeverLogged runs failing and succeeding calls with a provider
+// that echoes the key, and checks neither the logs nor the failures carry
+// it.
+func TestKeysNeverLogged(t *testing.T) {
+	t.Parallel()
+	const key = "sk-live-0123456789abcdefSECRET"
+	up := providertest.Serve(t, providertest.Reply{Status: 401, Body: []byte(`{"error":{"message":"Incorrect API key provided: ` + key + `","type":"invalid_request_error"}}`)})
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	svc, err := New(Config{Routes: []RouteConfig{{Name: "ds", Kind: KindDeepSeek, BaseURL: up.URL, APIKey: key}, {Name: "an", Kind: KindAnthropic, BaseURL: up.URL, APIKey: key}}}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failures strings.Builder
+	for _, route := range []string{"ds", "an"} {
+		r, req, err := svc.prepare(&llmv1.GenerateRequest{Provider: route, Model: "m", Messages: []*llmv1.Message{userText("hi")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for c := range svc.stream(t.Context(), r, req) {
+			failures.WriteString(c.String())
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), key) || strings.Contains(failures.String(), key) || strings.Contains(failures.String(), "SECRET") {
+		t.Fatalf("key leaked:\nlogs: %s\nfailures: %s", logs.String(), failures.String())
+	}
+	if !strings.Contains(failures.String(), "AUTH") {
+		t.Fatalf("expected AUTH failures, got %s", failures.String())
+	}
+	for _, r := range up.Requests() {
+		if r.Header.Get("Authorization") != "Bearer "+key && r.Header.Get("X-Api-Key") != key {
+			t.Errorf("key not sent on %s", r.Path)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
