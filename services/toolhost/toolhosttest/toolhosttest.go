@@ -49,16 +49,13 @@ func Start(t testing.TB, opts ...Option) *Host {
 	if err != nil {
 		t.Fatalf("toolhosttest: %v", err)
 	}
-	srv := grpcserver.New(grpcserver.Config{})
-	svc.Register(srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("toolhosttest: listen: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	context.AfterFunc(ctx, svc.Host().StopWatches)
-	go func() { done <- srv.Serve(ctx, lis) }()
+	go func() { done <- svc.Serve(ctx, lis) }()
 	conn, err := grpcserver.Dial(lis.Addr().String())
 	if err != nil {
 		t.Fatalf("toolhosttest: dial: %v", err)

@@ -15,9 +15,9 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/services/toolhost"
 	"github.com/dsh-dev/dsh/services/toolhost/policy"
+	"google.golang.org/grpc"
 )
 
 func main() {
@@ -56,14 +56,13 @@ func run() error {
 		return err
 	}
 	defer svc.Close()
-	srv := grpcserver.New(grpcserver.Config{Logger: log})
-	svc.Register(srv)
+	var extra []func(grpc.ServiceRegistrar)
 	if *policyFile != "" {
 		p, err := policy.Load(*policyFile)
 		if err != nil {
 			return err
 		}
-		p.Interceptor().Register(srv)
+		extra = append(extra, p.Interceptor().Register)
 		log.Info("serving bash command policy", "file", *policyFile, "rules", len(p.Rules))
 	}
 	lis, err := net.Listen("tcp", *listen)
@@ -73,7 +72,5 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info("toolhost starting", "workspace", root, "addr", lis.Addr().String())
-	// Watch streams never end on their own; end them so the drain is quick.
-	context.AfterFunc(ctx, svc.Host().StopWatches)
-	return srv.Serve(ctx, lis)
+	return svc.Serve(ctx, lis, extra...)
 }
