@@ -17,6 +17,17 @@ import (
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
 )
 
+// MaxRequestBytes bounds one GenerateRequest on the wire. A request is a
+// whole conversation (tool outputs, inline images), so gRPC's 4 MiB default
+// is too small for long sessions.
+const MaxRequestBytes = 64 << 20
+
+// ServerOptions are the gRPC server options the gateway needs; pass them
+// in grpcserver.Config.Options (the binary and dsh dev do).
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes)}
+}
+
 // Register registers the LlmGateway service on gs.
 func (s *Service) Register(gs *grpc.Server) {
 	llmv1.RegisterLlmGatewayServer(gs, handler{s: s})

@@ -39,7 +39,7 @@ func startGateway(t testing.TB, cfg Config) llmv1.LlmGatewayClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpcserver.New(grpcserver.Config{})
+	srv := grpcserver.New(grpcserver.Config{Options: ServerOptions()})
 	svc.Register(srv.Server)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -107,6 +107,18 @@ func TestGenerateOverGRPC(t *testing.T) {
 		m, _ := a.Message()
 		if got := m.GetContent()[0].GetText().GetText(); got != "Hello world" {
 			t.Errorf("text = %q", got)
+		}
+	})
+
+	t.Run("large request", func(t *testing.T) {
+		t.Parallel()
+		big := userText(strings.Repeat("x", 6<<20))
+		s, err := c.Generate(t.Context(), &llmv1.GenerateRequest{Provider: "scripted", Model: "demo", Messages: []*llmv1.Message{big}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := recvAll(t, s); err != nil {
+			t.Fatalf("a 6 MiB conversation was refused: %v", err)
 		}
 	})
 

@@ -83,7 +83,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer svc.Close()
-	srv := grpcserver.New(grpcserver.Config{Logger: logger})
+	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: llmgateway.ServerOptions()})
 	svc.Register(srv.Server)
 	lis, err := net.Listen("tcp", *listen)
 	if err != nil {
