@@ -8,7 +8,9 @@ import (
 	"os"
 	"testing"
 
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
+	"github.com/dsh-dev/dsh/sdk/go/toolsdk/toolhostconformance"
 	"github.com/dsh-dev/dsh/services/mcpbridge"
 	"github.com/dsh-dev/dsh/tests/conformance"
 	"github.com/dsh-dev/dsh/tests/conformance/conftools"
@@ -39,14 +41,29 @@ func dialer(addr string) func() (*grpc.ClientConn, error) {
 	}
 }
 
+// runBoth runs this suite and the toolsdk's protocol suite
+// (toolhostconformance: malformed requests, non-object arguments, ...)
+// against one host.
+func runBoth(t *testing.T, addr string, opts conformance.Options) {
+	t.Run("Conformance", func(t *testing.T) { conformance.Run(t, dialer(addr), opts) })
+	t.Run("Protocol", func(t *testing.T) {
+		conn, err := dialer(addr)()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		toolhostconformance.Run(t, toolsv1.NewToolHostClient(conn), t.TempDir())
+	})
+}
+
 func TestPythonHost(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, dialer(hostproc.PythonExample(t, "--conformance")), conformance.Options{})
+	runBoth(t, hostproc.PythonExample(t, "--conformance"), conformance.Options{})
 }
 
 func TestTypeScriptHost(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, dialer(hostproc.TypeScriptExample(t, "--conformance")), conformance.Options{})
+	runBoth(t, hostproc.TypeScriptExample(t, "--conformance"), conformance.Options{})
 }
 
 func goHost(t testing.TB) string {
@@ -62,7 +79,7 @@ func goHost(t testing.TB) string {
 
 func TestGoHost(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, dialer(goHost(t)), conformance.Options{})
+	runBoth(t, goHost(t), conformance.Options{})
 }
 
 func stdioBridge(t testing.TB) string {
@@ -75,7 +92,7 @@ func stdioBridge(t testing.TB) string {
 
 func TestMCPBridgeStdio(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, dialer(stdioBridge(t)), conformance.Options{Prefix: "conf__", Raw: true, OutputStream: "progress"})
+	runBoth(t, stdioBridge(t), conformance.Options{Prefix: "conf__", Raw: true, OutputStream: "progress"})
 }
 
 func TestMCPBridgeHTTP(t *testing.T) {
@@ -84,5 +101,5 @@ func TestMCPBridgeHTTP(t *testing.T) {
 	web := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	t.Cleanup(web.Close)
 	addr := hostproc.Bridge(t, map[string]mcpbridge.ServerConfig{"web": {URL: web.URL}})
-	conformance.Run(t, dialer(addr), conformance.Options{Prefix: "web__", Raw: true, OutputStream: "progress"})
+	runBoth(t, addr, conformance.Options{Prefix: "web__", Raw: true, OutputStream: "progress"})
 }

@@ -1,7 +1,9 @@
 """The ToolHost gRPC service, the health service and ``serve()``.
 
 # Delivery
-``Execute`` streams zero or more ToolOutput messages and then exactly one
+A malformed request (no execution, no name, a missing or relative cwd, a
+relative workspace root, arguments over ``max_argument_bytes``) is refused
+with INVALID_ARGUMENT; everything else is a result. ``Execute`` streams zero or more ToolOutput messages and then exactly one
 ToolExecutionResult. Each call runs on its own thread; when the caller cancels
 the RPC the call's ``ctx.cancelled`` event is set and the stream ends without a
 result (nobody is listening). ``WatchTools`` sends a full snapshot at once and
@@ -15,6 +17,7 @@ remaining RPCs are cancelled (their tools see ``ctx.cancelled``).
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -39,7 +42,8 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
     """A live set of tools served over gRPC. Safe for concurrent use; tools may
     be added or removed while serving (watchers get a new snapshot)."""
 
-    def __init__(self, tools: Iterable[Tool] = ()):
+    def __init__(self, tools: Iterable[Tool] = (), *, max_argument_bytes: int = 1 << 20):
+        self.max_argument_bytes = max_argument_bytes
         self._lock = threading.Condition()
         self._tools: dict[str, Tool] = {}
         self._revision = 1
@@ -123,7 +127,30 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
             out.append(pc)
         return tools_pb2.PrepareCallsResponse(calls=out)
 
+    def check_request(self, request) -> Optional[str]:
+        """Why a request is malformed (→ INVALID_ARGUMENT), or None. Same
+        rules and messages as the Go SDK."""
+        if not request.HasField("execution"):
+            return "execution is required"
+        ex = request.execution
+        c = ex.context
+        if not ex.name:
+            return "execution.name is required"
+        if not c.cwd:
+            return "execution.context.cwd is required: send the session's absolute working directory"
+        if not os.path.isabs(c.cwd):
+            return f"execution.context.cwd {json.dumps(c.cwd)} must be an absolute path"
+        if c.workspace_root and not os.path.isabs(c.workspace_root):
+            return f"execution.context.workspace_root {json.dumps(c.workspace_root)} must be an absolute path"
+        n = len(ex.arguments.encode("utf-8", "surrogatepass"))
+        if n > self.max_argument_bytes:
+            return f"execution.arguments is {n} bytes, over this host's limit of {self.max_argument_bytes} bytes"
+        return None
+
     def Execute(self, request, context):
+        bad = self.check_request(request)
+        if bad is not None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad)
         ex = request.execution
         t = self.get(ex.name)
         c = ex.context

@@ -189,6 +189,22 @@ class HostTest(unittest.TestCase):
         self.assertEqual(text_of(self.run_call("conf_dyn_x", {})[1]), "dynamic conf_dyn_x")
         w.cancel()
 
+    def test_malformed_requests(self):
+        cases = {
+            "no execution": tools_pb2.ExecuteRequest(),
+            "no cwd": tools_pb2.ExecuteRequest(execution=tools_pb2.ToolExecution(name="conf_echo", arguments="{}")),
+            "relative cwd": tools_pb2.ExecuteRequest(execution=tools_pb2.ToolExecution(
+                name="conf_echo", arguments="{}", context=tools_pb2.ToolContext(cwd="rel"))),
+            "relative root": tools_pb2.ExecuteRequest(execution=tools_pb2.ToolExecution(
+                name="conf_echo", arguments="{}", context=tools_pb2.ToolContext(cwd="/", workspace_root="ws"))),
+            "too big": call("conf_echo", '{"text":"' + "x" * (1 << 20) + '"}'),
+        }
+        for name, req in cases.items():
+            with self.subTest(name):
+                with self.assertRaises(grpc.RpcError) as e:
+                    list(self.stub.Execute(req, timeout=10))
+                self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, e.exception.details())
+
     def test_health(self):
         h = health_pb2_grpc.HealthStub(self.ch)
         for svc in ("", "dsh.tools.v1.ToolHost"):

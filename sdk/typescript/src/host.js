@@ -1,5 +1,10 @@
 // The ToolHost gRPC service, the health service and serve().
 //
+// Requests: a malformed one (no execution, no name, a missing or relative
+// cwd, a relative workspace root, arguments over maxArgumentBytes) is refused
+// with INVALID_ARGUMENT, with the Go SDK's messages; everything else is a
+// result.
+//
 // Delivery: Execute writes zero or more {output} messages and then exactly one
 // {result}, then ends the stream. Cancelling the RPC aborts the call's
 // AbortSignal; nothing more is written. WatchTools writes a full snapshot at
@@ -10,6 +15,7 @@
 // streams end, running calls get `graceMs` to finish, then the rest are
 // cancelled (their signals abort).
 
+import path from 'node:path'
 import * as grpc from '@grpc/grpc-js'
 import { loadProtos } from './proto.js'
 import { callView, descriptor, executionMode, parseArguments, runCall, errorResult, toProtoResult } from './tool.js'
@@ -24,8 +30,23 @@ export class ToolHost {
   #watchers = new Set()
   #closed = false
 
-  constructor(tools = []) {
+  constructor(tools = [], { maxArgumentBytes = 1 << 20 } = {}) {
+    this.maxArgumentBytes = maxArgumentBytes
     for (const t of tools) this.#add(t)
+  }
+
+  /** Why a request is malformed (→ INVALID_ARGUMENT), or undefined. */
+  checkRequest(req) {
+    const ex = req.execution
+    if (!ex) return 'execution is required'
+    const c = ex.context ?? {}
+    if (!ex.name) return 'execution.name is required'
+    if (!c.cwd) return "execution.context.cwd is required: send the session's absolute working directory"
+    if (!path.isAbsolute(c.cwd)) return `execution.context.cwd ${JSON.stringify(c.cwd)} must be an absolute path`
+    if (c.workspaceRoot && !path.isAbsolute(c.workspaceRoot)) return `execution.context.workspace_root ${JSON.stringify(c.workspaceRoot)} must be an absolute path`
+    const n = Buffer.byteLength(ex.arguments ?? '', 'utf8')
+    if (n > this.maxArgumentBytes) return `execution.arguments is ${n} bytes, over this host's limit of ${this.maxArgumentBytes} bytes`
+    return undefined
   }
 
   #add(t) {
@@ -99,7 +120,12 @@ export class ToolHost {
         cb(null, { calls })
       },
       Execute: (call) => {
-        const ex = call.request.execution ?? {}
+        const bad = this.checkRequest(call.request)
+        if (bad) {
+          call.emit('error', { code: grpc.status.INVALID_ARGUMENT, details: bad })
+          return
+        }
+        const ex = call.request.execution
         const ac = new AbortController()
         let finished = false
         const abort = () => {

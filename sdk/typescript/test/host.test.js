@@ -160,6 +160,25 @@ test('watch after add', async () => {
   w.cancel()
 })
 
+test('malformed requests are INVALID_ARGUMENT', async () => {
+  const cases = {
+    'no execution': {},
+    'no cwd': { execution: { callId: 'c', name: 'conf_echo', arguments: '{}' } },
+    'relative cwd': { execution: { callId: 'c', name: 'conf_echo', arguments: '{}', context: { cwd: 'rel' } } },
+    'relative root': { execution: { callId: 'c', name: 'conf_echo', arguments: '{}', context: { cwd: '/', workspaceRoot: 'ws' } } },
+    'too big': exec('conf_echo', `{"text":"${'x'.repeat(1 << 20)}"}`),
+  }
+  for (const [name, req] of Object.entries(cases)) {
+    const err = await new Promise((resolve) => {
+      const s = client.Execute(req)
+      s.on('data', () => {})
+      s.on('error', resolve)
+      s.on('end', () => resolve(null))
+    })
+    assert.equal(err?.code, grpc.status.INVALID_ARGUMENT, `${name}: ${err?.details}`)
+  }
+})
+
 test('health', async () => {
   const h = new protos.health.Health(stub.addr, grpc.credentials.createInsecure())
   const check = (service) => new Promise((resolve, reject) => h.Check({ service }, (e, r) => (e ? reject(e) : resolve(r))))
