@@ -61,6 +61,10 @@ type Config struct {
 	// Logger receives warnings (unreadable files skipped by List). Nil
 	// discards them.
 	Logger *slog.Logger
+	// ReadOnly opens the root without its lock, for inspection next to a
+	// running owner: only List, ReadHeader, ReadEvents, PublishedCursor and
+	// CheckStorage work; the other methods fail with ErrReadOnly.
+	ReadOnly bool
 	// LockTimeout bounds the wait for the root's lock (default 2s). A lock
 	// held by a live process is refused after it; the wait absorbs a lock
 	// that a previous owner is releasing, or that a child process forked at
@@ -68,11 +72,16 @@ type Config struct {
 	LockTimeout time.Duration
 }
 
+// ErrReadOnly is returned by the mutating methods of a store opened with
+// Config.ReadOnly.
+var ErrReadOnly = errors.New("jsonlstore: store opened read-only")
+
 // Store is a persistence.Store over JSONL files.
 type Store struct {
-	root string
-	log  *slog.Logger
-	lock *os.File
+	root     string
+	log      *slog.Logger
+	lock     *os.File // nil when read-only
+	readOnly bool
 	// write writes a batch at an offset and fsyncs (writeAt; tests inject
 	// failures here).
 	write func(path string, off int64, b []byte) error
@@ -101,16 +110,24 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Root == "" {
 		return nil, errors.New("jsonlstore: empty root")
 	}
-	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
-		return nil, fmt.Errorf("jsonlstore: %w", err)
-	}
-	lock, err := os.OpenFile(filepath.Join(cfg.Root, lockName), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("jsonlstore: %w", err)
-	}
-	if err := flock(lock, cmp.Or(cfg.LockTimeout, 2*time.Second)); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("jsonlstore: root %s is in use by another process: %w", cfg.Root, err)
+	var lock *os.File
+	if cfg.ReadOnly {
+		if fi, err := os.Stat(cfg.Root); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("jsonlstore: root %s: not a directory (%v)", cfg.Root, err)
+		}
+	} else {
+		if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
+			return nil, fmt.Errorf("jsonlstore: %w", err)
+		}
+		var err error
+		lock, err = os.OpenFile(filepath.Join(cfg.Root, lockName), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("jsonlstore: %w", err)
+		}
+		if err := flock(lock, cmp.Or(cfg.LockTimeout, 2*time.Second)); err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("jsonlstore: root %s is in use by another process: %w", cfg.Root, err)
+		}
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -120,6 +137,7 @@ func Open(cfg Config) (*Store, error) {
 		root:     cfg.Root,
 		log:      logger,
 		lock:     lock,
+		readOnly: cfg.ReadOnly,
 		write:    writeAt,
 		pending:  make(map[string]*sessionv1.SessionHeader),
 		sessions: make(map[string]*sess),
@@ -146,6 +164,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.lock == nil {
+		return nil
+	}
 	return s.lock.Close() // closing the descriptor releases the flock
 }
 
@@ -187,6 +208,9 @@ func (s *Store) Create(ctx context.Context, h *sessionv1.SessionHeader) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if s.readOnly {
+		return ErrReadOnly
+	}
 	if err := persistence.CheckHeader(h); err != nil {
 		return err
 	}
@@ -215,6 +239,9 @@ func (s *Store) Create(ctx context.Context, h *sessionv1.SessionHeader) error {
 func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.SessionEvent) error {
 	if len(events) == 0 {
 		return ctx.Err()
+	}
+	if s.readOnly {
+		return ErrReadOnly
 	}
 	st, name, err := s.acquire(ctx, id)
 	if err != nil {
@@ -329,6 +356,9 @@ func (s *Store) rollback(st *sess, id, path string, werr error) error {
 
 // Load reads, validates and repairs a session.
 func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, []*sessionv1.SessionEvent, error) {
+	if s.readOnly {
+		return nil, nil, ErrReadOnly
+	}
 	st, name, err := s.acquire(ctx, id)
 	if err != nil {
 		return nil, nil, err
@@ -437,6 +467,9 @@ func (s *Store) PublishedCursor(ctx context.Context, id string) (int64, error) {
 
 // SetPublishedCursor raises the published cursor.
 func (s *Store) SetPublishedCursor(ctx context.Context, id string, next int64) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
 	st, name, err := s.acquire(ctx, id)
 	if err != nil {
 		return err

@@ -383,3 +383,34 @@ func FuzzEncodeID(f *testing.F) {
 		}
 	})
 }
+
+// TestReadOnlyNextToOwner: a read-only store reads a root its owner holds
+// locked, and refuses to change it.
+func TestReadOnlyNextToOwner(t *testing.T) {
+	t.Parallel()
+	owner, _, events := fixture(t)
+	ro, err := Open(Config{Root: owner.root, ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only Open next to the owner: %v", err)
+	}
+	defer ro.Close()
+	got, err := ro.ReadEvents(t.Context(), "f", 0)
+	if err != nil || len(got) != len(events) {
+		t.Fatalf("ReadEvents: %d events, %v; want %d", len(got), err, len(events))
+	}
+	if list, err := ro.List(t.Context()); err != nil || len(list) != 1 {
+		t.Fatalf("List: %v, %v", list, err)
+	}
+	if err := ro.Append(t.Context(), "f", events[:1]); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("Append: %v, want ErrReadOnly", err)
+	}
+	if _, _, err := ro.Load(t.Context(), "f"); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("Load: %v, want ErrReadOnly", err)
+	}
+	if err := ro.Create(t.Context(), persistencetest.Header("n")); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("Create: %v, want ErrReadOnly", err)
+	}
+	if _, err := Open(Config{Root: filepath.Join(t.TempDir(), "missing"), ReadOnly: true}); err == nil {
+		t.Fatal("read-only Open of a missing root succeeded")
+	}
+}
