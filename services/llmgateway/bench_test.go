@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -70,9 +71,9 @@ type directChunk struct {
 }
 
 // direct calls the upstream itself, reads its events and decodes each one
-// (as any client that wants the text must): the baseline. onFirst is called
-// at the first content event.
-func direct(ctx context.Context, hc *http.Client, url string, onFirst func()) (int, error) {
+// (as any client that wants the text must): the baseline. onChunk is called
+// at every content event.
+func direct(ctx context.Context, hc *http.Client, url string, onChunk func()) (int, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/chat/completions", bytes.NewReader(benchBody))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := hc.Do(req)
@@ -95,9 +96,7 @@ func direct(ctx context.Context, hc *http.Client, url string, onFirst func()) (i
 			return n, err
 		}
 		if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
-			if n == 0 {
-				onFirst()
-			}
+			onChunk()
 			n++
 		}
 	}
@@ -105,7 +104,7 @@ func direct(ctx context.Context, hc *http.Client, url string, onFirst func()) (i
 
 // viaGateway streams the same upstream through the gateway over loopback
 // gRPC.
-func viaGateway(ctx context.Context, c llmv1.LlmGatewayClient, onFirst func()) (int, error) {
+func viaGateway(ctx context.Context, c llmv1.LlmGatewayClient, onChunk func()) (int, error) {
 	s, err := c.Generate(ctx, &llmv1.GenerateRequest{Provider: "local", Model: "m", Messages: []*llmv1.Message{userText("hi")}})
 	if err != nil {
 		return 0, err
@@ -120,15 +119,31 @@ func viaGateway(ctx context.Context, c llmv1.LlmGatewayClient, onFirst func()) (
 			return n, err
 		}
 		if r.GetChunk().GetTextDelta() != nil {
-			if n == 0 {
-				onFirst()
-			}
+			onChunk()
 			n++
 		}
 	}
 }
 
-type runner func(ctx context.Context, onFirst func()) (int, error)
+// runner streams once; onChunk is called at the arrival of every content
+// chunk.
+type runner func(ctx context.Context, onChunk func()) (int, error)
+
+// runChunks runs and records the arrival time of every content chunk.
+func runChunks(ctx context.Context, run runner, arrived *[]time.Time) (int, error) {
+	return run(ctx, func() { *arrived = append(*arrived, time.Now()) })
+}
+
+// first adapts a callback to fire only at the first chunk.
+func first(f func()) func() {
+	done := false
+	return func() {
+		if !done {
+			done = true
+			f()
+		}
+	}
+}
 
 func benchRunners(b *testing.B, url string) map[string]runner {
 	hc := &http.Client{Transport: upstream.NewTransport()}
@@ -159,7 +174,7 @@ func BenchmarkFirstChunk(b *testing.B) {
 	one := func(run runner) time.Duration {
 		var ttfc time.Duration
 		start := time.Now()
-		if _, err := run(ctx, func() { ttfc = time.Since(start) }); err != nil {
+		if _, err := run(ctx, first(func() { ttfc = time.Since(start) })); err != nil {
 			b.Fatal(err)
 		}
 		return ttfc
@@ -325,4 +340,81 @@ func BenchmarkGRPCFloor(b *testing.B) {
 		added = append(added, (time.Since(t1)-t1.Sub(t0))/n)
 	}
 	b.ReportMetric(median(added), "grpc-ns/msg")
+}
+
+// pacedUpstream sends n chunks spaced by gap (a provider producing tokens)
+// and records when it flushed each one.
+type pacedUpstream struct {
+	url  string
+	mu   sync.Mutex
+	sent []time.Time
+}
+
+func newPacedUpstream(b *testing.B, n int, gap time.Duration) *pacedUpstream {
+	p := &pacedUpstream{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		p.mu.Lock()
+		p.sent = p.sent[:0]
+		p.mu.Unlock()
+		for i := range n {
+			time.Sleep(gap) // the provider's pace, not a wait for an event
+			p.mu.Lock()
+			p.sent = append(p.sent, time.Now()) // stamped before the write: both paths pay the write alike
+			p.mu.Unlock()
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"},\"finish_reason\":null}]}\n\n", i)
+			fl.Flush()
+		}
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+		fl.Flush()
+	}))
+	b.Cleanup(srv.Close)
+	p.url = srv.URL
+	return p
+}
+
+// BenchmarkChunkLatency measures, for a paced stream (50 chunks, 1 ms
+// apart: the realistic case where the gateway is never behind), the delay
+// from the upstream's flush of each chunk to its arrival at the client,
+// directly and through the gateway, in alternating pairs. added-µs/chunk is
+// the median over pairs of the difference of the per-stream median delays.
+func BenchmarkChunkLatency(b *testing.B) {
+	const n = 50
+	p := newPacedUpstream(b, n, time.Millisecond)
+	runners := benchRunners(b, p.url)
+	ctx := context.Background()
+	one := func(run runner) time.Duration {
+		var arrived []time.Time
+		got, err := runChunks(ctx, run, &arrived)
+		if err != nil || got != n {
+			b.Fatalf("got %d chunks, err %v", got, err)
+		}
+		p.mu.Lock()
+		sent := slices.Clone(p.sent)
+		p.mu.Unlock()
+		d := make([]time.Duration, n)
+		for i := range n {
+			d[i] = arrived[i].Sub(sent[i])
+		}
+		return time.Duration(median(d))
+	}
+	one(runners["direct"])
+	one(runners["gateway"])
+	var direct, gateway, added []time.Duration
+	i := 0
+	for b.Loop() {
+		var d, g time.Duration
+		if i%2 == 0 {
+			d, g = one(runners["direct"]), one(runners["gateway"])
+		} else {
+			g, d = one(runners["gateway"]), one(runners["direct"])
+		}
+		i++
+		direct, gateway, added = append(direct, d), append(gateway, g), append(added, g-d)
+	}
+	b.ReportMetric(median(direct)/1e3, "direct-µs/chunk")
+	b.ReportMetric(median(gateway)/1e3, "gateway-µs/chunk")
+	b.ReportMetric(median(added)/1e3, "added-µs/chunk")
 }
