@@ -358,9 +358,7 @@ def _reject_constant(name: str) -> Any:
 
 
 def parse_arguments(raw: str) -> tuple[Any, Optional[str]]:
-    """Parse the model's argument text; empty text means ``{}``."""
-    if raw.strip() == "":
-        return {}, None
+    """Parse the model's argument text (empty text is not JSON, as in the Go SDK)."""
     try:
         return json.loads(raw, parse_constant=_reject_constant), None
     except ValueError as e:

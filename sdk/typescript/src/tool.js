@@ -80,9 +80,8 @@ export function descriptor(t) {
   }
 }
 
-/** Parse the model's argument text; empty text means {}. */
+/** Parse the model's argument text (empty text is not JSON, as in the Go SDK). */
 export function parseArguments(raw) {
-  if (raw.trim() === '') return { args: {} }
   try {
     return { args: JSON.parse(raw) }
   } catch (e) {
