@@ -12,6 +12,7 @@ import (
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/persistence/jsonlstore"
@@ -86,6 +87,10 @@ type ServerConfig struct {
 	Service     Config
 	// Retry overrides the default retry policy when non-nil.
 	Retry *hooks.RetryPolicy
+	// NATS, when its URL is set, fans every durable event out to JetStream
+	// (subject dsh.events.<session>) through internal/events; the stored
+	// published cursor lets a restart catch up.
+	NATS events.Conn
 	// ShutdownTimeout bounds Close; default 30 s.
 	ShutdownTimeout time.Duration
 	// Ready, when set, receives the bound address once serving.
@@ -161,6 +166,25 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		(&hooks.Remote{Name: r.Name, Client: agentv1.NewAgentHooksClient(conn), Timeout: r.Timeout, FailOpen: r.FailOpen, Logger: logger}).Install(hk)
 	}
 
+	var pub *events.Publisher
+	if sc.NATS.URL != "" && sc.Service.Sink == nil {
+		if sc.NATS.Name == "" {
+			sc.NATS.Name = "dsh-agent"
+		}
+		pub, err = events.New(ctx, events.Config{Conn: sc.NATS, Store: store, Logger: logger})
+		if err != nil {
+			return fmt.Errorf("nats: %w", err)
+		}
+		sc.Service.Sink = pub
+		if hs, err := store.List(ctx); err == nil {
+			ids := make([]string, len(hs))
+			for i, h := range hs {
+				ids[i] = h.GetId()
+			}
+			pub.CatchUp(ids...)
+		}
+	}
+
 	svc, err := New(sc.Service, Deps{Store: store, LLM: gw, Providers: gw, Tools: toolsOf(pipe), Hooks: hk,
 		Prompt: &hooks.Prompt{ToolGuidance: "Use the tools when they help; call independent read-only tools together."}}, logger)
 	if err != nil {
@@ -194,6 +218,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	closeErr := svc.Close(cctx)
+	if pub != nil {
+		closeErr = errors.Join(closeErr, pub.Close(cctx))
+	}
 	stopSrv()
 	if serveErr == nil {
 		serveErr = <-errc
@@ -201,14 +228,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	return errors.Join(serveErr, closeErr)
 }
 
-type storeCloser interface {
-	Store
-	Close() error
-}
-
-var _ storeCloser = persistence.Store(nil)
-
-func openStore(ctx context.Context, sc ServerConfig) (storeCloser, error) {
+func openStore(ctx context.Context, sc ServerConfig) (persistence.Store, error) {
 	dir := sc.DataDir
 	if dir == "" {
 		dir = "."

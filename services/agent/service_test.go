@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -21,6 +24,8 @@ import (
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/events"
+	"github.com/dsh-dev/dsh/internal/natstest"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
@@ -38,6 +43,9 @@ type env struct {
 	dir    string
 	sink   *recordingSink
 	cfg    agent.Config
+	nats   events.Conn
+	// shutdown bounds agent.Run's graceful close; default 10 s.
+	shutdown time.Duration
 
 	client agentv1.AgentServiceClient
 	cancel context.CancelFunc
@@ -58,6 +66,9 @@ func newEnvWith(t *testing.T, mutate func(*agent.Config), tools ...fakes.Tool) *
 	if mutate != nil {
 		mutate(&e.cfg)
 	}
+	if e.cfg.Sink == nil {
+		e.nats = events.Conn{URL: natstest.Start(t).URL()}
+	}
 	e.start()
 	t.Cleanup(e.stop)
 	return e
@@ -76,7 +87,7 @@ func (e *env) start() {
 	go func() {
 		e.done <- agent.Run(ctx, agent.ServerConfig{
 			Listener: lis, Gateway: e.gwAddr, Toolhosts: []string{"fake=" + e.thAddr}, DataDir: e.dir,
-			Synchronous: "NORMAL", Service: e.cfg, Retry: &retry, ShutdownTimeout: 10 * time.Second,
+			Synchronous: "NORMAL", Service: e.cfg, Retry: &retry, ShutdownTimeout: e.shutdownTimeout(), NATS: e.nats,
 		}, slog.New(slog.DiscardHandler))
 	}()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -424,4 +435,122 @@ func sortedCopy(s []string) []string {
 	c := slices.Clone(s)
 	slices.Sort(c)
 	return c
+}
+
+// TestEventsReachNATS runs the agent with the NATS fan-out: every durable
+// event of a session is on JetStream, once, in seq order.
+func TestEventsReachNATS(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, func(c *agent.Config) { c.Sink = nil }, fakes.Tool{Name: "echo"})
+	e.gw.Script(fakes.Response{Chunks: fakes.ToolCalls("", fakes.Call{ID: "c1", Name: "echo", Args: `{}`})}, fakes.Response{Chunks: fakes.Text("done")})
+	e.create("n1")
+	e.send("n1", "hi")
+	e.waitIdle("n1")
+	want := len(e.events("n1"))
+	e.stop() // Close publishes what is pending
+
+	nc, err := nats.Connect(e.nats.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.OrderedConsumer(t.Context(), events.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.EventSubject("n1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*sessionv1.SessionEvent
+	deadline := time.Now().Add(20 * time.Second)
+	for len(got) < want && time.Now().Before(deadline) {
+		batch, err := cons.Fetch(want-len(got), jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			id, ev, err := events.DecodeEvent(m.Headers(), m.Data())
+			if err != nil || id != "n1" {
+				t.Fatalf("decode: %v %q", err, id)
+			}
+			got = append(got, ev)
+		}
+	}
+	if len(got) != want {
+		t.Fatalf("NATS has %d events, the log %d", len(got), want)
+	}
+	for i, ev := range got {
+		if ev.GetSeq() != int64(i) {
+			t.Fatalf("event %d has seq %d", i, ev.GetSeq())
+		}
+	}
+}
+
+func (e *env) shutdownTimeout() time.Duration {
+	if e.shutdown > 0 {
+		return e.shutdown
+	}
+	return 10 * time.Second
+}
+
+// TestGracefulShutdown: queued sends still run while the agent shuts down;
+// a turn that cannot finish before the deadline ends as disposed and the
+// session continues after the restart.
+func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	e := newEnv(t, fakes.Tool{Name: "hang", Run: func(ctx context.Context, _ *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-release:
+			return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{session.Text("released")}}
+		}
+	}})
+	e.gw.Default = func(*llmv1.GenerateRequest) fakes.Response {
+		wait := make(chan struct{})
+		time.AfterFunc(30*time.Millisecond, func() { close(wait) })
+		return fakes.Response{Wait: wait, Chunks: fakes.Text("slowly")}
+	}
+	e.create("g")
+	for i := range 3 {
+		e.send("g", fmt.Sprint("prompt ", i))
+	}
+	e.shutdown = 400 * time.Millisecond // for the next instance
+	e.restart()                         // graceful: the three queued turns complete first
+	evs := e.events("g")
+	completed := 0
+	for _, ev := range evs {
+		if ev.GetTurnEnd().GetReason().GetCompleted() != nil {
+			completed++
+		}
+	}
+	if completed != 3 {
+		t.Fatalf("%d turns completed across a graceful restart, want 3: %v", completed, types(evs))
+	}
+
+	e.gw.Script(fakes.Response{Chunks: fakes.ToolCalls("", fakes.Call{ID: "h1", Name: "hang", Args: `{}`})})
+	e.send("g", "hang forever")
+	deadline := time.Now().Add(20 * time.Second)
+	for !slices.Contains(types(e.events("g")), "tool/call") {
+		if time.Now().After(deadline) {
+			t.Fatal("no tool call")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t0 := time.Now()
+	e.restart()
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("shutdown with a hung turn took %v; the deadline was 400ms", d)
+	}
+	evs = e.events("g")
+	if err := session.CheckLog(evs); err != nil {
+		t.Fatal(err)
+	}
+	last := evs[len(evs)-1].GetTurnEnd()
+	if last.GetTurn() != 4 || last.GetReason().GetDisposed() == nil {
+		t.Fatalf("the hung turn ended %v, want disposed", evs[len(evs)-1])
+	}
+	close(release)
 }

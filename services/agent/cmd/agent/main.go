@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/services/agent"
 )
 
@@ -47,6 +48,8 @@ func run() error {
 	idle := flag.Duration("idle-unload", envDuration("DSH_IDLE_UNLOAD", 10*time.Minute), "unload sessions idle this long; 0 never (env DSH_IDLE_UNLOAD)")
 	parallel := flag.Int("max-parallel-tools", 10, "parallel-safe tool calls that may overlap")
 	debug := flag.Bool("debug", env("DSH_DEBUG", "") != "", "check the log invariants and the request equation on every request (env DSH_DEBUG)")
+	var nc events.Conn
+	nc.RegisterFlags(flag.CommandLine, os.Getenv)
 	flag.Parse()
 	if len(toolhosts) == 0 {
 		toolhosts = list{env("DSH_TOOLHOST", "127.0.0.1:7702")}
@@ -59,6 +62,7 @@ func run() error {
 	sc := agent.ServerConfig{
 		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data,
 		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd},
+		NATS:    nc,
 	}
 	for _, h := range hookFlags {
 		r, err := agent.ParseRemote(h)
