@@ -121,9 +121,12 @@ func decodeLine(raw []byte, want int64) (*sessionv1.SessionEvent, error) {
 	if len(raw) == 0 {
 		return nil, errors.New("empty line")
 	}
-	ev, err := persistence.DecodeEvent(raw)
-	if err != nil {
-		return nil, err
+	ev, ok := decodeDeltaChunk(raw)
+	if !ok {
+		var err error
+		if ev, err = persistence.DecodeEvent(raw); err != nil {
+			return nil, err
+		}
 	}
 	if ev.GetSeq() != want {
 		return nil, fmt.Errorf("seq %d where seq %d was due", ev.GetSeq(), want)
