@@ -1,7 +1,9 @@
 // Package search holds the built-in glob and grep tools: pure Go walks of the
 // workspace (no ripgrep needed) that skip VCS folders, include hidden files,
 // never follow directory symlinks, and cap their inline results, spilling
-// the full list to a private file the result names.
+// the full list to a private file the result names. grep honours .gitignore
+// files (from the workspace root down, as ripgrep does); glob lists ignored
+// files too, as the original did.
 package search
 
 import (

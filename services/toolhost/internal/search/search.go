@@ -93,7 +93,7 @@ func (s *Search) globTool() toolsdk.Tool {
 
 func (s *Search) grepTool() toolsdk.Tool {
 	return toolsdk.Define("grep",
-		fmt.Sprintf("Search file contents with a regular expression (Go RE2 syntax). Returns matching lines with line numbers grouped by file, newest files first; binary files and VCS folders are skipped; the first %d matches inline and the rest in a file named in the result.", GrepInline),
+		fmt.Sprintf("Search file contents with a regular expression (Go RE2 syntax). Returns matching lines with line numbers grouped by file, newest files first; files ignored by .gitignore, binary files and VCS folders are skipped; the first %d matches inline and the rest in a file named in the result.", GrepInline),
 		s.grep,
 		toolsdk.AlwaysConcurrencySafe(),
 		toolsdk.PresentCall(func(a GrepArgs) *toolsv1.ToolCallView { return searchView("Grep", a.Pattern, a.Path) }),
@@ -110,14 +110,27 @@ type file struct {
 }
 
 // walk lists the regular files under root (or root itself when it is a
-// file) accepted by keep, newest first.
-func walk(ctx context.Context, root fstools.Target, keep func(rel string) bool) ([]file, error) {
+// file) accepted by keep, newest first. With ign, .gitignore files from
+// stop (the workspace root) down to every walked directory exclude paths.
+func walk(ctx context.Context, root fstools.Target, keep func(rel string) bool, ign *ignoreSet, stop string) ([]file, error) {
 	fi, err := os.Stat(root.Real)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, toolsdk.NewError("FsError", fstools.CodeNotFound, "path not found: "+root.Display, nil)
 	}
 	if err != nil {
 		return nil, toolsdk.NewError("FsError", fstools.CodeIOError, err.Error(), err)
+	}
+	if ign != nil {
+		var chain []string
+		for d := filepath.Dir(root.Real); within(d, stop) && d != root.Real; d = filepath.Dir(d) {
+			chain = append(chain, d)
+			if d == stop || d == filepath.Dir(d) {
+				break
+			}
+		}
+		for i := len(chain) - 1; i >= 0; i-- {
+			ign.load(chain[i])
+		}
 	}
 	var out []file
 	if !fi.IsDir() {
@@ -134,12 +147,15 @@ func walk(ctx context.Context, root fstools.Target, keep func(rel string) bool) 
 			return ctx.Err()
 		}
 		if d.IsDir() {
-			if p != root.Real && vcsDirs[d.Name()] {
+			if p != root.Real && (vcsDirs[d.Name()] || ign != nil && ign.ignored(p, true)) {
 				return filepath.SkipDir
+			}
+			if ign != nil {
+				ign.load(p)
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() {
+		if !d.Type().IsRegular() || ign != nil && ign.ignored(p, false) {
 			return nil
 		}
 		rel, _ := filepath.Rel(root.Real, p)
@@ -171,6 +187,23 @@ func walk(ctx context.Context, root fstools.Target, keep func(rel string) bool) 
 
 var errCollected = errors.New("collected enough")
 
+// stopDir is the outermost directory whose .gitignore applies: the real
+// workspace root of the call.
+func (s *Search) stopDir(call *toolsdk.Call) string {
+	r := call.WorkspaceRoot
+	if r == "" {
+		r = s.conf.Root
+	}
+	if real, err := filepath.EvalSymlinks(r); err == nil {
+		return real
+	}
+	return r
+}
+
+func within(p, root string) bool {
+	return p == root || strings.HasPrefix(p, strings.TrimSuffix(root, string(filepath.Separator))+string(filepath.Separator))
+}
+
 func (s *Search) root(call *toolsdk.Call, p string) (fstools.Target, error) {
 	if p == "" {
 		p = call.Cwd
@@ -187,7 +220,7 @@ func (s *Search) glob(ctx context.Context, call *toolsdk.Call, a GlobArgs) (tool
 	if err != nil {
 		return toolsdk.Result{}, err
 	}
-	files, err := walk(ctx, root, m.match)
+	files, err := walk(ctx, root, m.match, nil, "")
 	if err != nil {
 		return toolsdk.Result{}, searchErr(ctx, err)
 	}
@@ -251,7 +284,7 @@ func (s *Search) grep(ctx context.Context, call *toolsdk.Call, a GrepArgs) (tool
 	if err != nil {
 		return toolsdk.Result{}, err
 	}
-	files, err := walk(ctx, root, keep)
+	files, err := walk(ctx, root, keep, newIgnoreSet(), s.stopDir(call))
 	if err != nil {
 		return toolsdk.Result{}, searchErr(ctx, err)
 	}
