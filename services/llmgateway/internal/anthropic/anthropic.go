@@ -212,7 +212,7 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 		}
 		ev = streamEvent{}
 		if err := json.Unmarshal(raw.Data, &ev); err != nil {
-			e.Fail(s.Fail(provider.CodeMalformedResponse, "bad JSON in stream: "+err.Error()))
+			e.Fail(s.Fail(provider.CodeMalformedResponse, fmt.Sprintf("bad JSON in stream: %v; event: %.200s", err, raw.Data)))
 			return
 		}
 		switch ev.Type {

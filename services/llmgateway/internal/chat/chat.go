@@ -175,7 +175,7 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 		}
 		c = streamChunk{}
 		if err := json.Unmarshal(data, &c); err != nil {
-			e.Fail(s.Fail(provider.CodeMalformedResponse, "bad JSON in stream: "+err.Error()))
+			e.Fail(s.Fail(provider.CodeMalformedResponse, fmt.Sprintf("bad JSON in stream: %v; event: %.200s", err, data)))
 			return
 		}
 		if c.Error != nil {

@@ -60,17 +60,17 @@ func TestStreams(t *testing.T) {
 		{Name: "unknown finish reason", Reply: providertest.Reply{Body: sse("content_filter.sse")}, Code: "CONTENT_FILTER", Golden: "content_filter"},
 		{Name: "error mid-stream", Reply: providertest.Reply{Body: sse("error_midstream.sse"), Header: map[string]string{"x-request-id": "req-mid"}}, Code: provider.CodeServer, RequestID: "req-mid", Golden: "error_midstream"},
 		{Name: "missing DONE", Reply: providertest.Reply{Body: sse("missing_done.sse")}, Code: provider.CodeStreamClosed, Golden: "missing_done"},
-		{Name: "malformed JSON line", Reply: providertest.Reply{Body: sse("malformed.sse")}, Code: provider.CodeMalformedResponse},
-		{Name: "connection reset mid-stream", Reply: providertest.Reply{Body: sse("text.sse"), ResetAfter: providertest.After(t, sse("text.sse"), "Hello")}, Code: provider.CodeTransport},
+		{Name: "malformed JSON line", Reply: providertest.Reply{Body: sse("malformed.sse")}, Code: provider.CodeMalformedResponse, Golden: "malformed_json_line"},
+		{Name: "connection reset mid-stream", Reply: providertest.Reply{Body: sse("text.sse"), ResetAfter: providertest.After(t, sse("text.sse"), "Hello")}, Code: provider.CodeTransport, Golden: "connection_reset_mid_stream"},
 		{Name: "stall longer than the idle bound", Reply: providertest.Reply{Body: sse("text.sse"), StallAfter: providertest.After(t, sse("text.sse"), "Hello")}, Idle: 100 * time.Millisecond, Code: provider.CodeTimeout, Golden: "stall"},
 		{Name: "HTTP 401", Reply: providertest.Reply{Status: 401, Body: errBody("Authentication Fails, Your api key: "+testKey+" is invalid", "authentication_error"), Header: map[string]string{"x-deepseek-request-id": "ds-401"}}, Code: provider.CodeAuth, Status: 401, RequestID: "ds-401", Golden: "http401"},
-		{Name: "HTTP 402 insufficient balance", Reply: providertest.Reply{Status: 402, Body: errBody("Insufficient Balance", "unknown_error")}, Code: provider.CodeQuota, Status: 402},
+		{Name: "HTTP 402 insufficient balance", Reply: providertest.Reply{Status: 402, Body: errBody("Insufficient Balance", "unknown_error")}, Code: provider.CodeQuota, Status: 402, Golden: "http_402_insufficient_balance"},
 		{Name: "HTTP 429 Retry-After seconds", Reply: providertest.Reply{Status: 429, Body: errBody("Rate limit reached", "rate_limit_error"), Header: map[string]string{"Retry-After": "7"}}, Code: provider.CodeRateLimit, Status: 429, RetryAfterMS: 7000, Golden: "http429"},
-		{Name: "HTTP 429 Retry-After date", Reply: providertest.Reply{Status: 429, Body: errBody("Rate limit reached", "rate_limit_error"), Header: map[string]string{"Retry-After": fixedNow.Add(90 * time.Second).Format(http.TimeFormat)}}, Code: provider.CodeRateLimit, Status: 429, RetryAfterMS: 90000},
+		{Name: "HTTP 429 Retry-After date", Reply: providertest.Reply{Status: 429, Body: errBody("Rate limit reached", "rate_limit_error"), Header: map[string]string{"Retry-After": fixedNow.Add(90 * time.Second).Format(http.TimeFormat)}}, Code: provider.CodeRateLimit, Status: 429, RetryAfterMS: 90000, Golden: "http_429_retry_after_date"},
 		{Name: "HTTP 400 context overflow", Reply: providertest.Reply{Status: 400, Body: errBody("This model's maximum context length is 131072 tokens. However, you requested 140000 tokens. Please reduce the length of the messages.", "invalid_request_error")}, Code: provider.CodeContextWindowExceeded, Status: 400, Golden: "http400_overflow"},
-		{Name: "HTTP 400 other", Reply: providertest.Reply{Status: 400, Body: errBody("Invalid tools schema", "invalid_request_error")}, Code: provider.CodeInvalidRequest, Status: 400},
+		{Name: "HTTP 400 other", Reply: providertest.Reply{Status: 400, Body: errBody("Invalid tools schema", "invalid_request_error")}, Code: provider.CodeInvalidRequest, Status: 400, Golden: "http_400_other"},
 		{Name: "HTTP 500", Reply: providertest.Reply{Status: 500, Body: []byte("upstream exploded")}, Code: provider.CodeServer, Status: 500, Golden: "http500"},
-		{Name: "HTTP 404", Reply: providertest.Reply{Status: 404, Body: []byte(`{"error":{"message":"Not Found"}}`)}, Code: "HTTP_404", Status: 404},
+		{Name: "HTTP 404", Reply: providertest.Reply{Status: 404, Body: []byte(`{"error":{"message":"Not Found"}}`)}, Code: "HTTP_404", Status: 404, Golden: "http_404"},
 	}
 	providertest.RunCases(t, cases, newAdapter, simpleRequest())
 }

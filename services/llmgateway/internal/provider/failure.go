@@ -56,7 +56,9 @@ func (f *Failure) Proto() *llmv1.LlmFailure {
 	if code == "" {
 		code = CodeUnknown
 	}
-	out := &llmv1.LlmFailure{Message: msg, Code: code}
+	// Messages quote provider bodies and headers; protobuf strings must be
+	// valid UTF-8 or the chunk cannot be sent at all.
+	out := &llmv1.LlmFailure{Message: strings.ToValidUTF8(msg, "\uFFFD"), Code: strings.ToValidUTF8(code, "")}
 	if f.Status >= 100 && f.Status <= 599 {
 		out.Status = proto.Int32(int32(f.Status))
 	}
@@ -64,7 +66,7 @@ func (f *Failure) Proto() *llmv1.LlmFailure {
 		out.ProviderRetryAfterMs = proto.Int64(ms)
 	}
 	if f.RequestID != "" {
-		out.RequestId = proto.String(f.RequestID)
+		out.RequestId = proto.String(strings.ToValidUTF8(f.RequestID, "\uFFFD"))
 	}
 	return out
 }

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -259,5 +261,17 @@ func TestUserAgent(t *testing.T) {
 	}
 	if got := DSH("").UserAgent(); got != "dsh/dev (+https://github.com/dsh-dev/dsh)" {
 		t.Errorf("UserAgent = %q", got)
+	}
+}
+
+func TestFailureProtoValidUTF8(t *testing.T) {
+	t.Parallel()
+	f := &Failure{Code: CodeServer, Message: "body \xff\xfe here", RequestID: "id\xc3"}
+	p := f.Proto()
+	if !utf8.ValidString(p.GetMessage()) || !utf8.ValidString(p.GetRequestId()) {
+		t.Fatalf("invalid UTF-8 in %v", p)
+	}
+	if _, err := proto.Marshal(f.Finish()); err != nil {
+		t.Fatalf("marshal: %v", err)
 	}
 }
