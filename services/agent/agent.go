@@ -20,8 +20,8 @@
 // # Shutdown
 //
 // Close stops admission (new commands fail with Unavailable), lets running
-// and queued turns finish until its context's deadline (minus a margin for the
-// final flush), then disposes what is left (the open turn ends as disposed;
+// and queued turns finish during the first half of the time its context
+// leaves, then disposes what is left (the open turn ends as disposed;
 // queued sends that never ran are logged by session and count), ends every
 // event stream, and flushes every session.
 package agent
@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -153,7 +154,7 @@ type liveSession struct {
 	agent *loop.Agent
 
 	flushMu sync.Mutex
-	durable int64
+	durable atomic.Int64 // next seq not yet durable; written under flushMu
 
 	subMu sync.Mutex
 	subs  map[chan struct{}]struct{}
@@ -165,7 +166,8 @@ type liveSession struct {
 
 // open builds the live session of log and starts its driver.
 func (s *Service) open(ctx context.Context, log *session.Log, durable int64, source string) *liveSession {
-	l := &liveSession{s: s, id: log.Header().GetId(), log: log, durable: durable, subs: map[chan struct{}]struct{}{}}
+	l := &liveSession{s: s, id: log.Header().GetId(), log: log, subs: map[chan struct{}]struct{}{}}
+	l.durable.Store(durable)
 	log.Observe(func(*sessionv1.SessionEvent) { l.notify() })
 	l.agent = loop.New(loop.Config{
 		LLM: s.deps.LLM, Tools: s.deps.Tools, Hooks: s.deps.Hooks, Prompt: s.deps.Prompt,
@@ -208,14 +210,15 @@ func (l *liveSession) subscribe() (chan struct{}, func()) {
 func (l *liveSession) flush(ctx context.Context) error {
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
-	evs := l.log.EventsFrom(l.durable)
+	from := l.durable.Load()
+	evs := l.log.EventsFrom(from)
 	if len(evs) == 0 {
 		return nil
 	}
 	if err := l.s.deps.Store.Append(ctx, l.id, evs); err != nil {
-		return fmt.Errorf("flush session %s from seq %d: %w", l.id, l.durable, err)
+		return fmt.Errorf("flush session %s from seq %d: %w", l.id, from, err)
 	}
-	l.durable = evs[len(evs)-1].GetSeq() + 1
+	l.durable.Store(evs[len(evs)-1].GetSeq() + 1)
 	if l.s.cfg.Sink != nil {
 		l.s.cfg.Sink.Durable(l.id, evs)
 	}
@@ -307,7 +310,7 @@ func (s *Service) unloadIdle(ctx context.Context) {
 	var victims []*liveSession
 	s.mu.Lock()
 	for id, l := range s.live {
-		if l.refs == 0 && now.Sub(l.lastUsed) >= s.cfg.IdleUnload && l.agent.Quiescent() {
+		if l.refs == 0 && now.Sub(l.lastUsed) >= s.cfg.IdleUnload && l.unloadable() {
 			delete(s.live, id)
 			victims = append(victims, l)
 		}
@@ -323,7 +326,7 @@ func (s *Service) unloadIdle(ctx context.Context) {
 func (s *Service) Unload(ctx context.Context, id string) bool {
 	s.mu.Lock()
 	l, ok := s.live[id]
-	if !ok || l.refs > 0 || !l.agent.Quiescent() {
+	if !ok || l.refs > 0 || !l.unloadable() {
 		s.mu.Unlock()
 		return false
 	}
@@ -331,6 +334,13 @@ func (s *Service) Unload(ctx context.Context, id string) bool {
 	s.mu.Unlock()
 	s.retire(ctx, l)
 	return true
+}
+
+// unloadable reports whether the session can leave memory: quiescent, and
+// with a log the store holds (a session with no events yet exists only in
+// memory: the store materialises a session at its first append).
+func (l *liveSession) unloadable() bool {
+	return l.agent.Quiescent() && l.log.Len() > 0 && l.durableSeq() == l.log.Len()
 }
 
 // retire disposes a live session's agent and flushes it.
@@ -350,9 +360,9 @@ func (s *Service) retire(ctx context.Context, l *liveSession) {
 	}
 }
 
-// Close stops admission, lets turns finish until ctx's deadline (keeping a
-// margin for the final flush), disposes what is left, ends event streams and
-// flushes every session.
+// Close stops admission, lets turns finish during the first half of the time
+// left before ctx's deadline, disposes what is left (in parallel), ends event
+// streams and flushes every session.
 func (s *Service) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closing {
@@ -368,10 +378,12 @@ func (s *Service) Close(ctx context.Context) error {
 	s.stop()
 	s.wg.Wait()
 
+	// Half of the remaining time lets running and queued turns finish; the
+	// other half is for disposing what is left and the final flushes.
 	drainCtx := ctx
 	if dl, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
-		drainCtx, cancel = context.WithDeadline(ctx, dl.Add(-time.Until(dl)/4))
+		drainCtx, cancel = context.WithDeadline(ctx, dl.Add(-time.Until(dl)/2))
 		defer cancel()
 	}
 	var wg sync.WaitGroup
@@ -380,24 +392,23 @@ func (s *Service) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	close(s.closed)
-	var errs []error
-	for _, l := range lives {
-		s.retire(ctx, l)
-		if l.log.Len() > l.durableSeq() {
-			errs = append(errs, fmt.Errorf("session %s: %d events not durable", l.id, l.log.Len()-l.durableSeq()))
-		}
+	errs := make([]error, len(lives))
+	for i, l := range lives {
+		wg.Go(func() {
+			s.retire(ctx, l)
+			if n := l.log.Len() - l.durableSeq(); n > 0 {
+				errs[i] = fmt.Errorf("session %s: %d events not durable", l.id, n)
+			}
+		})
 	}
+	wg.Wait()
 	s.mu.Lock()
 	s.live = map[string]*liveSession{}
 	s.mu.Unlock()
 	return errors.Join(errs...)
 }
 
-func (l *liveSession) durableSeq() int64 {
-	l.flushMu.Lock()
-	defer l.flushMu.Unlock()
-	return l.durable
-}
+func (l *liveSession) durableSeq() int64 { return l.durable.Load() }
 
 // snapshot is the API view of a live session.
 func (l *liveSession) snapshot() *agentv1.Session {

@@ -517,8 +517,8 @@ func TestGracefulShutdown(t *testing.T) {
 	for i := range 3 {
 		e.send("g", fmt.Sprint("prompt ", i))
 	}
-	e.shutdown = 400 * time.Millisecond // for the next instance
-	e.restart()                         // graceful: the three queued turns complete first
+	e.shutdown = 2 * time.Second // for the next instance
+	e.restart()                  // graceful: the three queued turns complete first
 	evs := e.events("g")
 	completed := 0
 	for _, ev := range evs {
@@ -542,7 +542,7 @@ func TestGracefulShutdown(t *testing.T) {
 	t0 := time.Now()
 	e.restart()
 	if d := time.Since(t0); d > 5*time.Second {
-		t.Errorf("shutdown with a hung turn took %v; the deadline was 400ms", d)
+		t.Errorf("shutdown with a hung turn took %v; the deadline was 2s", d)
 	}
 	evs = e.events("g")
 	if err := session.CheckLog(evs); err != nil {
