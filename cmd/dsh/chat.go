@@ -172,6 +172,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				busy = true
 			case *sessionv1.SessionEvent_TurnEnd:
 				busy = false
+				interrupted = false // back at the prompt: Ctrl-C asks again
 				scr.prompt()
 			}
 		case line, ok := <-lines:

@@ -198,6 +198,78 @@ func TestChatInPseudoTerminal(t *testing.T) {
 	}
 }
 
+// startDevPTY runs `dsh dev` in a pseudo-terminal with the given script.
+func startDevPTY(t *testing.T, scr string) (*vt, func([]byte), chan error) {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command(filepath.Join(binDir, "dsh"), devArgs(filepath.Join(dir, ".dsh"))...)
+	cmd.Dir = dir
+	cmd.Env = cleanEnv("DSH_SCRIPT="+scr, "TERM=xterm-256color")
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 60, Cols: 160})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := &vt{}
+	go func() { _, _ = bytesCopy(term, f) }()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case err := <-exited:
+			exited <- err
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		f.Close()
+		if t.Failed() {
+			t.Logf("screen:\n%s", term.screen())
+		}
+	})
+	write := func(b []byte) {
+		if _, err := f.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return term, write, exited
+}
+
+func atPrompt(s string) bool { return strings.HasSuffix(strings.TrimRight(s, " "), "›") }
+
+func TestChatCtrlCCancelsTurn(t *testing.T) {
+	t.Parallel()
+	slow := `{"models":[{"id":"scripted"}],"steps":[
+ {"text":"Sleeping.","tool_calls":[{"name":"bash","arguments":{"command":"sleep 30","description":"nap"}}]},
+ {"text":"Woke up."}]}`
+	term, write, exited := startDevPTY(t, slow)
+	term.waitFor(t, "the prompt", atPrompt)
+	write([]byte("take a nap\r"))
+	term.waitFor(t, "the spinner while bash runs", func(s string) bool { return strings.Contains(s, "running bash…") })
+	write([]byte{0x03})
+	screen := term.waitFor(t, "the cancelled turn and a new prompt", func(s string) bool {
+		return strings.Contains(s, "⏹ turn cancelled") && atPrompt(s)
+	})
+	if !strings.Contains(screen, "⏺ $ sleep 30") {
+		t.Errorf("no card for the cancelled call")
+	}
+	if strings.Contains(screen, "Woke up.") {
+		t.Errorf("the turn went on after Ctrl-C")
+	}
+	// Two Ctrl-C while idle exit cleanly.
+	write([]byte{0x03})
+	term.waitFor(t, "the Ctrl-C hint", func(s string) bool { return strings.Contains(s, "(Ctrl-C again or Ctrl-D to exit)") })
+	write([]byte{0x03})
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Fatalf("dsh dev exited with %v after the second Ctrl-C", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("dsh dev did not exit after the second Ctrl-C")
+	}
+}
+
 // bytesCopy copies until the pty reports EOF or EIO (the child exited).
 func bytesCopy(dst *vt, src interface{ Read([]byte) (int, error) }) (int64, error) {
 	buf := make([]byte, 4096)
