@@ -151,18 +151,8 @@ func (a *Adapter) Stream(ctx context.Context, req *llmv1.GenerateRequest) iter.S
 
 // translate folds the provider's events into chunks.
 func translate(s *upstream.Stream, e *provider.Emitter) {
-	const none = -1
-	text, reasoning := none, none
-	tools := map[int]uint32{}
-	var usage *llmv1.TokenUsage
-	var finish string
+	st := translator{text: none, reasoning: none, tools: map[int]uint32{}}
 	var c streamChunk
-	var buf []byte
-	frag := func(raw json.RawMessage) ([]byte, error) {
-		var err error
-		buf, err = fragment.Unquote(buf[:0], raw)
-		return buf, err
-	}
 	for {
 		ev, f := s.Next()
 		if f != nil {
@@ -172,6 +162,13 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 		data := ev.Data
 		if string(data) == "[DONE]" {
 			break
+		}
+		if fd, ok := parseFast(data); ok {
+			// The common case: text only (see fast.go).
+			if !st.deltaText(e, s, fd.reasoningText(), fd.content) {
+				return
+			}
+			continue
 		}
 		c = streamChunk{}
 		if err := json.Unmarshal(data, &c); err != nil {
@@ -188,52 +185,27 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 			return
 		}
 		if c.Usage != nil {
-			usage = c.Usage.proto()
+			st.usage = c.Usage.proto()
 		}
 		for _, ch := range c.Choices {
 			if ch.Index != 0 {
 				continue // n > 1 is never requested
 			}
 			d := &ch.Delta
-			r, err := frag(d.reasoning())
-			if err != nil {
-				e.Fail(s.Fail(provider.CodeMalformedResponse, "bad reasoning string in stream"))
+			if !st.deltaText(e, s, d.reasoning(), d.Content) {
 				return
-			}
-			if len(r) > 0 {
-				if reasoning == none {
-					i, _ := e.Open(llmv1.BlockType_BLOCK_TYPE_REASONING)
-					reasoning = int(i)
-				}
-				if !e.Fragment(uint32(reasoning), "", r) {
-					return
-				}
-			}
-			t, err := frag(d.Content)
-			if err != nil {
-				e.Fail(s.Fail(provider.CodeMalformedResponse, "bad content string in stream"))
-				return
-			}
-			if len(t) > 0 {
-				if text == none {
-					i, _ := e.Open(llmv1.BlockType_BLOCK_TYPE_TEXT)
-					text = int(i)
-				}
-				if !e.Fragment(uint32(text), "", t) {
-					return
-				}
 			}
 			for _, tc := range d.ToolCalls {
-				i, ok := tools[tc.Index]
+				i, ok := st.tools[tc.Index]
 				if !ok {
 					id := tc.ID
 					if id == "" {
 						id = fmt.Sprintf("call-%d", e.Len())
 					}
 					i, _ = e.OpenToolCall(id, "")
-					tools[tc.Index] = i
+					st.tools[tc.Index] = i
 				}
-				args, err := frag(tc.Function.Arguments)
+				args, err := st.frag(tc.Function.Arguments)
 				if err != nil {
 					e.Fail(s.Fail(provider.CodeMalformedResponse, "bad tool arguments string in stream"))
 					return
@@ -243,17 +215,68 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 				}
 			}
 			if ch.FinishReason != "" {
-				finish = ch.FinishReason
+				st.finish = ch.FinishReason
 			}
 		}
 	}
 	if !e.EndAll() {
 		return
 	}
-	if usage != nil && !e.Usage(usage) {
+	if st.usage != nil && !e.Usage(st.usage) {
 		return
 	}
-	e.Finish(finishReason(finish), nil)
+	e.Finish(finishReason(st.finish), nil)
+}
+
+const none = -1
+
+// translator is the state of one stream's translation.
+type translator struct {
+	text, reasoning int
+	tools           map[int]uint32
+	usage           *llmv1.TokenUsage
+	finish          string
+	buf             []byte
+}
+
+func (st *translator) frag(raw json.RawMessage) ([]byte, error) {
+	var err error
+	st.buf, err = fragment.Unquote(st.buf[:0], raw)
+	return st.buf, err
+}
+
+// deltaText streams a delta's reasoning and content (raw JSON strings), opening
+// their blocks on first non-empty text.
+func (st *translator) deltaText(e *provider.Emitter, s *upstream.Stream, reasoning, content json.RawMessage) bool {
+	r, err := st.frag(reasoning)
+	if err != nil {
+		e.Fail(s.Fail(provider.CodeMalformedResponse, "bad reasoning string in stream"))
+		return false
+	}
+	if len(r) > 0 {
+		if st.reasoning == none {
+			i, _ := e.Open(llmv1.BlockType_BLOCK_TYPE_REASONING)
+			st.reasoning = int(i)
+		}
+		if !e.Fragment(uint32(st.reasoning), "", r) {
+			return false
+		}
+	}
+	t, err := st.frag(content)
+	if err != nil {
+		e.Fail(s.Fail(provider.CodeMalformedResponse, "bad content string in stream"))
+		return false
+	}
+	if len(t) > 0 {
+		if st.text == none {
+			i, _ := e.Open(llmv1.BlockType_BLOCK_TYPE_TEXT)
+			st.text = int(i)
+		}
+		if !e.Fragment(uint32(st.text), "", t) {
+			return false
+		}
+	}
+	return true
 }
 
 func finishReason(r string) *llmv1.FinishReason {
