@@ -305,7 +305,7 @@ func (h *Host) Run(ctx context.Context, ex *toolsv1.ToolExecution, output func(s
 	call := NewCall(ex, output)
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
 	defer cancel()
-	r, err := h.invoke(runCtx, t, call)
+	r, present, err := h.invoke(runCtx, t, call)
 	var res *toolsv1.ToolExecutionResult
 	switch {
 	case err != nil && errors.Is(context.Cause(runCtx), errTimeout) && ctx.Err() == nil:
@@ -320,9 +320,12 @@ func (h *Host) Run(ctx context.Context, ex *toolsv1.ToolExecution, output func(s
 			res = errorResult(NewError(defaultErrorName, CodeInvalidResult, err.Error(), err))
 		}
 	}
-	if r.View != nil && !res.GetIsError() {
+	switch {
+	case r.View != nil && !res.GetIsError():
 		res.View = r.View
-	} else {
+	case present != nil:
+		res.View = present(res)
+	default:
 		res.View = t.PresentResult(ex.GetArguments(), res)
 	}
 	return res
@@ -333,14 +336,18 @@ func isTyped(err error) bool {
 	return errors.As(err, &c)
 }
 
-func (h *Host) invoke(ctx context.Context, t Tool, call *Call) (r Result, err error) {
+func (h *Host) invoke(ctx context.Context, t Tool, call *Call) (r Result, present func(*toolsv1.ToolExecutionResult) *toolsv1.ToolResultView, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			h.log.Error("tool panicked", "tool", call.Name, "call_id", call.ID, "panic", v, "stack", string(debug.Stack()))
 			r, err = Result{}, NewError("ToolPanicError", CodeToolPanic, fmt.Sprintf("tool %s crashed: %v", call.Name, v), nil)
 		}
 	}()
-	return t.Run(ctx, call)
+	if pt, ok := t.(presentingTool); ok {
+		return pt.runPresent(ctx, call)
+	}
+	r, err = t.Run(ctx, call)
+	return r, nil, err
 }
 
 func (h *Host) buildResult(r Result) (*toolsv1.ToolExecutionResult, error) {

@@ -376,9 +376,34 @@ func (t *typed[Args]) PresentResult(args string, res *toolsv1.ToolExecutionResul
 }
 
 func (t *typed[Args]) Run(ctx context.Context, call *Call) (Result, error) {
+	r, _, err := t.runPresent(ctx, call)
+	return r, err
+}
+
+// runPresent runs the call and returns its result presenter bound to the
+// already decoded arguments (nil when they did not decode), sparing the
+// host a second validation.
+func (t *typed[Args]) runPresent(ctx context.Context, call *Call) (Result, func(*toolsv1.ToolExecutionResult) *toolsv1.ToolResultView, error) {
 	a, err := t.decode(call.Arguments)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
-	return t.fn(ctx, call, a)
+	present := func(res *toolsv1.ToolExecutionResult) (v *toolsv1.ToolResultView) {
+		if t.presentResult == nil {
+			return nil
+		}
+		defer func() {
+			if recover() != nil {
+				v = nil
+			}
+		}()
+		return t.presentResult(a, res)
+	}
+	r, err := t.fn(ctx, call, a)
+	return r, present, err
+}
+
+// presentingTool is implemented by the SDK's own tools.
+type presentingTool interface {
+	runPresent(ctx context.Context, call *Call) (Result, func(*toolsv1.ToolExecutionResult) *toolsv1.ToolResultView, error)
 }
