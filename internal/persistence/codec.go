@@ -50,6 +50,9 @@ func EncodeEvent(id string, ev *sessionv1.SessionEvent) ([]byte, error) {
 	if typ == "" {
 		return nil, &InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: "(none)", Err: errors.New("event has no payload")}
 	}
+	if b, ok := appendDeltaChunk(nil, ev); ok {
+		return b, nil // no raw-JSON fields in a delta chunk
+	}
 	if err := CheckRawJSON(ev); err != nil {
 		return nil, &InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
 	}
