@@ -9,8 +9,8 @@ import (
 
 var benchChunk = []byte(`{"id":"chatcmpl-B9x","object":"chat.completion.chunk","created":1764370000,"model":"gpt-4.1-mini-2025-04-14","service_tier":"default","system_fingerprint":"fp_6f2","choices":[{"index":0,"delta":{"content":" world"},"logprobs":null,"finish_reason":null}],"usage":null}`)
 
-// BenchmarkDecodeChunk compares JSON decoders on one typical streamed
-// chunk.
+// BenchmarkDecodeChunk compares the decoders on one typical streamed
+// chunk: encoding/json, segmentio (the full path), and the fast path.
 func BenchmarkDecodeChunk(b *testing.B) {
 	b.Run("encoding/json", func(b *testing.B) {
 		b.ReportAllocs()
@@ -18,6 +18,14 @@ func BenchmarkDecodeChunk(b *testing.B) {
 			var c streamChunk
 			if err := stdjson.Unmarshal(benchChunk, &c); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("fast-path", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := parseFast(benchChunk); !ok {
+				b.Fatal("not on the fast path")
 			}
 		}
 	})
