@@ -44,6 +44,7 @@ func run() error {
 	flag.Var(&hookFlags, "hook", "remote AgentHooks NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable")
 	flag.Var(&icFlags, "interceptor", "remote ToolInterceptor NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable")
 	store := flag.String("store", env("DSH_STORE", "sqlite"), "session store: sqlite or jsonl (env DSH_STORE)")
+	sqliteSync := flag.String("sqlite-sync", env("DSH_SQLITE_SYNC", "FULL"), "SQLite synchronous level: FULL (survives power loss) or NORMAL (survives a process crash; faster) (env DSH_SQLITE_SYNC)")
 	data := flag.String("data", env("DSH_DATA", "."), "data directory (env DSH_DATA)")
 	idle := flag.Duration("idle-unload", envDuration("DSH_IDLE_UNLOAD", 10*time.Minute), "unload sessions idle this long; 0 never (env DSH_IDLE_UNLOAD)")
 	parallel := flag.Int("max-parallel-tools", 10, "parallel-safe tool calls that may overlap")
@@ -60,7 +61,7 @@ func run() error {
 		return err
 	}
 	sc := agent.ServerConfig{
-		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data,
+		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, Synchronous: *sqliteSync,
 		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd},
 		NATS:    nc,
 	}
