@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
@@ -18,7 +18,6 @@ import (
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/natstest"
-	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/llmgateway"
@@ -69,7 +68,10 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if f.prompt != "" {
-		return printTurn(ctx, e, c, s, f.prompt, f.asJSON)
+		// In one-shot mode NATS starts once the model has begun answering,
+		// so its start-up does not compete for the CPU with the first
+		// request; its events are published as soon as it is up.
+		return printTurn(ctx, e, c, s, f.prompt, f.asJSON, st.startNATS)
 	}
 	return chatLoop(ctx, e, c, s)
 }
@@ -79,6 +81,8 @@ type stack struct {
 	agentAddr, gatewayAddr, toolhostAddr, natsURL string
 	provider, model                               string
 	stop                                          func()
+	// startNATS starts the embedded NATS server (once).
+	startNATS func()
 }
 
 // listen binds addr; when addr is the default and busy, it binds a free
@@ -135,10 +139,6 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 		defer cancel()
 		_ = tel.Shutdown(sctx)
 	})
-	metrics, err := telemetry.NewMetrics(tel.MeterProvider)
-	if err != nil {
-		return nil, err
-	}
 
 	// NATS starts in the background once the agent serves: the publisher
 	// tolerates a server that is not up yet (events queue, the connection
@@ -153,23 +153,26 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	natsLis.Close()
 	natsURL := "nats://" + net.JoinHostPort(natsHost, natsPortS)
 	natsReady := make(chan *natstest.Server, 1)
-	natsStarted := false
+	var natsStarted atomic.Bool
+	var natsOnce sync.Once
 	startNATS := func() {
-		natsStarted = true
-		go func() {
-			srv, err := natstest.New(natstest.Options{Host: natsHost, Port: natsPort, StoreDir: filepath.Join(f.data, "nats")})
-			if err != nil {
-				logger.Error("embedded NATS failed to start; events stay queued", "err", err)
-				natsReady <- nil
-				return
-			}
-			phase("nats ready")
-			natsReady <- srv
-		}()
+		natsOnce.Do(func() {
+			natsStarted.Store(true)
+			go func() {
+				srv, err := natstest.New(natstest.Options{Host: natsHost, Port: natsPort, StoreDir: filepath.Join(f.data, "nats")})
+				if err != nil {
+					logger.Error("embedded NATS failed to start; events stay queued", "err", err)
+					natsReady <- nil
+					return
+				}
+				phase("nats ready")
+				natsReady <- srv
+			}()
+		})
 	}
 	// Stopped after the publisher has drained (cleanups run in reverse).
 	cleanups = append(cleanups, func() {
-		if !natsStarted {
+		if !natsStarted.Load() {
 			return
 		}
 		if srv := <-natsReady; srv != nil {
@@ -209,28 +212,6 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	cleanups = append(cleanups, thStop)
 	phase("toolhost built")
 
-	// Event publisher: cursors live in the same SQLite database as the
-	// sessions. The store is opened on the publisher's first use, off the
-	// path to the first model request. dsh dev trades power-loss durability
-	// for latency (synchronous NORMAL: a committed event survives a crash
-	// of the process, not of the machine).
-	if f.store != "sqlite" {
-		return nil, &exitError{code: 2, msg: "dsh dev supports --store sqlite only"}
-	}
-	cursors := &lazyCursors{open: func() (*sqlitestore.Store, error) {
-		return sqlitestore.Open(context.WithoutCancel(ctx), sqlitestore.Config{Path: filepath.Join(f.data, "sessions.db"), Synchronous: "NORMAL", Logger: logger})
-	}}
-	cleanups = append(cleanups, cursors.close)
-	pub, err := events.New(ctx, events.Config{Conn: events.Conn{URL: natsURL, Name: "dsh dev agent"}, Store: cursors, Logger: logger, Metrics: metrics})
-	if err != nil {
-		return nil, err
-	}
-	cleanups = append(cleanups, func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_ = pub.Close(cctx)
-	})
-
 	// Agent.
 	agLis, err := listen(f.agentAddr, defaultAgentAddr)
 	if err != nil {
@@ -243,7 +224,11 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 		agDone <- agent.Run(agCtx, agent.ServerConfig{
 			Listener: agLis, Gateway: gwLis.Addr().String(), Toolhosts: []string{"builtin=" + thLis.Addr().String()},
 			Store: f.store, DataDir: f.data, Synchronous: "NORMAL", ShutdownTimeout: 5 * time.Second,
-			Service: agent.Config{DefaultCwd: cwd, Sink: pub, IdleUnload: 0},
+			// The agent publishes every durable event to the embedded NATS
+			// (internal/events) and catches up on sessions a previous run
+			// left unpublished.
+			NATS:    events.Conn{URL: natsURL, Name: "dsh dev agent"},
+			Service: agent.Config{DefaultCwd: cwd},
 			Ready:   func(addr string) { ready <- addr },
 		}, logger)
 	}()
@@ -256,7 +241,9 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	select {
 	case <-ready:
 		phase("agent serving")
-		startNATS()
+		if f.prompt == "" {
+			startNATS()
+		}
 	case err := <-agDone:
 		agDone <- err
 		return nil, fmt.Errorf("agent: %w", err)
@@ -265,7 +252,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	}
 
 	st := &stack{agentAddr: agLis.Addr().String(), gatewayAddr: gwLis.Addr().String(), toolhostAddr: thLis.Addr().String(),
-		natsURL: natsURL, stop: stop}
+		natsURL: natsURL, stop: stop, startNATS: startNATS}
 	if err := pickModel(ctx, st, f, gwCfg); err != nil {
 		return nil, err
 	}
@@ -374,40 +361,4 @@ func banner(e *env, st *stack, f devFlags, cwd string, cfg llmgateway.Config) {
 		fmt.Fprintf(&b, "\n%s\n", msg)
 	}
 	fmt.Fprintln(w, b.String())
-}
-
-// lazyCursors opens the cursor store on first use.
-type lazyCursors struct {
-	open  func() (*sqlitestore.Store, error)
-	once  sync.Once
-	store *sqlitestore.Store
-	err   error
-}
-
-func (l *lazyCursors) get() (*sqlitestore.Store, error) {
-	l.once.Do(func() { l.store, l.err = l.open() })
-	return l.store, l.err
-}
-
-func (l *lazyCursors) PublishedCursor(ctx context.Context, id string) (int64, error) {
-	s, err := l.get()
-	if err != nil {
-		return 0, err
-	}
-	return s.PublishedCursor(ctx, id)
-}
-
-func (l *lazyCursors) SetPublishedCursor(ctx context.Context, id string, next int64) error {
-	s, err := l.get()
-	if err != nil {
-		return err
-	}
-	return s.SetPublishedCursor(ctx, id, next)
-}
-
-func (l *lazyCursors) close() {
-	l.once.Do(func() { l.err = errors.New("closed") })
-	if l.store != nil {
-		_ = l.store.Close()
-	}
 }

@@ -42,7 +42,7 @@ func runSend(ctx context.Context, e *env, args []string) error {
 	if sf.id == "" {
 		fmt.Fprintln(e.stderr, "session", s.GetHeader().GetId())
 	}
-	return printTurn(ctx, e, c, s, prompt, *asJSON)
+	return printTurn(ctx, e, c, s, prompt, *asJSON, nil)
 }
 
 // promptArg joins the positional arguments; "-" reads stdin.
@@ -62,11 +62,18 @@ func promptArg(e *env, args []string) (string, error) {
 }
 
 // printTurn runs one prompt and prints its answer (or, as JSON, every
-// event); it fails with exit code 1 unless the turn completed.
-func printTurn(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agentv1.Session, prompt string, asJSON bool) error {
-	var onEvent func(*sessionv1.SessionEvent)
-	if asJSON {
-		onEvent = func(ev *sessionv1.SessionEvent) {
+// event); it fails with exit code 1 unless the turn completed. answering,
+// when set, is called once the model's first chunk arrives.
+func printTurn(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agentv1.Session, prompt string, asJSON bool, answering func()) error {
+	onEvent := func(ev *sessionv1.SessionEvent) {
+		if answering != nil {
+			switch ev.GetPayload().(type) {
+			case *sessionv1.SessionEvent_AssistantChunk, *sessionv1.SessionEvent_AssistantMessage, *sessionv1.SessionEvent_TurnEnd:
+				answering()
+				answering = nil
+			}
+		}
+		if asJSON {
 			if b, err := session.MarshalEventJSON(ev); err == nil {
 				fmt.Fprintf(e.stdout, "%s\n", b)
 			}
