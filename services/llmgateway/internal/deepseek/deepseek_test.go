@@ -197,3 +197,19 @@ func TestConformance(t *testing.T) {
 		return providertest.Subject{Adapter: newAdapter(t, up.URL, 0), Request: simpleRequest(), Upstream: up}
 	})
 }
+
+// FuzzStream: whatever bytes the provider sends, the adapter's stream is
+// grammatical, ends with one finish, and every chunk can be marshalled.
+func FuzzStream(f *testing.F) {
+	for _, name := range []string{"text.sse", "reasoning.sse", "tool_calls.sse", "error_midstream.sse", "missing_done.sse", "malformed.sse", "content_filter.sse"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		a := New(chat.Config{BaseURL: "http://fuzz.invalid", Client: upstream.Client{HTTP: &http.Client{Transport: providertest.StaticTransport(body)}, UserAgent: "dsh/fuzz"}})
+		providertest.FuzzGrammar(t, a, simpleRequest())
+	})
+}

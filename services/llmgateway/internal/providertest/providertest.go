@@ -24,6 +24,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -474,4 +475,39 @@ func After(t testing.TB, body []byte, marker string) int {
 		t.Fatalf("no event end after marker %q", marker)
 	}
 	return i + j + 2
+}
+
+// StaticTransport answers every request with status 200 and body, without
+// a network: for fuzzing adapters with arbitrary provider bytes.
+type StaticTransport []byte
+
+// RoundTrip implements http.RoundTripper.
+func (b StaticTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		_ = r.Body.Close()
+	}
+	return &http.Response{
+		StatusCode: http.StatusOK,
+		Header:     http.Header{"Content-Type": {"text/event-stream"}},
+		Body:       io.NopCloser(bytes.NewReader(b)),
+		Request:    r,
+	}, nil
+}
+
+// FuzzGrammar feeds body to a fresh adapter and fails unless the
+// normalised stream is grammatical and ends with exactly one finish.
+func FuzzGrammar(t *testing.T, a provider.Adapter, req *llmv1.GenerateRequest) {
+	t.Helper()
+	var out []*llmv1.StreamChunk
+	for c := range provider.Normalize(t.Context(), slog.New(slog.DiscardHandler), "fuzz", a.Stream(t.Context(), req)) {
+		out = append(out, c)
+	}
+	if err := llmstream.CheckStream(out); err != nil {
+		t.Fatalf("stream grammar: %v\n%s", err, Format(out))
+	}
+	for _, c := range out {
+		if _, err := proto.Marshal(c); err != nil {
+			t.Fatalf("chunk cannot be sent: %v: %v", err, c)
+		}
+	}
 }
