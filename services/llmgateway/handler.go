@@ -23,7 +23,8 @@ import (
 const MaxRequestBytes = 64 << 20
 
 // ServerOptions are the gRPC server options the gateway needs; pass them
-// in grpcserver.Config.Options (the binary and dsh dev do).
+// in grpcserver.Config.Options wherever the gateway is served (the binary
+// does).
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes)}
 }
