@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"net"
+	"strings"
+	"testing"
+)
+
+func TestCommandLine(t *testing.T) {
+	t.Parallel()
+	closed := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}()
+	tests := []struct {
+		name       string
+		args       []string
+		stdin      string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{name: "no command", args: nil, wantCode: 2, wantStderr: "Usage: dsh <command>"},
+		{name: "help", args: []string{"--help"}, wantCode: 0, wantStdout: "Commands:"},
+		{name: "unknown command", args: []string{"frobnicate"}, wantCode: 2, wantStderr: `unknown command "frobnicate"`},
+		{name: "subcommand help", args: []string{"dev", "--help"}, wantCode: 0, wantStderr: "-p string"},
+		{name: "bad flag", args: []string{"chat", "--nope"}, wantCode: 2, wantStderr: "flag provided but not defined"},
+		{name: "send without prompt", args: []string{"send", "--addr", closed}, wantCode: 2, wantStderr: "no prompt given"},
+		{name: "send with empty stdin", args: []string{"send", "--addr", closed, "-"}, stdin: "  \n", wantCode: 2, wantStderr: "no prompt given"},
+		{name: "no agent", args: []string{"sessions", "list", "--addr", closed}, wantCode: 1, wantStderr: "no agent service at " + closed},
+		{name: "sessions show needs an id", args: []string{"sessions", "show", "--addr", closed}, wantCode: 2, wantStderr: "needs a session id"},
+		{name: "unknown sessions command", args: []string{"sessions", "zap"}, wantCode: 2, wantStderr: `unknown sessions command "zap"`},
+		{name: "tools usage", args: []string{"tools"}, wantCode: 2, wantStderr: "usage: dsh tools list"},
+		{name: "no gateway", args: []string{"models", "list", "--addr", closed}, wantCode: 1, wantStderr: "no LLM gateway at " + closed},
+		{name: "bad nats url", args: []string{"events", "tail", "--nats", "http://x:1"}, wantCode: 2, wantStderr: `--nats "http://x:1": scheme "http"`},
+		{name: "dev stray argument", args: []string{"dev", "hello"}, wantCode: 2, wantStderr: "use -p"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			e := &env{stdin: strings.NewReader(tt.stdin), stdout: &stdout, stderr: &stderr, args: tt.args,
+				getenv: func(string) string { return "" }}
+			code := exitCode(e, run(t.Context(), e))
+			if code != tt.wantCode {
+				t.Errorf("exit code %d, want %d (stderr %q)", code, tt.wantCode, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tt.wantStdout) {
+				t.Errorf("stdout %q lacks %q", stdout.String(), tt.wantStdout)
+			}
+			if !strings.Contains(stderr.String(), tt.wantStderr) {
+				t.Errorf("stderr %q lacks %q", stderr.String(), tt.wantStderr)
+			}
+		})
+	}
+}
