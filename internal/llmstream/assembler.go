@@ -148,7 +148,7 @@ type UnclosedBlockError struct {
 }
 
 func (e *UnclosedBlockError) Error() string {
-	return fmt.Sprintf("llmstream: block %d of type %q was never closed and cannot be assembled from deltas", e.Index, e.Type)
+	return fmt.Sprintf("llmstream: block %d of type %q has no block-end carrying the block, and cannot be assembled from deltas", e.Index, e.Type)
 }
 
 // Code returns "UNCLOSED_BLOCK".

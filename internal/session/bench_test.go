@@ -194,3 +194,43 @@ func BenchmarkAppendDeriveInterleaved(b *testing.B) {
 	b.ReportMetric(float64(large.elapsed.Nanoseconds())/float64(b.N), "ns/op@100k")
 	b.ReportMetric(float64(large.elapsed)/float64(small.elapsed), "ratio")
 }
+
+// BenchmarkAppendChunk measures the hot path alone: appending one text-delta
+// assistant/chunk (most events of a real log) plus Messages().
+func BenchmarkAppendChunk(b *testing.B) {
+	seed := benchSeed(1_000)
+	chunk := benchCycle()[0]
+	var l *Log
+	fresh := func() {
+		l = nil
+		runtime.GC()
+		var err error
+		if l, err = NewLog(nil, seed); err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+	}
+	fresh()
+	appended := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cpuTime()
+	for i := 0; i < b.N; i++ {
+		if appended == len(seed) {
+			b.StopTimer()
+			pause := cpuTime()
+			fresh()
+			appended = 0
+			cpu += cpuTime() - pause
+			b.StartTimer()
+		}
+		if _, err := l.Append(chunk); err != nil {
+			b.Fatal(err)
+		}
+		appended++
+		if len(l.Messages()) == 0 {
+			b.Fatal("no messages")
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}

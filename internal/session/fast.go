@@ -43,10 +43,19 @@ func deltaChunk(ev *sessionv1.SessionEvent) (*sessionv1.AssistantChunk, *llmv1.S
 
 // cloneEvent deep-copies an event, by hand for a plain delta chunk.
 func cloneEvent(ev *sessionv1.SessionEvent) *sessionv1.SessionEvent {
+	clone, _ := cloneAndCheck(ev)
+	return clone
+}
+
+// cloneAndCheck deep-copies an event and applies checkContent to it,
+// recognising a plain delta chunk once for both.
+func cloneAndCheck(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, string) {
 	ac, c := deltaChunk(ev)
 	if ac == nil {
-		return proto.CloneOf(ev)
+		clone := proto.CloneOf(ev)
+		return clone, checkStrings(clone.ProtoReflect())
 	}
+	rule := checkDelta(c)
 	var chunk *llmv1.StreamChunk
 	switch d := c.Chunk.(type) {
 	case *llmv1.StreamChunk_TextDelta:
@@ -63,7 +72,7 @@ func cloneEvent(ev *sessionv1.SessionEvent) *sessionv1.SessionEvent {
 		chunk = &llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_ToolCallDelta{ToolCallDelta: td}}
 	}
 	return &sessionv1.SessionEvent{Seq: ev.Seq, Time: ev.Time, Payload: &sessionv1.SessionEvent_AssistantChunk{
-		AssistantChunk: &sessionv1.AssistantChunk{Turn: ac.Turn, Step: ac.Step, Chunk: chunk}}}
+		AssistantChunk: &sessionv1.AssistantChunk{Turn: ac.Turn, Step: ac.Step, Chunk: chunk}}}, rule
 }
 
 // checkDeltaChunk applies checkPayload's rules to a plain delta chunk: only
@@ -73,6 +82,11 @@ func checkDeltaChunk(ev *sessionv1.SessionEvent) (rule string, ok bool) {
 	if c == nil {
 		return "", false
 	}
+	return checkDelta(c), true
+}
+
+// checkDelta checks the strings of a plain delta chunk.
+func checkDelta(c *llmv1.StreamChunk) string {
 	var bad string
 	switch d := c.Chunk.(type) {
 	case *llmv1.StreamChunk_TextDelta:
@@ -95,7 +109,7 @@ func checkDeltaChunk(ev *sessionv1.SessionEvent) (rule string, ok bool) {
 		}
 	}
 	if bad != "" {
-		return bad + " is not valid UTF-8", true
+		return bad + " is not valid UTF-8"
 	}
-	return "", true
+	return ""
 }

@@ -106,8 +106,7 @@ func (l *Log) commit(ev *sessionv1.SessionEvent) {
 func (l *Log) Append(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error) {
 	// Copying and the content walk need no log state: do them unlocked.
 	want := ev.GetSeq()
-	ev = cloneEvent(ev)
-	content := checkContent(ev)
+	ev, content := cloneAndCheck(ev)
 	l.mu.Lock()
 	seq := int64(len(l.events))
 	if want != 0 && want != seq {
@@ -151,16 +150,19 @@ func (l *Log) rule(ev *sessionv1.SessionEvent, content string) string {
 // that appended), ev is queued and delivered by it.
 func (l *Log) notify(ev *sessionv1.SessionEvent) {
 	l.obsMu.Lock()
+	if len(l.obs) == 0 && !l.sending {
+		l.obsMu.Unlock()
+		return
+	}
 	l.queue = append(l.queue, ev)
 	if l.sending {
 		l.obsMu.Unlock()
 		return
 	}
 	l.sending = true
-	for len(l.queue) > 0 {
-		next := l.queue[0]
-		l.queue[0] = nil
-		l.queue = l.queue[1:]
+	for i := 0; i < len(l.queue); i++ { // the queue may grow while unlocked
+		next := l.queue[i]
+		l.queue[i] = nil
 		obs := l.obs
 		l.obsMu.Unlock()
 		for _, o := range obs {
@@ -168,7 +170,7 @@ func (l *Log) notify(ev *sessionv1.SessionEvent) {
 		}
 		l.obsMu.Lock()
 	}
-	l.queue = nil
+	l.queue = l.queue[:0]
 	l.sending = false
 	l.obsMu.Unlock()
 }
