@@ -554,3 +554,44 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	close(release)
 }
+
+func TestWaitIdleDeadlineAndIdleCancel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fakes.Tool{Name: "hang", Run: func(ctx context.Context, _ *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+		<-ctx.Done()
+		return nil
+	}})
+	e.create("w")
+	if resp, err := e.client.Cancel(t.Context(), &agentv1.CancelRequest{SessionId: "w"}); err != nil || resp.GetEffective() {
+		t.Fatalf("cancel while idle with nothing pending: %v %v", resp, err)
+	}
+	e.gw.Script(fakes.Response{Chunks: fakes.ToolCalls("", fakes.Call{ID: "h", Name: "hang", Args: `{}`})})
+	e.send("w", "hang")
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := e.client.WaitIdle(ctx, &agentv1.WaitIdleRequest{SessionId: "w"}); code(err) != codes.DeadlineExceeded {
+		t.Fatalf("wait idle on a running session: %v, want DeadlineExceeded", err)
+	}
+	got, err := e.client.GetSession(t.Context(), &agentv1.GetSessionRequest{SessionId: "w"})
+	if err != nil || got.GetSession().GetStatus() != agentv1.AgentStatus_AGENT_STATUS_RUNNING || got.GetSession().OpenTurn == nil {
+		t.Fatalf("running session: %v %v", got, err)
+	}
+	if resp, err := e.client.Cancel(t.Context(), &agentv1.CancelRequest{SessionId: "w", Cause: agentv1.CancelCause_CANCEL_CAUSE_PARENT}); err != nil || !resp.GetEffective() {
+		t.Fatalf("cancel: %v %v", resp, err)
+	}
+	if s := e.waitIdle("w"); s.GetStatus() != agentv1.AgentStatus_AGENT_STATUS_IDLE || s.OpenTurn != nil {
+		t.Fatalf("after cancel: %v", s)
+	}
+}
+
+func FuzzParseRemote(f *testing.F) {
+	for _, s := range []string{"policy=127.0.0.1:9000", "127.0.0.1:9000,timeout=2s,fail=open", "x=,fail=closed", "a=b,timeout=-1s", "a=b,bogus=1", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := agent.ParseRemote(s)
+		if err == nil && (r.Addr == "" || r.Timeout <= 0) {
+			t.Fatalf("accepted %q as %+v", s, r)
+		}
+	})
+}
