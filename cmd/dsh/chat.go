@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,7 +24,12 @@ func runChat(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&sf.id, "session", "", "resume this session (default: create one)")
 	fs.StringVar(&sf.provider, "provider", envOr(e, "DSH_PROVIDER", "scripted"), "provider route for a new session (env DSH_PROVIDER)")
 	fs.StringVar(&sf.model, "model", envOr(e, "DSH_MODEL", "demo"), "model for a new session (env DSH_MODEL)")
+	reasoning := reasoningFlag(e, fs)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	mode, err := reasoningMode(*reasoning)
+	if err != nil {
 		return err
 	}
 	sf.cwd, _ = os.Getwd()
@@ -37,7 +43,19 @@ func runChat(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return chatLoop(ctx, e, c, s)
+	return chatLoop(ctx, e, c, s, mode)
+}
+
+func reasoningFlag(e *env, fs *flag.FlagSet) *string {
+	return fs.String("reasoning", envOr(e, "DSH_REASONING", "full"), "how reasoning shows: full (dimmed), collapsed (one line) or hidden; /reasoning toggles it in the chat (env DSH_REASONING)")
+}
+
+func reasoningMode(s string) (render.ReasoningMode, error) {
+	m, ok := render.ParseReasoningMode(s)
+	if !ok {
+		return 0, &exitError{code: 2, msg: fmt.Sprintf("--reasoning %q: use full, collapsed or hidden", s)}
+	}
+	return m, nil
 }
 
 // screen serialises terminal output: rendered events, the prompt and the
@@ -110,10 +128,10 @@ func (s *screen) tick() {
 
 // chatLoop runs the interactive chat on an open session. Ctrl-C cancels the
 // running turn; a second Ctrl-C (or Ctrl-D, or /exit) leaves.
-func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agentv1.Session) error {
+func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agentv1.Session, reasoning render.ReasoningMode) error {
 	out := e.stdout
 	scr := &screen{w: out, color: useColor(e, out)}
-	scr.r = render.New(out, render.Options{Color: scr.color})
+	scr.r = render.New(out, render.Options{Color: scr.color, Reasoning: reasoning})
 	id := s.GetHeader().GetId()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -153,7 +171,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 		}()
 	}
 
-	scr.println(fmt.Sprintf("session %s · %s/%s · Ctrl-C cancels a turn, Ctrl-D exits",
+	scr.println(fmt.Sprintf("session %s · %s/%s · Ctrl-C cancels a turn, Ctrl-D exits, /help",
 		id, s.GetHeader().GetOptions().GetProvider(), s.GetHeader().GetOptions().GetModel()))
 	busy := s.GetStatus() == agentv1.AgentStatus_AGENT_STATUS_RUNNING
 	if !busy {
@@ -191,6 +209,25 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 			case "/exit", "/quit":
 				scr.println("bye")
 				return nil
+			case "/reasoning", "/reasoning full", "/reasoning collapsed", "/reasoning hidden":
+				scr.mu.Lock()
+				next := (scr.r.Reasoning() + 1) % 3
+				if arg := strings.TrimSpace(strings.TrimPrefix(line, "/reasoning")); arg != "" {
+					next, _ = render.ParseReasoningMode(arg)
+				}
+				scr.r.SetReasoning(next)
+				scr.mu.Unlock()
+				scr.println("reasoning: " + [...]string{"full", "collapsed", "hidden"}[next])
+				if !busy {
+					scr.prompt()
+				}
+				continue
+			case "/help":
+				scr.println("/reasoning [full|collapsed|hidden]  how reasoning shows · /exit  leave · Ctrl-C cancels a turn · Ctrl-D exits")
+				if !busy {
+					scr.prompt()
+				}
+				continue
 			}
 			if _, err := c.Send(ctx, &agentv1.SendRequest{SessionId: id, Content: textPrompt(line)}); err != nil {
 				scr.println("send failed: " + rpcError("send", err).Error())

@@ -44,7 +44,12 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.gatewayAddr, "gateway-listen", defaultGatewayAddr, "LLM gateway address")
 	fs.StringVar(&f.toolhostAddr, "toolhost-listen", defaultToolhostAddr, "toolhost address")
 	fs.StringVar(&f.natsAd, "nats-listen", "127.0.0.1:4222", "embedded NATS address")
+	reasoning := reasoningFlag(e, fs)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	mode, err := reasoningMode(*reasoning)
+	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -73,7 +78,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		// request; its events are published as soon as it is up.
 		return printTurn(ctx, e, c, s, f.prompt, f.asJSON, st.startNATS)
 	}
-	return chatLoop(ctx, e, c, s)
+	return chatLoop(ctx, e, c, s, mode)
 }
 
 // stack is the running all-in-one.

@@ -29,6 +29,33 @@ type Options struct {
 	ShowUser bool
 	// MaxOutputLines caps the lines of a tool card's body; 0 means 12.
 	MaxOutputLines int
+	// Reasoning says how reasoning shows: ReasoningFull (dimmed, streamed;
+	// the default), ReasoningCollapsed (one dimmed line per block giving its
+	// length) or ReasoningHidden.
+	Reasoning ReasoningMode
+}
+
+// ReasoningMode is how reasoning blocks are shown.
+type ReasoningMode int
+
+// Reasoning modes.
+const (
+	ReasoningFull ReasoningMode = iota
+	ReasoningCollapsed
+	ReasoningHidden
+)
+
+// ParseReasoningMode reads "full", "collapsed" or "hidden".
+func ParseReasoningMode(s string) (ReasoningMode, bool) {
+	switch s {
+	case "full", "":
+		return ReasoningFull, true
+	case "collapsed":
+		return ReasoningCollapsed, true
+	case "hidden":
+		return ReasoningHidden, true
+	}
+	return 0, false
 }
 
 type mode int
@@ -52,7 +79,15 @@ type Renderer struct {
 	calls    map[string]*sessionv1.ToolCall
 	running  []string
 	usage    turnUsage
+	// reasoningWords counts a collapsed reasoning block not yet summarised.
+	reasoningWords int
 }
+
+// SetReasoning changes how later reasoning shows (a chat toggles it).
+func (r *Renderer) SetReasoning(m ReasoningMode) { r.opt.Reasoning = m }
+
+// Reasoning is the current reasoning mode.
+func (r *Renderer) Reasoning() ReasoningMode { return r.opt.Reasoning }
 
 type turnUsage struct {
 	seen                        bool
@@ -102,12 +137,17 @@ func (r *Renderer) write(s string) {
 	r.col0 = strings.HasSuffix(s, "\n")
 }
 
-// endLine finishes the current line, if any, and leaves streaming mode.
+// endLine finishes the current line, if any, and leaves streaming mode; a
+// collapsed reasoning block is summarised first.
 func (r *Renderer) endLine() {
 	if !r.col0 {
 		r.write("\n")
 	}
 	r.mode = modeNone
+	if n := r.reasoningWords; n > 0 {
+		r.reasoningWords = 0
+		r.write(r.style(sDim, fmt.Sprintf("✻ reasoned (%d words)", n)) + "\n")
+	}
 }
 
 // line writes one full line.
@@ -159,6 +199,17 @@ func (r *Renderer) chunk(c *sessionv1.AssistantChunk) {
 		r.write(k.TextDelta.GetText())
 	case *llmv1.StreamChunk_ReasoningDelta:
 		r.streamed[stepKey{c.GetTurn(), c.GetStep()}] = true
+		switch r.opt.Reasoning {
+		case ReasoningHidden:
+			return
+		case ReasoningCollapsed:
+			if r.mode != modeReasoning {
+				r.endLine()
+				r.mode = modeReasoning
+			}
+			r.reasoningWords += len(strings.Fields(k.ReasoningDelta.GetText()))
+			return
+		}
 		if r.mode != modeReasoning {
 			r.endLine()
 			r.mode = modeReasoning
@@ -174,7 +225,14 @@ func (r *Renderer) assistant(m *sessionv1.AssistantMessage) {
 		for _, b := range m.GetContent() {
 			switch v := b.GetBlock().(type) {
 			case *llmv1.ContentBlock_Reasoning:
-				r.line(r.style(sDim, "✻ "+v.Reasoning.GetText()))
+				switch r.opt.Reasoning {
+				case ReasoningFull:
+					r.line(r.style(sDim, "✻ "+v.Reasoning.GetText()))
+				case ReasoningCollapsed:
+					r.endLine()
+					r.reasoningWords = len(strings.Fields(v.Reasoning.GetText()))
+					r.endLine()
+				}
 			case *llmv1.ContentBlock_Text:
 				r.line(v.Text.GetText())
 			}

@@ -143,6 +143,44 @@ func TestGolden(t *testing.T) {
 	}
 }
 
+func TestReasoningModes(t *testing.T) {
+	t.Parallel()
+	evs := []*sessionv1.SessionEvent{
+		reasoningDelta(1, 1, "let me "),
+		reasoningDelta(1, 1, "think hard"),
+		textDelta(1, 1, "Answer."),
+		ev(&sessionv1.AssistantMessage{Turn: 1, Step: 1}),
+		// Not streamed: rendered from the message.
+		ev(&sessionv1.AssistantMessage{Turn: 1, Step: 2, Content: []*llmv1.ContentBlock{
+			{Block: &llmv1.ContentBlock_Reasoning{Reasoning: &llmv1.ReasoningBlock{Text: "one two three"}}}, text("Done.")}}),
+	}
+	tests := []struct {
+		mode string
+		want string
+	}{
+		{"full", "✻ let me think hard\nAnswer.\n✻ one two three\nDone.\n"},
+		{"collapsed", "✻ reasoned (4 words)\nAnswer.\n✻ reasoned (3 words)\nDone.\n"},
+		{"hidden", "Answer.\nDone.\n"},
+	}
+	for _, tt := range tests {
+		m, ok := ParseReasoningMode(tt.mode)
+		if !ok {
+			t.Fatalf("ParseReasoningMode(%q) failed", tt.mode)
+		}
+		var buf bytes.Buffer
+		r := New(&buf, Options{Reasoning: m})
+		for _, e := range evs {
+			r.Event(e)
+		}
+		if diff := cmp.Diff(tt.want, buf.String()); diff != "" {
+			t.Errorf("mode %s (-want +got):\n%s", tt.mode, diff)
+		}
+	}
+	if _, ok := ParseReasoningMode("loud"); ok {
+		t.Error("ParseReasoningMode accepted an unknown mode")
+	}
+}
+
 func TestRunningTracksToolCalls(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
