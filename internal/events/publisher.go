@@ -101,7 +101,8 @@ type Config struct {
 	Store Cursors
 	// Logger receives connection and publish problems. Required.
 	Logger *slog.Logger
-	// Metrics records the publish lag; nil records nothing.
+	// Metrics records the publish lag; nil means instruments on the global
+	// meter provider (a no-op unless telemetry.Setup installed one).
 	Metrics *telemetry.Metrics
 	// QueueLimit bounds the events queued in memory per session.
 	QueueLimit int
@@ -182,6 +183,11 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Metrics == nil {
+		if m, err := telemetry.NewMetrics(nil); err == nil {
+			cfg.Metrics = m
+		}
 	}
 	if cfg.CursorEvery <= 0 {
 		cfg.CursorEvery = 200 * time.Millisecond
