@@ -14,11 +14,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/natstest"
+	"github.com/dsh-dev/dsh/internal/telemetry"
 )
 
 // memStore is a hand-written Cursors (and, with reader set, Reader).
@@ -438,4 +441,34 @@ func TestBadOptions(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestPublishLagMetric(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	reader := sdkmetric.NewManualReader()
+	m, err := telemetry.NewMetrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPublisher(t, srv.URL(), newMemStore(), func(c *events.Config) { c.Metrics = m })
+	p.Durable("m", mkEvents(0, 7))
+	flush(t, p)
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, md := range sm.Metrics {
+			if md.Name != telemetry.MetricPublishLag {
+				continue
+			}
+			h := md.Data.(metricdata.Histogram[float64])
+			if len(h.DataPoints) != 1 || h.DataPoints[0].Count != 7 {
+				t.Fatalf("publish lag data points = %+v, want one with count 7", h.DataPoints)
+			}
+			return
+		}
+	}
+	t.Fatalf("%s not recorded", telemetry.MetricPublishLag)
 }
