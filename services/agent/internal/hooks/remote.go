@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -26,6 +27,16 @@ type Remote struct {
 	Timeout  time.Duration
 	FailOpen bool
 	Logger   *slog.Logger
+
+	// unimplemented remembers the points the remote answered Unimplemented
+	// for, so they are not called again (one round trip per point, not per
+	// step).
+	unimplemented sync.Map // point name -> struct{}
+}
+
+func (r *Remote) skip(point string) bool {
+	_, ok := r.unimplemented.Load(point)
+	return ok
 }
 
 func (r *Remote) call(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -40,6 +51,7 @@ func (r *Remote) call(ctx context.Context) (context.Context, context.CancelFunc)
 // Unimplemented, which delegates) and logs it.
 func (r *Remote) failed(point string, err error) bool {
 	if status.Code(err) == codes.Unimplemented {
+		r.unimplemented.Store(point, struct{}{})
 		return false
 	}
 	if r.Logger != nil {
@@ -60,18 +72,27 @@ func (r *Remote) Install(s *Set) {
 	s.TurnContinuation.Use(r.turnContinuation)
 	s.TurnStop.Use(r.turnStop)
 	s.PreStep.Use(func(ctx context.Context, in *Step) ([]*toolsv1.HookContext, error) {
+		if r.skip("pre-step") {
+			return nil, nil
+		}
 		cctx, cancel := r.call(ctx)
 		defer cancel()
 		resp, err := r.Client.PreStep(cctx, &agentv1.PreStepRequest{SessionId: in.SessionID, Turn: in.Turn, Step: in.Step})
 		return r.contexts("pre-step", resp.GetContexts(), err)
 	})
 	s.PostStep.Use(func(ctx context.Context, in *Step) ([]*toolsv1.HookContext, error) {
+		if r.skip("post-step") {
+			return nil, nil
+		}
 		cctx, cancel := r.call(ctx)
 		defer cancel()
 		resp, err := r.Client.PostStep(cctx, &agentv1.PostStepRequest{SessionId: in.SessionID, Turn: in.Turn, Step: in.Step})
 		return r.contexts("post-step", resp.GetContexts(), err)
 	})
 	s.SessionStart.Use(func(ctx context.Context, in *SessionStart) ([]*toolsv1.HookContext, error) {
+		if r.skip("session-start") {
+			return nil, nil
+		}
 		cctx, cancel := r.call(ctx)
 		defer cancel()
 		resp, err := r.Client.SessionStart(cctx, &agentv1.SessionStartRequest{SessionId: in.SessionID, Source: in.Source})
@@ -91,7 +112,7 @@ func (r *Remote) contexts(point string, cs []*toolsv1.HookContext, err error) ([
 
 func (r *Remote) promptSubmit(ctx context.Context, in *PromptSubmit, next Next[*PromptSubmit, *agentv1.PromptDecision]) (*agentv1.PromptDecision, error) {
 	cur, err := next(ctx, in)
-	if err != nil || cur.GetBlock() != nil {
+	if err != nil || cur.GetBlock() != nil || r.skip("prompt-submit") {
 		return cur, err
 	}
 	cctx, cancel := r.call(ctx)
@@ -111,6 +132,9 @@ func (r *Remote) promptSubmit(ctx context.Context, in *PromptSubmit, next Next[*
 }
 
 func (r *Remote) requestError(ctx context.Context, in *RequestError, next Next[*RequestError, *agentv1.RequestErrorDecision]) (*agentv1.RequestErrorDecision, error) {
+	if r.skip("request-error") {
+		return next(ctx, in)
+	}
 	cctx, cancel := r.call(ctx)
 	defer cancel()
 	resp, err := r.Client.RequestError(cctx, &agentv1.RequestErrorRequest{
@@ -129,7 +153,7 @@ func (r *Remote) requestError(ctx context.Context, in *RequestError, next Next[*
 
 func (r *Remote) turnContinuation(ctx context.Context, in *Continuation, next Next[*Continuation, *agentv1.ContinuationDecision]) (*agentv1.ContinuationDecision, error) {
 	cur, err := next(ctx, in)
-	if err != nil {
+	if err != nil || r.skip("turn-continuation") {
 		return cur, err
 	}
 	cctx, cancel := r.call(ctx)
@@ -148,6 +172,9 @@ func (r *Remote) turnContinuation(ctx context.Context, in *Continuation, next Ne
 }
 
 func (r *Remote) turnStop(ctx context.Context, in *TurnStop) (bool, error) {
+	if r.skip("turn-stop") {
+		return false, nil
+	}
 	cctx, cancel := r.call(ctx)
 	defer cancel()
 	resp, err := r.Client.TurnStop(cctx, &agentv1.TurnStopRequest{SessionId: in.SessionID, Turn: in.Turn})
