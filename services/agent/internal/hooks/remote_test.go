@@ -59,7 +59,9 @@ func TestRemoteHooks(t *testing.T) {
 	(&hooks.Remote{Name: "policy", Client: agentv1.NewAgentHooksClient(conn), Timeout: 5 * time.Second}).Install(&set)
 	ctx := t.Context()
 
-	allow := func(_ context.Context, in *hooks.PromptSubmit) (*agentv1.PromptDecision, error) { return hooks.Allow(in.Contexts), nil }
+	allow := func(_ context.Context, in *hooks.PromptSubmit) (*agentv1.PromptDecision, error) {
+		return hooks.Allow(in.Contexts), nil
+	}
 	text := func(s string) []*llmv1.ContentBlock { return []*llmv1.ContentBlock{fakes.TextContent(s)} }
 	if d, err := set.PromptSubmit.Run(ctx, &hooks.PromptSubmit{Content: text("rm -rf /")}, allow); err != nil || d.GetBlock().GetReason() != "dangerous" {
 		t.Errorf("block: %v %v", d, err)
@@ -67,7 +69,9 @@ func TestRemoteHooks(t *testing.T) {
 	if d, err := set.PromptSubmit.Run(ctx, &hooks.PromptSubmit{Content: text("ls")}, allow); err != nil || d.GetAllow() == nil {
 		t.Errorf("absent decision keeps the current one: %v %v", d, err)
 	}
-	fail := func(context.Context, *hooks.RequestError) (*agentv1.RequestErrorDecision, error) { return hooks.Fail(), nil }
+	fail := func(context.Context, *hooks.RequestError) (*agentv1.RequestErrorDecision, error) {
+		return hooks.Fail(), nil
+	}
 	if d, _ := set.RequestError.Run(ctx, &hooks.RequestError{Failure: &llmv1.LlmFailure{Code: "QUOTA", Message: "x"}}, fail); d.GetRetry() == nil {
 		t.Errorf("remote retry: %v", d)
 	}
