@@ -472,3 +472,24 @@ func TestPublishLagMetric(t *testing.T) {
 	}
 	t.Fatalf("%s not recorded", telemetry.MetricPublishLag)
 }
+
+func TestCloseWithNATSDownDoesNotWaitForTheDeadline(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	srv.Stop()
+	p, err := events.New(t.Context(), events.Config{Conn: events.Conn{URL: srv.URL()}, Store: newMemStore(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Durable("c", mkEvents(0, 3))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	err = p.Close(ctx)
+	if err == nil {
+		t.Fatal("Close reported success with 3 events unpublished")
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("Close took %s with NATS down; it should give up after its grace", d)
+	}
+}

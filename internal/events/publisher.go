@@ -71,6 +71,7 @@ const (
 	// DefaultDuplicates is the stream's duplicate window when dsh creates it.
 	DefaultDuplicates = 2 * time.Minute
 	maxStatusQueue    = 16
+	closeGrace        = time.Second
 	minBackoff        = 50 * time.Millisecond
 	maxBackoff        = 2 * time.Second
 )
@@ -388,10 +389,27 @@ func (p *Publisher) Flush(ctx context.Context) error {
 	}
 }
 
-// Close publishes what it can until ctx ends, then drains and closes the
+// Close publishes what it can until ctx ends (waiting at most a second for
+// an unreachable server to come back), then drains and closes the
 // connection. Events still unpublished stay behind the durable cursor.
 func (p *Publisher) Close(ctx context.Context) error {
-	ferr := p.Flush(ctx)
+	// A server that is down does not hold the shutdown for the whole
+	// deadline: wait a short grace for a reconnect, then leave the events
+	// behind the cursor.
+	gctx, cancel := context.WithTimeout(ctx, closeGrace)
+	for !p.nc.IsConnected() && gctx.Err() == nil {
+		select {
+		case <-gctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cancel()
+	var ferr error
+	if p.nc.IsConnected() {
+		ferr = p.Flush(ctx)
+	} else if n := p.Pending(); n > 0 {
+		ferr = fmt.Errorf("events: nats unreachable at close: %d events unpublished", n)
+	}
 	select {
 	case <-p.closing:
 	default:
