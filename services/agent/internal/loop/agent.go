@@ -134,11 +134,7 @@ func New(cfg Config, log *session.Log) *Agent {
 		wake:    make(chan struct{}, 1),
 		status:  agentv1.AgentStatus_AGENT_STATUS_IDLE,
 	}
-	for _, ev := range log.Events() {
-		if ts := ev.GetTurnStart(); ts != nil {
-			a.lastTurn = ts.GetTurn()
-		}
-	}
+	a.lastTurn = log.NextTurn() - 1
 	return a
 }
 
