@@ -86,3 +86,12 @@ type Reader interface {
 	// torn tail is left out (and left in place).
 	ReadEvents(ctx context.Context, id string, from int64) ([]*sessionv1.SessionEvent, error)
 }
+
+// Discarder is implemented by stores that keep per-session state in memory
+// (both backends do). Discard releases it: a created but never appended
+// session is forgotten and its id is free again; a stored session is not
+// touched (a later call re-reads what it needs). The agent calls it when it
+// unloads or abandons a session.
+type Discarder interface {
+	Discard(ctx context.Context, id string) error
+}

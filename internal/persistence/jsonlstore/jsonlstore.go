@@ -93,8 +93,9 @@ type Store struct {
 }
 
 var (
-	_ persistence.Store  = (*Store)(nil)
-	_ persistence.Reader = (*Store)(nil)
+	_ persistence.Store     = (*Store)(nil)
+	_ persistence.Reader    = (*Store)(nil)
+	_ persistence.Discarder = (*Store)(nil)
 )
 
 // sess is the per-session state; mu serialises the session's operations.
@@ -546,5 +547,21 @@ func (s *Store) CheckStorage(ctx context.Context, id string) error {
 	if sc.torn {
 		return fmt.Errorf("torn tail after line %d (byte %d): the next Load truncates it", len(sc.events)+1, sc.valid)
 	}
+	return nil
+}
+
+// Discard forgets a created but never appended session and the cached state
+// of a stored one (the small per-session lock entry stays: another caller
+// may be waiting on it).
+func (s *Store) Discard(ctx context.Context, id string) error {
+	st, _, err := s.acquire(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer st.mu.Unlock()
+	s.mu.Lock()
+	delete(s.pending, id)
+	s.mu.Unlock()
+	st.known = false
 	return nil
 }

@@ -59,6 +59,7 @@ func Run(t *testing.T, open Opener) {
 		{"BufferFlushRetriesAfterFailure", testBufferRetry},
 		{"ClosedStore", testClosed},
 		{"ReaderDoesNotRepair", testReader},
+		{"DiscardFreesLazyIDs", testDiscard},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -757,6 +758,41 @@ func testReader(t *testing.T, h *harness) {
 	}
 	if _, err := r.ReadHeader(ctx, "missing"); !errors.Is(err, persistence.ErrNotFound) {
 		t.Fatalf("ReadHeader(missing): %v, want ErrNotFound", err)
+	}
+}
+
+func testDiscard(t *testing.T, h *harness) {
+	d, ok := h.store().(persistence.Discarder)
+	if !ok {
+		t.Skip("the store does not implement persistence.Discarder")
+	}
+	ctx := t.Context()
+	s := h.store()
+	if err := s.Create(ctx, Header("lazy")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Discard(ctx, "lazy"); err != nil {
+		t.Fatal(err)
+	}
+	var b Builder
+	b.CompletedTurn(1)
+	if err := s.Append(ctx, "lazy", b.Events()); !errors.Is(err, persistence.ErrNotFound) {
+		t.Fatalf("Append after Discard: %v, want ErrNotFound", err)
+	}
+	if err := s.Create(ctx, Header("lazy")); err != nil {
+		t.Fatalf("Create after Discard: %v", err)
+	}
+	// A stored session survives Discard and can be continued.
+	h.created("kept", &b)
+	if err := d.Discard(ctx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	more := Continue(b.Events())
+	more.CompletedTurn(1)
+	h.append("kept", more.Events()[b.Len():])
+	_, got := h.load("kept")
+	if d := diffEvents(more.Events(), got); d != "" {
+		t.Fatalf("(-want +got):\n%s", d)
 	}
 }
 

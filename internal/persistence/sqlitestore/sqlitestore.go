@@ -74,8 +74,9 @@ type Store struct {
 }
 
 var (
-	_ persistence.Store  = (*Store)(nil)
-	_ persistence.Reader = (*Store)(nil)
+	_ persistence.Store     = (*Store)(nil)
+	_ persistence.Reader    = (*Store)(nil)
+	_ persistence.Discarder = (*Store)(nil)
 )
 
 func dsn(path, sync string, readOnly bool) string {
@@ -422,5 +423,16 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("sqlitestore: commit: %w", err)
 	}
+	return nil
+}
+
+// Discard forgets a created but never appended session.
+func (s *Store) Discard(ctx context.Context, id string) error {
+	if err := s.checkOpen(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.pending, id)
+	s.mu.Unlock()
 	return nil
 }
