@@ -1,7 +1,9 @@
 // Package persistence defines the durable session-log seam: the Store
 // interface every backend implements, its typed errors, the helpers backends
 // share (batch checks, the stored event encoding, load validation and crash
-// repair), and Buffer, the write-behind buffer the agent flushes.
+// repair), the optional Reader (read a log as stored, without repair) and
+// Discarder (forget in-memory session state) interfaces, and Buffer, the
+// write-behind buffer the agent flushes.
 //
 // A session log is an append-only list of SessionEvents with contiguous seqs
 // from 0, plus an immutable SessionHeader kept outside the log. Backends live
@@ -17,8 +19,10 @@
 //
 // # Delivery
 //
-// Append returns nil only once the whole batch is durable (fsynced); it
-// either stores the whole batch or nothing. An event is durable exactly when
+// Append returns nil only once the whole batch is durable: fsynced (with
+// sqlitestore's opt-in synchronous=NORMAL: written to the WAL, which
+// survives a process crash but not a power loss). It either stores the whole
+// batch or nothing. An event is durable exactly when
 // the Append (or Buffer.Flush) that carried it has returned nil. Load never
 // drops a committed event: it drops only a torn tail (a partially written
 // final batch that no Append acknowledged) and closes an interrupted final
