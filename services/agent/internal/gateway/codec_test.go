@@ -5,10 +5,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/services/agent/internal/loop"
 )
 
 func history(n int) []*llmv1.Message {
@@ -87,4 +90,26 @@ func BenchmarkHistoryCodec(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{status.Error(codes.Unavailable, "connection refused"), "TRANSPORT"},
+		{status.Error(codes.DeadlineExceeded, "slow"), "TIMEOUT"},
+		{status.Error(codes.NotFound, "no route"), "NO_ADAPTER"},
+		{status.Error(codes.InvalidArgument, "bad"), "INVALID_REQUEST"},
+		{status.Error(codes.ResourceExhausted, "grpc: received message larger than max (5000000 vs. 4194304)"), "REQUEST_TOO_LARGE"},
+		{status.Error(codes.ResourceExhausted, "slow down"), "RATE_LIMIT"},
+		{status.Error(codes.Internal, "boom"), "SERVER"},
+	}
+	for _, tc := range tests {
+		f, ok := loop.AsRequestFailure(classify(tc.err))
+		if !ok || f.GetCode() != tc.want || f.GetMessage() == "" {
+			t.Errorf("classify(%v) = %v, want code %s", tc.err, f, tc.want)
+		}
+	}
 }

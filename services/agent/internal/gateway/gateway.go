@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -105,7 +106,12 @@ func classify(err error) error {
 	case codes.Unauthenticated, codes.PermissionDenied:
 		code = "AUTH"
 	case codes.ResourceExhausted:
+		// gRPC's own message-size limit is not a rate limit: retrying the
+		// same request cannot succeed.
 		code = "RATE_LIMIT"
+		if strings.Contains(st.Message(), "larger than max") {
+			code = "REQUEST_TOO_LARGE"
+		}
 	case codes.Internal, codes.Unknown:
 		code = "SERVER"
 	}
