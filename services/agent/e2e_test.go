@@ -249,3 +249,45 @@ func TestE2EWithRealServices(t *testing.T) {
 		provider: "scripted", model: "scripted", cwd: host.Workspace,
 	})
 }
+
+// TestMalformedArgumentsReachTheTool: the model's broken argument JSON goes
+// to the real toolhost as the raw string and comes back as an INVALID_ARGS
+// result; the turn continues.
+func TestMalformedArgumentsReachTheTool(t *testing.T) {
+	t.Parallel()
+	gw := &fakes.Gateway{}
+	gw.Script(
+		fakes.Response{Chunks: fakes.ToolCalls("", fakes.Call{ID: "b1", Name: "bash", Args: `{"command": "echo hi", `},
+			fakes.Call{ID: "b2", Name: "bash", Args: `{"description":"no command"}`})},
+		fakes.Response{Chunks: fakes.Text("I will fix my arguments.")},
+	)
+	host := toolhosttest.Start(t)
+	p := startAgent(t, backend{gwAddr: fakes.Serve(t, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) }),
+		thAddr: host.Addr}, t.TempDir())
+	ctx := t.Context()
+	if _, err := p.client.CreateSession(ctx, &agentv1.CreateSessionRequest{SessionId: "m", Cwd: host.Workspace,
+		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.client.Send(ctx, &agentv1.SendRequest{SessionId: "m", Content: []*llmv1.ContentBlock{session.Text("run it")}}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if _, err := p.client.WaitIdle(wctx, &agentv1.WaitIdleRequest{SessionId: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	evs := streamAll(t, p.client, "m")
+	var codes []string
+	for _, ev := range evs {
+		if r := ev.GetToolResult(); r != nil {
+			codes = append(codes, r.GetError().GetCode())
+		}
+	}
+	if !slicesEqual(codes, []string{"INVALID_ARGS", "INVALID_ARGS"}) {
+		t.Errorf("result codes %v", codes)
+	}
+	if end := evs[len(evs)-1].GetTurnEnd(); end.GetReason().GetCompleted() == nil {
+		t.Errorf("turn ended %v", evs[len(evs)-1])
+	}
+}
