@@ -204,13 +204,20 @@ func startStack(t *testing.T) *stack {
 	waitServing(t, s.gatewayAddr, s.gateway)
 	waitServing(t, s.toolhostAddr, s.toolhost)
 	s.startAgent()
+	dialAgent(t, s)
+	return s
+}
+
+// dialAgent connects the stack's client to its agent.
+func dialAgent(t *testing.T, s *stack) *grpc.ClientConn {
+	t.Helper()
 	conn, err := grpcserver.Dial(s.agentAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	s.conn, s.client = conn, agentv1.NewAgentServiceClient(conn)
-	return s
+	return conn
 }
 
 func (s *stack) startAgent() {
