@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
@@ -252,7 +253,8 @@ func (s *Service) submit(ctx context.Context, id string, content []*llmv1.Conten
 		return 0, err
 	}
 	defer s.release(l)
-	it := loop.Item{Content: cloneBlocks(content), Source: proto.CloneOf(src), Contexts: cloneContexts(contexts)}
+	it := loop.Item{Content: cloneBlocks(content), Source: proto.CloneOf(src), Contexts: cloneContexts(contexts),
+		QueuedBy: trace.SpanContextFromContext(ctx)}
 	if steer {
 		return l.agent.Steer(it)
 	}

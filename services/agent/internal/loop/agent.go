@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
@@ -63,6 +64,9 @@ type Item struct {
 	Content  []*llmv1.ContentBlock
 	Source   *llmv1.MessageSource
 	Contexts []*toolsv1.HookContext
+	// QueuedBy is the span of the RPC that queued the item; the turn's
+	// span links to it (a turn is its own trace).
+	QueuedBy trace.SpanContext
 }
 
 // Cancel causes.

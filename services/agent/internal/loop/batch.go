@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/internal/session"
+	"github.com/dsh-dev/dsh/internal/telemetry"
 )
 
 // TodoWriteTool is the tool whose successful calls are also logged as
@@ -24,6 +26,7 @@ type batchCall struct {
 	callSeq int64
 	call    ToolCall
 	settled bool
+	span    trace.Span
 }
 
 // runBatch executes one assistant message's tool calls (semantics.md §4.9):
@@ -81,14 +84,16 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 			return err
 		}
 		c.callSeq = ev.GetSeq()
+		cctx, span := telemetry.StartToolCall(ctx, a.ID(), c.ex.GetName(), c.ex.GetCallId(), "")
+		c.span = span
 		if a.cfg.Tools != nil {
-			c.call = a.cfg.Tools.Begin(ctx, a.visibleHosts(), c.ex)
+			c.call = a.cfg.Tools.Begin(cctx, a.visibleHosts(), c.ex)
 		}
 		started++
 		inflight++
 		go func() {
 			if c.call != nil {
-				c.call.Dispatch(ctx, a.flush)
+				c.call.Dispatch(cctx, a.flush)
 			}
 			settled <- i
 		}()
@@ -146,6 +151,9 @@ func (a *Agent) commit(ctx context.Context, turn, step int32, c *batchCall) erro
 	} else {
 		res = &toolsv1.ToolExecutionResult{IsError: true, Content: []*llmv1.ContentBlock{session.Text("Error: unknown tool: " + c.ex.GetName())},
 			Error: &toolsv1.ToolErrorInfo{Name: "ToolNotFoundError", Code: "UNKNOWN_TOOL"}}
+	}
+	if c.span != nil {
+		telemetry.EndToolCall(c.span, res.GetIsError(), res.GetError().GetCode())
 	}
 	if _, err := a.append(toolResultEvent(turn, step, c.ex.GetCallId(), res, c.callSeq)); err != nil {
 		return err

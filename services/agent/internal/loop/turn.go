@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
@@ -13,6 +14,7 @@ import (
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/internal/llmstream"
 	"github.com/dsh-dev/dsh/internal/session"
+	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 )
 
@@ -42,6 +44,7 @@ func checkpoint(ctx context.Context) error {
 // runTurn runs one claimed send after its turn/start, closes the turn and
 // flushes. It reports whether agent/turn-stop made the turn terminal.
 func (a *Agent) runTurn(ctx context.Context, cancel context.CancelCauseFunc, turn int32, item Item) bool {
+	ctx, span := telemetry.StartTurn(ctx, a.ID(), turn, item.QueuedBy)
 	st := &turnState{}
 	err := a.turnBody(ctx, turn, item, st)
 
@@ -65,6 +68,7 @@ func (a *Agent) runTurn(ctx context.Context, cancel context.CancelCauseFunc, tur
 		reason = completedReason()
 	}
 	cancel(nil)
+	endTurnSpan(span, reason)
 	if st.stepOpen {
 		if _, aerr := a.append(session.StepEndEvent(turn, st.step)); aerr != nil {
 			a.reportError(turn, st.step, aerr)
@@ -77,6 +81,26 @@ func (a *Agent) runTurn(ctx context.Context, cancel context.CancelCauseFunc, tur
 		a.reportError(turn, st.step, fmt.Errorf("flush after turn/end: %w", ferr))
 	}
 	return st.terminal
+}
+
+func endTurnSpan(span trace.Span, r *sessionv1.TurnEndReason) {
+	name, msg := "completed", ""
+	switch k := r.GetKind().(type) {
+	case *sessionv1.TurnEndReason_Aborted:
+		name = "aborted"
+	case *sessionv1.TurnEndReason_Disposed:
+		name = "disposed"
+	case *sessionv1.TurnEndReason_MaxTokens:
+		name = "max-tokens"
+	case *sessionv1.TurnEndReason_Rejected:
+		name, msg = "rejected", k.Rejected.GetReason()
+	case *sessionv1.TurnEndReason_Error:
+		name, msg = "error", k.Error.GetMessage()
+		if f := k.Error.GetFailure(); f != nil {
+			msg = f.GetCode() + ": " + f.GetMessage()
+		}
+	}
+	telemetry.EndTurn(span, name, msg)
 }
 
 // failTurn builds the error reason and reports the failure once.
@@ -138,7 +162,16 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 	}
 
 	var prior []*llmv1.LlmFailure
+	var stepSpan trace.Span
+	endStep := func() {
+		if stepSpan != nil {
+			stepSpan.End()
+			stepSpan = nil
+		}
+	}
+	defer endStep()
 	for step := int32(1); ; step++ {
+		endStep()
 		if _, err := a.drainSteering(turn); err != nil {
 			return err
 		}
@@ -180,10 +213,12 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 			return err
 		}
 		st.step, st.stepOpen = step, true
+		var sctx context.Context
+		sctx, stepSpan = telemetry.StartStep(ctx, a.ID(), turn, step)
 		if err := checkpoint(ctx); err != nil {
 			return err
 		}
-		out, err := a.runStep(ctx, turn, step, boundary, system, tools)
+		out, err := a.runStep(sctx, turn, step, boundary, system, tools)
 		if err != nil {
 			failure, isRequest := AsRequestFailure(err)
 			if !isRequest {
@@ -427,25 +462,9 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 		return stepOutcome{}, err
 	}
 
-	var asm llmstream.Assembler
-	seqs := []int64{}
-	for chunk, err := range a.cfg.LLM.Generate(ctx, req) {
-		if err != nil {
-			if ctx.Err() != nil {
-				return stepOutcome{}, errCancelled
-			}
-			return stepOutcome{}, err
-		}
-		if ctx.Err() != nil {
-			return stepOutcome{}, errCancelled
-		}
-		ev, err := a.append(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_AssistantChunk{
-			AssistantChunk: &sessionv1.AssistantChunk{Turn: turn, Step: step, Chunk: chunk}}})
-		if err != nil {
-			return stepOutcome{}, err
-		}
-		seqs = append(seqs, ev.GetSeq())
-		asm.Push(chunk)
+	asm, seqs, err := a.stream(ctx, turn, step, req)
+	if err != nil {
+		return stepOutcome{}, err
 	}
 	if err := checkpoint(ctx); err != nil {
 		return stepOutcome{}, err
@@ -523,6 +542,41 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 		return stepOutcome{}, err
 	}
 	return stepOutcome{hadToolCalls: true}, nil
+}
+
+// stream runs one model call, appending every chunk, under a model-call span.
+func (a *Agent) stream(ctx context.Context, turn, step int32, req *llmv1.GenerateRequest) (asm *llmstream.Assembler, seqs []int64, err error) {
+	asm, seqs = &llmstream.Assembler{}, []int64{}
+	mctx, span := telemetry.StartModelCall(ctx, a.ID(), req.GetProvider(), req.GetModel())
+	defer func() {
+		finish := asm.Finish()
+		if f, ok := AsRequestFailure(err); ok {
+			finish = &llmv1.FinishReason{Kind: &llmv1.FinishReason_Error{Error: &llmv1.FinishError{Failure: f}}}
+		} else if err != nil {
+			finish = &llmv1.FinishReason{Kind: &llmv1.FinishReason_Aborted{Aborted: &llmv1.FinishAborted{
+				Failure: &llmv1.LlmFailure{Code: "ABORTED", Message: err.Error()}}}}
+		}
+		telemetry.EndModelCall(span, req.GetModel(), asm.Usage(), finish)
+	}()
+	for chunk, err := range a.cfg.LLM.Generate(mctx, req) {
+		if err != nil {
+			if ctx.Err() != nil {
+				return asm, seqs, errCancelled
+			}
+			return asm, seqs, err
+		}
+		if ctx.Err() != nil {
+			return asm, seqs, errCancelled
+		}
+		ev, err := a.append(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_AssistantChunk{
+			AssistantChunk: &sessionv1.AssistantChunk{Turn: turn, Step: step, Chunk: chunk}}})
+		if err != nil {
+			return asm, seqs, err
+		}
+		seqs = append(seqs, ev.GetSeq())
+		asm.Push(chunk)
+	}
+	return asm, seqs, nil
 }
 
 func failureOr(f *llmv1.LlmFailure, code string) *llmv1.LlmFailure {

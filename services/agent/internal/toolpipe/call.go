@@ -145,7 +145,9 @@ func (c *Call) Dispatch(ctx context.Context, checkpoint func(context.Context) er
 }
 
 func (c *Call) execute(ctx context.Context, hs *hostState) *toolsv1.ToolExecutionResult {
-	stream, err := hs.host.Client.Execute(ctx, &toolsv1.ExecuteRequest{Execution: c.ex})
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel() // releases the stream (and ends its span) however the call ends
+	stream, err := hs.host.Client.Execute(rctx, &toolsv1.ExecuteRequest{Execution: c.ex})
 	if err != nil {
 		return c.rpcFailure(ctx, hs, err)
 	}
@@ -158,6 +160,9 @@ func (c *Call) execute(ctx context.Context, hs *hostState) *toolsv1.ToolExecutio
 			return c.rpcFailure(ctx, hs, err)
 		}
 		if r := resp.GetResult(); r != nil {
+			// The result is the stream's last message: read the end of the
+			// stream so the RPC completes cleanly.
+			_, _ = stream.Recv()
 			return r
 		}
 	}
