@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -35,6 +36,12 @@ func (s *Service) createSession(ctx context.Context, req *agentv1.CreateSessionR
 	opts := req.GetOptions()
 	if opts.GetProvider() == "" || opts.GetModel() == "" {
 		return nil, invalidf("options.provider and options.model are required")
+	}
+	if opts.MaxTokens != nil && opts.GetMaxTokens() <= 0 {
+		return nil, invalidf("options.max_tokens must be positive, got %d", opts.GetMaxTokens())
+	}
+	if t := opts.GetTemperature(); opts.Temperature != nil && (math.IsNaN(t) || t < 0 || t > 2) {
+		return nil, invalidf("options.temperature must be between 0 and 2, got %v", t)
 	}
 	if s.deps.Providers != nil {
 		ids, err := s.deps.Providers.ListProviders(ctx)

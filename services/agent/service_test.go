@@ -213,6 +213,10 @@ func TestBadInput(t *testing.T) {
 			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{Provider: "fake"}})
 			return err
 		}, codes.InvalidArgument},
+		{"negative max tokens", func() error {
+			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m", MaxTokens: proto.Int32(-1)}})
+			return err
+		}, codes.InvalidArgument},
 		{"relative cwd", func() error {
 			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Cwd: "rel", Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}})
 			return err
