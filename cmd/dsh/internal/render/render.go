@@ -305,7 +305,7 @@ func (r *Renderer) toolResult(res *sessionv1.ToolResult) {
 	switch v := res.GetView().GetCard().(type) {
 	case *toolsv1.ToolResultView_Terminal:
 		t := v.Terminal
-		r.body(t.GetOutput(), "")
+		r.body(trimExitNote(t.GetOutput()), "")
 		switch {
 		case t.GetSignal() != "":
 			r.line(r.style(sDim, "  ╰ ") + r.style(sRed, "killed by "+t.GetSignal()))
@@ -452,6 +452,18 @@ func (r *Renderer) turnEnd(e *sessionv1.TurnEnd) {
 		r.line(r.style(sDim, s))
 	}
 	r.usage = turnUsage{}
+}
+
+// trimExitNote drops a trailing "[exit code: N]" line (the model-facing
+// note some hosts append); the card shows the exit status itself.
+func trimExitNote(out string) string {
+	t := strings.TrimRight(out, "\n")
+	i := strings.LastIndexByte(t, '\n')
+	last := t[i+1:]
+	if strings.HasPrefix(last, "[exit code: ") && strings.HasSuffix(last, "]") {
+		return t[:max(i, 0)]
+	}
+	return out
 }
 
 // EndReasonName is the stable name of a turn/end reason ("completed", ...).

@@ -196,6 +196,20 @@ func TestRunningTracksToolCalls(t *testing.T) {
 	}
 }
 
+func TestTrimExitNote(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"hi\n[exit code: 0]\n": "hi",
+		"[exit code: 2]":       "",
+		"hi\n":                 "hi\n",
+		"a\n[exit code: x\n":   "a\n[exit code: x\n",
+	} {
+		if got := trimExitNote(in); got != want {
+			t.Errorf("trimExitNote(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestLineDiff(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
