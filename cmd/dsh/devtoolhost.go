@@ -20,5 +20,7 @@ func startToolhost(ctx context.Context, workspace, data string, lis net.Listener
 	}
 	srv := grpcserver.New(grpcserver.Config{Logger: logger, DrainTimeout: 2 * time.Second})
 	th.Register(srv.Server)
-	return serve(ctx, srv, lis, func() { _ = th.Close() }), nil
+	stop := serve(ctx, srv, lis, func() { _ = th.Close() })
+	// End the agent's WatchTools stream first, so the drain does not wait on it.
+	return func() { th.Host().StopWatches(); stop() }, nil
 }

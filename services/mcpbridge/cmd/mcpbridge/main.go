@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,7 +28,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, log); err != nil {
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, log); errors.Is(err, flag.ErrHelp) {
+		return
+	} else if err != nil {
 		log.Error("mcpbridge failed", "err", err)
 		os.Exit(1)
 	}
