@@ -43,8 +43,10 @@ func CheckBatch(id string, next int64, events []*sessionv1.SessionEvent) error {
 }
 
 // EncodeEvent returns the stored form of an event: its canonical one-line
-// JSON (session.MarshalEventJSON), after checking that every raw-JSON field
-// holds lossless JSON. A failure is an *InvalidEventError naming the type.
+// JSON (session.MarshalEventJSON), after checking it with the kernel's
+// per-event rules (session.ValidateEvent: among them, every raw-JSON field
+// holds lossless JSON), so that a store never writes an event its Load would
+// reject. A failure is an *InvalidEventError naming the type.
 func EncodeEvent(id string, ev *sessionv1.SessionEvent) ([]byte, error) {
 	typ := session.TypeName(ev)
 	if typ == "" {
@@ -53,7 +55,7 @@ func EncodeEvent(id string, ev *sessionv1.SessionEvent) ([]byte, error) {
 	if b, ok := appendDeltaChunk(nil, ev); ok {
 		return b, nil // no raw-JSON fields in a delta chunk
 	}
-	if err := CheckRawJSON(ev); err != nil {
+	if err := session.ValidateEvent(ev); err != nil {
 		return nil, &InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
 	}
 	b, err := session.MarshalEventJSON(ev)
@@ -190,20 +192,39 @@ func DecodeHeaderRecord(id string, line []byte) (*sessionv1.SessionHeader, error
 // CheckLoaded validates a loaded log with the kernel's invariants (surface,
 // turn enclosure). A violation is a *CorruptError carrying the seq.
 func CheckLoaded(id string, events []*sessionv1.SessionEvent) error {
+	_, err := ValidateLoaded(id, events)
+	return err
+}
+
+// ValidateLoaded validates a loaded log like CheckLoaded and returns the
+// synthetic closers of an interrupted final turn (nil for a balanced log),
+// checked as the continuation of the log by the same session.Checker. The
+// log with its closers has then passed session.CheckLog once, which is what
+// lets the agent seed a session.Log with session.WithTrustedSeed instead of
+// checking it again. Closers that break an invariant (a kernel bug, never
+// the stored data) are reported as a plain error.
+func ValidateLoaded(id string, events []*sessionv1.SessionEvent) ([]*sessionv1.SessionEvent, error) {
+	var c session.Checker
 	for i, ev := range events {
 		if ev.GetSeq() != int64(i) {
-			return &CorruptError{SessionID: id, Seq: int64(i), Err: fmt.Errorf("event %d carries seq %d", i, ev.GetSeq())}
+			return nil, &CorruptError{SessionID: id, Seq: int64(i), Err: fmt.Errorf("event %d carries seq %d", i, ev.GetSeq())}
+		}
+		if err := c.Check(ev); err != nil {
+			seq := int64(-1)
+			var inv *session.InvariantError
+			if errors.As(err, &inv) {
+				seq = inv.Seq
+			}
+			return nil, &CorruptError{SessionID: id, Seq: seq, Err: err}
 		}
 	}
-	if err := session.CheckLog(events); err != nil {
-		seq := int64(-1)
-		var inv *session.InvariantError
-		if errors.As(err, &inv) {
-			seq = inv.Seq
+	closers := session.InterruptedTurnClosers(events)
+	for _, ev := range closers {
+		if err := c.Check(ev); err != nil {
+			return nil, fmt.Errorf("session %q: repair: a closer breaks an invariant: %w", id, err)
 		}
-		return &CorruptError{SessionID: id, Seq: seq, Err: err}
 	}
-	return nil
+	return closers, nil
 }
 
 // Closers returns the synthetic events that close an interrupted final turn

@@ -16,9 +16,10 @@ import (
 type Option func(*options)
 
 type options struct {
-	now    func() time.Time
-	logger *slog.Logger
-	strict bool
+	now     func() time.Time
+	logger  *slog.Logger
+	strict  bool
+	trusted bool
 }
 
 // WithClock sets the clock that stamps events appended with time 0
@@ -33,6 +34,19 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // semantics.md §3.8). Without it Append enforces only the per-event and
 // surface rules; NewLog always checks the seed fully.
 func WithTurnChecks() Option { return func(o *options) { o.strict = true } }
+
+// WithTrustedSeed tells [NewLog] that the seed already passed [CheckLog] on
+// its way in and is handed over to the log: NewLog then neither checks it
+// again nor clones it, and only rebuilds the derived state (surface, model
+// history, folded request header, turn state), exactly as it would for an
+// untrusted seed. It still refuses a seed whose seqs are not 0, 1, ... or
+// that holds a nil event.
+//
+// Use it only for a log a persistence Store has just loaded (every Store
+// runs CheckLog in Load, see internal/persistence) and that the caller
+// neither keeps nor mutates afterwards. Any other seed, one received from a
+// client above all, must go through the full check.
+func WithTrustedSeed() Option { return func(o *options) { o.trusted = true } }
 
 // Log is the append-only event log of one session and its derived state:
 // the surface, the cached model history and the folded request header. It is
@@ -60,7 +74,8 @@ type observer struct {
 
 // NewLog returns a log holding the seed events (which must have seqs 0, 1,
 // ... and pass [CheckLog]) under the immutable session header h. The seed is
-// cloned. A seed may end inside an open turn (a crashed session); the caller
+// cloned and checked, unless [WithTrustedSeed] says a Store already checked
+// it. A seed may end inside an open turn (a crashed session); the caller
 // repairs it by appending [InterruptedTurnClosers].
 func NewLog(h *sessionv1.SessionHeader, seed []*sessionv1.SessionEvent, opts ...Option) (*Log, error) {
 	l := &Log{opts: options{now: time.Now}}
@@ -74,8 +89,20 @@ func NewLog(h *sessionv1.SessionHeader, seed []*sessionv1.SessionEvent, opts ...
 		l.header = proto.CloneOf(h)
 	}
 	l.surf.derive = true
-	var c Checker
 	l.events = make([]*sessionv1.SessionEvent, 0, max(len(seed), 64))
+	if l.opts.trusted {
+		for i, ev := range seed {
+			switch {
+			case ev == nil:
+				return nil, fmt.Errorf("session: trusted seed: %w", &InvariantError{Seq: int64(i), Rule: "the seed holds a nil event"})
+			case ev.GetSeq() != int64(i):
+				return nil, fmt.Errorf("session: trusted seed: %w", &InvariantError{Seq: int64(i), Type: TypeName(ev), Rule: fmt.Sprintf("seq must be %d (contiguous from 0), got %d", i, ev.GetSeq())})
+			}
+			l.commit(ev)
+		}
+		return l, nil
+	}
+	var c Checker
 	for _, ev := range seed {
 		ev = cloneEvent(ev)
 		if err := c.Check(ev); err != nil {

@@ -28,6 +28,22 @@ var jsonFields = map[protoreflect.FullName]bool{
 
 const extensionName protoreflect.FullName = "dsh.llm.v1.Extension"
 
+// ValidateEvent applies to one event the rules that depend on it alone, the
+// ones [Log.Append] applies before looking at the log: a payload is set,
+// plugin types are well-formed, surface fields appear only (and properly) on
+// surface events, source_event_seqs are earlier than the event's seq, the
+// historical-data requirements of §3.7 hold, every string is valid UTF-8 and
+// every raw-JSON field (an extension's json, replay states, tool parameter
+// schemas, the meta fields) holds valid JSON. It returns an
+// [*InvariantError] naming the event's seq, its type and the broken rule, or
+// nil. Stores use it to refuse an event they could not load back.
+func ValidateEvent(ev *sessionv1.SessionEvent) error {
+	if rule := checkPayload(ev); rule != "" {
+		return &InvariantError{Seq: ev.GetSeq(), Type: TypeName(ev), Rule: rule}
+	}
+	return nil
+}
+
 // checkPayload applies the rules that depend on the event alone (see
 // checkShape and checkContent). It returns the broken rule or "".
 func checkPayload(ev *sessionv1.SessionEvent) string {

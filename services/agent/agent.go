@@ -48,7 +48,10 @@ import (
 )
 
 // Store is the persistence the service uses (a subset of
-// persistence.Store).
+// persistence.Store). Load must honour persistence.Store's contract,
+// including that the log it returns (closers included) passed
+// session.CheckLog: the service seeds its session.Log with
+// session.WithTrustedSeed and does not check the log again.
 type Store interface {
 	Create(ctx context.Context, h *sessionv1.SessionHeader) error
 	Append(ctx context.Context, id string, events []*sessionv1.SessionEvent) error
@@ -275,7 +278,8 @@ func (s *Service) load(ctx context.Context, id string) (*liveSession, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load session %s: %w", id, err)
 	}
-	log, err := session.NewLog(h, evs, s.logOptions()...)
+	// The store validated the log on its way in (see Store): validate once.
+	log, err := session.NewLog(h, evs, append(s.logOptions(), session.WithTrustedSeed())...)
 	if err != nil {
 		return nil, fmt.Errorf("load session %s: stored log is invalid: %w", id, err)
 	}

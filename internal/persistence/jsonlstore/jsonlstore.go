@@ -377,7 +377,8 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := persistence.CheckLoaded(id, sc.events); err != nil {
+	closers, err := persistence.ValidateLoaded(id, sc.events)
+	if err != nil {
 		var ce *persistence.CorruptError
 		if errors.As(err, &ce) && ce.Seq >= 0 {
 			ce.Line = int(ce.Seq) + 2 // line 1 is the header
@@ -391,7 +392,7 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 	}
 	st.known, st.size, st.next = true, sc.valid, int64(len(sc.events))
 	events := sc.events
-	if closers := persistence.Closers(events); len(closers) > 0 {
+	if len(closers) > 0 {
 		lines, err := persistence.EncodeBatch(id, st.next, closers)
 		if err != nil {
 			return nil, nil, fmt.Errorf("session %q: repair: %w", id, err)

@@ -15,8 +15,9 @@ import (
 	"github.com/dsh-dev/dsh/internal/session"
 )
 
-// Load reads a session in one read transaction, validates it and durably
-// closes an interrupted final turn.
+// Load reads a session in one read transaction, validates it (with its
+// closers, see persistence.ValidateLoaded) and durably closes an
+// interrupted final turn.
 func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, []*sessionv1.SessionEvent, error) {
 	if err := s.checkOpen(ctx); err != nil {
 		return nil, nil, err
@@ -26,10 +27,10 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := persistence.CheckLoaded(id, events); err != nil {
+		closers, err := persistence.ValidateLoaded(id, events)
+		if err != nil {
 			return nil, nil, err
 		}
-		closers := persistence.Closers(events)
 		if len(closers) == 0 {
 			return h, events, nil
 		}
