@@ -1,7 +1,9 @@
 // Package grpcserver builds and runs the gRPC servers of every dsh service the
-// same way: OpenTelemetry propagation (otelgrpc), the gRPC health service,
-// server reflection (so grpcurl works with no proto files), panic recovery
-// that turns a handler panic into codes.Internal, and a graceful shutdown.
+// same way: OpenTelemetry (otelgrpc spans and metrics when a recording
+// provider is installed, trace-context pass-through otherwise; see Tracing),
+// the gRPC health service, server reflection (so grpcurl works with no proto
+// files), panic recovery that turns a handler panic into codes.Internal, and
+// a graceful shutdown.
 //
 // # Shutdown
 //
@@ -20,7 +22,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -41,6 +42,9 @@ type Config struct {
 	DrainTimeout time.Duration
 	// Options are extra grpc.ServerOptions (credentials, size limits ...).
 	Options []grpc.ServerOption
+	// Tracing chooses the OpenTelemetry instrumentation; the zero value,
+	// TracingAuto, instruments only when a recording provider is installed.
+	Tracing Tracing
 }
 
 // Server is a grpc.Server with health and reflection registered.
@@ -60,12 +64,20 @@ func New(cfg Config) *Server {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
 	rec := recoverer{log: cfg.Logger}
-	opts := append([]grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler()),
-		grpc.ChainUnaryInterceptor(rec.unary),
-		grpc.ChainStreamInterceptor(rec.stream),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	}, cfg.Options...)
+	// One interceptor per kind: a chain of two costs a closure per call.
+	var opts []grpc.ServerOption
+	if cfg.Tracing.enabled() {
+		opts = append(opts, grpc.StatsHandler(serverHandler()),
+			grpc.ChainUnaryInterceptor(rec.unary),
+			grpc.ChainStreamInterceptor(rec.stream))
+	} else {
+		rec.propagate = true
+		opts = append(opts,
+			grpc.ChainUnaryInterceptor(rec.unary),
+			grpc.ChainStreamInterceptor(rec.stream))
+	}
+	opts = append(opts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))
+	opts = append(opts, cfg.Options...)
 	gs := grpc.NewServer(opts...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -121,7 +133,13 @@ func (s *Server) Shutdown() {
 	}
 }
 
-type recoverer struct{ log *slog.Logger }
+// recoverer turns handler panics into codes.Internal and, when propagate is
+// set (no otelgrpc handler installed), carries incoming trace context into
+// the handler's context.
+type recoverer struct {
+	log       *slog.Logger
+	propagate bool
+}
 
 func (r recoverer) recovered(method string, v any) error {
 	r.log.Error("grpc handler panicked", "method", method, "panic", v, "stack", string(debug.Stack()))
@@ -134,6 +152,9 @@ func (r recoverer) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 			err = r.recovered(info.FullMethod, v)
 		}
 	}()
+	if r.propagate {
+		ctx = extractCtx(ctx)
+	}
 	return h(ctx, req)
 }
 
@@ -143,15 +164,24 @@ func (r recoverer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 			err = r.recovered(info.FullMethod, v)
 		}
 	}()
+	if r.propagate {
+		ctx := ss.Context()
+		if nctx := extractCtx(ctx); nctx != ctx {
+			ss = ctxStream{ServerStream: ss, ctx: nctx}
+		}
+	}
 	return h(srv, ss)
 }
 
 // Dial opens a client connection to a dsh service with OpenTelemetry
-// propagation. Addresses are host:port; connections are insecure unless opts
+// propagation (and spans when tracing is on; see Tracing and WithTracing). Addresses are host:port; connections are insecure unless opts
 // say otherwise (loopback and in-cluster traffic; put TLS in opts).
 func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	base := []grpc.DialOption{
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+	var base []grpc.DialOption
+	if dialTracing(opts).enabled() {
+		base = append(base, grpc.WithStatsHandler(clientHandler()))
+	} else {
+		base = append(base, grpc.WithChainUnaryInterceptor(injectUnary), grpc.WithChainStreamInterceptor(injectStream))
 	}
 	if !hasCreds(opts) {
 		base = append(base, insecureCreds())
