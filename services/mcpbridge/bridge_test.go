@@ -16,8 +16,8 @@ import (
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/toolstream"
 	"github.com/dsh-dev/dsh/services/mcpbridge"
-	"github.com/dsh-dev/dsh/tests/conformance"
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
@@ -144,7 +144,7 @@ func call(t *testing.T, c toolsv1.ToolHostClient, name, args string) *toolsv1.To
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, _, err := conformance.Collect(stream)
+	r, _, err := toolstream.Collect(stream)
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}

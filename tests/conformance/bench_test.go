@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
-	"github.com/dsh-dev/dsh/tests/conformance"
+	"github.com/dsh-dev/dsh/internal/toolstream"
 	"github.com/dsh-dev/dsh/tests/conformance/hostproc"
 )
 
@@ -38,7 +38,7 @@ func BenchmarkExecuteEcho(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				r, _, err := conformance.Collect(stream)
+				r, _, err := toolstream.Collect(stream)
 				if err != nil || r.GetIsError() {
 					b.Fatalf("Execute: %v %v", r, err)
 				}

@@ -2,8 +2,8 @@
 // toolhosts: one Go test harness that dials any host over gRPC and checks the
 // dsh.tools.v1.ToolHost contract — listing, schema shape, argument
 // validation, unknown tools, throwing tools, cancellation, streamed output,
-// presentation views, concurrent calls and WatchTools — plus the Execute
-// stream classifier (CheckExecuteStream) that turns a malformed stream into
+// presentation views, concurrent calls and WatchTools. Every Execute stream
+// is classified by internal/toolstream, so a malformed one fails the suite as
 // TOOL_HOST_PROTOCOL_ERROR.
 //
 // # The conformance tools
@@ -50,6 +50,7 @@ import (
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/toolstream"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -129,7 +130,7 @@ func (s *suite) call(t *testing.T, name, args string) (*toolsv1.ToolExecutionRes
 	if err != nil {
 		t.Fatalf("Execute(%s): %v", name, err)
 	}
-	res, outs, err := Collect(stream)
+	res, outs, err := toolstream.Collect(stream)
 	if err != nil {
 		t.Fatalf("Execute(%s, %s): %v", name, args, err)
 	}

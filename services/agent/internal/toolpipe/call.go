@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dsh-dev/dsh/internal/toolstream"
 	"io"
 	"log/slog"
 	"time"
@@ -151,21 +152,43 @@ func (c *Call) execute(ctx context.Context, hs *hostState) *toolsv1.ToolExecutio
 	if err != nil {
 		return c.rpcFailure(ctx, hs, err)
 	}
+	var check toolstream.StreamChecker
 	for {
 		resp, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return ErrorResult(fmt.Sprintf("tool host %s ended the call without a result", hs.host.Name), "ToolHostProtocolError", CodeHostProtocol)
+			r, perr := check.End()
+			if perr != nil {
+				return hostProtocolResult(hs, perr)
+			}
+			return r
 		}
 		if err != nil {
 			return c.rpcFailure(ctx, hs, err)
 		}
-		if r := resp.GetResult(); r != nil {
-			// The result is the stream's last message: read the end of the
-			// stream so the RPC completes cleanly.
-			_, _ = stream.Recv()
+		if _, perr := check.Push(resp); perr != nil {
+			return hostProtocolResult(hs, perr)
+		}
+		if resp.GetResult() != nil {
+			// The result must be the stream's last message: read the end of
+			// the stream so the RPC completes cleanly, and refuse a host that
+			// sends anything after it. A transport error after a valid
+			// result does not undo the result.
+			if next, err := stream.Recv(); err == nil {
+				if _, perr := check.Push(next); perr != nil {
+					return hostProtocolResult(hs, perr)
+				}
+			}
+			r, _ := check.End()
 			return r
 		}
 	}
+}
+
+// hostProtocolResult is the result of a call whose host broke the Execute
+// stream contract (no result, two results, malformed content): it fails the
+// call, never the turn, and the host connection stays usable.
+func hostProtocolResult(hs *hostState, err error) *toolsv1.ToolExecutionResult {
+	return ErrorResult(fmt.Sprintf("tool host %s broke the Execute protocol: %v", hs.host.Name, err), "ToolHostProtocolError", CodeHostProtocol)
 }
 
 func (c *Call) rpcFailure(ctx context.Context, hs *hostState, err error) *toolsv1.ToolExecutionResult {

@@ -229,3 +229,53 @@ func TestRemoteInterceptors(t *testing.T) {
 		t.Errorf("ask without an approval channel must deny: %v", r)
 	}
 }
+
+// scriptedHost lists like a fake host but answers Execute with a fixed
+// message script per tool, to play a host that breaks the stream contract.
+type scriptedHost struct {
+	*fakes.ToolHost
+	script map[string][]*toolsv1.ExecuteResponse
+}
+
+func (h *scriptedHost) Execute(req *toolsv1.ExecuteRequest, s grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {
+	for _, m := range h.script[req.GetExecution().GetName()] {
+		if err := s.Send(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestMalformedHostStreamsFailTheCallNotTheHost(t *testing.T) {
+	t.Parallel()
+	result := func(blocks ...*llmv1.ContentBlock) *toolsv1.ExecuteResponse {
+		return &toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Result{Result: &toolsv1.ToolExecutionResult{Content: blocks}}}
+	}
+	output := &toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Output{Output: &toolsv1.ToolOutput{Stream: "stdout", Text: "x"}}}
+	script := map[string][]*toolsv1.ExecuteResponse{
+		"good":       {output, result(fakes.TextContent("ok"))},
+		"no_result":  {output},
+		"two":        {result(fakes.TextContent("a")), result(fakes.TextContent("b"))},
+		"bad_blocks": {result(&llmv1.ContentBlock{Block: &llmv1.ContentBlock_ToolCall{ToolCall: &llmv1.ToolCallBlock{Id: "x"}}})},
+		"empty":      {{}},
+	}
+	var tools []fakes.Tool
+	for name := range script {
+		tools = append(tools, fakes.Tool{Name: name})
+	}
+	host := &scriptedHost{ToolHost: fakes.NewToolHost(tools...), script: script}
+	addr := fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })
+	p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, addr)}}})
+	for _, name := range []string{"no_result", "good", "two", "good", "bad_blocks", "empty", "good"} {
+		r := run(t.Context(), p, name, `{}`)
+		if name == "good" {
+			if r.GetIsError() || r.GetContent()[0].GetText().GetText() != "ok" {
+				t.Errorf("good call after a malformed one: %v", r)
+			}
+			continue
+		}
+		if !r.GetIsError() || codeOf(r) != toolpipe.CodeHostProtocol {
+			t.Errorf("%s: result %v, want a %s error result", name, r, toolpipe.CodeHostProtocol)
+		}
+	}
+}

@@ -1,4 +1,10 @@
-package conformance
+// Package toolstream checks the ToolHost Execute stream contract from the
+// caller's side: zero or more ToolOutput messages, then exactly one
+// well-formed ToolExecutionResult, then nothing. A stream that breaks it is a
+// *ProtocolError (code TOOL_HOST_PROTOCOL_ERROR) for that one call; the
+// connection to the host stays usable. The agent's tool pipeline, the
+// cross-language conformance suite and the MCP bridge tests share it.
+package toolstream
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package conformance_test
+package toolstream_test
 
 import (
 	"context"
@@ -9,7 +9,8 @@ import (
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
-	"github.com/dsh-dev/dsh/tests/conformance"
+	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/internal/toolstream"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -69,7 +70,7 @@ func TestCheckExecuteStream(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			r, outs, err := conformance.CheckExecuteStream(c.msgs)
+			r, outs, err := toolstream.CheckExecuteStream(c.msgs)
 			if c.wantErr == "" {
 				if err != nil {
 					t.Fatalf("CheckExecuteStream: %v", err)
@@ -82,19 +83,19 @@ func TestCheckExecuteStream(t *testing.T) {
 				}
 				return
 			}
-			var pe *conformance.ProtocolError
+			var pe *toolstream.ProtocolError
 			if !errors.As(err, &pe) {
 				t.Fatalf("err = %v, want a *ProtocolError", err)
 			}
-			if pe.Code() != conformance.CodeProtocolError || !strings.Contains(pe.Reason, c.wantErr) {
+			if pe.Code() != toolstream.CodeProtocolError || !strings.Contains(pe.Reason, c.wantErr) {
 				t.Errorf("err = %q (code %s), want reason containing %q", pe.Reason, pe.Code(), c.wantErr)
 			}
-			pr := conformance.ProtocolErrorResult(pe)
+			pr := toolstream.ProtocolErrorResult(pe)
 			if !pr.GetIsError() || pr.GetError().GetCode() != "TOOL_HOST_PROTOCOL_ERROR" ||
 				!strings.HasPrefix(pr.GetContent()[0].GetText().GetText(), "Error: tool host protocol error: ") {
 				t.Errorf("ProtocolErrorResult = %v", pr)
 			}
-			if err := conformance.CheckResult(pr); err != nil {
+			if err := toolstream.CheckResult(pr); err != nil {
 				t.Errorf("ProtocolErrorResult is itself invalid: %v", err)
 			}
 		})
@@ -132,9 +133,9 @@ func FuzzCheckExecuteStream(f *testing.F) {
 			msgs = append(msgs, m)
 			data = data[n:]
 		}
-		r, outs, err := conformance.CheckExecuteStream(msgs)
+		r, outs, err := toolstream.CheckExecuteStream(msgs)
 		if err != nil {
-			var pe *conformance.ProtocolError
+			var pe *toolstream.ProtocolError
 			if !errors.As(err, &pe) {
 				t.Fatalf("non-protocol error %v", err)
 			}
@@ -178,7 +179,7 @@ func TestCollectMalformedHost(t *testing.T) {
 	}})
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
-	conn, err := dialer(lis.Addr().String())()
+	conn, err := grpcserver.Dial(lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,8 +190,8 @@ func TestCollectMalformedHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, outs, err := conformance.Collect(stream)
-		var pe *conformance.ProtocolError
+		r, outs, err := toolstream.Collect(stream)
+		var pe *toolstream.ProtocolError
 		if name == "good" {
 			if err != nil || r.GetContent()[0].GetText().GetText() != "ok" || len(outs) != 1 {
 				t.Errorf("good call after a malformed one: %v %v %v", r, outs, err)
