@@ -195,7 +195,8 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--gateway-listen: %w", err)
 	}
-	gwSrv := grpcserver.New(grpcserver.Config{Logger: logger, DrainTimeout: 2 * time.Second, Options: llmgateway.ServerOptions()})
+	gwSrv := grpcserver.New(grpcserver.Config{Logger: logger, DrainTimeout: 2 * time.Second, Options: llmgateway.ServerOptions(),
+		Tracing: grpcserver.TracingFor(tel.Tracing || tel.Metering)})
 	gw.Register(gwSrv.Server)
 	phase("gateway built")
 	cleanups = append(cleanups, serve(ctx, gwSrv, gwLis, gw.Close))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dsh-dev/dsh/internal/events"
+	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/agent"
 )
 
@@ -81,6 +82,18 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Telemetry first: the gRPC server and clients agent.Run builds instrument
+	// themselves fully only when a recording provider is installed
+	// (grpcserver.TracingAuto), i.e. when an OTLP endpoint is configured.
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-agent", Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), telemetry.ShutdownTimeout)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
 	return agent.Run(ctx, sc, logger)
 }
 

@@ -86,7 +86,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer svc.Close()
-	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: llmgateway.ServerOptions()})
+	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: llmgateway.ServerOptions(),
+		Tracing: grpcserver.TracingFor(tel.Tracing || tel.Metering)})
 	svc.Register(srv.Server)
 	lis, err := net.Listen("tcp", *listen)
 	if err != nil {

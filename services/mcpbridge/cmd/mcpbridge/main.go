@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/mcpbridge"
 )
 
@@ -57,6 +58,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
+	// Telemetry before the server: it instruments RPCs fully only when a
+	// recording provider is installed (grpcserver.TracingAuto).
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-mcpbridge", Logger: log, Getenv: getenv})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), telemetry.ShutdownTimeout)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
 	b, err := mcpbridge.New(mcpbridge.Config{Servers: servers, CallTimeout: *callTimeout}, log)
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/toolhost"
 	"github.com/dsh-dev/dsh/services/toolhost/policy"
 	"google.golang.org/grpc"
@@ -71,6 +72,17 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Telemetry before the server: it instruments RPCs fully only when a
+	// recording provider is installed (grpcserver.TracingAuto).
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-toolhost", Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), telemetry.ShutdownTimeout)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
 	log.Info("toolhost starting", "workspace", root, "addr", lis.Addr().String())
 	return svc.Serve(ctx, lis, extra...)
 }
