@@ -131,10 +131,11 @@ var _ propagation.TextMapCarrier = mdCarrier{}
 // extractCtx returns ctx with the incoming trace context, if the caller sent
 // any, as the remote parent span context.
 func extractCtx(ctx context.Context) context.Context {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok || (len(md["traceparent"]) == 0 && len(md["baggage"]) == 0) {
+	// FromIncomingContext copies the whole metadata; look first.
+	if len(metadata.ValueFromIncomingContext(ctx, "traceparent")) == 0 && len(metadata.ValueFromIncomingContext(ctx, "baggage")) == 0 {
 		return ctx
 	}
+	md, _ := metadata.FromIncomingContext(ctx)
 	return otel.GetTextMapPropagator().Extract(ctx, mdCarrier(md))
 }
 
