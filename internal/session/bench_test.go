@@ -234,3 +234,41 @@ func BenchmarkAppendChunk(b *testing.B) {
 	}
 	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
+
+// BenchmarkNewLogSeed10k measures seeding a Log with a 10,000-event log (the
+// resume of a large session), checked (clone + full Checker + derivation)
+// and trusted (WithTrustedSeed: derivation only, for a seed a Store has
+// already checked), plus CheckLog alone for scale.
+func BenchmarkNewLogSeed10k(b *testing.B) {
+	seed := benchSeed(10_000)
+	b.Run("checked", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			if _, err := NewLog(nil, seed); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	})
+	b.Run("trusted", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			if _, err := NewLog(nil, seed, WithTrustedSeed()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	})
+	b.Run("CheckLog", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			if err := CheckLog(seed); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	})
+}

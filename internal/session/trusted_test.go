@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
@@ -63,15 +64,16 @@ func TestTrustedSeedDerivesTheSame(t *testing.T) {
 		cases[fmt.Sprintf("generated/%d", seed)] = g.l.Events()
 	}
 	h := &sessionv1.SessionHeader{Id: "trusted"}
+	clock := WithClock(func() time.Time { return time.UnixMilli(1_000_000) })
 	for name, evs := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			checked, err := NewLog(h, cloneEvents(evs), WithTurnChecks())
+			checked, err := NewLog(h, cloneEvents(evs), WithTurnChecks(), clock)
 			if err != nil {
 				t.Fatalf("checked seed: %v", err)
 			}
 			seed := cloneEvents(evs)
-			trusted, err := NewLog(h, seed, WithTurnChecks(), WithTrustedSeed())
+			trusted, err := NewLog(h, seed, WithTurnChecks(), WithTrustedSeed(), clock)
 			if err != nil {
 				t.Fatalf("trusted seed: %v", err)
 			}
