@@ -14,7 +14,10 @@
 // "http/protobuf", the default), OTEL_TRACES_SAMPLER and the exporters' own
 // endpoint, header, timeout and TLS variables. The W3C trace-context and
 // baggage propagators are installed in every case, so a process that does
-// not export still passes trace context through its gRPC hops.
+// not export still passes trace context through its gRPC hops. Call Setup
+// before building gRPC servers and clients: internal/grpcserver installs the
+// otelgrpc handlers only when a recording provider is set (or pass it
+// grpcserver.TracingFor(t.Tracing || t.Metering)).
 //
 // # Shutdown
 //
