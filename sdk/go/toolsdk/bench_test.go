@@ -48,8 +48,10 @@ func loop(b *testing.B, op func()) {
 }
 
 // BenchmarkExecuteRoundTrip is one Execute of a trivial typed tool over
-// loopback gRPC through the production stack (grpcserver: otelgrpc, health,
-// recovery; client dialled with grpcserver.Dial): request, context checks,
+// loopback gRPC through the production stack (grpcserver with health,
+// reflection, recovery and trace-context pass-through; otelgrpc is installed
+// only when a recording OpenTelemetry provider is set, which this benchmark
+// does not do; client dialled with grpcserver.Dial): request, context checks,
 // argument validation, body, presenter, result, end of stream.
 func BenchmarkExecuteRoundTrip(b *testing.B) {
 	c := startHost(b, noopHost(b))
