@@ -57,7 +57,10 @@ type Store interface {
 	// Load returns the header and the log, events[i].Seq == i. A torn tail is
 	// dropped; an interrupted final turn is closed with the synthetic closers
 	// of session.InterruptedTurnClosers, which are durably appended first.
-	// Errors: ErrNotFound (never appended), ErrUnknownVersion, *CorruptError.
+	// The returned log, closers included, has passed the kernel's full check
+	// (ValidateLoaded) and is the caller's: it may seed a session.Log with
+	// session.WithTrustedSeed. Errors: ErrNotFound (never appended),
+	// ErrUnknownVersion, *CorruptError.
 	Load(ctx context.Context, id string) (*sessionv1.SessionHeader, []*sessionv1.SessionEvent, error)
 
 	// List returns the headers of every stored session (those with at least

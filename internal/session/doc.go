@@ -29,5 +29,7 @@
 // non-surface event, carries a raw-JSON field that is not valid JSON, or has
 // a seq other than the next one; the log is then unchanged. [NewLog] applies
 // the same rules plus [CheckLog] to a seed and reports the first bad event as
-// an [*InvariantError].
+// an [*InvariantError], unless [WithTrustedSeed] says the seed is a log a
+// Store has just loaded, and so checked: every log is checked once on its
+// way in. [ValidateEvent] applies the rules that depend on one event alone.
 package session

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
@@ -133,6 +135,16 @@ func FuzzLogAgreesWithChecker(f *testing.F) {
 		evs := l.Events()
 		if err := messagesEqual(DeriveMessages(evs), l.Messages()); err != nil {
 			t.Fatal(err)
+		}
+		trusted, err := NewLog(nil, append([]*sessionv1.SessionEvent(nil), evs...), WithTrustedSeed())
+		if err != nil {
+			t.Fatalf("trusted seed of a valid log: %v", err)
+		}
+		if err := messagesEqual(l.Messages(), trusted.Messages()); err != nil {
+			t.Fatalf("trusted seed derives differently: %v", err)
+		}
+		if !proto.Equal(l.RequestHeader(), trusted.RequestHeader()) {
+			t.Fatal("trusted seed folds the request header differently")
 		}
 		repaired := append(append([]*sessionv1.SessionEvent{}, evs...), InterruptedTurnClosers(evs)...)
 		if err := CheckLog(repaired); err != nil {
