@@ -2,6 +2,7 @@ package llmstream
 
 import (
 	"errors"
+	"github.com/dsh-dev/dsh/internal/cputime"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -235,7 +236,7 @@ func BenchmarkAssemblerTextDelta(b *testing.B) {
 	a.Push(start(0, tText))
 	b.ReportAllocs()
 	n := 0
-	cpu := cpuTime()
+	cpu := cputime.Process()
 	for b.Loop() {
 		a.Push(chunk)
 		n++
@@ -245,7 +246,7 @@ func BenchmarkAssemblerTextDelta(b *testing.B) {
 			a.Push(start(0, tText))
 		}
 	}
-	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64((cputime.Process()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
 func BenchmarkAssemblerToolCallDelta(b *testing.B) {
@@ -254,7 +255,7 @@ func BenchmarkAssemblerToolCallDelta(b *testing.B) {
 	a.Push(start(1, tCall))
 	b.ReportAllocs()
 	n := 0
-	cpu := cpuTime()
+	cpu := cputime.Process()
 	for b.Loop() {
 		a.Push(chunk)
 		n++
@@ -264,5 +265,5 @@ func BenchmarkAssemblerToolCallDelta(b *testing.B) {
 			a.Push(start(1, tCall))
 		}
 	}
-	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64((cputime.Process()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }

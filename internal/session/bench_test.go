@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"github.com/dsh-dev/dsh/internal/cputime"
 	"runtime"
 	"testing"
 	"time"
@@ -76,18 +77,18 @@ func BenchmarkAppendDerive(b *testing.B) {
 			runtime.GC() // the setup's garbage is not the benchmark's
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := cpuTime()
+			cpu := cputime.Process()
 			for i := 0; i < b.N; i++ {
 				if appended == grow {
 					b.StopTimer()
-					pause := cpuTime()
+					pause := cputime.Process()
 					work += l.surf.work - base
 					l, appended = nil, 0
 					runtime.GC() // collect the old log now, not during timed appends
 					l = fresh()
 					base = l.surf.work
 					runtime.GC()
-					cpu += cpuTime() - pause
+					cpu += cputime.Process() - pause
 					b.StartTimer()
 				}
 				if _, err := l.Append(cycle[i%len(cycle)]); err != nil {
@@ -99,7 +100,7 @@ func BenchmarkAppendDerive(b *testing.B) {
 			if sink == 0 {
 				b.Fatal("no messages")
 			}
-			cpu = cpuTime() - cpu
+			cpu = cputime.Process() - cpu
 			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 			work += l.surf.work - base
 			// Nodes projected per append: constant (the surface share of the
@@ -214,14 +215,14 @@ func BenchmarkAppendChunk(b *testing.B) {
 	appended := 0
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cpuTime()
+	cpu := cputime.Process()
 	for i := 0; i < b.N; i++ {
 		if appended == len(seed) {
 			b.StopTimer()
-			pause := cpuTime()
+			pause := cputime.Process()
 			fresh()
 			appended = 0
-			cpu += cpuTime() - pause
+			cpu += cputime.Process() - pause
 			b.StartTimer()
 		}
 		if _, err := l.Append(chunk); err != nil {
@@ -232,7 +233,7 @@ func BenchmarkAppendChunk(b *testing.B) {
 			b.Fatal("no messages")
 		}
 	}
-	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64((cputime.Process()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkNewLogSeed10k measures seeding a Log with a 10,000-event log (the
@@ -243,32 +244,32 @@ func BenchmarkNewLogSeed10k(b *testing.B) {
 	seed := benchSeed(10_000)
 	b.Run("checked", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu := cpuTime()
+		cpu := cputime.Process()
 		for b.Loop() {
 			if _, err := NewLog(nil, seed); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+		b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 	})
 	b.Run("trusted", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu := cpuTime()
+		cpu := cputime.Process()
 		for b.Loop() {
 			if _, err := NewLog(nil, seed, WithTrustedSeed()); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+		b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 	})
 	b.Run("CheckLog", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu := cpuTime()
+		cpu := cputime.Process()
 		for b.Loop() {
 			if err := CheckLog(seed); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+		b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 	})
 }

@@ -3,12 +3,12 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"github.com/dsh-dev/dsh/internal/cputime"
 	"log/slog"
 	"net"
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -100,11 +100,11 @@ func BenchmarkStep(b *testing.B) {
 				budget.Store(int64(at))
 				turn(b, c, "bench")
 				budget.Store(int64(b.N))
-				cpu := cpuTime()
+				cpu := cputime.Process()
 				b.ResetTimer()
 				turn(b, c, "bench")
 				b.StopTimer()
-				b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+				b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 			})
 		}
 	}
@@ -160,7 +160,7 @@ func BenchmarkResume10k(b *testing.B) {
 	}
 	defer svc.Close(ctx)
 	var events int64
-	cpu := cpuTime()
+	cpu := cputime.Process()
 	n := 0
 	for b.Loop() {
 		n++
@@ -174,7 +174,7 @@ func BenchmarkResume10k(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(events), "events")
-	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(n), "cpu-ms/op")
+	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(n), "cpu-ms/op")
 }
 
 // BenchmarkIdleUnloadedSessionMemory reports the heap a session keeps after
@@ -234,14 +234,4 @@ func BenchmarkIdleUnloadedSessionMemory(b *testing.B) {
 		per = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
 	}
 	b.ReportMetric(per, "B/session")
-}
-
-// cpuTime is the process's user+system CPU time: on a shared, loaded
-// machine it shows the work done apart from the wait for a core.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

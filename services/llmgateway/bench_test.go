@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dsh-dev/dsh/internal/cputime"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,14 +23,6 @@ import (
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/upstream"
 	json "github.com/segmentio/encoding/json"
 )
-
-// cpuTime is the process's user+system CPU time: on a shared machine it
-// measures cost where wall time also measures waiting for a core.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // benchUpstream serves an OpenAI-style stream of n text chunks, flushing
 // each one as a provider does.
@@ -215,9 +207,9 @@ func BenchmarkStreamChunks(b *testing.B) {
 	var ms runtime.MemStats
 	one := func(run runner) cost {
 		runtime.ReadMemStats(&ms)
-		a0, c0, t0 := ms.Mallocs, cpuTime(), time.Now()
+		a0, c0, t0 := ms.Mallocs, cputime.Process(), time.Now()
 		got, err := run(ctx, func() {})
-		t1, c1 := time.Now(), cpuTime()
+		t1, c1 := time.Now(), cputime.Process()
 		runtime.ReadMemStats(&ms)
 		if err != nil || got != n {
 			b.Fatalf("got %d chunks, err %v", got, err)
@@ -264,7 +256,7 @@ func BenchmarkAdapterChunks(b *testing.B) {
 	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	start, cpu := time.Now(), cpuTime()
+	start, cpu := time.Now(), cputime.Process()
 	chunks := 0
 	for b.Loop() {
 		for c := range svc.stream(context.Background(), r, req) {
@@ -276,7 +268,7 @@ func BenchmarkAdapterChunks(b *testing.B) {
 			}
 		}
 	}
-	elapsed, cpuUsed := time.Since(start), cpuTime()-cpu
+	elapsed, cpuUsed := time.Since(start), cputime.Process()-cpu
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(chunks), "ns/chunk")
 	b.ReportMetric(float64(cpuUsed.Nanoseconds())/float64(chunks), "cpu-ns/chunk")

@@ -2,8 +2,8 @@ package persistencetest
 
 import (
 	"fmt"
+	"github.com/dsh-dev/dsh/internal/cputime"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,20 +31,9 @@ func Bench(b *testing.B, open BenchOpener) {
 	b.Run("Load10kRepair", func(b *testing.B) { benchLoad(b, open, true) })
 }
 
-// cpuTime returns the CPU time (user + system) the process used so far. The
-// benchmarks report it per op next to wall time, because the shared machine
-// they run on inflates wall time when other work competes for its cores.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // reportCPU reports the CPU milliseconds per op spent since start.
 func reportCPU(b *testing.B, start time.Duration) {
-	b.ReportMetric(float64(cpuTime()-start)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(cputime.Process()-start)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 }
 
 func create(b *testing.B, s persistence.Store, id string) {
@@ -77,7 +66,7 @@ func benchAppend(b *testing.B, open BenchOpener, batch int) {
 	evs := bld.Events()
 	runtime.GC() // collect the setup's garbage outside the measurement
 	b.ResetTimer()
-	cpu := cpuTime()
+	cpu := cputime.Process()
 	for i := range b.N {
 		if err := s.Append(b.Context(), "bench", evs[i*batch:(i+1)*batch]); err != nil {
 			b.Fatal(err)
@@ -109,7 +98,7 @@ func benchFlushAtTurn(b *testing.B, open BenchOpener, turns int) {
 	evs := bld.Events()[prefix:]
 	runtime.GC() // collect the setup's garbage outside the measurement
 	b.ResetTimer()
-	cpu := cpuTime()
+	cpu := cputime.Process()
 	for i := range b.N {
 		if err := s.Append(b.Context(), "bench", evs[i*perTurn:(i+1)*perTurn]); err != nil {
 			b.Fatal(err)
@@ -151,12 +140,12 @@ func benchLoad(b *testing.B, open BenchOpener, repair bool) {
 			bld.turn = tail.turn
 			b.StartTimer()
 		}
-		c := cpuTime()
+		c := cputime.Process()
 		_, evs, err := s.Load(b.Context(), "bench")
 		if err != nil {
 			b.Fatal(err)
 		}
-		cpu += cpuTime() - c
+		cpu += cputime.Process() - c
 		loaded = evs
 	}
 	b.StopTimer()

@@ -2,10 +2,9 @@ package toolsdk_test
 
 import (
 	"context"
+	"github.com/dsh-dev/dsh/internal/cputime"
 	"net"
-	"syscall"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -25,26 +24,19 @@ func noopHost(b *testing.B) *toolsdk.Host {
 	return h
 }
 
-// cpuTime is the process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // loop runs op b.N times and also reports CPU time per op (client and
 // server together), a figure that holds up on a busy machine where wall
 // time does not.
 func loop(b *testing.B, op func()) {
 	op() // warm the connection
 	b.ReportAllocs()
-	start := cpuTime()
+	start := cputime.Process()
 	n := 0
 	for b.Loop() {
 		op()
 		n++
 	}
-	b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/float64(n), "cpu-ns/op")
+	b.ReportMetric(float64((cputime.Process()-start).Nanoseconds())/float64(n), "cpu-ns/op")
 }
 
 // BenchmarkExecuteRoundTrip is one Execute of a trivial typed tool over
