@@ -74,7 +74,7 @@ func EncodeBatch(id string, next int64, events []*sessionv1.SessionEvent) ([][]b
 	}
 	out := make([][]byte, len(events))
 	errs := make([]error, len(events))
-	parallel(len(events), 32, func(i int) { out[i], errs[i] = EncodeEvent(id, events[i]) })
+	Parallel(len(events), 32, func(i int) { out[i], errs[i] = EncodeEvent(id, events[i]) })
 	for _, err := range errs {
 		if err != nil {
 			return nil, err
@@ -83,9 +83,9 @@ func EncodeBatch(id string, next int64, events []*sessionv1.SessionEvent) ([][]b
 	return out, nil
 }
 
-// parallel calls fn(i) for every i in [0, n), spread over the CPUs when n
-// is at least 2*grain.
-func parallel(n, grain int, fn func(i int)) {
+// Parallel calls fn(i) for every i in [0, n), spread over the CPUs when n
+// is at least 2*grain (the backends use it to encode and decode batches).
+func Parallel(n, grain int, fn func(i int)) {
 	workers := min(runtime.GOMAXPROCS(0), max(n/grain, 1))
 	if workers <= 1 {
 		for i := range n {

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
 
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/persistence"
@@ -60,7 +58,7 @@ func scan(id string, data []byte) (*scanned, error) {
 	}
 	decoded := make([]*sessionv1.SessionEvent, len(lines))
 	errs := make([]error, len(lines))
-	parallel(len(lines), func(i int) {
+	persistence.Parallel(len(lines), 256, func(i int) {
 		decoded[i], errs[i] = decodeLine(data[lines[i].lo:lines[i].hi], int64(i))
 	})
 
@@ -93,27 +91,6 @@ func isTurnEnd(ev *sessionv1.SessionEvent, raw []byte) bool {
 	}
 	ev, err := persistence.DecodeEvent(raw)
 	return err == nil && ev.GetTurnEnd() != nil
-}
-
-// parallel calls fn(i) for every i in [0, n), spread over the CPUs.
-func parallel(n int, fn func(i int)) {
-	workers := min(runtime.GOMAXPROCS(0), max(n/256, 1))
-	if workers <= 1 {
-		for i := range n {
-			fn(i)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	chunk := (n + workers - 1) / workers
-	for lo := 0; lo < n; lo += chunk {
-		wg.Go(func() {
-			for i := lo; i < min(lo+chunk, n); i++ {
-				fn(i)
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // decodeLine parses one event line and checks its seq.
