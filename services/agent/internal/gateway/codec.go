@@ -14,10 +14,18 @@ import (
 
 // historyCodec is the proto codec with one twist for GenerateRequest: it
 // keeps, per session, the wire bytes of the history messages of the previous
-// request, and reuses them for every message that is the very same (pointer-
-// identical, hence unchanged: the log hands out immutable shared messages) at
-// the same position. A step then encodes only the messages appended since the
-// last request and copies the rest, instead of re-encoding the whole history.
+// request, and reuses them for the longest leading run of messages that are
+// the very same (pointer-identical, hence unchanged: the log hands out
+// immutable shared messages) at the same position. A step then encodes only
+// the messages appended since the last request, instead of re-encoding the
+// whole history; a change at position i (a compaction) re-encodes from i on.
+//
+// The cached history is one contiguous buffer of encoded message fields that
+// Marshal hands to gRPC as it is, next to a freshly encoded head, so the
+// history is not copied either (gRPC's transport copies it into frames once).
+// A buffer handed out is never written again: appends only write past its
+// end, and a change re-encodes into a new buffer (the cached one is clipped),
+// so a request still being written by the transport keeps its bytes.
 // Forget drops a session's entry (the service calls it when the session
 // unloads).
 type historyCodec struct {
@@ -26,10 +34,13 @@ type historyCodec struct {
 	sessions map[string]*sessionEnc
 }
 
+// sessionEnc is one session's cache: buf[:ends[i]] holds the encoded message
+// fields (tag, length, bytes) of msgs[:i+1].
 type sessionEnc struct {
 	mu   sync.Mutex
 	msgs []*llmv1.Message
-	enc  [][]byte
+	ends []int
+	buf  []byte
 }
 
 func newHistoryCodec() *historyCodec {
@@ -62,38 +73,39 @@ func (c *historyCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 	head := &llmv1.GenerateRequest{Provider: req.Provider, Model: req.Model, System: req.System, Tools: req.Tools,
 		Temperature: req.Temperature, MaxTokens: req.MaxTokens, Stop: req.Stop, SessionId: req.SessionId, Purpose: req.Purpose}
-	se.mu.Lock()
-	defer se.mu.Unlock()
-	msgs := req.GetMessages()
-	size := proto.Size(head)
-	for i, m := range msgs {
-		if i < len(se.msgs) && se.msgs[i] == m {
-			size += 1 + protowire.SizeBytes(len(se.enc[i]))
-		} else {
-			size += 1 + protowire.SizeBytes(proto.Size(m))
-		}
-	}
-	out, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, 0, size), head)
+	out, err := proto.Marshal(head)
 	if err != nil {
 		return nil, fmt.Errorf("marshal request: %w", err)
 	}
-	for i, m := range msgs {
-		var b []byte
-		if i < len(se.msgs) && se.msgs[i] == m {
-			b = se.enc[i]
-		} else {
-			if b, err = proto.Marshal(m); err != nil {
-				return nil, fmt.Errorf("marshal history message %d: %w", i, err)
-			}
-			if i < len(se.msgs) {
-				se.msgs[i], se.enc[i] = m, b
-			} else {
-				se.msgs, se.enc = append(se.msgs, m), append(se.enc, b)
-			}
-		}
-		out = protowire.AppendTag(out, 3, protowire.BytesType)
-		out = protowire.AppendBytes(out, b)
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	msgs := req.GetMessages()
+	k := 0
+	for k < len(msgs) && k < len(se.msgs) && se.msgs[k] == msgs[k] {
+		k++
 	}
-	se.msgs, se.enc = se.msgs[:len(msgs)], se.enc[:len(msgs)]
-	return mem.BufferSlice{mem.SliceBuffer(out)}, nil
+	if k < len(se.msgs) {
+		// Bytes past position k may belong to a request in flight: clip the
+		// buffer so that the re-encoding below goes to a new one.
+		end := 0
+		if k > 0 {
+			end = se.ends[k-1]
+		}
+		se.buf = se.buf[:end:end]
+		se.msgs, se.ends = se.msgs[:k], se.ends[:k]
+	}
+	for i := k; i < len(msgs); i++ {
+		b, err := proto.Marshal(msgs[i])
+		if err != nil {
+			return nil, fmt.Errorf("marshal history message %d: %w", i, err)
+		}
+		se.buf = protowire.AppendTag(se.buf, 3, protowire.BytesType)
+		se.buf = protowire.AppendBytes(se.buf, b)
+		se.msgs, se.ends = append(se.msgs, msgs[i]), append(se.ends, len(se.buf))
+	}
+	bs := mem.BufferSlice{mem.SliceBuffer(out)}
+	if n := len(se.buf); n > 0 {
+		bs = append(bs, mem.SliceBuffer(se.buf[:n:n]))
+	}
+	return bs, nil
 }

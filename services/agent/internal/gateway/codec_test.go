@@ -72,6 +72,50 @@ func TestHistoryCodecReencodesChangedMessages(t *testing.T) {
 	}
 }
 
+func TestHistoryCodecKeepsHandedOutBytes(t *testing.T) {
+	t.Parallel()
+	ms := history(4)
+	tests := []struct {
+		name string
+		next []*llmv1.Message
+	}{
+		{"append", append(ms[:4:4], history(2)...)},
+		{"change", []*llmv1.Message{ms[0], history(1)[0], ms[2]}},
+		{"truncate then append", append(ms[:1:1], history(3)...)},
+		{"empty", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := newHistoryCodec()
+			first := &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Messages: ms}
+			bs, err := c.Marshal(first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			second := &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Messages: tt.next}
+			bs2, err := c.Marshal(second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The first request may still be in the transport: its bytes
+			// must not have changed.
+			for _, x := range []struct {
+				want *llmv1.GenerateRequest
+				bs   interface{ Materialize() []byte }
+			}{{first, bs}, {second, bs2}} {
+				var got llmv1.GenerateRequest
+				if err := proto.Unmarshal(x.bs.Materialize(), &got); err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(x.want, &got, protocmp.Transform()); diff != "" {
+					t.Fatalf("(-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+}
+
 func BenchmarkHistoryCodec(b *testing.B) {
 	ms := history(2000)
 	req := &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Messages: ms}
