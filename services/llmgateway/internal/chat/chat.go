@@ -123,30 +123,15 @@ func (a *Adapter) Validate(req *llmv1.GenerateRequest) error {
 
 // Stream implements provider.Adapter.
 func (a *Adapter) Stream(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error] {
-	return func(yield func(*llmv1.StreamChunk, error) bool) {
-		body, dropped, err := a.Body(req)
-		if err != nil {
-			yield(nil, &provider.Failure{Code: provider.CodeInvalidRequest, Message: a.cfg.Route + ": " + err.Error()})
-			return
-		}
-		if dropped > 0 {
-			a.cfg.Logger.Info("dropped blocks the wire format cannot carry", "route", a.cfg.Route, "blocks", dropped)
-		}
-		h := http.Header{}
-		if a.cfg.APIKey != "" {
-			h.Set("Authorization", "Bearer "+a.cfg.APIKey)
-		}
-		if a.d.CompactionHeader != "" && req.GetPurpose() == llmv1.Purpose_PURPOSE_COMPACTION {
-			h.Set(a.d.CompactionHeader, "1")
-		}
-		s, f := a.client.Open(ctx, upstream.Request{Name: a.cfg.Route, URL: a.url, Header: h, Body: body})
-		if f != nil {
-			yield(nil, f)
-			return
-		}
-		defer s.Close()
-		translate(s, provider.NewEmitter(yield))
+	h := http.Header{}
+	if a.cfg.APIKey != "" {
+		h.Set("Authorization", "Bearer "+a.cfg.APIKey)
 	}
+	if a.d.CompactionHeader != "" && req.GetPurpose() == llmv1.Purpose_PURPOSE_COMPACTION {
+		h.Set(a.d.CompactionHeader, "1")
+	}
+	return a.client.Stream(ctx, upstream.Call{Route: a.cfg.Route, URL: a.url, Header: h, Logger: a.cfg.Logger,
+		Body: func() ([]byte, int, error) { return a.Body(req) }, Translate: translate})
 }
 
 // translate folds the provider's events into chunks.
