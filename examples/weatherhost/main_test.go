@@ -2,38 +2,24 @@ package main
 
 import (
 	"context"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/internal/proctest"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 )
 
 // TestWeatherhostBinary builds the example, runs it as a real process, talks
 // to it over gRPC like an agent would, and stops it with SIGINT.
 func TestWeatherhostBinary(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go toolchain not on PATH")
-	}
-	bin := filepath.Join(t.TempDir(), "weatherhost")
-	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
+	bin := proctest.Build(t, ".", "weatherhost")
+	addr := proctest.FreeAddr(t)
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "DSH_LISTEN="+addr)
 	if err := cmd.Start(); err != nil {
@@ -50,17 +36,7 @@ func TestWeatherhostBinary(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	health := healthpb.NewHealthClient(conn)
-	for {
-		r, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: toolsdk.ServiceName})
-		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("weatherhost never became healthy: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	proctest.WaitServing(ctx, t, conn, toolsdk.ServiceName)
 	c := toolsv1.NewToolHostClient(conn)
 	list, err := c.ListTools(ctx, &toolsv1.ListToolsRequest{})
 	if err != nil {

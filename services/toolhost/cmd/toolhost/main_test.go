@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/internal/proctest"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 )
 
@@ -28,21 +27,9 @@ import (
 // reflection as grpcurl does, runs the file and shell tools, asks the policy
 // interceptor, and stops it with SIGTERM.
 func TestBinary(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go toolchain not on PATH")
-	}
-	bin := filepath.Join(t.TempDir(), "toolhost")
-	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := proctest.Build(t, ".", "toolhost")
 	ws := t.TempDir()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
+	addr := proctest.FreeAddr(t)
 	cmd := exec.Command(bin, "--policy", "../../policy/testdata/example.policy")
 	cmd.Env = append(os.Environ(), "DSH_LISTEN="+addr, "DSH_WORKSPACE="+ws)
 	if err := cmd.Start(); err != nil {
@@ -59,16 +46,7 @@ func TestBinary(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	for {
-		r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("toolhost never became healthy: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	proctest.WaitServing(ctx, t, conn, "")
 
 	// Reflection, as grpcurl list / describe use it.
 	rs, err := rpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
