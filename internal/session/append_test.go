@@ -72,7 +72,7 @@ func TestAppendRules(t *testing.T) {
 	}{
 		// payload and plugin types
 		{"no payload", &sessionv1.SessionEvent{}, "no payload"},
-		{"plugin event", ExtensionEvent("approval/asked", `{"id":"a","toolName":"bash"}`), ""},
+		{"plugin event", ExtensionEvent("example/asked", `{"id":"a","toolName":"bash"}`), ""},
 		{"plugin event with null data", ExtensionEvent("plan/mode", `null`), ""},
 		{"plugin event without type", ExtensionEvent("", `{}`), "non-empty type"},
 		{"plugin event reusing a core type", ExtensionEvent("user/message", `{}`), "reserved"},

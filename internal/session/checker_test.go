@@ -42,7 +42,7 @@ func TestCheckLog(t *testing.T) {
 			b.stepEnd()
 			b.turnEnd()
 			b.turnStart() // turn 2: steps restart at 1
-			b.add(ExtensionEvent("session/title", `{"title":"t"}`))
+			b.add(ExtensionEvent("example/title", `{"title":"t"}`))
 			b.stepStart()
 			b.stepEnd()
 			b.turnEnd()
@@ -220,7 +220,7 @@ func TestCheckLog(t *testing.T) {
 		{name: "plugin event outside a turn", rule: "no turn is open", build: func(b *logBuilder) int64 {
 			b.turnStart()
 			b.turnEnd()
-			return b.add(ExtensionEvent("approval/asked", `{}`))
+			return b.add(ExtensionEvent("example/asked", `{}`))
 		}},
 		{name: "todo/write outside a turn", rule: "no turn is open", build: func(b *logBuilder) int64 {
 			return b.add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_TodoWrite{TodoWrite: &sessionv1.TodoWrite{}}})

@@ -91,7 +91,7 @@ func TestDeriveMessages(t *testing.T) {
 				b.chunk("x")
 				b.call("c9")
 				b.add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_TodoWrite{TodoWrite: &sessionv1.TodoWrite{}}})
-				b.add(ExtensionEvent("approval/asked", `{"id":"a"}`))
+				b.add(ExtensionEvent("example/asked", `{"id":"a"}`))
 				b.add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_PromptBlocked{PromptBlocked: &sessionv1.PromptBlocked{Content: []*llmv1.ContentBlock{Text("no")}, Reason: "r"}}})
 				b.stepEnd()
 				b.turnEnd()
@@ -228,7 +228,7 @@ func TestEventClassifiers(t *testing.T) {
 		{b.evs[s], TypeUserMessage, true, true, true},
 		{b.evs[r], TypeUserMessage, true, false, true},
 		{assistantEvent(1, 1), TypeAssistantMessage, true, true, false},
-		{ExtensionEvent("approval/asked", "{}"), "approval/asked", false, false, false},
+		{ExtensionEvent("example/asked", "{}"), "example/asked", false, false, false},
 		{&sessionv1.SessionEvent{}, "", false, false, false},
 	}
 	for _, tt := range tests {

@@ -26,6 +26,20 @@ const (
 	TypeRequestHeader    = "request/header"
 )
 
+// The stable type names of the typed log-only events added in the second
+// part (design round2.md §2, §3): approvals, questions and the session's
+// mutable settings.
+const (
+	TypeApprovalAsked    = "approval/asked"
+	TypeApprovalDecided  = "approval/decided"
+	TypeQuestionAsked    = "question/asked"
+	TypeQuestionAnswered = "question/answered"
+	TypeSandboxMode      = "sandbox/mode"
+	TypeApprovalPolicy   = "approval/policy"
+	TypeModelChanged     = "session/model"
+	TypeSessionTitle     = "session/title"
+)
+
 // Error names and codes of the synthetic tool results written by crash
 // repair (semantics.md §3.11).
 const (
@@ -43,6 +57,9 @@ var coreTypes = map[string]bool{
 	TypeAssistantChunk: true, TypeAssistantMessage: true, TypeToolCall: true,
 	TypeToolResult: true, TypeSteeringMessage: true, TypeTodoWrite: true,
 	TypeRequestHeader: true, "request/header-delta": true,
+	TypeApprovalAsked: true, TypeApprovalDecided: true, TypeQuestionAsked: true,
+	TypeQuestionAnswered: true, TypeSandboxMode: true, TypeApprovalPolicy: true,
+	TypeModelChanged: true, TypeSessionTitle: true,
 }
 
 // TypeName returns the event's stable type name ("turn/start", ...), the
@@ -77,6 +94,22 @@ func TypeName(ev *sessionv1.SessionEvent) string {
 		return TypeTodoWrite
 	case *sessionv1.SessionEvent_RequestHeader:
 		return TypeRequestHeader
+	case *sessionv1.SessionEvent_ApprovalAsked:
+		return TypeApprovalAsked
+	case *sessionv1.SessionEvent_ApprovalDecided:
+		return TypeApprovalDecided
+	case *sessionv1.SessionEvent_QuestionAsked:
+		return TypeQuestionAsked
+	case *sessionv1.SessionEvent_QuestionAnswered:
+		return TypeQuestionAnswered
+	case *sessionv1.SessionEvent_SandboxMode:
+		return TypeSandboxMode
+	case *sessionv1.SessionEvent_ApprovalPolicy:
+		return TypeApprovalPolicy
+	case *sessionv1.SessionEvent_ModelChanged:
+		return TypeModelChanged
+	case *sessionv1.SessionEvent_SessionTitle:
+		return TypeSessionTitle
 	case *sessionv1.SessionEvent_Extension:
 		return p.Extension.GetType()
 	}

@@ -431,7 +431,7 @@ func testNonJSON(t *testing.T, h *harness) {
 			ev.GetContextMessage().Meta = &meta
 			return ev
 		}(), session.TypeContextMessage, "context meta"},
-		{session.ExtensionEvent("approval/asked", `{"id": 1,`), "approval/asked", "extension json"},
+		{session.ExtensionEvent("example/asked", `{"id": 1,`), "example/asked", "extension json"},
 		{func() *sessionv1.SessionEvent {
 			ev := session.ContextMessageEvent([]*llmv1.ContentBlock{session.ExtensionBlock("audio", "NaN")}, session.UserSource())
 			return ev

@@ -17,6 +17,7 @@ import (
 	v12 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -143,6 +144,120 @@ func (CancelCause) EnumDescriptor() ([]byte, []int) {
 	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{1}
 }
 
+// ApprovalDecision is a person's or service's answer to an approval request.
+type ApprovalDecision int32
+
+const (
+	// Not set; invalid.
+	ApprovalDecision_APPROVAL_DECISION_UNSPECIFIED ApprovalDecision = 0
+	// Allow this call.
+	ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE ApprovalDecision = 1
+	// Allow this call and add a rule allowing such calls for the session.
+	ApprovalDecision_APPROVAL_DECISION_ALLOW_FOR_SESSION ApprovalDecision = 2
+	// Reject; the optional message reaches the model.
+	ApprovalDecision_APPROVAL_DECISION_REJECT ApprovalDecision = 3
+)
+
+// Enum value maps for ApprovalDecision.
+var (
+	ApprovalDecision_name = map[int32]string{
+		0: "APPROVAL_DECISION_UNSPECIFIED",
+		1: "APPROVAL_DECISION_ALLOW_ONCE",
+		2: "APPROVAL_DECISION_ALLOW_FOR_SESSION",
+		3: "APPROVAL_DECISION_REJECT",
+	}
+	ApprovalDecision_value = map[string]int32{
+		"APPROVAL_DECISION_UNSPECIFIED":       0,
+		"APPROVAL_DECISION_ALLOW_ONCE":        1,
+		"APPROVAL_DECISION_ALLOW_FOR_SESSION": 2,
+		"APPROVAL_DECISION_REJECT":            3,
+	}
+)
+
+func (x ApprovalDecision) Enum() *ApprovalDecision {
+	p := new(ApprovalDecision)
+	*p = x
+	return p
+}
+
+func (x ApprovalDecision) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApprovalDecision) Descriptor() protoreflect.EnumDescriptor {
+	return file_dsh_agent_v1_agent_proto_enumTypes[2].Descriptor()
+}
+
+func (ApprovalDecision) Type() protoreflect.EnumType {
+	return &file_dsh_agent_v1_agent_proto_enumTypes[2]
+}
+
+func (x ApprovalDecision) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApprovalDecision.Descriptor instead.
+func (ApprovalDecision) EnumDescriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+// ApproverVerdict is a remote approver's answer.
+type ApproverVerdict int32
+
+const (
+	// Pass: the approver does not decide; a person is asked.
+	ApproverVerdict_APPROVER_VERDICT_UNSPECIFIED ApproverVerdict = 0
+	// Allow the call.
+	ApproverVerdict_APPROVER_VERDICT_ALLOW ApproverVerdict = 1
+	// Deny the call.
+	ApproverVerdict_APPROVER_VERDICT_DENY ApproverVerdict = 2
+	// Pass explicitly.
+	ApproverVerdict_APPROVER_VERDICT_PASS ApproverVerdict = 3
+)
+
+// Enum value maps for ApproverVerdict.
+var (
+	ApproverVerdict_name = map[int32]string{
+		0: "APPROVER_VERDICT_UNSPECIFIED",
+		1: "APPROVER_VERDICT_ALLOW",
+		2: "APPROVER_VERDICT_DENY",
+		3: "APPROVER_VERDICT_PASS",
+	}
+	ApproverVerdict_value = map[string]int32{
+		"APPROVER_VERDICT_UNSPECIFIED": 0,
+		"APPROVER_VERDICT_ALLOW":       1,
+		"APPROVER_VERDICT_DENY":        2,
+		"APPROVER_VERDICT_PASS":        3,
+	}
+)
+
+func (x ApproverVerdict) Enum() *ApproverVerdict {
+	p := new(ApproverVerdict)
+	*p = x
+	return p
+}
+
+func (x ApproverVerdict) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApproverVerdict) Descriptor() protoreflect.EnumDescriptor {
+	return file_dsh_agent_v1_agent_proto_enumTypes[3].Descriptor()
+}
+
+func (ApproverVerdict) Type() protoreflect.EnumType {
+	return &file_dsh_agent_v1_agent_proto_enumTypes[3]
+}
+
+func (x ApproverVerdict) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApproverVerdict.Descriptor instead.
+func (ApproverVerdict) EnumDescriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
 // Session is a session's header and live state.
 type Session struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -155,9 +270,16 @@ type Session struct {
 	// The open turn, when one is open.
 	OpenTurn *int32 `protobuf:"varint,4,opt,name=open_turn,json=openTurn,proto3,oneof" json:"open_turn,omitempty"`
 	// Items waiting in the queued FIFO.
-	Queued        int32 `protobuf:"varint,5,opt,name=queued,proto3" json:"queued,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Queued int32 `protobuf:"varint,5,opt,name=queued,proto3" json:"queued,omitempty"`
+	// Approval and question requests waiting for an answer (Respond).
+	Pending []*PendingRequest `protobuf:"bytes,6,rep,name=pending,proto3" json:"pending,omitempty"`
+	// The session's title (last session/title event); empty when none.
+	Title string `protobuf:"bytes,7,opt,name=title,proto3" json:"title,omitempty"`
+	// The effective settings after every logged change (session/model,
+	// approval/policy, sandbox/mode); the header keeps the creation options.
+	EffectiveOptions *v1.SessionOptions `protobuf:"bytes,8,opt,name=effective_options,json=effectiveOptions,proto3" json:"effective_options,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
@@ -225,6 +347,132 @@ func (x *Session) GetQueued() int32 {
 	return 0
 }
 
+func (x *Session) GetPending() []*PendingRequest {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
+func (x *Session) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *Session) GetEffectiveOptions() *v1.SessionOptions {
+	if x != nil {
+		return x.EffectiveOptions
+	}
+	return nil
+}
+
+// PendingRequest is an open approval or question request.
+type PendingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id (for Respond).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Seq of the approval/asked or question/asked event.
+	Seq int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The request.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*PendingRequest_Approval
+	//	*PendingRequest_Question
+	Kind          isPendingRequest_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingRequest) Reset() {
+	*x = PendingRequest{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingRequest) ProtoMessage() {}
+
+func (x *PendingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingRequest.ProtoReflect.Descriptor instead.
+func (*PendingRequest) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PendingRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PendingRequest) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *PendingRequest) GetKind() isPendingRequest_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *PendingRequest) GetApproval() *v1.ApprovalAsked {
+	if x != nil {
+		if x, ok := x.Kind.(*PendingRequest_Approval); ok {
+			return x.Approval
+		}
+	}
+	return nil
+}
+
+func (x *PendingRequest) GetQuestion() *v1.QuestionAsked {
+	if x != nil {
+		if x, ok := x.Kind.(*PendingRequest_Question); ok {
+			return x.Question
+		}
+	}
+	return nil
+}
+
+type isPendingRequest_Kind interface {
+	isPendingRequest_Kind()
+}
+
+type PendingRequest_Approval struct {
+	// An approval request.
+	Approval *v1.ApprovalAsked `protobuf:"bytes,3,opt,name=approval,proto3,oneof"`
+}
+
+type PendingRequest_Question struct {
+	// A question request.
+	Question *v1.QuestionAsked `protobuf:"bytes,4,opt,name=question,proto3,oneof"`
+}
+
+func (*PendingRequest_Approval) isPendingRequest_Kind() {}
+
+func (*PendingRequest_Question) isPendingRequest_Kind() {}
+
 // CreateSessionRequest creates a session.
 type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -240,7 +488,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -252,7 +500,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -265,7 +513,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreateSessionRequest) GetSessionId() string {
@@ -300,7 +548,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +560,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +573,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateSessionResponse) GetSession() *Session {
@@ -346,7 +594,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +606,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +619,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -392,7 +640,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +652,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +665,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -433,14 +681,17 @@ type ListSessionsRequest struct {
 	// Maximum sessions per page; 0 means 50, capped at 1000.
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response.
-	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Tenant to list; only an admin may name another tenant than its own.
+	// Empty lists the caller's tenant.
+	Tenant        string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +703,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +716,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListSessionsRequest) GetPageSize() int32 {
@@ -478,6 +729,13 @@ func (x *ListSessionsRequest) GetPageSize() int32 {
 func (x *ListSessionsRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListSessionsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
 	}
 	return ""
 }
@@ -495,7 +753,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +765,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +778,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -552,7 +810,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +822,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +835,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ForkSessionRequest) GetSessionId() string {
@@ -612,7 +870,7 @@ type ForkSessionResponse struct {
 
 func (x *ForkSessionResponse) Reset() {
 	*x = ForkSessionResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +882,7 @@ func (x *ForkSessionResponse) String() string {
 func (*ForkSessionResponse) ProtoMessage() {}
 
 func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +895,7 @@ func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ForkSessionResponse) GetSession() *Session {
@@ -664,7 +922,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +934,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +947,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SendRequest) GetSessionId() string {
@@ -731,7 +989,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +1001,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +1014,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SendResponse) GetStatus() AgentStatus {
@@ -783,7 +1041,7 @@ type SteerRequest struct {
 
 func (x *SteerRequest) Reset() {
 	*x = SteerRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +1053,7 @@ func (x *SteerRequest) String() string {
 func (*SteerRequest) ProtoMessage() {}
 
 func (x *SteerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +1066,7 @@ func (x *SteerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerRequest.ProtoReflect.Descriptor instead.
 func (*SteerRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SteerRequest) GetSessionId() string {
@@ -850,7 +1108,7 @@ type SteerResponse struct {
 
 func (x *SteerResponse) Reset() {
 	*x = SteerResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +1120,7 @@ func (x *SteerResponse) String() string {
 func (*SteerResponse) ProtoMessage() {}
 
 func (x *SteerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +1133,7 @@ func (x *SteerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerResponse.ProtoReflect.Descriptor instead.
 func (*SteerResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SteerResponse) GetStatus() AgentStatus {
@@ -902,7 +1160,7 @@ type InjectRequest struct {
 
 func (x *InjectRequest) Reset() {
 	*x = InjectRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1172,7 @@ func (x *InjectRequest) String() string {
 func (*InjectRequest) ProtoMessage() {}
 
 func (x *InjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1185,7 @@ func (x *InjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectRequest.ProtoReflect.Descriptor instead.
 func (*InjectRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InjectRequest) GetSessionId() string {
@@ -967,7 +1225,7 @@ type InjectResponse struct {
 
 func (x *InjectResponse) Reset() {
 	*x = InjectResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1237,7 @@ func (x *InjectResponse) String() string {
 func (*InjectResponse) ProtoMessage() {}
 
 func (x *InjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1250,7 @@ func (x *InjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectResponse.ProtoReflect.Descriptor instead.
 func (*InjectResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 // CancelRequest clears queued and steering work and aborts the active turn.
@@ -1008,7 +1266,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1278,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1291,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelRequest) GetSessionId() string {
@@ -1061,7 +1319,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1331,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1344,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelResponse) GetEffective() bool {
@@ -1107,7 +1365,7 @@ type WaitIdleRequest struct {
 
 func (x *WaitIdleRequest) Reset() {
 	*x = WaitIdleRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1377,7 @@ func (x *WaitIdleRequest) String() string {
 func (*WaitIdleRequest) ProtoMessage() {}
 
 func (x *WaitIdleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1390,7 @@ func (x *WaitIdleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitIdleRequest.ProtoReflect.Descriptor instead.
 func (*WaitIdleRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WaitIdleRequest) GetSessionId() string {
@@ -1153,7 +1411,7 @@ type WaitIdleResponse struct {
 
 func (x *WaitIdleResponse) Reset() {
 	*x = WaitIdleResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1423,7 @@ func (x *WaitIdleResponse) String() string {
 func (*WaitIdleResponse) ProtoMessage() {}
 
 func (x *WaitIdleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1436,7 @@ func (x *WaitIdleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitIdleResponse.ProtoReflect.Descriptor instead.
 func (*WaitIdleResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WaitIdleResponse) GetSession() *Session {
@@ -1203,7 +1461,7 @@ type StreamEventsRequest struct {
 
 func (x *StreamEventsRequest) Reset() {
 	*x = StreamEventsRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1473,7 @@ func (x *StreamEventsRequest) String() string {
 func (*StreamEventsRequest) ProtoMessage() {}
 
 func (x *StreamEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1486,7 @@ func (x *StreamEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamEventsRequest.ProtoReflect.Descriptor instead.
 func (*StreamEventsRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StreamEventsRequest) GetSessionId() string {
@@ -1263,7 +1521,7 @@ type StreamEventsResponse struct {
 
 func (x *StreamEventsResponse) Reset() {
 	*x = StreamEventsResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1533,7 @@ func (x *StreamEventsResponse) String() string {
 func (*StreamEventsResponse) ProtoMessage() {}
 
 func (x *StreamEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1546,7 @@ func (x *StreamEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamEventsResponse.ProtoReflect.Descriptor instead.
 func (*StreamEventsResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StreamEventsResponse) GetEvent() *v1.SessionEvent {
@@ -1309,7 +1567,7 @@ type GetMessagesRequest struct {
 
 func (x *GetMessagesRequest) Reset() {
 	*x = GetMessagesRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1579,7 @@ func (x *GetMessagesRequest) String() string {
 func (*GetMessagesRequest) ProtoMessage() {}
 
 func (x *GetMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1592,7 @@ func (x *GetMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessagesRequest.ProtoReflect.Descriptor instead.
 func (*GetMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetMessagesRequest) GetSessionId() string {
@@ -1355,7 +1613,7 @@ type GetMessagesResponse struct {
 
 func (x *GetMessagesResponse) Reset() {
 	*x = GetMessagesResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1625,7 @@ func (x *GetMessagesResponse) String() string {
 func (*GetMessagesResponse) ProtoMessage() {}
 
 func (x *GetMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1638,7 @@ func (x *GetMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessagesResponse.ProtoReflect.Descriptor instead.
 func (*GetMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetMessagesResponse) GetMessages() []*v11.Message {
@@ -1388,6 +1646,525 @@ func (x *GetMessagesResponse) GetMessages() []*v11.Message {
 		return x.Messages
 	}
 	return nil
+}
+
+// ApprovalResponse answers an approval request.
+type ApprovalResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The decision.
+	Decision ApprovalDecision `protobuf:"varint,1,opt,name=decision,proto3,enum=dsh.agent.v1.ApprovalDecision" json:"decision,omitempty"`
+	// Optional message the model sees (with a rejection).
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalResponse) Reset() {
+	*x = ApprovalResponse{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalResponse) ProtoMessage() {}
+
+func (x *ApprovalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalResponse.ProtoReflect.Descriptor instead.
+func (*ApprovalResponse) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ApprovalResponse) GetDecision() ApprovalDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return ApprovalDecision_APPROVAL_DECISION_UNSPECIFIED
+}
+
+func (x *ApprovalResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// QuestionResponse answers a question request.
+type QuestionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One answer per question.
+	Answers       []*v1.QuestionAnswer `protobuf:"bytes,1,rep,name=answers,proto3" json:"answers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuestionResponse) Reset() {
+	*x = QuestionResponse{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuestionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuestionResponse) ProtoMessage() {}
+
+func (x *QuestionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuestionResponse.ProtoReflect.Descriptor instead.
+func (*QuestionResponse) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *QuestionResponse) GetAnswers() []*v1.QuestionAnswer {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
+// RespondRequest answers a pending approval or question request.
+type RespondRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Session id.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The request id (PendingRequest.id).
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The answer; its kind must match the request's.
+	//
+	// Types that are valid to be assigned to Answer:
+	//
+	//	*RespondRequest_Approval
+	//	*RespondRequest_Question
+	Answer        isRespondRequest_Answer `protobuf_oneof:"answer"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondRequest) Reset() {
+	*x = RespondRequest{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondRequest) ProtoMessage() {}
+
+func (x *RespondRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondRequest.ProtoReflect.Descriptor instead.
+func (*RespondRequest) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RespondRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RespondRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RespondRequest) GetAnswer() isRespondRequest_Answer {
+	if x != nil {
+		return x.Answer
+	}
+	return nil
+}
+
+func (x *RespondRequest) GetApproval() *ApprovalResponse {
+	if x != nil {
+		if x, ok := x.Answer.(*RespondRequest_Approval); ok {
+			return x.Approval
+		}
+	}
+	return nil
+}
+
+func (x *RespondRequest) GetQuestion() *QuestionResponse {
+	if x != nil {
+		if x, ok := x.Answer.(*RespondRequest_Question); ok {
+			return x.Question
+		}
+	}
+	return nil
+}
+
+type isRespondRequest_Answer interface {
+	isRespondRequest_Answer()
+}
+
+type RespondRequest_Approval struct {
+	// Answer to an approval request.
+	Approval *ApprovalResponse `protobuf:"bytes,3,opt,name=approval,proto3,oneof"`
+}
+
+type RespondRequest_Question struct {
+	// Answer to a question request.
+	Question *QuestionResponse `protobuf:"bytes,4,opt,name=question,proto3,oneof"`
+}
+
+func (*RespondRequest_Approval) isRespondRequest_Answer() {}
+
+func (*RespondRequest_Question) isRespondRequest_Answer() {}
+
+// RespondResponse answers Respond.
+type RespondResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Seq of the approval/decided or question/answered event.
+	Seq           int64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondResponse) Reset() {
+	*x = RespondResponse{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondResponse) ProtoMessage() {}
+
+func (x *RespondResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondResponse.ProtoReflect.Descriptor instead.
+func (*RespondResponse) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RespondResponse) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// UpdateSessionRequest changes a session's mutable settings (AIP-134).
+type UpdateSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Session id.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// New values for the fields named in update_mask.
+	Options *v1.SessionOptions `protobuf:"bytes,2,opt,name=options,proto3" json:"options,omitempty"`
+	// New title, when "title" is in update_mask.
+	Title string `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	// The fields to change: "options.provider", "options.model",
+	// "options.approval", "options.approval_rules", "options.sandbox",
+	// "title". Required and non-empty.
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,4,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSessionRequest) Reset() {
+	*x = UpdateSessionRequest{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSessionRequest) ProtoMessage() {}
+
+func (x *UpdateSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSessionRequest.ProtoReflect.Descriptor instead.
+func (*UpdateSessionRequest) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *UpdateSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *UpdateSessionRequest) GetOptions() *v1.SessionOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *UpdateSessionRequest) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *UpdateSessionRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
+}
+
+// UpdateSessionResponse answers UpdateSession.
+type UpdateSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session after the change.
+	Session       *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSessionResponse) Reset() {
+	*x = UpdateSessionResponse{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSessionResponse) ProtoMessage() {}
+
+func (x *UpdateSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSessionResponse.ProtoReflect.Descriptor instead.
+func (*UpdateSessionResponse) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *UpdateSessionResponse) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+// ApproveRequest asks a remote approver about one tool call.
+type ApproveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Session id.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Tenant of the session.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Turn number.
+	Turn int32 `protobuf:"varint,3,opt,name=turn,proto3" json:"turn,omitempty"`
+	// The call (name, raw JSON arguments, context).
+	Execution *v12.ToolExecution `protobuf:"bytes,4,opt,name=execution,proto3" json:"execution,omitempty"`
+	// Why approval is needed.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The rule that asked, when one did.
+	Rule          string `protobuf:"bytes,6,opt,name=rule,proto3" json:"rule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveRequest) Reset() {
+	*x = ApproveRequest{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveRequest) ProtoMessage() {}
+
+func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
+func (*ApproveRequest) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ApproveRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ApproveRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ApproveRequest) GetTurn() int32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+func (x *ApproveRequest) GetExecution() *v12.ToolExecution {
+	if x != nil {
+		return x.Execution
+	}
+	return nil
+}
+
+func (x *ApproveRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ApproveRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+// ApproveResponse answers Approve.
+type ApproveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The verdict.
+	Verdict ApproverVerdict `protobuf:"varint,1,opt,name=verdict,proto3,enum=dsh.agent.v1.ApproverVerdict" json:"verdict,omitempty"`
+	// Message for the model (with a denial).
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveResponse) Reset() {
+	*x = ApproveResponse{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveResponse) ProtoMessage() {}
+
+func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveResponse.ProtoReflect.Descriptor instead.
+func (*ApproveResponse) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ApproveResponse) GetVerdict() ApproverVerdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return ApproverVerdict_APPROVER_VERDICT_UNSPECIFIED
+}
+
+func (x *ApproveResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 // PromptAllow lets the prompt through.
@@ -1405,7 +2182,7 @@ type PromptAllow struct {
 
 func (x *PromptAllow) Reset() {
 	*x = PromptAllow{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +2194,7 @@ func (x *PromptAllow) String() string {
 func (*PromptAllow) ProtoMessage() {}
 
 func (x *PromptAllow) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +2207,7 @@ func (x *PromptAllow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptAllow.ProtoReflect.Descriptor instead.
 func (*PromptAllow) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PromptAllow) GetReplaceContent() bool {
@@ -1465,7 +2242,7 @@ type PromptBlock struct {
 
 func (x *PromptBlock) Reset() {
 	*x = PromptBlock{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +2254,7 @@ func (x *PromptBlock) String() string {
 func (*PromptBlock) ProtoMessage() {}
 
 func (x *PromptBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +2267,7 @@ func (x *PromptBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptBlock.ProtoReflect.Descriptor instead.
 func (*PromptBlock) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PromptBlock) GetReason() string {
@@ -1516,7 +2293,7 @@ type PromptDecision struct {
 
 func (x *PromptDecision) Reset() {
 	*x = PromptDecision{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +2305,7 @@ func (x *PromptDecision) String() string {
 func (*PromptDecision) ProtoMessage() {}
 
 func (x *PromptDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +2318,7 @@ func (x *PromptDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptDecision.ProtoReflect.Descriptor instead.
 func (*PromptDecision) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PromptDecision) GetKind() isPromptDecision_Kind {
@@ -1600,7 +2377,7 @@ type ContinueReason struct {
 
 func (x *ContinueReason) Reset() {
 	*x = ContinueReason{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +2389,7 @@ func (x *ContinueReason) String() string {
 func (*ContinueReason) ProtoMessage() {}
 
 func (x *ContinueReason) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +2402,7 @@ func (x *ContinueReason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContinueReason.ProtoReflect.Descriptor instead.
 func (*ContinueReason) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ContinueReason) GetContent() []*v11.ContentBlock {
@@ -1653,7 +2430,7 @@ type ContinueTurn struct {
 
 func (x *ContinueTurn) Reset() {
 	*x = ContinueTurn{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +2442,7 @@ func (x *ContinueTurn) String() string {
 func (*ContinueTurn) ProtoMessage() {}
 
 func (x *ContinueTurn) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +2455,7 @@ func (x *ContinueTurn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContinueTurn.ProtoReflect.Descriptor instead.
 func (*ContinueTurn) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ContinueTurn) GetReason() *ContinueReason {
@@ -1697,7 +2474,7 @@ type StopTurn struct {
 
 func (x *StopTurn) Reset() {
 	*x = StopTurn{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +2486,7 @@ func (x *StopTurn) String() string {
 func (*StopTurn) ProtoMessage() {}
 
 func (x *StopTurn) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +2499,7 @@ func (x *StopTurn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopTurn.ProtoReflect.Descriptor instead.
 func (*StopTurn) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 // ContinuationDecision is an agent/turn-continuation answer.
@@ -1741,7 +2518,7 @@ type ContinuationDecision struct {
 
 func (x *ContinuationDecision) Reset() {
 	*x = ContinuationDecision{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +2530,7 @@ func (x *ContinuationDecision) String() string {
 func (*ContinuationDecision) ProtoMessage() {}
 
 func (x *ContinuationDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +2543,7 @@ func (x *ContinuationDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContinuationDecision.ProtoReflect.Descriptor instead.
 func (*ContinuationDecision) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ContinuationDecision) GetAction() isContinuationDecision_Action {
@@ -1821,7 +2598,7 @@ type RetryRequest struct {
 
 func (x *RetryRequest) Reset() {
 	*x = RetryRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +2610,7 @@ func (x *RetryRequest) String() string {
 func (*RetryRequest) ProtoMessage() {}
 
 func (x *RetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +2623,7 @@ func (x *RetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryRequest.ProtoReflect.Descriptor instead.
 func (*RetryRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 // FailRequest ends the turn with the failure.
@@ -1858,7 +2635,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +2647,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +2660,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 // RequestErrorDecision is an agent/request-error answer.
@@ -1902,7 +2679,7 @@ type RequestErrorDecision struct {
 
 func (x *RequestErrorDecision) Reset() {
 	*x = RequestErrorDecision{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2691,7 @@ func (x *RequestErrorDecision) String() string {
 func (*RequestErrorDecision) ProtoMessage() {}
 
 func (x *RequestErrorDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2704,7 @@ func (x *RequestErrorDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestErrorDecision.ProtoReflect.Descriptor instead.
 func (*RequestErrorDecision) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RequestErrorDecision) GetAction() isRequestErrorDecision_Action {
@@ -1992,7 +2769,7 @@ type PromptSubmitRequest struct {
 
 func (x *PromptSubmitRequest) Reset() {
 	*x = PromptSubmitRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2781,7 @@ func (x *PromptSubmitRequest) String() string {
 func (*PromptSubmitRequest) ProtoMessage() {}
 
 func (x *PromptSubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2794,7 @@ func (x *PromptSubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptSubmitRequest.ProtoReflect.Descriptor instead.
 func (*PromptSubmitRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PromptSubmitRequest) GetSessionId() string {
@@ -2066,7 +2843,7 @@ type PromptSubmitResponse struct {
 
 func (x *PromptSubmitResponse) Reset() {
 	*x = PromptSubmitResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2855,7 @@ func (x *PromptSubmitResponse) String() string {
 func (*PromptSubmitResponse) ProtoMessage() {}
 
 func (x *PromptSubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2868,7 @@ func (x *PromptSubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptSubmitResponse.ProtoReflect.Descriptor instead.
 func (*PromptSubmitResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PromptSubmitResponse) GetDecision() *PromptDecision {
@@ -2120,7 +2897,7 @@ type RequestErrorRequest struct {
 
 func (x *RequestErrorRequest) Reset() {
 	*x = RequestErrorRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2132,7 +2909,7 @@ func (x *RequestErrorRequest) String() string {
 func (*RequestErrorRequest) ProtoMessage() {}
 
 func (x *RequestErrorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2145,7 +2922,7 @@ func (x *RequestErrorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestErrorRequest.ProtoReflect.Descriptor instead.
 func (*RequestErrorRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RequestErrorRequest) GetSessionId() string {
@@ -2194,7 +2971,7 @@ type RequestErrorResponse struct {
 
 func (x *RequestErrorResponse) Reset() {
 	*x = RequestErrorResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2983,7 @@ func (x *RequestErrorResponse) String() string {
 func (*RequestErrorResponse) ProtoMessage() {}
 
 func (x *RequestErrorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2996,7 @@ func (x *RequestErrorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestErrorResponse.ProtoReflect.Descriptor instead.
 func (*RequestErrorResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RequestErrorResponse) GetDecision() *RequestErrorDecision {
@@ -2244,7 +3021,7 @@ type TurnContinuationRequest struct {
 
 func (x *TurnContinuationRequest) Reset() {
 	*x = TurnContinuationRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2256,7 +3033,7 @@ func (x *TurnContinuationRequest) String() string {
 func (*TurnContinuationRequest) ProtoMessage() {}
 
 func (x *TurnContinuationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2269,7 +3046,7 @@ func (x *TurnContinuationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnContinuationRequest.ProtoReflect.Descriptor instead.
 func (*TurnContinuationRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TurnContinuationRequest) GetSessionId() string {
@@ -2304,7 +3081,7 @@ type TurnContinuationResponse struct {
 
 func (x *TurnContinuationResponse) Reset() {
 	*x = TurnContinuationResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +3093,7 @@ func (x *TurnContinuationResponse) String() string {
 func (*TurnContinuationResponse) ProtoMessage() {}
 
 func (x *TurnContinuationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +3106,7 @@ func (x *TurnContinuationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnContinuationResponse.ProtoReflect.Descriptor instead.
 func (*TurnContinuationResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TurnContinuationResponse) GetDecision() *ContinuationDecision {
@@ -2352,7 +3129,7 @@ type TurnStopRequest struct {
 
 func (x *TurnStopRequest) Reset() {
 	*x = TurnStopRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +3141,7 @@ func (x *TurnStopRequest) String() string {
 func (*TurnStopRequest) ProtoMessage() {}
 
 func (x *TurnStopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +3154,7 @@ func (x *TurnStopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStopRequest.ProtoReflect.Descriptor instead.
 func (*TurnStopRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TurnStopRequest) GetSessionId() string {
@@ -2405,7 +3182,7 @@ type TurnStopResponse struct {
 
 func (x *TurnStopResponse) Reset() {
 	*x = TurnStopResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +3194,7 @@ func (x *TurnStopResponse) String() string {
 func (*TurnStopResponse) ProtoMessage() {}
 
 func (x *TurnStopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +3207,7 @@ func (x *TurnStopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStopResponse.ProtoReflect.Descriptor instead.
 func (*TurnStopResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TurnStopResponse) GetStop() bool {
@@ -2455,7 +3232,7 @@ type PreStepRequest struct {
 
 func (x *PreStepRequest) Reset() {
 	*x = PreStepRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +3244,7 @@ func (x *PreStepRequest) String() string {
 func (*PreStepRequest) ProtoMessage() {}
 
 func (x *PreStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +3257,7 @@ func (x *PreStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreStepRequest.ProtoReflect.Descriptor instead.
 func (*PreStepRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PreStepRequest) GetSessionId() string {
@@ -2515,7 +3292,7 @@ type PreStepResponse struct {
 
 func (x *PreStepResponse) Reset() {
 	*x = PreStepResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +3304,7 @@ func (x *PreStepResponse) String() string {
 func (*PreStepResponse) ProtoMessage() {}
 
 func (x *PreStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +3317,7 @@ func (x *PreStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreStepResponse.ProtoReflect.Descriptor instead.
 func (*PreStepResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PreStepResponse) GetContexts() []*v12.HookContext {
@@ -2566,7 +3343,7 @@ type PostStepRequest struct {
 
 func (x *PostStepRequest) Reset() {
 	*x = PostStepRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +3355,7 @@ func (x *PostStepRequest) String() string {
 func (*PostStepRequest) ProtoMessage() {}
 
 func (x *PostStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +3368,7 @@ func (x *PostStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostStepRequest.ProtoReflect.Descriptor instead.
 func (*PostStepRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PostStepRequest) GetSessionId() string {
@@ -2626,7 +3403,7 @@ type PostStepResponse struct {
 
 func (x *PostStepResponse) Reset() {
 	*x = PostStepResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +3415,7 @@ func (x *PostStepResponse) String() string {
 func (*PostStepResponse) ProtoMessage() {}
 
 func (x *PostStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +3428,7 @@ func (x *PostStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostStepResponse.ProtoReflect.Descriptor instead.
 func (*PostStepResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PostStepResponse) GetContexts() []*v12.HookContext {
@@ -2674,7 +3451,7 @@ type SessionStartRequest struct {
 
 func (x *SessionStartRequest) Reset() {
 	*x = SessionStartRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +3463,7 @@ func (x *SessionStartRequest) String() string {
 func (*SessionStartRequest) ProtoMessage() {}
 
 func (x *SessionStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +3476,7 @@ func (x *SessionStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStartRequest.ProtoReflect.Descriptor instead.
 func (*SessionStartRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SessionStartRequest) GetSessionId() string {
@@ -2727,7 +3504,7 @@ type SessionStartResponse struct {
 
 func (x *SessionStartResponse) Reset() {
 	*x = SessionStartResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +3516,7 @@ func (x *SessionStartResponse) String() string {
 func (*SessionStartResponse) ProtoMessage() {}
 
 func (x *SessionStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +3529,7 @@ func (x *SessionStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStartResponse.ProtoReflect.Descriptor instead.
 func (*SessionStartResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SessionStartResponse) GetContexts() []*v12.HookContext {
@@ -2766,15 +3543,24 @@ var File_dsh_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18dsh/agent/v1/agent.proto\x12\fdsh.agent.v1\x1a\x14dsh/llm/v1/llm.proto\x1a\x1cdsh/session/v1/session.proto\x1a\x18dsh/tools/v1/tools.proto\"\xd6\x01\n" +
+	"\x18dsh/agent/v1/agent.proto\x12\fdsh.agent.v1\x1a\x14dsh/llm/v1/llm.proto\x1a\x1cdsh/session/v1/session.proto\x1a\x18dsh/tools/v1/tools.proto\x1a google/protobuf/field_mask.proto\"\xf1\x02\n" +
 	"\aSession\x125\n" +
 	"\x06header\x18\x01 \x01(\v2\x1d.dsh.session.v1.SessionHeaderR\x06header\x121\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x19.dsh.agent.v1.AgentStatusR\x06status\x12\x19\n" +
 	"\bnext_seq\x18\x03 \x01(\x03R\anextSeq\x12 \n" +
 	"\topen_turn\x18\x04 \x01(\x05H\x00R\bopenTurn\x88\x01\x01\x12\x16\n" +
-	"\x06queued\x18\x05 \x01(\x05R\x06queuedB\f\n" +
+	"\x06queued\x18\x05 \x01(\x05R\x06queued\x126\n" +
+	"\apending\x18\x06 \x03(\v2\x1c.dsh.agent.v1.PendingRequestR\apending\x12\x14\n" +
+	"\x05title\x18\a \x01(\tR\x05title\x12K\n" +
+	"\x11effective_options\x18\b \x01(\v2\x1e.dsh.session.v1.SessionOptionsR\x10effectiveOptionsB\f\n" +
 	"\n" +
-	"_open_turn\"\x81\x01\n" +
+	"_open_turn\"\xb4\x01\n" +
+	"\x0ePendingRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12;\n" +
+	"\bapproval\x18\x03 \x01(\v2\x1d.dsh.session.v1.ApprovalAskedH\x00R\bapproval\x12;\n" +
+	"\bquestion\x18\x04 \x01(\v2\x1d.dsh.session.v1.QuestionAskedH\x00R\bquestionB\x06\n" +
+	"\x04kind\"\x81\x01\n" +
 	"\x14CreateSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -2786,11 +3572,12 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"E\n" +
 	"\x12GetSessionResponse\x12/\n" +
-	"\asession\x18\x01 \x01(\v2\x15.dsh.agent.v1.SessionR\asession\"Q\n" +
+	"\asession\x18\x01 \x01(\v2\x15.dsh.agent.v1.SessionR\asession\"i\n" +
 	"\x13ListSessionsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"q\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"q\n" +
 	"\x14ListSessionsResponse\x121\n" +
 	"\bsessions\x18\x01 \x03(\v2\x15.dsh.agent.v1.SessionR\bsessions\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x92\x01\n" +
@@ -2848,7 +3635,42 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"F\n" +
 	"\x13GetMessagesResponse\x12/\n" +
-	"\bmessages\x18\x01 \x03(\v2\x13.dsh.llm.v1.MessageR\bmessages\"\xb6\x01\n" +
+	"\bmessages\x18\x01 \x03(\v2\x13.dsh.llm.v1.MessageR\bmessages\"h\n" +
+	"\x10ApprovalResponse\x12:\n" +
+	"\bdecision\x18\x01 \x01(\x0e2\x1e.dsh.agent.v1.ApprovalDecisionR\bdecision\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"L\n" +
+	"\x10QuestionResponse\x128\n" +
+	"\aanswers\x18\x01 \x03(\v2\x1e.dsh.session.v1.QuestionAnswerR\aanswers\"\xd4\x01\n" +
+	"\x0eRespondRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12<\n" +
+	"\bapproval\x18\x03 \x01(\v2\x1e.dsh.agent.v1.ApprovalResponseH\x00R\bapproval\x12<\n" +
+	"\bquestion\x18\x04 \x01(\v2\x1e.dsh.agent.v1.QuestionResponseH\x00R\bquestionB\b\n" +
+	"\x06answer\"#\n" +
+	"\x0fRespondResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\xc2\x01\n" +
+	"\x14UpdateSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x128\n" +
+	"\aoptions\x18\x02 \x01(\v2\x1e.dsh.session.v1.SessionOptionsR\aoptions\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\x12;\n" +
+	"\vupdate_mask\x18\x04 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\"H\n" +
+	"\x15UpdateSessionResponse\x12/\n" +
+	"\asession\x18\x01 \x01(\v2\x15.dsh.agent.v1.SessionR\asession\"\xc2\x01\n" +
+	"\x0eApproveRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04turn\x18\x03 \x01(\x05R\x04turn\x129\n" +
+	"\texecution\x18\x04 \x01(\v2\x1b.dsh.tools.v1.ToolExecutionR\texecution\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04rule\x18\x06 \x01(\tR\x04rule\"d\n" +
+	"\x0fApproveResponse\x127\n" +
+	"\averdict\x18\x01 \x01(\x0e2\x1d.dsh.agent.v1.ApproverVerdictR\averdict\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xb6\x01\n" +
 	"\vPromptAllow\x12'\n" +
 	"\x0freplace_content\x18\x01 \x01(\bR\x0ereplaceContent\x122\n" +
 	"\acontent\x18\x02 \x03(\v2\x18.dsh.llm.v1.ContentBlockR\acontent\x12J\n" +
@@ -2936,7 +3758,17 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\vCancelCause\x12\x1c\n" +
 	"\x18CANCEL_CAUSE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CANCEL_CAUSE_USER\x10\x01\x12\x17\n" +
-	"\x13CANCEL_CAUSE_PARENT\x10\x022\xe7\x06\n" +
+	"\x13CANCEL_CAUSE_PARENT\x10\x02*\x9e\x01\n" +
+	"\x10ApprovalDecision\x12!\n" +
+	"\x1dAPPROVAL_DECISION_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cAPPROVAL_DECISION_ALLOW_ONCE\x10\x01\x12'\n" +
+	"#APPROVAL_DECISION_ALLOW_FOR_SESSION\x10\x02\x12\x1c\n" +
+	"\x18APPROVAL_DECISION_REJECT\x10\x03*\x85\x01\n" +
+	"\x0fApproverVerdict\x12 \n" +
+	"\x1cAPPROVER_VERDICT_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16APPROVER_VERDICT_ALLOW\x10\x01\x12\x19\n" +
+	"\x15APPROVER_VERDICT_DENY\x10\x02\x12\x19\n" +
+	"\x15APPROVER_VERDICT_PASS\x10\x032\x89\b\n" +
 	"\fAgentService\x12X\n" +
 	"\rCreateSession\x12\".dsh.agent.v1.CreateSessionRequest\x1a#.dsh.agent.v1.CreateSessionResponse\x12O\n" +
 	"\n" +
@@ -2949,7 +3781,11 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\x06Cancel\x12\x1b.dsh.agent.v1.CancelRequest\x1a\x1c.dsh.agent.v1.CancelResponse\x12I\n" +
 	"\bWaitIdle\x12\x1d.dsh.agent.v1.WaitIdleRequest\x1a\x1e.dsh.agent.v1.WaitIdleResponse\x12W\n" +
 	"\fStreamEvents\x12!.dsh.agent.v1.StreamEventsRequest\x1a\".dsh.agent.v1.StreamEventsResponse0\x01\x12R\n" +
-	"\vGetMessages\x12 .dsh.agent.v1.GetMessagesRequest\x1a!.dsh.agent.v1.GetMessagesResponse2\xd2\x04\n" +
+	"\vGetMessages\x12 .dsh.agent.v1.GetMessagesRequest\x1a!.dsh.agent.v1.GetMessagesResponse\x12F\n" +
+	"\aRespond\x12\x1c.dsh.agent.v1.RespondRequest\x1a\x1d.dsh.agent.v1.RespondResponse\x12X\n" +
+	"\rUpdateSession\x12\".dsh.agent.v1.UpdateSessionRequest\x1a#.dsh.agent.v1.UpdateSessionResponse2R\n" +
+	"\bApprover\x12F\n" +
+	"\aApprove\x12\x1c.dsh.agent.v1.ApproveRequest\x1a\x1d.dsh.agent.v1.ApproveResponse2\xd2\x04\n" +
 	"\n" +
 	"AgentHooks\x12U\n" +
 	"\fPromptSubmit\x12!.dsh.agent.v1.PromptSubmitRequest\x1a\".dsh.agent.v1.PromptSubmitResponse\x12U\n" +
@@ -2974,153 +3810,188 @@ func file_dsh_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_dsh_agent_v1_agent_proto_rawDescData
 }
 
-var file_dsh_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_dsh_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_dsh_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_dsh_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_dsh_agent_v1_agent_proto_goTypes = []any{
 	(AgentStatus)(0),                 // 0: dsh.agent.v1.AgentStatus
 	(CancelCause)(0),                 // 1: dsh.agent.v1.CancelCause
-	(*Session)(nil),                  // 2: dsh.agent.v1.Session
-	(*CreateSessionRequest)(nil),     // 3: dsh.agent.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),    // 4: dsh.agent.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),        // 5: dsh.agent.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),       // 6: dsh.agent.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),      // 7: dsh.agent.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),     // 8: dsh.agent.v1.ListSessionsResponse
-	(*ForkSessionRequest)(nil),       // 9: dsh.agent.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),      // 10: dsh.agent.v1.ForkSessionResponse
-	(*SendRequest)(nil),              // 11: dsh.agent.v1.SendRequest
-	(*SendResponse)(nil),             // 12: dsh.agent.v1.SendResponse
-	(*SteerRequest)(nil),             // 13: dsh.agent.v1.SteerRequest
-	(*SteerResponse)(nil),            // 14: dsh.agent.v1.SteerResponse
-	(*InjectRequest)(nil),            // 15: dsh.agent.v1.InjectRequest
-	(*InjectResponse)(nil),           // 16: dsh.agent.v1.InjectResponse
-	(*CancelRequest)(nil),            // 17: dsh.agent.v1.CancelRequest
-	(*CancelResponse)(nil),           // 18: dsh.agent.v1.CancelResponse
-	(*WaitIdleRequest)(nil),          // 19: dsh.agent.v1.WaitIdleRequest
-	(*WaitIdleResponse)(nil),         // 20: dsh.agent.v1.WaitIdleResponse
-	(*StreamEventsRequest)(nil),      // 21: dsh.agent.v1.StreamEventsRequest
-	(*StreamEventsResponse)(nil),     // 22: dsh.agent.v1.StreamEventsResponse
-	(*GetMessagesRequest)(nil),       // 23: dsh.agent.v1.GetMessagesRequest
-	(*GetMessagesResponse)(nil),      // 24: dsh.agent.v1.GetMessagesResponse
-	(*PromptAllow)(nil),              // 25: dsh.agent.v1.PromptAllow
-	(*PromptBlock)(nil),              // 26: dsh.agent.v1.PromptBlock
-	(*PromptDecision)(nil),           // 27: dsh.agent.v1.PromptDecision
-	(*ContinueReason)(nil),           // 28: dsh.agent.v1.ContinueReason
-	(*ContinueTurn)(nil),             // 29: dsh.agent.v1.ContinueTurn
-	(*StopTurn)(nil),                 // 30: dsh.agent.v1.StopTurn
-	(*ContinuationDecision)(nil),     // 31: dsh.agent.v1.ContinuationDecision
-	(*RetryRequest)(nil),             // 32: dsh.agent.v1.RetryRequest
-	(*FailRequest)(nil),              // 33: dsh.agent.v1.FailRequest
-	(*RequestErrorDecision)(nil),     // 34: dsh.agent.v1.RequestErrorDecision
-	(*PromptSubmitRequest)(nil),      // 35: dsh.agent.v1.PromptSubmitRequest
-	(*PromptSubmitResponse)(nil),     // 36: dsh.agent.v1.PromptSubmitResponse
-	(*RequestErrorRequest)(nil),      // 37: dsh.agent.v1.RequestErrorRequest
-	(*RequestErrorResponse)(nil),     // 38: dsh.agent.v1.RequestErrorResponse
-	(*TurnContinuationRequest)(nil),  // 39: dsh.agent.v1.TurnContinuationRequest
-	(*TurnContinuationResponse)(nil), // 40: dsh.agent.v1.TurnContinuationResponse
-	(*TurnStopRequest)(nil),          // 41: dsh.agent.v1.TurnStopRequest
-	(*TurnStopResponse)(nil),         // 42: dsh.agent.v1.TurnStopResponse
-	(*PreStepRequest)(nil),           // 43: dsh.agent.v1.PreStepRequest
-	(*PreStepResponse)(nil),          // 44: dsh.agent.v1.PreStepResponse
-	(*PostStepRequest)(nil),          // 45: dsh.agent.v1.PostStepRequest
-	(*PostStepResponse)(nil),         // 46: dsh.agent.v1.PostStepResponse
-	(*SessionStartRequest)(nil),      // 47: dsh.agent.v1.SessionStartRequest
-	(*SessionStartResponse)(nil),     // 48: dsh.agent.v1.SessionStartResponse
-	(*v1.SessionHeader)(nil),         // 49: dsh.session.v1.SessionHeader
-	(*v1.SessionOptions)(nil),        // 50: dsh.session.v1.SessionOptions
-	(*v11.ContentBlock)(nil),         // 51: dsh.llm.v1.ContentBlock
-	(*v11.MessageSource)(nil),        // 52: dsh.llm.v1.MessageSource
-	(*v12.HookContext)(nil),          // 53: dsh.tools.v1.HookContext
-	(*v1.SessionEvent)(nil),          // 54: dsh.session.v1.SessionEvent
-	(*v11.Message)(nil),              // 55: dsh.llm.v1.Message
-	(*v11.LlmFailure)(nil),           // 56: dsh.llm.v1.LlmFailure
+	(ApprovalDecision)(0),            // 2: dsh.agent.v1.ApprovalDecision
+	(ApproverVerdict)(0),             // 3: dsh.agent.v1.ApproverVerdict
+	(*Session)(nil),                  // 4: dsh.agent.v1.Session
+	(*PendingRequest)(nil),           // 5: dsh.agent.v1.PendingRequest
+	(*CreateSessionRequest)(nil),     // 6: dsh.agent.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),    // 7: dsh.agent.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),        // 8: dsh.agent.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),       // 9: dsh.agent.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),      // 10: dsh.agent.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),     // 11: dsh.agent.v1.ListSessionsResponse
+	(*ForkSessionRequest)(nil),       // 12: dsh.agent.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),      // 13: dsh.agent.v1.ForkSessionResponse
+	(*SendRequest)(nil),              // 14: dsh.agent.v1.SendRequest
+	(*SendResponse)(nil),             // 15: dsh.agent.v1.SendResponse
+	(*SteerRequest)(nil),             // 16: dsh.agent.v1.SteerRequest
+	(*SteerResponse)(nil),            // 17: dsh.agent.v1.SteerResponse
+	(*InjectRequest)(nil),            // 18: dsh.agent.v1.InjectRequest
+	(*InjectResponse)(nil),           // 19: dsh.agent.v1.InjectResponse
+	(*CancelRequest)(nil),            // 20: dsh.agent.v1.CancelRequest
+	(*CancelResponse)(nil),           // 21: dsh.agent.v1.CancelResponse
+	(*WaitIdleRequest)(nil),          // 22: dsh.agent.v1.WaitIdleRequest
+	(*WaitIdleResponse)(nil),         // 23: dsh.agent.v1.WaitIdleResponse
+	(*StreamEventsRequest)(nil),      // 24: dsh.agent.v1.StreamEventsRequest
+	(*StreamEventsResponse)(nil),     // 25: dsh.agent.v1.StreamEventsResponse
+	(*GetMessagesRequest)(nil),       // 26: dsh.agent.v1.GetMessagesRequest
+	(*GetMessagesResponse)(nil),      // 27: dsh.agent.v1.GetMessagesResponse
+	(*ApprovalResponse)(nil),         // 28: dsh.agent.v1.ApprovalResponse
+	(*QuestionResponse)(nil),         // 29: dsh.agent.v1.QuestionResponse
+	(*RespondRequest)(nil),           // 30: dsh.agent.v1.RespondRequest
+	(*RespondResponse)(nil),          // 31: dsh.agent.v1.RespondResponse
+	(*UpdateSessionRequest)(nil),     // 32: dsh.agent.v1.UpdateSessionRequest
+	(*UpdateSessionResponse)(nil),    // 33: dsh.agent.v1.UpdateSessionResponse
+	(*ApproveRequest)(nil),           // 34: dsh.agent.v1.ApproveRequest
+	(*ApproveResponse)(nil),          // 35: dsh.agent.v1.ApproveResponse
+	(*PromptAllow)(nil),              // 36: dsh.agent.v1.PromptAllow
+	(*PromptBlock)(nil),              // 37: dsh.agent.v1.PromptBlock
+	(*PromptDecision)(nil),           // 38: dsh.agent.v1.PromptDecision
+	(*ContinueReason)(nil),           // 39: dsh.agent.v1.ContinueReason
+	(*ContinueTurn)(nil),             // 40: dsh.agent.v1.ContinueTurn
+	(*StopTurn)(nil),                 // 41: dsh.agent.v1.StopTurn
+	(*ContinuationDecision)(nil),     // 42: dsh.agent.v1.ContinuationDecision
+	(*RetryRequest)(nil),             // 43: dsh.agent.v1.RetryRequest
+	(*FailRequest)(nil),              // 44: dsh.agent.v1.FailRequest
+	(*RequestErrorDecision)(nil),     // 45: dsh.agent.v1.RequestErrorDecision
+	(*PromptSubmitRequest)(nil),      // 46: dsh.agent.v1.PromptSubmitRequest
+	(*PromptSubmitResponse)(nil),     // 47: dsh.agent.v1.PromptSubmitResponse
+	(*RequestErrorRequest)(nil),      // 48: dsh.agent.v1.RequestErrorRequest
+	(*RequestErrorResponse)(nil),     // 49: dsh.agent.v1.RequestErrorResponse
+	(*TurnContinuationRequest)(nil),  // 50: dsh.agent.v1.TurnContinuationRequest
+	(*TurnContinuationResponse)(nil), // 51: dsh.agent.v1.TurnContinuationResponse
+	(*TurnStopRequest)(nil),          // 52: dsh.agent.v1.TurnStopRequest
+	(*TurnStopResponse)(nil),         // 53: dsh.agent.v1.TurnStopResponse
+	(*PreStepRequest)(nil),           // 54: dsh.agent.v1.PreStepRequest
+	(*PreStepResponse)(nil),          // 55: dsh.agent.v1.PreStepResponse
+	(*PostStepRequest)(nil),          // 56: dsh.agent.v1.PostStepRequest
+	(*PostStepResponse)(nil),         // 57: dsh.agent.v1.PostStepResponse
+	(*SessionStartRequest)(nil),      // 58: dsh.agent.v1.SessionStartRequest
+	(*SessionStartResponse)(nil),     // 59: dsh.agent.v1.SessionStartResponse
+	(*v1.SessionHeader)(nil),         // 60: dsh.session.v1.SessionHeader
+	(*v1.SessionOptions)(nil),        // 61: dsh.session.v1.SessionOptions
+	(*v1.ApprovalAsked)(nil),         // 62: dsh.session.v1.ApprovalAsked
+	(*v1.QuestionAsked)(nil),         // 63: dsh.session.v1.QuestionAsked
+	(*v11.ContentBlock)(nil),         // 64: dsh.llm.v1.ContentBlock
+	(*v11.MessageSource)(nil),        // 65: dsh.llm.v1.MessageSource
+	(*v12.HookContext)(nil),          // 66: dsh.tools.v1.HookContext
+	(*v1.SessionEvent)(nil),          // 67: dsh.session.v1.SessionEvent
+	(*v11.Message)(nil),              // 68: dsh.llm.v1.Message
+	(*v1.QuestionAnswer)(nil),        // 69: dsh.session.v1.QuestionAnswer
+	(*fieldmaskpb.FieldMask)(nil),    // 70: google.protobuf.FieldMask
+	(*v12.ToolExecution)(nil),        // 71: dsh.tools.v1.ToolExecution
+	(*v11.LlmFailure)(nil),           // 72: dsh.llm.v1.LlmFailure
 }
 var file_dsh_agent_v1_agent_proto_depIdxs = []int32{
-	49, // 0: dsh.agent.v1.Session.header:type_name -> dsh.session.v1.SessionHeader
+	60, // 0: dsh.agent.v1.Session.header:type_name -> dsh.session.v1.SessionHeader
 	0,  // 1: dsh.agent.v1.Session.status:type_name -> dsh.agent.v1.AgentStatus
-	50, // 2: dsh.agent.v1.CreateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
-	2,  // 3: dsh.agent.v1.CreateSessionResponse.session:type_name -> dsh.agent.v1.Session
-	2,  // 4: dsh.agent.v1.GetSessionResponse.session:type_name -> dsh.agent.v1.Session
-	2,  // 5: dsh.agent.v1.ListSessionsResponse.sessions:type_name -> dsh.agent.v1.Session
-	2,  // 6: dsh.agent.v1.ForkSessionResponse.session:type_name -> dsh.agent.v1.Session
-	51, // 7: dsh.agent.v1.SendRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	52, // 8: dsh.agent.v1.SendRequest.source:type_name -> dsh.llm.v1.MessageSource
-	53, // 9: dsh.agent.v1.SendRequest.contexts:type_name -> dsh.tools.v1.HookContext
-	0,  // 10: dsh.agent.v1.SendResponse.status:type_name -> dsh.agent.v1.AgentStatus
-	51, // 11: dsh.agent.v1.SteerRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	52, // 12: dsh.agent.v1.SteerRequest.source:type_name -> dsh.llm.v1.MessageSource
-	53, // 13: dsh.agent.v1.SteerRequest.contexts:type_name -> dsh.tools.v1.HookContext
-	0,  // 14: dsh.agent.v1.SteerResponse.status:type_name -> dsh.agent.v1.AgentStatus
-	51, // 15: dsh.agent.v1.InjectRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	52, // 16: dsh.agent.v1.InjectRequest.source:type_name -> dsh.llm.v1.MessageSource
-	1,  // 17: dsh.agent.v1.CancelRequest.cause:type_name -> dsh.agent.v1.CancelCause
-	2,  // 18: dsh.agent.v1.WaitIdleResponse.session:type_name -> dsh.agent.v1.Session
-	54, // 19: dsh.agent.v1.StreamEventsResponse.event:type_name -> dsh.session.v1.SessionEvent
-	55, // 20: dsh.agent.v1.GetMessagesResponse.messages:type_name -> dsh.llm.v1.Message
-	51, // 21: dsh.agent.v1.PromptAllow.content:type_name -> dsh.llm.v1.ContentBlock
-	53, // 22: dsh.agent.v1.PromptAllow.additional_contexts:type_name -> dsh.tools.v1.HookContext
-	25, // 23: dsh.agent.v1.PromptDecision.allow:type_name -> dsh.agent.v1.PromptAllow
-	26, // 24: dsh.agent.v1.PromptDecision.block:type_name -> dsh.agent.v1.PromptBlock
-	51, // 25: dsh.agent.v1.ContinueReason.content:type_name -> dsh.llm.v1.ContentBlock
-	52, // 26: dsh.agent.v1.ContinueReason.source:type_name -> dsh.llm.v1.MessageSource
-	28, // 27: dsh.agent.v1.ContinueTurn.reason:type_name -> dsh.agent.v1.ContinueReason
-	30, // 28: dsh.agent.v1.ContinuationDecision.stop:type_name -> dsh.agent.v1.StopTurn
-	29, // 29: dsh.agent.v1.ContinuationDecision.continue:type_name -> dsh.agent.v1.ContinueTurn
-	33, // 30: dsh.agent.v1.RequestErrorDecision.fail:type_name -> dsh.agent.v1.FailRequest
-	32, // 31: dsh.agent.v1.RequestErrorDecision.retry:type_name -> dsh.agent.v1.RetryRequest
-	51, // 32: dsh.agent.v1.PromptSubmitRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	52, // 33: dsh.agent.v1.PromptSubmitRequest.source:type_name -> dsh.llm.v1.MessageSource
-	27, // 34: dsh.agent.v1.PromptSubmitRequest.current:type_name -> dsh.agent.v1.PromptDecision
-	27, // 35: dsh.agent.v1.PromptSubmitResponse.decision:type_name -> dsh.agent.v1.PromptDecision
-	56, // 36: dsh.agent.v1.RequestErrorRequest.failure:type_name -> dsh.llm.v1.LlmFailure
-	56, // 37: dsh.agent.v1.RequestErrorRequest.prior_failures:type_name -> dsh.llm.v1.LlmFailure
-	34, // 38: dsh.agent.v1.RequestErrorResponse.decision:type_name -> dsh.agent.v1.RequestErrorDecision
-	31, // 39: dsh.agent.v1.TurnContinuationRequest.current:type_name -> dsh.agent.v1.ContinuationDecision
-	31, // 40: dsh.agent.v1.TurnContinuationResponse.decision:type_name -> dsh.agent.v1.ContinuationDecision
-	53, // 41: dsh.agent.v1.PreStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
-	53, // 42: dsh.agent.v1.PostStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
-	53, // 43: dsh.agent.v1.SessionStartResponse.contexts:type_name -> dsh.tools.v1.HookContext
-	3,  // 44: dsh.agent.v1.AgentService.CreateSession:input_type -> dsh.agent.v1.CreateSessionRequest
-	5,  // 45: dsh.agent.v1.AgentService.GetSession:input_type -> dsh.agent.v1.GetSessionRequest
-	7,  // 46: dsh.agent.v1.AgentService.ListSessions:input_type -> dsh.agent.v1.ListSessionsRequest
-	9,  // 47: dsh.agent.v1.AgentService.ForkSession:input_type -> dsh.agent.v1.ForkSessionRequest
-	11, // 48: dsh.agent.v1.AgentService.Send:input_type -> dsh.agent.v1.SendRequest
-	13, // 49: dsh.agent.v1.AgentService.Steer:input_type -> dsh.agent.v1.SteerRequest
-	15, // 50: dsh.agent.v1.AgentService.Inject:input_type -> dsh.agent.v1.InjectRequest
-	17, // 51: dsh.agent.v1.AgentService.Cancel:input_type -> dsh.agent.v1.CancelRequest
-	19, // 52: dsh.agent.v1.AgentService.WaitIdle:input_type -> dsh.agent.v1.WaitIdleRequest
-	21, // 53: dsh.agent.v1.AgentService.StreamEvents:input_type -> dsh.agent.v1.StreamEventsRequest
-	23, // 54: dsh.agent.v1.AgentService.GetMessages:input_type -> dsh.agent.v1.GetMessagesRequest
-	35, // 55: dsh.agent.v1.AgentHooks.PromptSubmit:input_type -> dsh.agent.v1.PromptSubmitRequest
-	37, // 56: dsh.agent.v1.AgentHooks.RequestError:input_type -> dsh.agent.v1.RequestErrorRequest
-	39, // 57: dsh.agent.v1.AgentHooks.TurnContinuation:input_type -> dsh.agent.v1.TurnContinuationRequest
-	41, // 58: dsh.agent.v1.AgentHooks.TurnStop:input_type -> dsh.agent.v1.TurnStopRequest
-	43, // 59: dsh.agent.v1.AgentHooks.PreStep:input_type -> dsh.agent.v1.PreStepRequest
-	45, // 60: dsh.agent.v1.AgentHooks.PostStep:input_type -> dsh.agent.v1.PostStepRequest
-	47, // 61: dsh.agent.v1.AgentHooks.SessionStart:input_type -> dsh.agent.v1.SessionStartRequest
-	4,  // 62: dsh.agent.v1.AgentService.CreateSession:output_type -> dsh.agent.v1.CreateSessionResponse
-	6,  // 63: dsh.agent.v1.AgentService.GetSession:output_type -> dsh.agent.v1.GetSessionResponse
-	8,  // 64: dsh.agent.v1.AgentService.ListSessions:output_type -> dsh.agent.v1.ListSessionsResponse
-	10, // 65: dsh.agent.v1.AgentService.ForkSession:output_type -> dsh.agent.v1.ForkSessionResponse
-	12, // 66: dsh.agent.v1.AgentService.Send:output_type -> dsh.agent.v1.SendResponse
-	14, // 67: dsh.agent.v1.AgentService.Steer:output_type -> dsh.agent.v1.SteerResponse
-	16, // 68: dsh.agent.v1.AgentService.Inject:output_type -> dsh.agent.v1.InjectResponse
-	18, // 69: dsh.agent.v1.AgentService.Cancel:output_type -> dsh.agent.v1.CancelResponse
-	20, // 70: dsh.agent.v1.AgentService.WaitIdle:output_type -> dsh.agent.v1.WaitIdleResponse
-	22, // 71: dsh.agent.v1.AgentService.StreamEvents:output_type -> dsh.agent.v1.StreamEventsResponse
-	24, // 72: dsh.agent.v1.AgentService.GetMessages:output_type -> dsh.agent.v1.GetMessagesResponse
-	36, // 73: dsh.agent.v1.AgentHooks.PromptSubmit:output_type -> dsh.agent.v1.PromptSubmitResponse
-	38, // 74: dsh.agent.v1.AgentHooks.RequestError:output_type -> dsh.agent.v1.RequestErrorResponse
-	40, // 75: dsh.agent.v1.AgentHooks.TurnContinuation:output_type -> dsh.agent.v1.TurnContinuationResponse
-	42, // 76: dsh.agent.v1.AgentHooks.TurnStop:output_type -> dsh.agent.v1.TurnStopResponse
-	44, // 77: dsh.agent.v1.AgentHooks.PreStep:output_type -> dsh.agent.v1.PreStepResponse
-	46, // 78: dsh.agent.v1.AgentHooks.PostStep:output_type -> dsh.agent.v1.PostStepResponse
-	48, // 79: dsh.agent.v1.AgentHooks.SessionStart:output_type -> dsh.agent.v1.SessionStartResponse
-	62, // [62:80] is the sub-list for method output_type
-	44, // [44:62] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	5,  // 2: dsh.agent.v1.Session.pending:type_name -> dsh.agent.v1.PendingRequest
+	61, // 3: dsh.agent.v1.Session.effective_options:type_name -> dsh.session.v1.SessionOptions
+	62, // 4: dsh.agent.v1.PendingRequest.approval:type_name -> dsh.session.v1.ApprovalAsked
+	63, // 5: dsh.agent.v1.PendingRequest.question:type_name -> dsh.session.v1.QuestionAsked
+	61, // 6: dsh.agent.v1.CreateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
+	4,  // 7: dsh.agent.v1.CreateSessionResponse.session:type_name -> dsh.agent.v1.Session
+	4,  // 8: dsh.agent.v1.GetSessionResponse.session:type_name -> dsh.agent.v1.Session
+	4,  // 9: dsh.agent.v1.ListSessionsResponse.sessions:type_name -> dsh.agent.v1.Session
+	4,  // 10: dsh.agent.v1.ForkSessionResponse.session:type_name -> dsh.agent.v1.Session
+	64, // 11: dsh.agent.v1.SendRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	65, // 12: dsh.agent.v1.SendRequest.source:type_name -> dsh.llm.v1.MessageSource
+	66, // 13: dsh.agent.v1.SendRequest.contexts:type_name -> dsh.tools.v1.HookContext
+	0,  // 14: dsh.agent.v1.SendResponse.status:type_name -> dsh.agent.v1.AgentStatus
+	64, // 15: dsh.agent.v1.SteerRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	65, // 16: dsh.agent.v1.SteerRequest.source:type_name -> dsh.llm.v1.MessageSource
+	66, // 17: dsh.agent.v1.SteerRequest.contexts:type_name -> dsh.tools.v1.HookContext
+	0,  // 18: dsh.agent.v1.SteerResponse.status:type_name -> dsh.agent.v1.AgentStatus
+	64, // 19: dsh.agent.v1.InjectRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	65, // 20: dsh.agent.v1.InjectRequest.source:type_name -> dsh.llm.v1.MessageSource
+	1,  // 21: dsh.agent.v1.CancelRequest.cause:type_name -> dsh.agent.v1.CancelCause
+	4,  // 22: dsh.agent.v1.WaitIdleResponse.session:type_name -> dsh.agent.v1.Session
+	67, // 23: dsh.agent.v1.StreamEventsResponse.event:type_name -> dsh.session.v1.SessionEvent
+	68, // 24: dsh.agent.v1.GetMessagesResponse.messages:type_name -> dsh.llm.v1.Message
+	2,  // 25: dsh.agent.v1.ApprovalResponse.decision:type_name -> dsh.agent.v1.ApprovalDecision
+	69, // 26: dsh.agent.v1.QuestionResponse.answers:type_name -> dsh.session.v1.QuestionAnswer
+	28, // 27: dsh.agent.v1.RespondRequest.approval:type_name -> dsh.agent.v1.ApprovalResponse
+	29, // 28: dsh.agent.v1.RespondRequest.question:type_name -> dsh.agent.v1.QuestionResponse
+	61, // 29: dsh.agent.v1.UpdateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
+	70, // 30: dsh.agent.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
+	4,  // 31: dsh.agent.v1.UpdateSessionResponse.session:type_name -> dsh.agent.v1.Session
+	71, // 32: dsh.agent.v1.ApproveRequest.execution:type_name -> dsh.tools.v1.ToolExecution
+	3,  // 33: dsh.agent.v1.ApproveResponse.verdict:type_name -> dsh.agent.v1.ApproverVerdict
+	64, // 34: dsh.agent.v1.PromptAllow.content:type_name -> dsh.llm.v1.ContentBlock
+	66, // 35: dsh.agent.v1.PromptAllow.additional_contexts:type_name -> dsh.tools.v1.HookContext
+	36, // 36: dsh.agent.v1.PromptDecision.allow:type_name -> dsh.agent.v1.PromptAllow
+	37, // 37: dsh.agent.v1.PromptDecision.block:type_name -> dsh.agent.v1.PromptBlock
+	64, // 38: dsh.agent.v1.ContinueReason.content:type_name -> dsh.llm.v1.ContentBlock
+	65, // 39: dsh.agent.v1.ContinueReason.source:type_name -> dsh.llm.v1.MessageSource
+	39, // 40: dsh.agent.v1.ContinueTurn.reason:type_name -> dsh.agent.v1.ContinueReason
+	41, // 41: dsh.agent.v1.ContinuationDecision.stop:type_name -> dsh.agent.v1.StopTurn
+	40, // 42: dsh.agent.v1.ContinuationDecision.continue:type_name -> dsh.agent.v1.ContinueTurn
+	44, // 43: dsh.agent.v1.RequestErrorDecision.fail:type_name -> dsh.agent.v1.FailRequest
+	43, // 44: dsh.agent.v1.RequestErrorDecision.retry:type_name -> dsh.agent.v1.RetryRequest
+	64, // 45: dsh.agent.v1.PromptSubmitRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	65, // 46: dsh.agent.v1.PromptSubmitRequest.source:type_name -> dsh.llm.v1.MessageSource
+	38, // 47: dsh.agent.v1.PromptSubmitRequest.current:type_name -> dsh.agent.v1.PromptDecision
+	38, // 48: dsh.agent.v1.PromptSubmitResponse.decision:type_name -> dsh.agent.v1.PromptDecision
+	72, // 49: dsh.agent.v1.RequestErrorRequest.failure:type_name -> dsh.llm.v1.LlmFailure
+	72, // 50: dsh.agent.v1.RequestErrorRequest.prior_failures:type_name -> dsh.llm.v1.LlmFailure
+	45, // 51: dsh.agent.v1.RequestErrorResponse.decision:type_name -> dsh.agent.v1.RequestErrorDecision
+	42, // 52: dsh.agent.v1.TurnContinuationRequest.current:type_name -> dsh.agent.v1.ContinuationDecision
+	42, // 53: dsh.agent.v1.TurnContinuationResponse.decision:type_name -> dsh.agent.v1.ContinuationDecision
+	66, // 54: dsh.agent.v1.PreStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
+	66, // 55: dsh.agent.v1.PostStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
+	66, // 56: dsh.agent.v1.SessionStartResponse.contexts:type_name -> dsh.tools.v1.HookContext
+	6,  // 57: dsh.agent.v1.AgentService.CreateSession:input_type -> dsh.agent.v1.CreateSessionRequest
+	8,  // 58: dsh.agent.v1.AgentService.GetSession:input_type -> dsh.agent.v1.GetSessionRequest
+	10, // 59: dsh.agent.v1.AgentService.ListSessions:input_type -> dsh.agent.v1.ListSessionsRequest
+	12, // 60: dsh.agent.v1.AgentService.ForkSession:input_type -> dsh.agent.v1.ForkSessionRequest
+	14, // 61: dsh.agent.v1.AgentService.Send:input_type -> dsh.agent.v1.SendRequest
+	16, // 62: dsh.agent.v1.AgentService.Steer:input_type -> dsh.agent.v1.SteerRequest
+	18, // 63: dsh.agent.v1.AgentService.Inject:input_type -> dsh.agent.v1.InjectRequest
+	20, // 64: dsh.agent.v1.AgentService.Cancel:input_type -> dsh.agent.v1.CancelRequest
+	22, // 65: dsh.agent.v1.AgentService.WaitIdle:input_type -> dsh.agent.v1.WaitIdleRequest
+	24, // 66: dsh.agent.v1.AgentService.StreamEvents:input_type -> dsh.agent.v1.StreamEventsRequest
+	26, // 67: dsh.agent.v1.AgentService.GetMessages:input_type -> dsh.agent.v1.GetMessagesRequest
+	30, // 68: dsh.agent.v1.AgentService.Respond:input_type -> dsh.agent.v1.RespondRequest
+	32, // 69: dsh.agent.v1.AgentService.UpdateSession:input_type -> dsh.agent.v1.UpdateSessionRequest
+	34, // 70: dsh.agent.v1.Approver.Approve:input_type -> dsh.agent.v1.ApproveRequest
+	46, // 71: dsh.agent.v1.AgentHooks.PromptSubmit:input_type -> dsh.agent.v1.PromptSubmitRequest
+	48, // 72: dsh.agent.v1.AgentHooks.RequestError:input_type -> dsh.agent.v1.RequestErrorRequest
+	50, // 73: dsh.agent.v1.AgentHooks.TurnContinuation:input_type -> dsh.agent.v1.TurnContinuationRequest
+	52, // 74: dsh.agent.v1.AgentHooks.TurnStop:input_type -> dsh.agent.v1.TurnStopRequest
+	54, // 75: dsh.agent.v1.AgentHooks.PreStep:input_type -> dsh.agent.v1.PreStepRequest
+	56, // 76: dsh.agent.v1.AgentHooks.PostStep:input_type -> dsh.agent.v1.PostStepRequest
+	58, // 77: dsh.agent.v1.AgentHooks.SessionStart:input_type -> dsh.agent.v1.SessionStartRequest
+	7,  // 78: dsh.agent.v1.AgentService.CreateSession:output_type -> dsh.agent.v1.CreateSessionResponse
+	9,  // 79: dsh.agent.v1.AgentService.GetSession:output_type -> dsh.agent.v1.GetSessionResponse
+	11, // 80: dsh.agent.v1.AgentService.ListSessions:output_type -> dsh.agent.v1.ListSessionsResponse
+	13, // 81: dsh.agent.v1.AgentService.ForkSession:output_type -> dsh.agent.v1.ForkSessionResponse
+	15, // 82: dsh.agent.v1.AgentService.Send:output_type -> dsh.agent.v1.SendResponse
+	17, // 83: dsh.agent.v1.AgentService.Steer:output_type -> dsh.agent.v1.SteerResponse
+	19, // 84: dsh.agent.v1.AgentService.Inject:output_type -> dsh.agent.v1.InjectResponse
+	21, // 85: dsh.agent.v1.AgentService.Cancel:output_type -> dsh.agent.v1.CancelResponse
+	23, // 86: dsh.agent.v1.AgentService.WaitIdle:output_type -> dsh.agent.v1.WaitIdleResponse
+	25, // 87: dsh.agent.v1.AgentService.StreamEvents:output_type -> dsh.agent.v1.StreamEventsResponse
+	27, // 88: dsh.agent.v1.AgentService.GetMessages:output_type -> dsh.agent.v1.GetMessagesResponse
+	31, // 89: dsh.agent.v1.AgentService.Respond:output_type -> dsh.agent.v1.RespondResponse
+	33, // 90: dsh.agent.v1.AgentService.UpdateSession:output_type -> dsh.agent.v1.UpdateSessionResponse
+	35, // 91: dsh.agent.v1.Approver.Approve:output_type -> dsh.agent.v1.ApproveResponse
+	47, // 92: dsh.agent.v1.AgentHooks.PromptSubmit:output_type -> dsh.agent.v1.PromptSubmitResponse
+	49, // 93: dsh.agent.v1.AgentHooks.RequestError:output_type -> dsh.agent.v1.RequestErrorResponse
+	51, // 94: dsh.agent.v1.AgentHooks.TurnContinuation:output_type -> dsh.agent.v1.TurnContinuationResponse
+	53, // 95: dsh.agent.v1.AgentHooks.TurnStop:output_type -> dsh.agent.v1.TurnStopResponse
+	55, // 96: dsh.agent.v1.AgentHooks.PreStep:output_type -> dsh.agent.v1.PreStepResponse
+	57, // 97: dsh.agent.v1.AgentHooks.PostStep:output_type -> dsh.agent.v1.PostStepResponse
+	59, // 98: dsh.agent.v1.AgentHooks.SessionStart:output_type -> dsh.agent.v1.SessionStartResponse
+	78, // [78:99] is the sub-list for method output_type
+	57, // [57:78] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_dsh_agent_v1_agent_proto_init() }
@@ -3129,17 +4000,25 @@ func file_dsh_agent_v1_agent_proto_init() {
 		return
 	}
 	file_dsh_agent_v1_agent_proto_msgTypes[0].OneofWrappers = []any{}
-	file_dsh_agent_v1_agent_proto_msgTypes[7].OneofWrappers = []any{}
-	file_dsh_agent_v1_agent_proto_msgTypes[13].OneofWrappers = []any{}
-	file_dsh_agent_v1_agent_proto_msgTypes[25].OneofWrappers = []any{
+	file_dsh_agent_v1_agent_proto_msgTypes[1].OneofWrappers = []any{
+		(*PendingRequest_Approval)(nil),
+		(*PendingRequest_Question)(nil),
+	}
+	file_dsh_agent_v1_agent_proto_msgTypes[8].OneofWrappers = []any{}
+	file_dsh_agent_v1_agent_proto_msgTypes[14].OneofWrappers = []any{}
+	file_dsh_agent_v1_agent_proto_msgTypes[26].OneofWrappers = []any{
+		(*RespondRequest_Approval)(nil),
+		(*RespondRequest_Question)(nil),
+	}
+	file_dsh_agent_v1_agent_proto_msgTypes[34].OneofWrappers = []any{
 		(*PromptDecision_Allow)(nil),
 		(*PromptDecision_Block)(nil),
 	}
-	file_dsh_agent_v1_agent_proto_msgTypes[29].OneofWrappers = []any{
+	file_dsh_agent_v1_agent_proto_msgTypes[38].OneofWrappers = []any{
 		(*ContinuationDecision_Stop)(nil),
 		(*ContinuationDecision_Continue)(nil),
 	}
-	file_dsh_agent_v1_agent_proto_msgTypes[32].OneofWrappers = []any{
+	file_dsh_agent_v1_agent_proto_msgTypes[41].OneofWrappers = []any{
 		(*RequestErrorDecision_Fail)(nil),
 		(*RequestErrorDecision_Retry)(nil),
 	}
@@ -3148,10 +4027,10 @@ func file_dsh_agent_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsh_agent_v1_agent_proto_rawDesc), len(file_dsh_agent_v1_agent_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   47,
+			NumEnums:      4,
+			NumMessages:   56,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_dsh_agent_v1_agent_proto_goTypes,
 		DependencyIndexes: file_dsh_agent_v1_agent_proto_depIdxs,

@@ -35,6 +35,8 @@ const (
 	AgentService_WaitIdle_FullMethodName      = "/dsh.agent.v1.AgentService/WaitIdle"
 	AgentService_StreamEvents_FullMethodName  = "/dsh.agent.v1.AgentService/StreamEvents"
 	AgentService_GetMessages_FullMethodName   = "/dsh.agent.v1.AgentService/GetMessages"
+	AgentService_Respond_FullMethodName       = "/dsh.agent.v1.AgentService/Respond"
+	AgentService_UpdateSession_FullMethodName = "/dsh.agent.v1.AgentService/UpdateSession"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -65,6 +67,11 @@ type AgentServiceClient interface {
 	StreamEvents(ctx context.Context, in *StreamEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamEventsResponse], error)
 	// GetMessages returns the derived history.
 	GetMessages(ctx context.Context, in *GetMessagesRequest, opts ...grpc.CallOption) (*GetMessagesResponse, error)
+	// Respond answers a pending approval or question request.
+	Respond(ctx context.Context, in *RespondRequest, opts ...grpc.CallOption) (*RespondResponse, error)
+	// UpdateSession changes a session's mutable settings; each change is a
+	// logged event, effective at the next step.
+	UpdateSession(ctx context.Context, in *UpdateSessionRequest, opts ...grpc.CallOption) (*UpdateSessionResponse, error)
 }
 
 type agentServiceClient struct {
@@ -194,6 +201,26 @@ func (c *agentServiceClient) GetMessages(ctx context.Context, in *GetMessagesReq
 	return out, nil
 }
 
+func (c *agentServiceClient) Respond(ctx context.Context, in *RespondRequest, opts ...grpc.CallOption) (*RespondResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RespondResponse)
+	err := c.cc.Invoke(ctx, AgentService_Respond_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) UpdateSession(ctx context.Context, in *UpdateSessionRequest, opts ...grpc.CallOption) (*UpdateSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateSessionResponse)
+	err := c.cc.Invoke(ctx, AgentService_UpdateSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -222,6 +249,11 @@ type AgentServiceServer interface {
 	StreamEvents(*StreamEventsRequest, grpc.ServerStreamingServer[StreamEventsResponse]) error
 	// GetMessages returns the derived history.
 	GetMessages(context.Context, *GetMessagesRequest) (*GetMessagesResponse, error)
+	// Respond answers a pending approval or question request.
+	Respond(context.Context, *RespondRequest) (*RespondResponse, error)
+	// UpdateSession changes a session's mutable settings; each change is a
+	// logged event, effective at the next step.
+	UpdateSession(context.Context, *UpdateSessionRequest) (*UpdateSessionResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -264,6 +296,12 @@ func (UnimplementedAgentServiceServer) StreamEvents(*StreamEventsRequest, grpc.S
 }
 func (UnimplementedAgentServiceServer) GetMessages(context.Context, *GetMessagesRequest) (*GetMessagesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetMessages not implemented")
+}
+func (UnimplementedAgentServiceServer) Respond(context.Context, *RespondRequest) (*RespondResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Respond not implemented")
+}
+func (UnimplementedAgentServiceServer) UpdateSession(context.Context, *UpdateSessionRequest) (*UpdateSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateSession not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -477,6 +515,42 @@ func _AgentService_GetMessages_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_Respond_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RespondRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).Respond(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_Respond_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).Respond(ctx, req.(*RespondRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_UpdateSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).UpdateSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_UpdateSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).UpdateSession(ctx, req.(*UpdateSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -524,6 +598,14 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "GetMessages",
 			Handler:    _AgentService_GetMessages_Handler,
 		},
+		{
+			MethodName: "Respond",
+			Handler:    _AgentService_Respond_Handler,
+		},
+		{
+			MethodName: "UpdateSession",
+			Handler:    _AgentService_UpdateSession_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -532,6 +614,118 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 	},
+	Metadata: "dsh/agent/v1/agent.proto",
+}
+
+const (
+	Approver_Approve_FullMethodName = "/dsh.agent.v1.Approver/Approve"
+)
+
+// ApproverClient is the client API for Approver service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Approver is a deployment's policy service, consulted before a person is
+// asked to approve a tool call. Each call has a deadline and a configured
+// failure mode on the agent side (fail-closed by default).
+type ApproverClient interface {
+	// Approve decides about one call.
+	Approve(ctx context.Context, in *ApproveRequest, opts ...grpc.CallOption) (*ApproveResponse, error)
+}
+
+type approverClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewApproverClient(cc grpc.ClientConnInterface) ApproverClient {
+	return &approverClient{cc}
+}
+
+func (c *approverClient) Approve(ctx context.Context, in *ApproveRequest, opts ...grpc.CallOption) (*ApproveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveResponse)
+	err := c.cc.Invoke(ctx, Approver_Approve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ApproverServer is the server API for Approver service.
+// All implementations must embed UnimplementedApproverServer
+// for forward compatibility.
+//
+// Approver is a deployment's policy service, consulted before a person is
+// asked to approve a tool call. Each call has a deadline and a configured
+// failure mode on the agent side (fail-closed by default).
+type ApproverServer interface {
+	// Approve decides about one call.
+	Approve(context.Context, *ApproveRequest) (*ApproveResponse, error)
+	mustEmbedUnimplementedApproverServer()
+}
+
+// UnimplementedApproverServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedApproverServer struct{}
+
+func (UnimplementedApproverServer) Approve(context.Context, *ApproveRequest) (*ApproveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Approve not implemented")
+}
+func (UnimplementedApproverServer) mustEmbedUnimplementedApproverServer() {}
+func (UnimplementedApproverServer) testEmbeddedByValue()                  {}
+
+// UnsafeApproverServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ApproverServer will
+// result in compilation errors.
+type UnsafeApproverServer interface {
+	mustEmbedUnimplementedApproverServer()
+}
+
+func RegisterApproverServer(s grpc.ServiceRegistrar, srv ApproverServer) {
+	// If the following call panics, it indicates UnimplementedApproverServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Approver_ServiceDesc, srv)
+}
+
+func _Approver_Approve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApproverServer).Approve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Approver_Approve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApproverServer).Approve(ctx, req.(*ApproveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Approver_ServiceDesc is the grpc.ServiceDesc for Approver service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Approver_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "dsh.agent.v1.Approver",
+	HandlerType: (*ApproverServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Approve",
+			Handler:    _Approver_Approve_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
 	Metadata: "dsh/agent/v1/agent.proto",
 }
 

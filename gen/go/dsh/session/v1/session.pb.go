@@ -141,6 +141,187 @@ func (HeaderReason) EnumDescriptor() ([]byte, []int) {
 	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{1}
 }
 
+// ApprovalPolicy says when a session's tool calls need an approval
+// (semantics.md §7.3).
+type ApprovalPolicy int32
+
+const (
+	// Not set: the deployment default applies.
+	ApprovalPolicy_APPROVAL_POLICY_UNSPECIFIED ApprovalPolicy = 0
+	// Nobody is asked: an "ask" is rejected and the model is told so.
+	ApprovalPolicy_APPROVAL_POLICY_NEVER ApprovalPolicy = 1
+	// The rules decide (allow, ask or deny per call).
+	ApprovalPolicy_APPROVAL_POLICY_ON_REQUEST ApprovalPolicy = 2
+	// Every call not denied by a rule is asked.
+	ApprovalPolicy_APPROVAL_POLICY_ALWAYS ApprovalPolicy = 3
+)
+
+// Enum value maps for ApprovalPolicy.
+var (
+	ApprovalPolicy_name = map[int32]string{
+		0: "APPROVAL_POLICY_UNSPECIFIED",
+		1: "APPROVAL_POLICY_NEVER",
+		2: "APPROVAL_POLICY_ON_REQUEST",
+		3: "APPROVAL_POLICY_ALWAYS",
+	}
+	ApprovalPolicy_value = map[string]int32{
+		"APPROVAL_POLICY_UNSPECIFIED": 0,
+		"APPROVAL_POLICY_NEVER":       1,
+		"APPROVAL_POLICY_ON_REQUEST":  2,
+		"APPROVAL_POLICY_ALWAYS":      3,
+	}
+)
+
+func (x ApprovalPolicy) Enum() *ApprovalPolicy {
+	p := new(ApprovalPolicy)
+	*p = x
+	return p
+}
+
+func (x ApprovalPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApprovalPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_dsh_session_v1_session_proto_enumTypes[2].Descriptor()
+}
+
+func (ApprovalPolicy) Type() protoreflect.EnumType {
+	return &file_dsh_session_v1_session_proto_enumTypes[2]
+}
+
+func (x ApprovalPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApprovalPolicy.Descriptor instead.
+func (ApprovalPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{2}
+}
+
+// RuleAction is what an approval rule decides for a matching call.
+type RuleAction int32
+
+const (
+	// Not set; invalid in a rule.
+	RuleAction_RULE_ACTION_UNSPECIFIED RuleAction = 0
+	// Run without asking.
+	RuleAction_RULE_ACTION_ALLOW RuleAction = 1
+	// Ask for an approval.
+	RuleAction_RULE_ACTION_ASK RuleAction = 2
+	// Refuse the call.
+	RuleAction_RULE_ACTION_DENY RuleAction = 3
+)
+
+// Enum value maps for RuleAction.
+var (
+	RuleAction_name = map[int32]string{
+		0: "RULE_ACTION_UNSPECIFIED",
+		1: "RULE_ACTION_ALLOW",
+		2: "RULE_ACTION_ASK",
+		3: "RULE_ACTION_DENY",
+	}
+	RuleAction_value = map[string]int32{
+		"RULE_ACTION_UNSPECIFIED": 0,
+		"RULE_ACTION_ALLOW":       1,
+		"RULE_ACTION_ASK":         2,
+		"RULE_ACTION_DENY":        3,
+	}
+)
+
+func (x RuleAction) Enum() *RuleAction {
+	p := new(RuleAction)
+	*p = x
+	return p
+}
+
+func (x RuleAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RuleAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_dsh_session_v1_session_proto_enumTypes[3].Descriptor()
+}
+
+func (RuleAction) Type() protoreflect.EnumType {
+	return &file_dsh_session_v1_session_proto_enumTypes[3]
+}
+
+func (x RuleAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RuleAction.Descriptor instead.
+func (RuleAction) EnumDescriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{3}
+}
+
+// ApprovalOutcome is how an approval request settled (fail-closed: only the
+// allowed outcomes let the call proceed).
+type ApprovalOutcome int32
+
+const (
+	// Not set.
+	ApprovalOutcome_APPROVAL_OUTCOME_UNSPECIFIED ApprovalOutcome = 0
+	// Allowed for this call.
+	ApprovalOutcome_APPROVAL_OUTCOME_ALLOWED_ONCE ApprovalOutcome = 1
+	// Allowed, and a rule allowing such calls was added to the session.
+	ApprovalOutcome_APPROVAL_OUTCOME_ALLOWED_FOR_SESSION ApprovalOutcome = 2
+	// Rejected.
+	ApprovalOutcome_APPROVAL_OUTCOME_REJECTED ApprovalOutcome = 3
+	// The turn was cancelled while the request was pending.
+	ApprovalOutcome_APPROVAL_OUTCOME_CANCELLED ApprovalOutcome = 4
+	// Nobody could answer (policy never, deadline, failing approver).
+	ApprovalOutcome_APPROVAL_OUTCOME_UNAVAILABLE ApprovalOutcome = 5
+)
+
+// Enum value maps for ApprovalOutcome.
+var (
+	ApprovalOutcome_name = map[int32]string{
+		0: "APPROVAL_OUTCOME_UNSPECIFIED",
+		1: "APPROVAL_OUTCOME_ALLOWED_ONCE",
+		2: "APPROVAL_OUTCOME_ALLOWED_FOR_SESSION",
+		3: "APPROVAL_OUTCOME_REJECTED",
+		4: "APPROVAL_OUTCOME_CANCELLED",
+		5: "APPROVAL_OUTCOME_UNAVAILABLE",
+	}
+	ApprovalOutcome_value = map[string]int32{
+		"APPROVAL_OUTCOME_UNSPECIFIED":         0,
+		"APPROVAL_OUTCOME_ALLOWED_ONCE":        1,
+		"APPROVAL_OUTCOME_ALLOWED_FOR_SESSION": 2,
+		"APPROVAL_OUTCOME_REJECTED":            3,
+		"APPROVAL_OUTCOME_CANCELLED":           4,
+		"APPROVAL_OUTCOME_UNAVAILABLE":         5,
+	}
+)
+
+func (x ApprovalOutcome) Enum() *ApprovalOutcome {
+	p := new(ApprovalOutcome)
+	*p = x
+	return p
+}
+
+func (x ApprovalOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApprovalOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_dsh_session_v1_session_proto_enumTypes[4].Descriptor()
+}
+
+func (ApprovalOutcome) Type() protoreflect.EnumType {
+	return &file_dsh_session_v1_session_proto_enumTypes[4]
+}
+
+func (x ApprovalOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApprovalOutcome.Descriptor instead.
+func (ApprovalOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{4}
+}
+
 // SurfaceAppend pushes the event onto the model-visible surface.
 type SurfaceAppend struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2262,6 +2443,14 @@ type SessionEvent struct {
 	//	*SessionEvent_SteeringMessage
 	//	*SessionEvent_TodoWrite
 	//	*SessionEvent_RequestHeader
+	//	*SessionEvent_ApprovalAsked
+	//	*SessionEvent_ApprovalDecided
+	//	*SessionEvent_QuestionAsked
+	//	*SessionEvent_QuestionAnswered
+	//	*SessionEvent_SandboxMode
+	//	*SessionEvent_ApprovalPolicy
+	//	*SessionEvent_ModelChanged
+	//	*SessionEvent_SessionTitle
 	//	*SessionEvent_Extension
 	Payload       isSessionEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
@@ -2459,6 +2648,78 @@ func (x *SessionEvent) GetRequestHeader() *RequestHeader {
 	return nil
 }
 
+func (x *SessionEvent) GetApprovalAsked() *ApprovalAsked {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_ApprovalAsked); ok {
+			return x.ApprovalAsked
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetApprovalDecided() *ApprovalDecided {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_ApprovalDecided); ok {
+			return x.ApprovalDecided
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetQuestionAsked() *QuestionAsked {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_QuestionAsked); ok {
+			return x.QuestionAsked
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetQuestionAnswered() *QuestionAnswered {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_QuestionAnswered); ok {
+			return x.QuestionAnswered
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetSandboxMode() *SandboxModeChanged {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_SandboxMode); ok {
+			return x.SandboxMode
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetApprovalPolicy() *ApprovalPolicyChanged {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_ApprovalPolicy); ok {
+			return x.ApprovalPolicy
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetModelChanged() *ModelChanged {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_ModelChanged); ok {
+			return x.ModelChanged
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetSessionTitle() *SessionTitle {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_SessionTitle); ok {
+			return x.SessionTitle
+		}
+	}
+	return nil
+}
+
 func (x *SessionEvent) GetExtension() *v1.Extension {
 	if x != nil {
 		if x, ok := x.Payload.(*SessionEvent_Extension); ok {
@@ -2542,6 +2803,46 @@ type SessionEvent_RequestHeader struct {
 	RequestHeader *RequestHeader `protobuf:"bytes,23,opt,name=request_header,json=requestHeader,proto3,oneof"`
 }
 
+type SessionEvent_ApprovalAsked struct {
+	// "approval/asked".
+	ApprovalAsked *ApprovalAsked `protobuf:"bytes,24,opt,name=approval_asked,json=approvalAsked,proto3,oneof"`
+}
+
+type SessionEvent_ApprovalDecided struct {
+	// "approval/decided".
+	ApprovalDecided *ApprovalDecided `protobuf:"bytes,25,opt,name=approval_decided,json=approvalDecided,proto3,oneof"`
+}
+
+type SessionEvent_QuestionAsked struct {
+	// "question/asked".
+	QuestionAsked *QuestionAsked `protobuf:"bytes,26,opt,name=question_asked,json=questionAsked,proto3,oneof"`
+}
+
+type SessionEvent_QuestionAnswered struct {
+	// "question/answered".
+	QuestionAnswered *QuestionAnswered `protobuf:"bytes,27,opt,name=question_answered,json=questionAnswered,proto3,oneof"`
+}
+
+type SessionEvent_SandboxMode struct {
+	// "sandbox/mode".
+	SandboxMode *SandboxModeChanged `protobuf:"bytes,28,opt,name=sandbox_mode,json=sandboxMode,proto3,oneof"`
+}
+
+type SessionEvent_ApprovalPolicy struct {
+	// "approval/policy".
+	ApprovalPolicy *ApprovalPolicyChanged `protobuf:"bytes,29,opt,name=approval_policy,json=approvalPolicy,proto3,oneof"`
+}
+
+type SessionEvent_ModelChanged struct {
+	// "session/model".
+	ModelChanged *ModelChanged `protobuf:"bytes,30,opt,name=model_changed,json=modelChanged,proto3,oneof"`
+}
+
+type SessionEvent_SessionTitle struct {
+	// "session/title".
+	SessionTitle *SessionTitle `protobuf:"bytes,31,opt,name=session_title,json=sessionTitle,proto3,oneof"`
+}
+
 type SessionEvent_Extension struct {
 	// A plugin event such as "approval/asked" or "llm/retry"; its type is the
 	// extension's type and its data the extension's JSON.
@@ -2576,7 +2877,863 @@ func (*SessionEvent_TodoWrite) isSessionEvent_Payload() {}
 
 func (*SessionEvent_RequestHeader) isSessionEvent_Payload() {}
 
+func (*SessionEvent_ApprovalAsked) isSessionEvent_Payload() {}
+
+func (*SessionEvent_ApprovalDecided) isSessionEvent_Payload() {}
+
+func (*SessionEvent_QuestionAsked) isSessionEvent_Payload() {}
+
+func (*SessionEvent_QuestionAnswered) isSessionEvent_Payload() {}
+
+func (*SessionEvent_SandboxMode) isSessionEvent_Payload() {}
+
+func (*SessionEvent_ApprovalPolicy) isSessionEvent_Payload() {}
+
+func (*SessionEvent_ModelChanged) isSessionEvent_Payload() {}
+
+func (*SessionEvent_SessionTitle) isSessionEvent_Payload() {}
+
 func (*SessionEvent_Extension) isSessionEvent_Payload() {}
+
+// ApprovalRule matches tool calls; rules are evaluated in order and the
+// first match decides.
+type ApprovalRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tool name ("*" matches every tool).
+	Tool string `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
+	// Pattern on the call's salient input: the command for bash (glob, e.g.
+	// "git status*"), the path for file tools; empty matches every call.
+	Pattern string `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	// The decision.
+	Action        RuleAction `protobuf:"varint,3,opt,name=action,proto3,enum=dsh.session.v1.RuleAction" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalRule) Reset() {
+	*x = ApprovalRule{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalRule) ProtoMessage() {}
+
+func (x *ApprovalRule) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalRule.ProtoReflect.Descriptor instead.
+func (*ApprovalRule) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ApprovalRule) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ApprovalRule) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *ApprovalRule) GetAction() RuleAction {
+	if x != nil {
+		return x.Action
+	}
+	return RuleAction_RULE_ACTION_UNSPECIFIED
+}
+
+// ApprovalAsked ("approval/asked", log-only) opens an approval request inside
+// an open turn.
+type ApprovalAsked struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Service-issued request id, unique in the session.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Tool name.
+	ToolName string `protobuf:"bytes,2,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// Call id of the call awaiting approval.
+	CallId string `protobuf:"bytes,3,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// Why approval is needed.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The rule that asked, in its text form ("bash(git push*) ask"); empty
+	// when the policy or an interceptor asked.
+	Rule string `protobuf:"bytes,5,opt,name=rule,proto3" json:"rule,omitempty"`
+	// Turn number.
+	Turn          int32 `protobuf:"varint,6,opt,name=turn,proto3" json:"turn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalAsked) Reset() {
+	*x = ApprovalAsked{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalAsked) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalAsked) ProtoMessage() {}
+
+func (x *ApprovalAsked) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalAsked.ProtoReflect.Descriptor instead.
+func (*ApprovalAsked) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ApprovalAsked) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ApprovalAsked) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ApprovalAsked) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ApprovalAsked) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ApprovalAsked) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *ApprovalAsked) GetTurn() int32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+// ApprovalDecided ("approval/decided", log-only) settles an approval request.
+type ApprovalDecided struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The outcome.
+	Outcome ApprovalOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=dsh.session.v1.ApprovalOutcome" json:"outcome,omitempty"`
+	// Who decided: "rule", "policy", "approver:<name>", "user:<subject>",
+	// "cancel", "deadline".
+	By string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	// The answerer's message to the model (on a rejection).
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// The rule added for ALLOWED_FOR_SESSION.
+	AddedRule     *ApprovalRule `protobuf:"bytes,5,opt,name=added_rule,json=addedRule,proto3" json:"added_rule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalDecided) Reset() {
+	*x = ApprovalDecided{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalDecided) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalDecided) ProtoMessage() {}
+
+func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalDecided.ProtoReflect.Descriptor instead.
+func (*ApprovalDecided) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ApprovalDecided) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ApprovalDecided) GetOutcome() ApprovalOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ApprovalOutcome_APPROVAL_OUTCOME_UNSPECIFIED
+}
+
+func (x *ApprovalDecided) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *ApprovalDecided) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ApprovalDecided) GetAddedRule() *ApprovalRule {
+	if x != nil {
+		return x.AddedRule
+	}
+	return nil
+}
+
+// QuestionOption is one choice of a question.
+type QuestionOption struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The label the answer selects.
+	Label string `protobuf:"bytes,1,opt,name=label,proto3" json:"label,omitempty"`
+	// Optional explanation.
+	Description   string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuestionOption) Reset() {
+	*x = QuestionOption{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuestionOption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuestionOption) ProtoMessage() {}
+
+func (x *QuestionOption) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuestionOption.ProtoReflect.Descriptor instead.
+func (*QuestionOption) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *QuestionOption) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *QuestionOption) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+// Question is one item of an ask_user_question request.
+type Question struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Id, unique within the request.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The question.
+	Question string `protobuf:"bytes,2,opt,name=question,proto3" json:"question,omitempty"`
+	// Optional detail.
+	Detail string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// Optional short header.
+	Header string `protobuf:"bytes,4,opt,name=header,proto3" json:"header,omitempty"`
+	// Options; empty means free text.
+	Options []*QuestionOption `protobuf:"bytes,5,rep,name=options,proto3" json:"options,omitempty"`
+	// Whether several options may be selected.
+	MultiSelect   bool `protobuf:"varint,6,opt,name=multi_select,json=multiSelect,proto3" json:"multi_select,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Question) Reset() {
+	*x = Question{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Question) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Question) ProtoMessage() {}
+
+func (x *Question) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Question.ProtoReflect.Descriptor instead.
+func (*Question) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *Question) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Question) GetQuestion() string {
+	if x != nil {
+		return x.Question
+	}
+	return ""
+}
+
+func (x *Question) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *Question) GetHeader() string {
+	if x != nil {
+		return x.Header
+	}
+	return ""
+}
+
+func (x *Question) GetOptions() []*QuestionOption {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *Question) GetMultiSelect() bool {
+	if x != nil {
+		return x.MultiSelect
+	}
+	return false
+}
+
+// QuestionAnswer answers one question.
+type QuestionAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The question id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Selected option labels (empty when custom is set).
+	Selected []string `protobuf:"bytes,2,rep,name=selected,proto3" json:"selected,omitempty"`
+	// Free text.
+	Custom        *string `protobuf:"bytes,3,opt,name=custom,proto3,oneof" json:"custom,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuestionAnswer) Reset() {
+	*x = QuestionAnswer{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuestionAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuestionAnswer) ProtoMessage() {}
+
+func (x *QuestionAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuestionAnswer.ProtoReflect.Descriptor instead.
+func (*QuestionAnswer) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *QuestionAnswer) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *QuestionAnswer) GetSelected() []string {
+	if x != nil {
+		return x.Selected
+	}
+	return nil
+}
+
+func (x *QuestionAnswer) GetCustom() string {
+	if x != nil && x.Custom != nil {
+		return *x.Custom
+	}
+	return ""
+}
+
+// QuestionAsked ("question/asked", log-only) opens a question request inside
+// an open turn.
+type QuestionAsked struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Service-issued request id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Call id of the ask_user_question call.
+	CallId string `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The questions.
+	Questions []*Question `protobuf:"bytes,3,rep,name=questions,proto3" json:"questions,omitempty"`
+	// Turn number.
+	Turn          int32 `protobuf:"varint,4,opt,name=turn,proto3" json:"turn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuestionAsked) Reset() {
+	*x = QuestionAsked{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuestionAsked) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuestionAsked) ProtoMessage() {}
+
+func (x *QuestionAsked) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuestionAsked.ProtoReflect.Descriptor instead.
+func (*QuestionAsked) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *QuestionAsked) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *QuestionAsked) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *QuestionAsked) GetQuestions() []*Question {
+	if x != nil {
+		return x.Questions
+	}
+	return nil
+}
+
+func (x *QuestionAsked) GetTurn() int32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+// QuestionAnswered ("question/answered", log-only) settles a question request.
+type QuestionAnswered struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The answers; empty when unanswered.
+	Answers []*QuestionAnswer `protobuf:"bytes,2,rep,name=answers,proto3" json:"answers,omitempty"`
+	// Set when nobody answered: CANCELLED or UNAVAILABLE.
+	Unanswered ApprovalOutcome `protobuf:"varint,3,opt,name=unanswered,proto3,enum=dsh.session.v1.ApprovalOutcome" json:"unanswered,omitempty"`
+	// Who answered: "user:<subject>", "cancel", "deadline", "policy".
+	By            string `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuestionAnswered) Reset() {
+	*x = QuestionAnswered{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuestionAnswered) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuestionAnswered) ProtoMessage() {}
+
+func (x *QuestionAnswered) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuestionAnswered.ProtoReflect.Descriptor instead.
+func (*QuestionAnswered) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *QuestionAnswered) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *QuestionAnswered) GetAnswers() []*QuestionAnswer {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
+func (x *QuestionAnswered) GetUnanswered() ApprovalOutcome {
+	if x != nil {
+		return x.Unanswered
+	}
+	return ApprovalOutcome_APPROVAL_OUTCOME_UNSPECIFIED
+}
+
+func (x *QuestionAnswered) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// SandboxModeChanged ("sandbox/mode", log-only) changes the session's sandbox
+// policy from the next step on.
+type SandboxModeChanged struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new policy (unset fields: deployment default).
+	Sandbox *v11.SandboxPolicy `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// Who changed it.
+	By            string `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxModeChanged) Reset() {
+	*x = SandboxModeChanged{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxModeChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxModeChanged) ProtoMessage() {}
+
+func (x *SandboxModeChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxModeChanged.ProtoReflect.Descriptor instead.
+func (*SandboxModeChanged) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *SandboxModeChanged) GetSandbox() *v11.SandboxPolicy {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+func (x *SandboxModeChanged) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// ApprovalPolicyChanged ("approval/policy", log-only) changes the session's
+// approval policy and rules from the next step on.
+type ApprovalPolicyChanged struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new policy.
+	Policy ApprovalPolicy `protobuf:"varint,1,opt,name=policy,proto3,enum=dsh.session.v1.ApprovalPolicy" json:"policy,omitempty"`
+	// The new rules (replacing the previous ones).
+	Rules []*ApprovalRule `protobuf:"bytes,2,rep,name=rules,proto3" json:"rules,omitempty"`
+	// Who changed it.
+	By            string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalPolicyChanged) Reset() {
+	*x = ApprovalPolicyChanged{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalPolicyChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalPolicyChanged) ProtoMessage() {}
+
+func (x *ApprovalPolicyChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalPolicyChanged.ProtoReflect.Descriptor instead.
+func (*ApprovalPolicyChanged) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ApprovalPolicyChanged) GetPolicy() ApprovalPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return ApprovalPolicy_APPROVAL_POLICY_UNSPECIFIED
+}
+
+func (x *ApprovalPolicyChanged) GetRules() []*ApprovalRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *ApprovalPolicyChanged) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// ModelChanged ("session/model", log-only) switches the provider route and
+// model from the next step on.
+type ModelChanged struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Provider route.
+	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Model id.
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// Who changed it.
+	By            string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelChanged) Reset() {
+	*x = ModelChanged{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelChanged) ProtoMessage() {}
+
+func (x *ModelChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelChanged.ProtoReflect.Descriptor instead.
+func (*ModelChanged) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ModelChanged) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ModelChanged) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelChanged) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// SessionTitle ("session/title", log-only) sets the session's title.
+type SessionTitle struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The title.
+	Title string `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
+	// "model" (generated), "user" (UpdateSession).
+	Source        string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionTitle) Reset() {
+	*x = SessionTitle{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionTitle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionTitle) ProtoMessage() {}
+
+func (x *SessionTitle) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionTitle.ProtoReflect.Descriptor instead.
+func (*SessionTitle) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SessionTitle) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *SessionTitle) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
 
 // SessionOptions are the agent options a session was created with; they seed
 // every loop instance that runs the session, including after a resume.
@@ -2597,14 +3754,20 @@ type SessionOptions struct {
 	// Absolute workspace root that file tools are confined to.
 	WorkspaceRoot string `protobuf:"bytes,7,opt,name=workspace_root,json=workspaceRoot,proto3" json:"workspace_root,omitempty"`
 	// Names of the toolhosts whose tools the session sees; empty means all.
-	Toolhosts     []string `protobuf:"bytes,8,rep,name=toolhosts,proto3" json:"toolhosts,omitempty"`
+	Toolhosts []string `protobuf:"bytes,8,rep,name=toolhosts,proto3" json:"toolhosts,omitempty"`
+	// Sandbox policy; unset fields take the deployment default.
+	Sandbox *v11.SandboxPolicy `protobuf:"bytes,9,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// Approval policy; unset takes the deployment default.
+	Approval ApprovalPolicy `protobuf:"varint,10,opt,name=approval,proto3,enum=dsh.session.v1.ApprovalPolicy" json:"approval,omitempty"`
+	// Approval rules, evaluated in order before the deployment's defaults.
+	ApprovalRules []*ApprovalRule `protobuf:"bytes,11,rep,name=approval_rules,json=approvalRules,proto3" json:"approval_rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionOptions) Reset() {
 	*x = SessionOptions{}
-	mi := &file_dsh_session_v1_session_proto_msgTypes[34]
+	mi := &file_dsh_session_v1_session_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +3779,7 @@ func (x *SessionOptions) String() string {
 func (*SessionOptions) ProtoMessage() {}
 
 func (x *SessionOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_session_v1_session_proto_msgTypes[34]
+	mi := &file_dsh_session_v1_session_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +3792,7 @@ func (x *SessionOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOptions.ProtoReflect.Descriptor instead.
 func (*SessionOptions) Descriptor() ([]byte, []int) {
-	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{34}
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SessionOptions) GetProvider() string {
@@ -2688,6 +3851,27 @@ func (x *SessionOptions) GetToolhosts() []string {
 	return nil
 }
 
+func (x *SessionOptions) GetSandbox() *v11.SandboxPolicy {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+func (x *SessionOptions) GetApproval() ApprovalPolicy {
+	if x != nil {
+		return x.Approval
+	}
+	return ApprovalPolicy_APPROVAL_POLICY_UNSPECIFIED
+}
+
+func (x *SessionOptions) GetApprovalRules() []*ApprovalRule {
+	if x != nil {
+		return x.ApprovalRules
+	}
+	return nil
+}
+
 // SessionHeader is immutable per-session metadata kept outside the log.
 type SessionHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2706,14 +3890,17 @@ type SessionHeader struct {
 	// Delegation depth: 0 at top level.
 	DelegationDepth int32 `protobuf:"varint,7,opt,name=delegation_depth,json=delegationDepth,proto3" json:"delegation_depth,omitempty"`
 	// The agent options.
-	Options       *SessionOptions `protobuf:"bytes,8,opt,name=options,proto3" json:"options,omitempty"`
+	Options *SessionOptions `protobuf:"bytes,8,opt,name=options,proto3" json:"options,omitempty"`
+	// Tenant that owns the session, set from the creating principal (or
+	// inherited by forks and subagents); never changes. "default" without auth.
+	Tenant        string `protobuf:"bytes,9,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionHeader) Reset() {
 	*x = SessionHeader{}
-	mi := &file_dsh_session_v1_session_proto_msgTypes[35]
+	mi := &file_dsh_session_v1_session_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +3912,7 @@ func (x *SessionHeader) String() string {
 func (*SessionHeader) ProtoMessage() {}
 
 func (x *SessionHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_session_v1_session_proto_msgTypes[35]
+	mi := &file_dsh_session_v1_session_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +3925,7 @@ func (x *SessionHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionHeader.ProtoReflect.Descriptor instead.
 func (*SessionHeader) Descriptor() ([]byte, []int) {
-	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{35}
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SessionHeader) GetVersion() int32 {
@@ -2795,6 +3982,13 @@ func (x *SessionHeader) GetOptions() *SessionOptions {
 		return x.Options
 	}
 	return nil
+}
+
+func (x *SessionHeader) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
 }
 
 var File_dsh_session_v1_session_proto protoreflect.FileDescriptor
@@ -2925,7 +4119,7 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\a_system\"z\n" +
 	"\rRequestHeader\x123\n" +
 	"\x06header\x18\x01 \x01(\v2\x1b.dsh.session.v1.EpochHeaderR\x06header\x124\n" +
-	"\x06reason\x18\x02 \x01(\x0e2\x1c.dsh.session.v1.HeaderReasonR\x06reason\"\x96\t\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x1c.dsh.session.v1.HeaderReasonR\x06reason\"\xea\r\n" +
 	"\fSessionEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x12\n" +
 	"\x04time\x18\x02 \x01(\x03R\x04time\x12E\n" +
@@ -2950,9 +4144,76 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\x10steering_message\x18\x15 \x01(\v2\x1f.dsh.session.v1.SteeringMessageH\x00R\x0fsteeringMessage\x12:\n" +
 	"\n" +
 	"todo_write\x18\x16 \x01(\v2\x19.dsh.session.v1.TodoWriteH\x00R\ttodoWrite\x12F\n" +
-	"\x0erequest_header\x18\x17 \x01(\v2\x1d.dsh.session.v1.RequestHeaderH\x00R\rrequestHeader\x125\n" +
+	"\x0erequest_header\x18\x17 \x01(\v2\x1d.dsh.session.v1.RequestHeaderH\x00R\rrequestHeader\x12F\n" +
+	"\x0eapproval_asked\x18\x18 \x01(\v2\x1d.dsh.session.v1.ApprovalAskedH\x00R\rapprovalAsked\x12L\n" +
+	"\x10approval_decided\x18\x19 \x01(\v2\x1f.dsh.session.v1.ApprovalDecidedH\x00R\x0fapprovalDecided\x12F\n" +
+	"\x0equestion_asked\x18\x1a \x01(\v2\x1d.dsh.session.v1.QuestionAskedH\x00R\rquestionAsked\x12O\n" +
+	"\x11question_answered\x18\x1b \x01(\v2 .dsh.session.v1.QuestionAnsweredH\x00R\x10questionAnswered\x12G\n" +
+	"\fsandbox_mode\x18\x1c \x01(\v2\".dsh.session.v1.SandboxModeChangedH\x00R\vsandboxMode\x12P\n" +
+	"\x0fapproval_policy\x18\x1d \x01(\v2%.dsh.session.v1.ApprovalPolicyChangedH\x00R\x0eapprovalPolicy\x12C\n" +
+	"\rmodel_changed\x18\x1e \x01(\v2\x1c.dsh.session.v1.ModelChangedH\x00R\fmodelChanged\x12C\n" +
+	"\rsession_title\x18\x1f \x01(\v2\x1c.dsh.session.v1.SessionTitleH\x00R\fsessionTitle\x125\n" +
 	"\textension\x182 \x01(\v2\x15.dsh.llm.v1.ExtensionH\x00R\textensionB\t\n" +
-	"\apayload\"\xb0\x02\n" +
+	"\apayload\"p\n" +
+	"\fApprovalRule\x12\x12\n" +
+	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x18\n" +
+	"\apattern\x18\x02 \x01(\tR\apattern\x122\n" +
+	"\x06action\x18\x03 \x01(\x0e2\x1a.dsh.session.v1.RuleActionR\x06action\"\x95\x01\n" +
+	"\rApprovalAsked\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\ttool_name\x18\x02 \x01(\tR\btoolName\x12\x17\n" +
+	"\acall_id\x18\x03 \x01(\tR\x06callId\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04rule\x18\x05 \x01(\tR\x04rule\x12\x12\n" +
+	"\x04turn\x18\x06 \x01(\x05R\x04turn\"\xc3\x01\n" +
+	"\x0fApprovalDecided\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x129\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x1f.dsh.session.v1.ApprovalOutcomeR\aoutcome\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12;\n" +
+	"\n" +
+	"added_rule\x18\x05 \x01(\v2\x1c.dsh.session.v1.ApprovalRuleR\taddedRule\"H\n" +
+	"\x0eQuestionOption\x12\x14\n" +
+	"\x05label\x18\x01 \x01(\tR\x05label\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\"\xc3\x01\n" +
+	"\bQuestion\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bquestion\x18\x02 \x01(\tR\bquestion\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x16\n" +
+	"\x06header\x18\x04 \x01(\tR\x06header\x128\n" +
+	"\aoptions\x18\x05 \x03(\v2\x1e.dsh.session.v1.QuestionOptionR\aoptions\x12!\n" +
+	"\fmulti_select\x18\x06 \x01(\bR\vmultiSelect\"d\n" +
+	"\x0eQuestionAnswer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bselected\x18\x02 \x03(\tR\bselected\x12\x1b\n" +
+	"\x06custom\x18\x03 \x01(\tH\x00R\x06custom\x88\x01\x01B\t\n" +
+	"\a_custom\"\x84\x01\n" +
+	"\rQuestionAsked\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"\acall_id\x18\x02 \x01(\tR\x06callId\x126\n" +
+	"\tquestions\x18\x03 \x03(\v2\x18.dsh.session.v1.QuestionR\tquestions\x12\x12\n" +
+	"\x04turn\x18\x04 \x01(\x05R\x04turn\"\xad\x01\n" +
+	"\x10QuestionAnswered\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
+	"\aanswers\x18\x02 \x03(\v2\x1e.dsh.session.v1.QuestionAnswerR\aanswers\x12?\n" +
+	"\n" +
+	"unanswered\x18\x03 \x01(\x0e2\x1f.dsh.session.v1.ApprovalOutcomeR\n" +
+	"unanswered\x12\x0e\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"[\n" +
+	"\x12SandboxModeChanged\x125\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1b.dsh.tools.v1.SandboxPolicyR\asandbox\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\"\x93\x01\n" +
+	"\x15ApprovalPolicyChanged\x126\n" +
+	"\x06policy\x18\x01 \x01(\x0e2\x1e.dsh.session.v1.ApprovalPolicyR\x06policy\x122\n" +
+	"\x05rules\x18\x02 \x03(\v2\x1c.dsh.session.v1.ApprovalRuleR\x05rules\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\"P\n" +
+	"\fModelChanged\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\"<\n" +
+	"\fSessionTitle\x12\x14\n" +
+	"\x05title\x18\x01 \x01(\tR\x05title\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\"\xe8\x03\n" +
 	"\x0eSessionOptions\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12%\n" +
@@ -2962,9 +4223,13 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\rsystem_prompt\x18\x05 \x01(\tR\fsystemPrompt\x12\x18\n" +
 	"\apersona\x18\x06 \x01(\tR\apersona\x12%\n" +
 	"\x0eworkspace_root\x18\a \x01(\tR\rworkspaceRoot\x12\x1c\n" +
-	"\ttoolhosts\x18\b \x03(\tR\ttoolhostsB\x0e\n" +
+	"\ttoolhosts\x18\b \x03(\tR\ttoolhosts\x125\n" +
+	"\asandbox\x18\t \x01(\v2\x1b.dsh.tools.v1.SandboxPolicyR\asandbox\x12:\n" +
+	"\bapproval\x18\n" +
+	" \x01(\x0e2\x1e.dsh.session.v1.ApprovalPolicyR\bapproval\x12C\n" +
+	"\x0eapproval_rules\x18\v \x03(\v2\x1c.dsh.session.v1.ApprovalRuleR\rapprovalRulesB\x0e\n" +
 	"\f_temperatureB\r\n" +
-	"\v_max_tokens\"\xac\x02\n" +
+	"\v_max_tokens\"\xc4\x02\n" +
 	"\rSessionHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
@@ -2975,7 +4240,8 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\vseed_length\x18\x06 \x01(\x03H\x00R\n" +
 	"seedLength\x88\x01\x01\x12)\n" +
 	"\x10delegation_depth\x18\a \x01(\x05R\x0fdelegationDepth\x128\n" +
-	"\aoptions\x18\b \x01(\v2\x1e.dsh.session.v1.SessionOptionsR\aoptionsB\x0e\n" +
+	"\aoptions\x18\b \x01(\v2\x1e.dsh.session.v1.SessionOptionsR\aoptions\x12\x16\n" +
+	"\x06tenant\x18\t \x01(\tR\x06tenantB\x0e\n" +
 	"\f_seed_length*z\n" +
 	"\n" +
 	"TodoStatus\x12\x1b\n" +
@@ -2987,7 +4253,25 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\x19HEADER_REASON_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15HEADER_REASON_INITIAL\x10\x01\x12\x18\n" +
 	"\x14HEADER_REASON_RESUME\x10\x02\x12\x18\n" +
-	"\x14HEADER_REASON_CHANGE\x10\x03B\xb4\x01\n" +
+	"\x14HEADER_REASON_CHANGE\x10\x03*\x88\x01\n" +
+	"\x0eApprovalPolicy\x12\x1f\n" +
+	"\x1bAPPROVAL_POLICY_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15APPROVAL_POLICY_NEVER\x10\x01\x12\x1e\n" +
+	"\x1aAPPROVAL_POLICY_ON_REQUEST\x10\x02\x12\x1a\n" +
+	"\x16APPROVAL_POLICY_ALWAYS\x10\x03*k\n" +
+	"\n" +
+	"RuleAction\x12\x1b\n" +
+	"\x17RULE_ACTION_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11RULE_ACTION_ALLOW\x10\x01\x12\x13\n" +
+	"\x0fRULE_ACTION_ASK\x10\x02\x12\x14\n" +
+	"\x10RULE_ACTION_DENY\x10\x03*\xe1\x01\n" +
+	"\x0fApprovalOutcome\x12 \n" +
+	"\x1cAPPROVAL_OUTCOME_UNSPECIFIED\x10\x00\x12!\n" +
+	"\x1dAPPROVAL_OUTCOME_ALLOWED_ONCE\x10\x01\x12(\n" +
+	"$APPROVAL_OUTCOME_ALLOWED_FOR_SESSION\x10\x02\x12\x1d\n" +
+	"\x19APPROVAL_OUTCOME_REJECTED\x10\x03\x12\x1e\n" +
+	"\x1aAPPROVAL_OUTCOME_CANCELLED\x10\x04\x12 \n" +
+	"\x1cAPPROVAL_OUTCOME_UNAVAILABLE\x10\x05B\xb4\x01\n" +
 	"\x12com.dsh.session.v1B\fSessionProtoP\x01Z6github.com/dsh-dev/dsh/gen/go/dsh/session/v1;sessionv1\xa2\x02\x03DSX\xaa\x02\x0eDsh.Session.V1\xca\x02\x0eDsh\\Session\\V1\xe2\x02\x1aDsh\\Session\\V1\\GPBMetadata\xea\x02\x10Dsh::Session::V1b\x06proto3"
 
 var (
@@ -3002,131 +4286,168 @@ func file_dsh_session_v1_session_proto_rawDescGZIP() []byte {
 	return file_dsh_session_v1_session_proto_rawDescData
 }
 
-var file_dsh_session_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_dsh_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_dsh_session_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_dsh_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_dsh_session_v1_session_proto_goTypes = []any{
 	(TodoStatus)(0),                // 0: dsh.session.v1.TodoStatus
 	(HeaderReason)(0),              // 1: dsh.session.v1.HeaderReason
-	(*SurfaceAppend)(nil),          // 2: dsh.session.v1.SurfaceAppend
-	(*SurfaceReplace)(nil),         // 3: dsh.session.v1.SurfaceReplace
-	(*SurfaceOp)(nil),              // 4: dsh.session.v1.SurfaceOp
-	(*EventSeqs)(nil),              // 5: dsh.session.v1.EventSeqs
-	(*TriggerMessage)(nil),         // 6: dsh.session.v1.TriggerMessage
-	(*TriggerInjection)(nil),       // 7: dsh.session.v1.TriggerInjection
-	(*TurnTrigger)(nil),            // 8: dsh.session.v1.TurnTrigger
-	(*EndCompleted)(nil),           // 9: dsh.session.v1.EndCompleted
-	(*EndAborted)(nil),             // 10: dsh.session.v1.EndAborted
-	(*EndError)(nil),               // 11: dsh.session.v1.EndError
-	(*EndDisposed)(nil),            // 12: dsh.session.v1.EndDisposed
-	(*EndMaxTokens)(nil),           // 13: dsh.session.v1.EndMaxTokens
-	(*EndRejected)(nil),            // 14: dsh.session.v1.EndRejected
-	(*EndInterrupted)(nil),         // 15: dsh.session.v1.EndInterrupted
-	(*TurnEndReason)(nil),          // 16: dsh.session.v1.TurnEndReason
-	(*PromptPrefixContext)(nil),    // 17: dsh.session.v1.PromptPrefixContext
-	(*PromptEnvelope)(nil),         // 18: dsh.session.v1.PromptEnvelope
-	(*TurnStart)(nil),              // 19: dsh.session.v1.TurnStart
-	(*TurnEnd)(nil),                // 20: dsh.session.v1.TurnEnd
-	(*StepStart)(nil),              // 21: dsh.session.v1.StepStart
-	(*StepEnd)(nil),                // 22: dsh.session.v1.StepEnd
-	(*UserMessage)(nil),            // 23: dsh.session.v1.UserMessage
-	(*PromptBlocked)(nil),          // 24: dsh.session.v1.PromptBlocked
-	(*ContextMessage)(nil),         // 25: dsh.session.v1.ContextMessage
-	(*AssistantChunk)(nil),         // 26: dsh.session.v1.AssistantChunk
-	(*AssistantMessage)(nil),       // 27: dsh.session.v1.AssistantMessage
-	(*ToolCall)(nil),               // 28: dsh.session.v1.ToolCall
-	(*ToolResult)(nil),             // 29: dsh.session.v1.ToolResult
-	(*SteeringMessage)(nil),        // 30: dsh.session.v1.SteeringMessage
-	(*TodoItem)(nil),               // 31: dsh.session.v1.TodoItem
-	(*TodoWrite)(nil),              // 32: dsh.session.v1.TodoWrite
-	(*EpochHeader)(nil),            // 33: dsh.session.v1.EpochHeader
-	(*RequestHeader)(nil),          // 34: dsh.session.v1.RequestHeader
-	(*SessionEvent)(nil),           // 35: dsh.session.v1.SessionEvent
-	(*SessionOptions)(nil),         // 36: dsh.session.v1.SessionOptions
-	(*SessionHeader)(nil),          // 37: dsh.session.v1.SessionHeader
-	(*v1.MessageSource)(nil),       // 38: dsh.llm.v1.MessageSource
-	(*v1.Extension)(nil),           // 39: dsh.llm.v1.Extension
-	(*v1.LlmFailure)(nil),          // 40: dsh.llm.v1.LlmFailure
-	(*v1.ContentBlock)(nil),        // 41: dsh.llm.v1.ContentBlock
-	(*v1.StreamChunk)(nil),         // 42: dsh.llm.v1.StreamChunk
-	(*v1.AssistantProvenance)(nil), // 43: dsh.llm.v1.AssistantProvenance
-	(*v1.TokenUsage)(nil),          // 44: dsh.llm.v1.TokenUsage
-	(*v11.ToolCallView)(nil),       // 45: dsh.tools.v1.ToolCallView
-	(*v11.ToolErrorInfo)(nil),      // 46: dsh.tools.v1.ToolErrorInfo
-	(*v11.ToolResultView)(nil),     // 47: dsh.tools.v1.ToolResultView
-	(*v1.LlmCallConfig)(nil),       // 48: dsh.llm.v1.LlmCallConfig
-	(*v1.ToolSchema)(nil),          // 49: dsh.llm.v1.ToolSchema
-	(*v1.Message)(nil),             // 50: dsh.llm.v1.Message
+	(ApprovalPolicy)(0),            // 2: dsh.session.v1.ApprovalPolicy
+	(RuleAction)(0),                // 3: dsh.session.v1.RuleAction
+	(ApprovalOutcome)(0),           // 4: dsh.session.v1.ApprovalOutcome
+	(*SurfaceAppend)(nil),          // 5: dsh.session.v1.SurfaceAppend
+	(*SurfaceReplace)(nil),         // 6: dsh.session.v1.SurfaceReplace
+	(*SurfaceOp)(nil),              // 7: dsh.session.v1.SurfaceOp
+	(*EventSeqs)(nil),              // 8: dsh.session.v1.EventSeqs
+	(*TriggerMessage)(nil),         // 9: dsh.session.v1.TriggerMessage
+	(*TriggerInjection)(nil),       // 10: dsh.session.v1.TriggerInjection
+	(*TurnTrigger)(nil),            // 11: dsh.session.v1.TurnTrigger
+	(*EndCompleted)(nil),           // 12: dsh.session.v1.EndCompleted
+	(*EndAborted)(nil),             // 13: dsh.session.v1.EndAborted
+	(*EndError)(nil),               // 14: dsh.session.v1.EndError
+	(*EndDisposed)(nil),            // 15: dsh.session.v1.EndDisposed
+	(*EndMaxTokens)(nil),           // 16: dsh.session.v1.EndMaxTokens
+	(*EndRejected)(nil),            // 17: dsh.session.v1.EndRejected
+	(*EndInterrupted)(nil),         // 18: dsh.session.v1.EndInterrupted
+	(*TurnEndReason)(nil),          // 19: dsh.session.v1.TurnEndReason
+	(*PromptPrefixContext)(nil),    // 20: dsh.session.v1.PromptPrefixContext
+	(*PromptEnvelope)(nil),         // 21: dsh.session.v1.PromptEnvelope
+	(*TurnStart)(nil),              // 22: dsh.session.v1.TurnStart
+	(*TurnEnd)(nil),                // 23: dsh.session.v1.TurnEnd
+	(*StepStart)(nil),              // 24: dsh.session.v1.StepStart
+	(*StepEnd)(nil),                // 25: dsh.session.v1.StepEnd
+	(*UserMessage)(nil),            // 26: dsh.session.v1.UserMessage
+	(*PromptBlocked)(nil),          // 27: dsh.session.v1.PromptBlocked
+	(*ContextMessage)(nil),         // 28: dsh.session.v1.ContextMessage
+	(*AssistantChunk)(nil),         // 29: dsh.session.v1.AssistantChunk
+	(*AssistantMessage)(nil),       // 30: dsh.session.v1.AssistantMessage
+	(*ToolCall)(nil),               // 31: dsh.session.v1.ToolCall
+	(*ToolResult)(nil),             // 32: dsh.session.v1.ToolResult
+	(*SteeringMessage)(nil),        // 33: dsh.session.v1.SteeringMessage
+	(*TodoItem)(nil),               // 34: dsh.session.v1.TodoItem
+	(*TodoWrite)(nil),              // 35: dsh.session.v1.TodoWrite
+	(*EpochHeader)(nil),            // 36: dsh.session.v1.EpochHeader
+	(*RequestHeader)(nil),          // 37: dsh.session.v1.RequestHeader
+	(*SessionEvent)(nil),           // 38: dsh.session.v1.SessionEvent
+	(*ApprovalRule)(nil),           // 39: dsh.session.v1.ApprovalRule
+	(*ApprovalAsked)(nil),          // 40: dsh.session.v1.ApprovalAsked
+	(*ApprovalDecided)(nil),        // 41: dsh.session.v1.ApprovalDecided
+	(*QuestionOption)(nil),         // 42: dsh.session.v1.QuestionOption
+	(*Question)(nil),               // 43: dsh.session.v1.Question
+	(*QuestionAnswer)(nil),         // 44: dsh.session.v1.QuestionAnswer
+	(*QuestionAsked)(nil),          // 45: dsh.session.v1.QuestionAsked
+	(*QuestionAnswered)(nil),       // 46: dsh.session.v1.QuestionAnswered
+	(*SandboxModeChanged)(nil),     // 47: dsh.session.v1.SandboxModeChanged
+	(*ApprovalPolicyChanged)(nil),  // 48: dsh.session.v1.ApprovalPolicyChanged
+	(*ModelChanged)(nil),           // 49: dsh.session.v1.ModelChanged
+	(*SessionTitle)(nil),           // 50: dsh.session.v1.SessionTitle
+	(*SessionOptions)(nil),         // 51: dsh.session.v1.SessionOptions
+	(*SessionHeader)(nil),          // 52: dsh.session.v1.SessionHeader
+	(*v1.MessageSource)(nil),       // 53: dsh.llm.v1.MessageSource
+	(*v1.Extension)(nil),           // 54: dsh.llm.v1.Extension
+	(*v1.LlmFailure)(nil),          // 55: dsh.llm.v1.LlmFailure
+	(*v1.ContentBlock)(nil),        // 56: dsh.llm.v1.ContentBlock
+	(*v1.StreamChunk)(nil),         // 57: dsh.llm.v1.StreamChunk
+	(*v1.AssistantProvenance)(nil), // 58: dsh.llm.v1.AssistantProvenance
+	(*v1.TokenUsage)(nil),          // 59: dsh.llm.v1.TokenUsage
+	(*v11.ToolCallView)(nil),       // 60: dsh.tools.v1.ToolCallView
+	(*v11.ToolErrorInfo)(nil),      // 61: dsh.tools.v1.ToolErrorInfo
+	(*v11.ToolResultView)(nil),     // 62: dsh.tools.v1.ToolResultView
+	(*v1.LlmCallConfig)(nil),       // 63: dsh.llm.v1.LlmCallConfig
+	(*v1.ToolSchema)(nil),          // 64: dsh.llm.v1.ToolSchema
+	(*v1.Message)(nil),             // 65: dsh.llm.v1.Message
+	(*v11.SandboxPolicy)(nil),      // 66: dsh.tools.v1.SandboxPolicy
 }
 var file_dsh_session_v1_session_proto_depIdxs = []int32{
-	2,  // 0: dsh.session.v1.SurfaceOp.append:type_name -> dsh.session.v1.SurfaceAppend
-	3,  // 1: dsh.session.v1.SurfaceOp.replace:type_name -> dsh.session.v1.SurfaceReplace
-	38, // 2: dsh.session.v1.TriggerMessage.source:type_name -> dsh.llm.v1.MessageSource
-	38, // 3: dsh.session.v1.TriggerInjection.source:type_name -> dsh.llm.v1.MessageSource
-	6,  // 4: dsh.session.v1.TurnTrigger.message:type_name -> dsh.session.v1.TriggerMessage
-	7,  // 5: dsh.session.v1.TurnTrigger.injection:type_name -> dsh.session.v1.TriggerInjection
-	39, // 6: dsh.session.v1.TurnTrigger.extension:type_name -> dsh.llm.v1.Extension
-	40, // 7: dsh.session.v1.EndError.failure:type_name -> dsh.llm.v1.LlmFailure
-	9,  // 8: dsh.session.v1.TurnEndReason.completed:type_name -> dsh.session.v1.EndCompleted
-	10, // 9: dsh.session.v1.TurnEndReason.aborted:type_name -> dsh.session.v1.EndAborted
-	11, // 10: dsh.session.v1.TurnEndReason.error:type_name -> dsh.session.v1.EndError
-	12, // 11: dsh.session.v1.TurnEndReason.disposed:type_name -> dsh.session.v1.EndDisposed
-	13, // 12: dsh.session.v1.TurnEndReason.max_tokens:type_name -> dsh.session.v1.EndMaxTokens
-	14, // 13: dsh.session.v1.TurnEndReason.rejected:type_name -> dsh.session.v1.EndRejected
-	15, // 14: dsh.session.v1.TurnEndReason.interrupted:type_name -> dsh.session.v1.EndInterrupted
-	39, // 15: dsh.session.v1.TurnEndReason.extension:type_name -> dsh.llm.v1.Extension
-	38, // 16: dsh.session.v1.PromptPrefixContext.source:type_name -> dsh.llm.v1.MessageSource
-	41, // 17: dsh.session.v1.PromptEnvelope.display_content:type_name -> dsh.llm.v1.ContentBlock
-	17, // 18: dsh.session.v1.PromptEnvelope.prefix_contexts:type_name -> dsh.session.v1.PromptPrefixContext
-	8,  // 19: dsh.session.v1.TurnStart.trigger:type_name -> dsh.session.v1.TurnTrigger
-	16, // 20: dsh.session.v1.TurnEnd.reason:type_name -> dsh.session.v1.TurnEndReason
-	41, // 21: dsh.session.v1.UserMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	38, // 22: dsh.session.v1.UserMessage.source:type_name -> dsh.llm.v1.MessageSource
-	18, // 23: dsh.session.v1.UserMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
-	41, // 24: dsh.session.v1.PromptBlocked.content:type_name -> dsh.llm.v1.ContentBlock
-	38, // 25: dsh.session.v1.PromptBlocked.source:type_name -> dsh.llm.v1.MessageSource
-	41, // 26: dsh.session.v1.ContextMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	38, // 27: dsh.session.v1.ContextMessage.source:type_name -> dsh.llm.v1.MessageSource
-	42, // 28: dsh.session.v1.AssistantChunk.chunk:type_name -> dsh.llm.v1.StreamChunk
-	41, // 29: dsh.session.v1.AssistantMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	43, // 30: dsh.session.v1.AssistantMessage.provenance:type_name -> dsh.llm.v1.AssistantProvenance
-	44, // 31: dsh.session.v1.AssistantMessage.usage:type_name -> dsh.llm.v1.TokenUsage
-	45, // 32: dsh.session.v1.ToolCall.view:type_name -> dsh.tools.v1.ToolCallView
-	41, // 33: dsh.session.v1.ToolResult.content:type_name -> dsh.llm.v1.ContentBlock
-	46, // 34: dsh.session.v1.ToolResult.error:type_name -> dsh.tools.v1.ToolErrorInfo
-	47, // 35: dsh.session.v1.ToolResult.view:type_name -> dsh.tools.v1.ToolResultView
-	41, // 36: dsh.session.v1.SteeringMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	38, // 37: dsh.session.v1.SteeringMessage.source:type_name -> dsh.llm.v1.MessageSource
-	18, // 38: dsh.session.v1.SteeringMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
+	5,  // 0: dsh.session.v1.SurfaceOp.append:type_name -> dsh.session.v1.SurfaceAppend
+	6,  // 1: dsh.session.v1.SurfaceOp.replace:type_name -> dsh.session.v1.SurfaceReplace
+	53, // 2: dsh.session.v1.TriggerMessage.source:type_name -> dsh.llm.v1.MessageSource
+	53, // 3: dsh.session.v1.TriggerInjection.source:type_name -> dsh.llm.v1.MessageSource
+	9,  // 4: dsh.session.v1.TurnTrigger.message:type_name -> dsh.session.v1.TriggerMessage
+	10, // 5: dsh.session.v1.TurnTrigger.injection:type_name -> dsh.session.v1.TriggerInjection
+	54, // 6: dsh.session.v1.TurnTrigger.extension:type_name -> dsh.llm.v1.Extension
+	55, // 7: dsh.session.v1.EndError.failure:type_name -> dsh.llm.v1.LlmFailure
+	12, // 8: dsh.session.v1.TurnEndReason.completed:type_name -> dsh.session.v1.EndCompleted
+	13, // 9: dsh.session.v1.TurnEndReason.aborted:type_name -> dsh.session.v1.EndAborted
+	14, // 10: dsh.session.v1.TurnEndReason.error:type_name -> dsh.session.v1.EndError
+	15, // 11: dsh.session.v1.TurnEndReason.disposed:type_name -> dsh.session.v1.EndDisposed
+	16, // 12: dsh.session.v1.TurnEndReason.max_tokens:type_name -> dsh.session.v1.EndMaxTokens
+	17, // 13: dsh.session.v1.TurnEndReason.rejected:type_name -> dsh.session.v1.EndRejected
+	18, // 14: dsh.session.v1.TurnEndReason.interrupted:type_name -> dsh.session.v1.EndInterrupted
+	54, // 15: dsh.session.v1.TurnEndReason.extension:type_name -> dsh.llm.v1.Extension
+	53, // 16: dsh.session.v1.PromptPrefixContext.source:type_name -> dsh.llm.v1.MessageSource
+	56, // 17: dsh.session.v1.PromptEnvelope.display_content:type_name -> dsh.llm.v1.ContentBlock
+	20, // 18: dsh.session.v1.PromptEnvelope.prefix_contexts:type_name -> dsh.session.v1.PromptPrefixContext
+	11, // 19: dsh.session.v1.TurnStart.trigger:type_name -> dsh.session.v1.TurnTrigger
+	19, // 20: dsh.session.v1.TurnEnd.reason:type_name -> dsh.session.v1.TurnEndReason
+	56, // 21: dsh.session.v1.UserMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	53, // 22: dsh.session.v1.UserMessage.source:type_name -> dsh.llm.v1.MessageSource
+	21, // 23: dsh.session.v1.UserMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
+	56, // 24: dsh.session.v1.PromptBlocked.content:type_name -> dsh.llm.v1.ContentBlock
+	53, // 25: dsh.session.v1.PromptBlocked.source:type_name -> dsh.llm.v1.MessageSource
+	56, // 26: dsh.session.v1.ContextMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	53, // 27: dsh.session.v1.ContextMessage.source:type_name -> dsh.llm.v1.MessageSource
+	57, // 28: dsh.session.v1.AssistantChunk.chunk:type_name -> dsh.llm.v1.StreamChunk
+	56, // 29: dsh.session.v1.AssistantMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	58, // 30: dsh.session.v1.AssistantMessage.provenance:type_name -> dsh.llm.v1.AssistantProvenance
+	59, // 31: dsh.session.v1.AssistantMessage.usage:type_name -> dsh.llm.v1.TokenUsage
+	60, // 32: dsh.session.v1.ToolCall.view:type_name -> dsh.tools.v1.ToolCallView
+	56, // 33: dsh.session.v1.ToolResult.content:type_name -> dsh.llm.v1.ContentBlock
+	61, // 34: dsh.session.v1.ToolResult.error:type_name -> dsh.tools.v1.ToolErrorInfo
+	62, // 35: dsh.session.v1.ToolResult.view:type_name -> dsh.tools.v1.ToolResultView
+	56, // 36: dsh.session.v1.SteeringMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	53, // 37: dsh.session.v1.SteeringMessage.source:type_name -> dsh.llm.v1.MessageSource
+	21, // 38: dsh.session.v1.SteeringMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
 	0,  // 39: dsh.session.v1.TodoItem.status:type_name -> dsh.session.v1.TodoStatus
-	31, // 40: dsh.session.v1.TodoWrite.todos:type_name -> dsh.session.v1.TodoItem
-	48, // 41: dsh.session.v1.EpochHeader.config:type_name -> dsh.llm.v1.LlmCallConfig
-	49, // 42: dsh.session.v1.EpochHeader.tools:type_name -> dsh.llm.v1.ToolSchema
-	50, // 43: dsh.session.v1.EpochHeader.message_prefix:type_name -> dsh.llm.v1.Message
-	33, // 44: dsh.session.v1.RequestHeader.header:type_name -> dsh.session.v1.EpochHeader
+	34, // 40: dsh.session.v1.TodoWrite.todos:type_name -> dsh.session.v1.TodoItem
+	63, // 41: dsh.session.v1.EpochHeader.config:type_name -> dsh.llm.v1.LlmCallConfig
+	64, // 42: dsh.session.v1.EpochHeader.tools:type_name -> dsh.llm.v1.ToolSchema
+	65, // 43: dsh.session.v1.EpochHeader.message_prefix:type_name -> dsh.llm.v1.Message
+	36, // 44: dsh.session.v1.RequestHeader.header:type_name -> dsh.session.v1.EpochHeader
 	1,  // 45: dsh.session.v1.RequestHeader.reason:type_name -> dsh.session.v1.HeaderReason
-	5,  // 46: dsh.session.v1.SessionEvent.source_event_seqs:type_name -> dsh.session.v1.EventSeqs
-	4,  // 47: dsh.session.v1.SessionEvent.surface_op:type_name -> dsh.session.v1.SurfaceOp
-	19, // 48: dsh.session.v1.SessionEvent.turn_start:type_name -> dsh.session.v1.TurnStart
-	20, // 49: dsh.session.v1.SessionEvent.turn_end:type_name -> dsh.session.v1.TurnEnd
-	21, // 50: dsh.session.v1.SessionEvent.step_start:type_name -> dsh.session.v1.StepStart
-	22, // 51: dsh.session.v1.SessionEvent.step_end:type_name -> dsh.session.v1.StepEnd
-	23, // 52: dsh.session.v1.SessionEvent.user_message:type_name -> dsh.session.v1.UserMessage
-	24, // 53: dsh.session.v1.SessionEvent.prompt_blocked:type_name -> dsh.session.v1.PromptBlocked
-	25, // 54: dsh.session.v1.SessionEvent.context_message:type_name -> dsh.session.v1.ContextMessage
-	26, // 55: dsh.session.v1.SessionEvent.assistant_chunk:type_name -> dsh.session.v1.AssistantChunk
-	27, // 56: dsh.session.v1.SessionEvent.assistant_message:type_name -> dsh.session.v1.AssistantMessage
-	28, // 57: dsh.session.v1.SessionEvent.tool_call:type_name -> dsh.session.v1.ToolCall
-	29, // 58: dsh.session.v1.SessionEvent.tool_result:type_name -> dsh.session.v1.ToolResult
-	30, // 59: dsh.session.v1.SessionEvent.steering_message:type_name -> dsh.session.v1.SteeringMessage
-	32, // 60: dsh.session.v1.SessionEvent.todo_write:type_name -> dsh.session.v1.TodoWrite
-	34, // 61: dsh.session.v1.SessionEvent.request_header:type_name -> dsh.session.v1.RequestHeader
-	39, // 62: dsh.session.v1.SessionEvent.extension:type_name -> dsh.llm.v1.Extension
-	36, // 63: dsh.session.v1.SessionHeader.options:type_name -> dsh.session.v1.SessionOptions
-	64, // [64:64] is the sub-list for method output_type
-	64, // [64:64] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	8,  // 46: dsh.session.v1.SessionEvent.source_event_seqs:type_name -> dsh.session.v1.EventSeqs
+	7,  // 47: dsh.session.v1.SessionEvent.surface_op:type_name -> dsh.session.v1.SurfaceOp
+	22, // 48: dsh.session.v1.SessionEvent.turn_start:type_name -> dsh.session.v1.TurnStart
+	23, // 49: dsh.session.v1.SessionEvent.turn_end:type_name -> dsh.session.v1.TurnEnd
+	24, // 50: dsh.session.v1.SessionEvent.step_start:type_name -> dsh.session.v1.StepStart
+	25, // 51: dsh.session.v1.SessionEvent.step_end:type_name -> dsh.session.v1.StepEnd
+	26, // 52: dsh.session.v1.SessionEvent.user_message:type_name -> dsh.session.v1.UserMessage
+	27, // 53: dsh.session.v1.SessionEvent.prompt_blocked:type_name -> dsh.session.v1.PromptBlocked
+	28, // 54: dsh.session.v1.SessionEvent.context_message:type_name -> dsh.session.v1.ContextMessage
+	29, // 55: dsh.session.v1.SessionEvent.assistant_chunk:type_name -> dsh.session.v1.AssistantChunk
+	30, // 56: dsh.session.v1.SessionEvent.assistant_message:type_name -> dsh.session.v1.AssistantMessage
+	31, // 57: dsh.session.v1.SessionEvent.tool_call:type_name -> dsh.session.v1.ToolCall
+	32, // 58: dsh.session.v1.SessionEvent.tool_result:type_name -> dsh.session.v1.ToolResult
+	33, // 59: dsh.session.v1.SessionEvent.steering_message:type_name -> dsh.session.v1.SteeringMessage
+	35, // 60: dsh.session.v1.SessionEvent.todo_write:type_name -> dsh.session.v1.TodoWrite
+	37, // 61: dsh.session.v1.SessionEvent.request_header:type_name -> dsh.session.v1.RequestHeader
+	40, // 62: dsh.session.v1.SessionEvent.approval_asked:type_name -> dsh.session.v1.ApprovalAsked
+	41, // 63: dsh.session.v1.SessionEvent.approval_decided:type_name -> dsh.session.v1.ApprovalDecided
+	45, // 64: dsh.session.v1.SessionEvent.question_asked:type_name -> dsh.session.v1.QuestionAsked
+	46, // 65: dsh.session.v1.SessionEvent.question_answered:type_name -> dsh.session.v1.QuestionAnswered
+	47, // 66: dsh.session.v1.SessionEvent.sandbox_mode:type_name -> dsh.session.v1.SandboxModeChanged
+	48, // 67: dsh.session.v1.SessionEvent.approval_policy:type_name -> dsh.session.v1.ApprovalPolicyChanged
+	49, // 68: dsh.session.v1.SessionEvent.model_changed:type_name -> dsh.session.v1.ModelChanged
+	50, // 69: dsh.session.v1.SessionEvent.session_title:type_name -> dsh.session.v1.SessionTitle
+	54, // 70: dsh.session.v1.SessionEvent.extension:type_name -> dsh.llm.v1.Extension
+	3,  // 71: dsh.session.v1.ApprovalRule.action:type_name -> dsh.session.v1.RuleAction
+	4,  // 72: dsh.session.v1.ApprovalDecided.outcome:type_name -> dsh.session.v1.ApprovalOutcome
+	39, // 73: dsh.session.v1.ApprovalDecided.added_rule:type_name -> dsh.session.v1.ApprovalRule
+	42, // 74: dsh.session.v1.Question.options:type_name -> dsh.session.v1.QuestionOption
+	43, // 75: dsh.session.v1.QuestionAsked.questions:type_name -> dsh.session.v1.Question
+	44, // 76: dsh.session.v1.QuestionAnswered.answers:type_name -> dsh.session.v1.QuestionAnswer
+	4,  // 77: dsh.session.v1.QuestionAnswered.unanswered:type_name -> dsh.session.v1.ApprovalOutcome
+	66, // 78: dsh.session.v1.SandboxModeChanged.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
+	2,  // 79: dsh.session.v1.ApprovalPolicyChanged.policy:type_name -> dsh.session.v1.ApprovalPolicy
+	39, // 80: dsh.session.v1.ApprovalPolicyChanged.rules:type_name -> dsh.session.v1.ApprovalRule
+	66, // 81: dsh.session.v1.SessionOptions.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
+	2,  // 82: dsh.session.v1.SessionOptions.approval:type_name -> dsh.session.v1.ApprovalPolicy
+	39, // 83: dsh.session.v1.SessionOptions.approval_rules:type_name -> dsh.session.v1.ApprovalRule
+	51, // 84: dsh.session.v1.SessionHeader.options:type_name -> dsh.session.v1.SessionOptions
+	85, // [85:85] is the sub-list for method output_type
+	85, // [85:85] is the sub-list for method input_type
+	85, // [85:85] is the sub-list for extension type_name
+	85, // [85:85] is the sub-list for extension extendee
+	0,  // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_dsh_session_v1_session_proto_init() }
@@ -3172,17 +4493,26 @@ func file_dsh_session_v1_session_proto_init() {
 		(*SessionEvent_SteeringMessage)(nil),
 		(*SessionEvent_TodoWrite)(nil),
 		(*SessionEvent_RequestHeader)(nil),
+		(*SessionEvent_ApprovalAsked)(nil),
+		(*SessionEvent_ApprovalDecided)(nil),
+		(*SessionEvent_QuestionAsked)(nil),
+		(*SessionEvent_QuestionAnswered)(nil),
+		(*SessionEvent_SandboxMode)(nil),
+		(*SessionEvent_ApprovalPolicy)(nil),
+		(*SessionEvent_ModelChanged)(nil),
+		(*SessionEvent_SessionTitle)(nil),
 		(*SessionEvent_Extension)(nil),
 	}
-	file_dsh_session_v1_session_proto_msgTypes[34].OneofWrappers = []any{}
-	file_dsh_session_v1_session_proto_msgTypes[35].OneofWrappers = []any{}
+	file_dsh_session_v1_session_proto_msgTypes[39].OneofWrappers = []any{}
+	file_dsh_session_v1_session_proto_msgTypes[46].OneofWrappers = []any{}
+	file_dsh_session_v1_session_proto_msgTypes[47].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsh_session_v1_session_proto_rawDesc), len(file_dsh_session_v1_session_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   36,
+			NumEnums:      5,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

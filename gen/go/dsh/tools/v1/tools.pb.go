@@ -133,6 +133,225 @@ func (ExecutionMode) EnumDescriptor() ([]byte, []int) {
 	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{1}
 }
 
+// SandboxMode is the file-effect confinement of a session's tool calls
+// (semantics.md §7.2).
+type SandboxMode int32
+
+const (
+	// Not set: the deployment default applies.
+	SandboxMode_SANDBOX_MODE_UNSPECIFIED SandboxMode = 0
+	// Reads anywhere the host may read; writes nowhere but required sinks
+	// such as /dev/null.
+	SandboxMode_SANDBOX_MODE_READ_ONLY SandboxMode = 1
+	// Reads as read-only; writes only under the session's workspace root and
+	// the host's temporary area.
+	SandboxMode_SANDBOX_MODE_WORKSPACE_WRITE SandboxMode = 2
+	// No confinement at all.
+	SandboxMode_SANDBOX_MODE_DANGER_FULL_ACCESS SandboxMode = 3
+)
+
+// Enum value maps for SandboxMode.
+var (
+	SandboxMode_name = map[int32]string{
+		0: "SANDBOX_MODE_UNSPECIFIED",
+		1: "SANDBOX_MODE_READ_ONLY",
+		2: "SANDBOX_MODE_WORKSPACE_WRITE",
+		3: "SANDBOX_MODE_DANGER_FULL_ACCESS",
+	}
+	SandboxMode_value = map[string]int32{
+		"SANDBOX_MODE_UNSPECIFIED":        0,
+		"SANDBOX_MODE_READ_ONLY":          1,
+		"SANDBOX_MODE_WORKSPACE_WRITE":    2,
+		"SANDBOX_MODE_DANGER_FULL_ACCESS": 3,
+	}
+)
+
+func (x SandboxMode) Enum() *SandboxMode {
+	p := new(SandboxMode)
+	*p = x
+	return p
+}
+
+func (x SandboxMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SandboxMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_dsh_tools_v1_tools_proto_enumTypes[2].Descriptor()
+}
+
+func (SandboxMode) Type() protoreflect.EnumType {
+	return &file_dsh_tools_v1_tools_proto_enumTypes[2]
+}
+
+func (x SandboxMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SandboxMode.Descriptor instead.
+func (SandboxMode) EnumDescriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{2}
+}
+
+// NetworkAccess says whether a session's tool processes may open network
+// connections.
+type NetworkAccess int32
+
+const (
+	// Not set: the deployment default applies.
+	NetworkAccess_NETWORK_ACCESS_UNSPECIFIED NetworkAccess = 0
+	// TCP connect and bind are allowed.
+	NetworkAccess_NETWORK_ACCESS_ON NetworkAccess = 1
+	// TCP connect and bind are denied.
+	NetworkAccess_NETWORK_ACCESS_OFF NetworkAccess = 2
+)
+
+// Enum value maps for NetworkAccess.
+var (
+	NetworkAccess_name = map[int32]string{
+		0: "NETWORK_ACCESS_UNSPECIFIED",
+		1: "NETWORK_ACCESS_ON",
+		2: "NETWORK_ACCESS_OFF",
+	}
+	NetworkAccess_value = map[string]int32{
+		"NETWORK_ACCESS_UNSPECIFIED": 0,
+		"NETWORK_ACCESS_ON":          1,
+		"NETWORK_ACCESS_OFF":         2,
+	}
+)
+
+func (x NetworkAccess) Enum() *NetworkAccess {
+	p := new(NetworkAccess)
+	*p = x
+	return p
+}
+
+func (x NetworkAccess) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NetworkAccess) Descriptor() protoreflect.EnumDescriptor {
+	return file_dsh_tools_v1_tools_proto_enumTypes[3].Descriptor()
+}
+
+func (NetworkAccess) Type() protoreflect.EnumType {
+	return &file_dsh_tools_v1_tools_proto_enumTypes[3]
+}
+
+func (x NetworkAccess) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NetworkAccess.Descriptor instead.
+func (NetworkAccess) EnumDescriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{3}
+}
+
+// SandboxEnforcement says how much of a confined policy a host enforced on
+// one call.
+type SandboxEnforcement int32
+
+const (
+	// The host enforced nothing (unconfined policy, or a host that does not
+	// enforce).
+	SandboxEnforcement_SANDBOX_ENFORCEMENT_UNSPECIFIED SandboxEnforcement = 0
+	// Every effect the mode promises was governed.
+	SandboxEnforcement_SANDBOX_ENFORCEMENT_FULL SandboxEnforcement = 1
+	// Only a subset was governed (e.g. an older Landlock ABI without network
+	// rules).
+	SandboxEnforcement_SANDBOX_ENFORCEMENT_PARTIAL SandboxEnforcement = 2
+)
+
+// Enum value maps for SandboxEnforcement.
+var (
+	SandboxEnforcement_name = map[int32]string{
+		0: "SANDBOX_ENFORCEMENT_UNSPECIFIED",
+		1: "SANDBOX_ENFORCEMENT_FULL",
+		2: "SANDBOX_ENFORCEMENT_PARTIAL",
+	}
+	SandboxEnforcement_value = map[string]int32{
+		"SANDBOX_ENFORCEMENT_UNSPECIFIED": 0,
+		"SANDBOX_ENFORCEMENT_FULL":        1,
+		"SANDBOX_ENFORCEMENT_PARTIAL":     2,
+	}
+)
+
+func (x SandboxEnforcement) Enum() *SandboxEnforcement {
+	p := new(SandboxEnforcement)
+	*p = x
+	return p
+}
+
+func (x SandboxEnforcement) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SandboxEnforcement) Descriptor() protoreflect.EnumDescriptor {
+	return file_dsh_tools_v1_tools_proto_enumTypes[4].Descriptor()
+}
+
+func (SandboxEnforcement) Type() protoreflect.EnumType {
+	return &file_dsh_tools_v1_tools_proto_enumTypes[4]
+}
+
+func (x SandboxEnforcement) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SandboxEnforcement.Descriptor instead.
+func (SandboxEnforcement) EnumDescriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{4}
+}
+
+// SandboxSupport is what a host declares about enforcing SandboxPolicy.
+type SandboxSupport int32
+
+const (
+	// The host does not enforce sandbox policies (tools run unconfined).
+	SandboxSupport_SANDBOX_SUPPORT_UNSPECIFIED SandboxSupport = 0
+	// The host enforces every mode it is sent.
+	SandboxSupport_SANDBOX_SUPPORT_ENFORCED SandboxSupport = 1
+)
+
+// Enum value maps for SandboxSupport.
+var (
+	SandboxSupport_name = map[int32]string{
+		0: "SANDBOX_SUPPORT_UNSPECIFIED",
+		1: "SANDBOX_SUPPORT_ENFORCED",
+	}
+	SandboxSupport_value = map[string]int32{
+		"SANDBOX_SUPPORT_UNSPECIFIED": 0,
+		"SANDBOX_SUPPORT_ENFORCED":    1,
+	}
+)
+
+func (x SandboxSupport) Enum() *SandboxSupport {
+	p := new(SandboxSupport)
+	*p = x
+	return p
+}
+
+func (x SandboxSupport) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SandboxSupport) Descriptor() protoreflect.EnumDescriptor {
+	return file_dsh_tools_v1_tools_proto_enumTypes[5].Descriptor()
+}
+
+func (SandboxSupport) Type() protoreflect.EnumType {
+	return &file_dsh_tools_v1_tools_proto_enumTypes[5]
+}
+
+func (x SandboxSupport) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SandboxSupport.Descriptor instead.
+func (SandboxSupport) EnumDescriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{5}
+}
+
 // ContextPlacement says where a hook context goes.
 type ContextPlacement int32
 
@@ -170,11 +389,11 @@ func (x ContextPlacement) String() string {
 }
 
 func (ContextPlacement) Descriptor() protoreflect.EnumDescriptor {
-	return file_dsh_tools_v1_tools_proto_enumTypes[2].Descriptor()
+	return file_dsh_tools_v1_tools_proto_enumTypes[6].Descriptor()
 }
 
 func (ContextPlacement) Type() protoreflect.EnumType {
-	return &file_dsh_tools_v1_tools_proto_enumTypes[2]
+	return &file_dsh_tools_v1_tools_proto_enumTypes[6]
 }
 
 func (x ContextPlacement) Number() protoreflect.EnumNumber {
@@ -183,7 +402,7 @@ func (x ContextPlacement) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ContextPlacement.Descriptor instead.
 func (ContextPlacement) EnumDescriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{2}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{6}
 }
 
 // ToolCallKind is an icon hint for a generic call card.
@@ -247,11 +466,11 @@ func (x ToolCallKind) String() string {
 }
 
 func (ToolCallKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_dsh_tools_v1_tools_proto_enumTypes[3].Descriptor()
+	return file_dsh_tools_v1_tools_proto_enumTypes[7].Descriptor()
 }
 
 func (ToolCallKind) Type() protoreflect.EnumType {
-	return &file_dsh_tools_v1_tools_proto_enumTypes[3]
+	return &file_dsh_tools_v1_tools_proto_enumTypes[7]
 }
 
 func (x ToolCallKind) Number() protoreflect.EnumNumber {
@@ -260,7 +479,7 @@ func (x ToolCallKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolCallKind.Descriptor instead.
 func (ToolCallKind) EnumDescriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{3}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{7}
 }
 
 // ToolDescriptor is one tool a host serves.
@@ -337,6 +556,62 @@ func (x *ToolDescriptor) GetValidatesArguments() bool {
 	return false
 }
 
+// SandboxPolicy is a session's confinement setting; unset fields take the
+// deployment default.
+type SandboxPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// File-effect mode.
+	Mode SandboxMode `protobuf:"varint,1,opt,name=mode,proto3,enum=dsh.tools.v1.SandboxMode" json:"mode,omitempty"`
+	// Network access of tool processes.
+	Network       NetworkAccess `protobuf:"varint,2,opt,name=network,proto3,enum=dsh.tools.v1.NetworkAccess" json:"network,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxPolicy) Reset() {
+	*x = SandboxPolicy{}
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxPolicy) ProtoMessage() {}
+
+func (x *SandboxPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxPolicy.ProtoReflect.Descriptor instead.
+func (*SandboxPolicy) Descriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SandboxPolicy) GetMode() SandboxMode {
+	if x != nil {
+		return x.Mode
+	}
+	return SandboxMode_SANDBOX_MODE_UNSPECIFIED
+}
+
+func (x *SandboxPolicy) GetNetwork() NetworkAccess {
+	if x != nil {
+		return x.Network
+	}
+	return NetworkAccess_NETWORK_ACCESS_UNSPECIFIED
+}
+
 // ToolContext is the session context every call carries to the host.
 type ToolContext struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -350,14 +625,20 @@ type ToolContext struct {
 	// Turn number of the call.
 	Turn int32 `protobuf:"varint,4,opt,name=turn,proto3" json:"turn,omitempty"`
 	// Step number of the call.
-	Step          int32 `protobuf:"varint,5,opt,name=step,proto3" json:"step,omitempty"`
+	Step int32 `protobuf:"varint,5,opt,name=step,proto3" json:"step,omitempty"`
+	// The effective confinement of the call (deployment default resolved by
+	// the agent; mode and network always set). The root it confines writes
+	// to is workspace_root.
+	Sandbox *SandboxPolicy `protobuf:"bytes,6,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// Tenant of the session that made the call.
+	Tenant        string `protobuf:"bytes,7,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolContext) Reset() {
 	*x = ToolContext{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[1]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +650,7 @@ func (x *ToolContext) String() string {
 func (*ToolContext) ProtoMessage() {}
 
 func (x *ToolContext) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[1]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +663,7 @@ func (x *ToolContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolContext.ProtoReflect.Descriptor instead.
 func (*ToolContext) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{1}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ToolContext) GetSessionId() string {
@@ -420,6 +701,20 @@ func (x *ToolContext) GetStep() int32 {
 	return 0
 }
 
+func (x *ToolContext) GetSandbox() *SandboxPolicy {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+func (x *ToolContext) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
 // ToolExecution is one pending tool call.
 type ToolExecution struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -437,7 +732,7 @@ type ToolExecution struct {
 
 func (x *ToolExecution) Reset() {
 	*x = ToolExecution{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[2]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +744,7 @@ func (x *ToolExecution) String() string {
 func (*ToolExecution) ProtoMessage() {}
 
 func (x *ToolExecution) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[2]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +757,7 @@ func (x *ToolExecution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolExecution.ProtoReflect.Descriptor instead.
 func (*ToolExecution) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{2}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ToolExecution) GetCallId() string {
@@ -506,7 +801,7 @@ type ToolErrorInfo struct {
 
 func (x *ToolErrorInfo) Reset() {
 	*x = ToolErrorInfo{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[3]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +813,7 @@ func (x *ToolErrorInfo) String() string {
 func (*ToolErrorInfo) ProtoMessage() {}
 
 func (x *ToolErrorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[3]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +826,7 @@ func (x *ToolErrorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolErrorInfo.ProtoReflect.Descriptor instead.
 func (*ToolErrorInfo) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{3}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ToolErrorInfo) GetName() string {
@@ -566,7 +861,7 @@ type HookContext struct {
 
 func (x *HookContext) Reset() {
 	*x = HookContext{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[4]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +873,7 @@ func (x *HookContext) String() string {
 func (*HookContext) ProtoMessage() {}
 
 func (x *HookContext) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[4]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +886,7 @@ func (x *HookContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookContext.ProtoReflect.Descriptor instead.
 func (*HookContext) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{4}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HookContext) GetContent() []*v1.ContentBlock {
@@ -635,7 +930,7 @@ type FileLocation struct {
 
 func (x *FileLocation) Reset() {
 	*x = FileLocation{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[5]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +942,7 @@ func (x *FileLocation) String() string {
 func (*FileLocation) ProtoMessage() {}
 
 func (x *FileLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[5]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +955,7 @@ func (x *FileLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileLocation.ProtoReflect.Descriptor instead.
 func (*FileLocation) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{5}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FileLocation) GetPath() string {
@@ -692,7 +987,7 @@ type FileDiff struct {
 
 func (x *FileDiff) Reset() {
 	*x = FileDiff{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[6]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +999,7 @@ func (x *FileDiff) String() string {
 func (*FileDiff) ProtoMessage() {}
 
 func (x *FileDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[6]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +1012,7 @@ func (x *FileDiff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileDiff.ProtoReflect.Descriptor instead.
 func (*FileDiff) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{6}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FileDiff) GetPath() string {
@@ -760,7 +1055,7 @@ type GenericCallView struct {
 
 func (x *GenericCallView) Reset() {
 	*x = GenericCallView{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[7]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +1067,7 @@ func (x *GenericCallView) String() string {
 func (*GenericCallView) ProtoMessage() {}
 
 func (x *GenericCallView) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[7]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +1080,7 @@ func (x *GenericCallView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenericCallView.ProtoReflect.Descriptor instead.
 func (*GenericCallView) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{7}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GenericCallView) GetTitle() string {
@@ -838,7 +1133,7 @@ type TerminalCallView struct {
 
 func (x *TerminalCallView) Reset() {
 	*x = TerminalCallView{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[8]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +1145,7 @@ func (x *TerminalCallView) String() string {
 func (*TerminalCallView) ProtoMessage() {}
 
 func (x *TerminalCallView) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[8]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +1158,7 @@ func (x *TerminalCallView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalCallView.ProtoReflect.Descriptor instead.
 func (*TerminalCallView) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{8}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TerminalCallView) GetTitle() string {
@@ -902,7 +1197,7 @@ type DiffCallView struct {
 
 func (x *DiffCallView) Reset() {
 	*x = DiffCallView{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[9]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1209,7 @@ func (x *DiffCallView) String() string {
 func (*DiffCallView) ProtoMessage() {}
 
 func (x *DiffCallView) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[9]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1222,7 @@ func (x *DiffCallView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffCallView.ProtoReflect.Descriptor instead.
 func (*DiffCallView) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{9}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DiffCallView) GetTitle() string {
@@ -968,7 +1263,7 @@ type ToolCallView struct {
 
 func (x *ToolCallView) Reset() {
 	*x = ToolCallView{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[10]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1275,7 @@ func (x *ToolCallView) String() string {
 func (*ToolCallView) ProtoMessage() {}
 
 func (x *ToolCallView) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[10]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1288,7 @@ func (x *ToolCallView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallView.ProtoReflect.Descriptor instead.
 func (*ToolCallView) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{10}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ToolCallView) GetCard() isToolCallView_Card {
@@ -1068,7 +1363,7 @@ type GenericResultView struct {
 
 func (x *GenericResultView) Reset() {
 	*x = GenericResultView{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[11]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1375,7 @@ func (x *GenericResultView) String() string {
 func (*GenericResultView) ProtoMessage() {}
 
 func (x *GenericResultView) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[11]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1388,7 @@ func (x *GenericResultView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenericResultView.ProtoReflect.Descriptor instead.
 func (*GenericResultView) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{11}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GenericResultView) GetTitle() string {
@@ -1127,7 +1422,7 @@ type TerminalResultView struct {
 
 func (x *TerminalResultView) Reset() {
 	*x = TerminalResultView{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[12]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1434,7 @@ func (x *TerminalResultView) String() string {
 func (*TerminalResultView) ProtoMessage() {}
 
 func (x *TerminalResultView) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[12]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1447,7 @@ func (x *TerminalResultView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalResultView.ProtoReflect.Descriptor instead.
 func (*TerminalResultView) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{12}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TerminalResultView) GetTitle() string {
@@ -1196,7 +1491,7 @@ type DiffResultView struct {
 
 func (x *DiffResultView) Reset() {
 	*x = DiffResultView{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[13]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1503,7 @@ func (x *DiffResultView) String() string {
 func (*DiffResultView) ProtoMessage() {}
 
 func (x *DiffResultView) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[13]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1516,7 @@ func (x *DiffResultView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffResultView.ProtoReflect.Descriptor instead.
 func (*DiffResultView) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{13}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DiffResultView) GetTitle() string {
@@ -1255,7 +1550,7 @@ type ToolResultView struct {
 
 func (x *ToolResultView) Reset() {
 	*x = ToolResultView{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[14]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1562,7 @@ func (x *ToolResultView) String() string {
 func (*ToolResultView) ProtoMessage() {}
 
 func (x *ToolResultView) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[14]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1575,7 @@ func (x *ToolResultView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResultView.ProtoReflect.Descriptor instead.
 func (*ToolResultView) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{14}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolResultView) GetCard() isToolResultView_Card {
@@ -1356,14 +1651,16 @@ type ToolExecutionResult struct {
 	// Tool-private presentation payload, lossless JSON.
 	Meta *string `protobuf:"bytes,5,opt,name=meta,proto3,oneof" json:"meta,omitempty"`
 	// The completed card, computed by the tool's presenter.
-	View          *ToolResultView `protobuf:"bytes,6,opt,name=view,proto3" json:"view,omitempty"`
+	View *ToolResultView `protobuf:"bytes,6,opt,name=view,proto3" json:"view,omitempty"`
+	// How much of the call's sandbox policy the host enforced.
+	Enforcement   SandboxEnforcement `protobuf:"varint,7,opt,name=enforcement,proto3,enum=dsh.tools.v1.SandboxEnforcement" json:"enforcement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolExecutionResult) Reset() {
 	*x = ToolExecutionResult{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[15]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1672,7 @@ func (x *ToolExecutionResult) String() string {
 func (*ToolExecutionResult) ProtoMessage() {}
 
 func (x *ToolExecutionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[15]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1685,7 @@ func (x *ToolExecutionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolExecutionResult.ProtoReflect.Descriptor instead.
 func (*ToolExecutionResult) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{15}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ToolExecutionResult) GetContent() []*v1.ContentBlock {
@@ -1433,6 +1730,13 @@ func (x *ToolExecutionResult) GetView() *ToolResultView {
 	return nil
 }
 
+func (x *ToolExecutionResult) GetEnforcement() SandboxEnforcement {
+	if x != nil {
+		return x.Enforcement
+	}
+	return SandboxEnforcement_SANDBOX_ENFORCEMENT_UNSPECIFIED
+}
+
 // ToolOutput is a chunk of live output from a long-running call.
 type ToolOutput struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1446,7 +1750,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[16]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1762,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[16]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1775,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{16}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolOutput) GetStream() string {
@@ -1497,7 +1801,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[17]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1813,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[17]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1826,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{17}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{18}
 }
 
 // ListToolsResponse is a host's current tool set.
@@ -1531,14 +1835,16 @@ type ListToolsResponse struct {
 	// The tools.
 	Tools []*ToolDescriptor `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
 	// Revision of the set; increases on every change.
-	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Whether the host enforces the sandbox policy sent with each call.
+	SandboxSupport SandboxSupport `protobuf:"varint,3,opt,name=sandbox_support,json=sandboxSupport,proto3,enum=dsh.tools.v1.SandboxSupport" json:"sandbox_support,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[18]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1856,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[18]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1869,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{18}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListToolsResponse) GetTools() []*ToolDescriptor {
@@ -1580,6 +1886,13 @@ func (x *ListToolsResponse) GetRevision() int64 {
 	return 0
 }
 
+func (x *ListToolsResponse) GetSandboxSupport() SandboxSupport {
+	if x != nil {
+		return x.SandboxSupport
+	}
+	return SandboxSupport_SANDBOX_SUPPORT_UNSPECIFIED
+}
+
 // WatchToolsRequest subscribes to a host's tool set.
 type WatchToolsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1589,7 +1902,7 @@ type WatchToolsRequest struct {
 
 func (x *WatchToolsRequest) Reset() {
 	*x = WatchToolsRequest{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[19]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1914,7 @@ func (x *WatchToolsRequest) String() string {
 func (*WatchToolsRequest) ProtoMessage() {}
 
 func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[19]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1927,7 @@ func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsRequest.ProtoReflect.Descriptor instead.
 func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{19}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{20}
 }
 
 // WatchToolsResponse is a full snapshot of the tool set, sent at once and
@@ -1624,14 +1937,16 @@ type WatchToolsResponse struct {
 	// The tools.
 	Tools []*ToolDescriptor `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
 	// Revision of the set.
-	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Whether the host enforces the sandbox policy sent with each call.
+	SandboxSupport SandboxSupport `protobuf:"varint,3,opt,name=sandbox_support,json=sandboxSupport,proto3,enum=dsh.tools.v1.SandboxSupport" json:"sandbox_support,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *WatchToolsResponse) Reset() {
 	*x = WatchToolsResponse{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[20]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1958,7 @@ func (x *WatchToolsResponse) String() string {
 func (*WatchToolsResponse) ProtoMessage() {}
 
 func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[20]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1971,7 @@ func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsResponse.ProtoReflect.Descriptor instead.
 func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{20}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchToolsResponse) GetTools() []*ToolDescriptor {
@@ -1671,6 +1986,13 @@ func (x *WatchToolsResponse) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *WatchToolsResponse) GetSandboxSupport() SandboxSupport {
+	if x != nil {
+		return x.SandboxSupport
+	}
+	return SandboxSupport_SANDBOX_SUPPORT_UNSPECIFIED
 }
 
 // PreparedCall is a host's per-call answer to PrepareCalls.
@@ -1688,7 +2010,7 @@ type PreparedCall struct {
 
 func (x *PreparedCall) Reset() {
 	*x = PreparedCall{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[21]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +2022,7 @@ func (x *PreparedCall) String() string {
 func (*PreparedCall) ProtoMessage() {}
 
 func (x *PreparedCall) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[21]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +2035,7 @@ func (x *PreparedCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreparedCall.ProtoReflect.Descriptor instead.
 func (*PreparedCall) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{21}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PreparedCall) GetCallId() string {
@@ -1748,7 +2070,7 @@ type PrepareCallsRequest struct {
 
 func (x *PrepareCallsRequest) Reset() {
 	*x = PrepareCallsRequest{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[22]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +2082,7 @@ func (x *PrepareCallsRequest) String() string {
 func (*PrepareCallsRequest) ProtoMessage() {}
 
 func (x *PrepareCallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[22]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +2095,7 @@ func (x *PrepareCallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareCallsRequest.ProtoReflect.Descriptor instead.
 func (*PrepareCallsRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{22}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PrepareCallsRequest) GetExecutions() []*ToolExecution {
@@ -1794,7 +2116,7 @@ type PrepareCallsResponse struct {
 
 func (x *PrepareCallsResponse) Reset() {
 	*x = PrepareCallsResponse{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[23]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +2128,7 @@ func (x *PrepareCallsResponse) String() string {
 func (*PrepareCallsResponse) ProtoMessage() {}
 
 func (x *PrepareCallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[23]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +2141,7 @@ func (x *PrepareCallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareCallsResponse.ProtoReflect.Descriptor instead.
 func (*PrepareCallsResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{23}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PrepareCallsResponse) GetCalls() []*PreparedCall {
@@ -1840,7 +2162,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[24]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +2174,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[24]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +2187,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{24}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExecuteRequest) GetExecution() *ToolExecution {
@@ -1892,7 +2214,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[25]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2226,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[25]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2239,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{25}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExecuteResponse) GetEvent() isExecuteResponse_Event {
@@ -1972,7 +2294,7 @@ type PreAllow struct {
 
 func (x *PreAllow) Reset() {
 	*x = PreAllow{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[26]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2306,7 @@ func (x *PreAllow) String() string {
 func (*PreAllow) ProtoMessage() {}
 
 func (x *PreAllow) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[26]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2319,7 @@ func (x *PreAllow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreAllow.ProtoReflect.Descriptor instead.
 func (*PreAllow) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{26}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{27}
 }
 
 // PreDeny refuses the call.
@@ -2011,7 +2333,7 @@ type PreDeny struct {
 
 func (x *PreDeny) Reset() {
 	*x = PreDeny{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[27]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2345,7 @@ func (x *PreDeny) String() string {
 func (*PreDeny) ProtoMessage() {}
 
 func (x *PreDeny) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[27]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2358,7 @@ func (x *PreDeny) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreDeny.ProtoReflect.Descriptor instead.
 func (*PreDeny) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{27}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PreDeny) GetReason() string {
@@ -2057,7 +2379,7 @@ type PreAsk struct {
 
 func (x *PreAsk) Reset() {
 	*x = PreAsk{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[28]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2391,7 @@ func (x *PreAsk) String() string {
 func (*PreAsk) ProtoMessage() {}
 
 func (x *PreAsk) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[28]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2404,7 @@ func (x *PreAsk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreAsk.ProtoReflect.Descriptor instead.
 func (*PreAsk) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{28}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PreAsk) GetReason() string {
@@ -2109,7 +2431,7 @@ type PreToolDecision struct {
 
 func (x *PreToolDecision) Reset() {
 	*x = PreToolDecision{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[29]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2443,7 @@ func (x *PreToolDecision) String() string {
 func (*PreToolDecision) ProtoMessage() {}
 
 func (x *PreToolDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[29]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2456,7 @@ func (x *PreToolDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreToolDecision.ProtoReflect.Descriptor instead.
 func (*PreToolDecision) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{29}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PreToolDecision) GetKind() isPreToolDecision_Kind {
@@ -2211,7 +2533,7 @@ type PostAccept struct {
 
 func (x *PostAccept) Reset() {
 	*x = PostAccept{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[30]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2545,7 @@ func (x *PostAccept) String() string {
 func (*PostAccept) ProtoMessage() {}
 
 func (x *PostAccept) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[30]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2558,7 @@ func (x *PostAccept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostAccept.ProtoReflect.Descriptor instead.
 func (*PostAccept) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{30}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PostAccept) GetReplaceContent() bool {
@@ -2273,7 +2595,7 @@ type PostBlock struct {
 
 func (x *PostBlock) Reset() {
 	*x = PostBlock{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[31]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2607,7 @@ func (x *PostBlock) String() string {
 func (*PostBlock) ProtoMessage() {}
 
 func (x *PostBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[31]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2620,7 @@ func (x *PostBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostBlock.ProtoReflect.Descriptor instead.
 func (*PostBlock) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{31}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PostBlock) GetFeedback() []*v1.ContentBlock {
@@ -2331,7 +2653,7 @@ type PostToolDecision struct {
 
 func (x *PostToolDecision) Reset() {
 	*x = PostToolDecision{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[32]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2665,7 @@ func (x *PostToolDecision) String() string {
 func (*PostToolDecision) ProtoMessage() {}
 
 func (x *PostToolDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[32]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2678,7 @@ func (x *PostToolDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostToolDecision.ProtoReflect.Descriptor instead.
 func (*PostToolDecision) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{32}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PostToolDecision) GetKind() isPostToolDecision_Kind {
@@ -2413,7 +2735,7 @@ type PreExecuteRequest struct {
 
 func (x *PreExecuteRequest) Reset() {
 	*x = PreExecuteRequest{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[33]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2425,7 +2747,7 @@ func (x *PreExecuteRequest) String() string {
 func (*PreExecuteRequest) ProtoMessage() {}
 
 func (x *PreExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[33]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2438,7 +2760,7 @@ func (x *PreExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreExecuteRequest.ProtoReflect.Descriptor instead.
 func (*PreExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{33}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PreExecuteRequest) GetExecution() *ToolExecution {
@@ -2459,7 +2781,7 @@ type PreExecuteResponse struct {
 
 func (x *PreExecuteResponse) Reset() {
 	*x = PreExecuteResponse{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[34]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2793,7 @@ func (x *PreExecuteResponse) String() string {
 func (*PreExecuteResponse) ProtoMessage() {}
 
 func (x *PreExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[34]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2806,7 @@ func (x *PreExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreExecuteResponse.ProtoReflect.Descriptor instead.
 func (*PreExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{34}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PreExecuteResponse) GetDecision() *PreToolDecision {
@@ -2507,7 +2829,7 @@ type PostExecuteRequest struct {
 
 func (x *PostExecuteRequest) Reset() {
 	*x = PostExecuteRequest{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[35]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +2841,7 @@ func (x *PostExecuteRequest) String() string {
 func (*PostExecuteRequest) ProtoMessage() {}
 
 func (x *PostExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[35]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +2854,7 @@ func (x *PostExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostExecuteRequest.ProtoReflect.Descriptor instead.
 func (*PostExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{35}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PostExecuteRequest) GetExecution() *ToolExecution {
@@ -2560,7 +2882,7 @@ type PostExecuteResponse struct {
 
 func (x *PostExecuteResponse) Reset() {
 	*x = PostExecuteResponse{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[36]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2894,7 @@ func (x *PostExecuteResponse) String() string {
 func (*PostExecuteResponse) ProtoMessage() {}
 
 func (x *PostExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[36]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2907,7 @@ func (x *PostExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostExecuteResponse.ProtoReflect.Descriptor instead.
 func (*PostExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{36}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PostExecuteResponse) GetDecision() *PostToolDecision {
@@ -2605,14 +2927,19 @@ const file_dsh_tools_v1_tools_proto_rawDesc = "" +
 	"\vconcurrency\x18\x02 \x01(\x0e2\x1f.dsh.tools.v1.ConcurrencySafetyR\vconcurrency\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\x12/\n" +
-	"\x13validates_arguments\x18\x04 \x01(\bR\x12validatesArguments\"\x8d\x01\n" +
+	"\x13validates_arguments\x18\x04 \x01(\bR\x12validatesArguments\"u\n" +
+	"\rSandboxPolicy\x12-\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x19.dsh.tools.v1.SandboxModeR\x04mode\x125\n" +
+	"\anetwork\x18\x02 \x01(\x0e2\x1b.dsh.tools.v1.NetworkAccessR\anetwork\"\xdc\x01\n" +
 	"\vToolContext\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12%\n" +
 	"\x0eworkspace_root\x18\x03 \x01(\tR\rworkspaceRoot\x12\x12\n" +
 	"\x04turn\x18\x04 \x01(\x05R\x04turn\x12\x12\n" +
-	"\x04step\x18\x05 \x01(\x05R\x04step\"\x8f\x01\n" +
+	"\x04step\x18\x05 \x01(\x05R\x04step\x125\n" +
+	"\asandbox\x18\x06 \x01(\v2\x1b.dsh.tools.v1.SandboxPolicyR\asandbox\x12\x16\n" +
+	"\x06tenant\x18\a \x01(\tR\x06tenant\"\x8f\x01\n" +
 	"\rToolExecution\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -2672,27 +2999,30 @@ const file_dsh_tools_v1_tools_proto_rawDesc = "" +
 	"\ageneric\x18\x01 \x01(\v2\x1f.dsh.tools.v1.GenericResultViewH\x00R\ageneric\x12>\n" +
 	"\bterminal\x18\x02 \x01(\v2 .dsh.tools.v1.TerminalResultViewH\x00R\bterminal\x122\n" +
 	"\x04diff\x18\x03 \x01(\v2\x1c.dsh.tools.v1.DiffResultViewH\x00R\x04diffB\x06\n" +
-	"\x04card\"\xb7\x02\n" +
+	"\x04card\"\xfb\x02\n" +
 	"\x13ToolExecutionResult\x122\n" +
 	"\acontent\x18\x01 \x03(\v2\x18.dsh.llm.v1.ContentBlockR\acontent\x12\x19\n" +
 	"\bis_error\x18\x02 \x01(\bR\aisError\x121\n" +
 	"\x05error\x18\x03 \x01(\v2\x1b.dsh.tools.v1.ToolErrorInfoR\x05error\x12J\n" +
 	"\x13additional_contexts\x18\x04 \x03(\v2\x19.dsh.tools.v1.HookContextR\x12additionalContexts\x12\x17\n" +
 	"\x04meta\x18\x05 \x01(\tH\x00R\x04meta\x88\x01\x01\x120\n" +
-	"\x04view\x18\x06 \x01(\v2\x1c.dsh.tools.v1.ToolResultViewR\x04viewB\a\n" +
+	"\x04view\x18\x06 \x01(\v2\x1c.dsh.tools.v1.ToolResultViewR\x04view\x12B\n" +
+	"\venforcement\x18\a \x01(\x0e2 .dsh.tools.v1.SandboxEnforcementR\venforcementB\a\n" +
 	"\x05_meta\"8\n" +
 	"\n" +
 	"ToolOutput\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\"\x12\n" +
-	"\x10ListToolsRequest\"c\n" +
+	"\x10ListToolsRequest\"\xaa\x01\n" +
 	"\x11ListToolsResponse\x122\n" +
 	"\x05tools\x18\x01 \x03(\v2\x1c.dsh.tools.v1.ToolDescriptorR\x05tools\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\x13\n" +
-	"\x11WatchToolsRequest\"d\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12E\n" +
+	"\x0fsandbox_support\x18\x03 \x01(\x0e2\x1c.dsh.tools.v1.SandboxSupportR\x0esandboxSupport\"\x13\n" +
+	"\x11WatchToolsRequest\"\xab\x01\n" +
 	"\x12WatchToolsResponse\x122\n" +
 	"\x05tools\x18\x01 \x03(\v2\x1c.dsh.tools.v1.ToolDescriptorR\x05tools\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\x88\x01\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12E\n" +
+	"\x0fsandbox_support\x18\x03 \x01(\x0e2\x1c.dsh.tools.v1.SandboxSupportR\x0esandboxSupport\"\x88\x01\n" +
 	"\fPreparedCall\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12/\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x1b.dsh.tools.v1.ExecutionModeR\x04mode\x12.\n" +
@@ -2748,7 +3078,23 @@ const file_dsh_tools_v1_tools_proto_rawDesc = "" +
 	"\rExecutionMode\x12\x1e\n" +
 	"\x1aEXECUTION_MODE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17EXECUTION_MODE_PARALLEL\x10\x01\x12\x1c\n" +
-	"\x18EXECUTION_MODE_EXCLUSIVE\x10\x02*z\n" +
+	"\x18EXECUTION_MODE_EXCLUSIVE\x10\x02*\x8e\x01\n" +
+	"\vSandboxMode\x12\x1c\n" +
+	"\x18SANDBOX_MODE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16SANDBOX_MODE_READ_ONLY\x10\x01\x12 \n" +
+	"\x1cSANDBOX_MODE_WORKSPACE_WRITE\x10\x02\x12#\n" +
+	"\x1fSANDBOX_MODE_DANGER_FULL_ACCESS\x10\x03*^\n" +
+	"\rNetworkAccess\x12\x1e\n" +
+	"\x1aNETWORK_ACCESS_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11NETWORK_ACCESS_ON\x10\x01\x12\x16\n" +
+	"\x12NETWORK_ACCESS_OFF\x10\x02*x\n" +
+	"\x12SandboxEnforcement\x12#\n" +
+	"\x1fSANDBOX_ENFORCEMENT_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18SANDBOX_ENFORCEMENT_FULL\x10\x01\x12\x1f\n" +
+	"\x1bSANDBOX_ENFORCEMENT_PARTIAL\x10\x02*O\n" +
+	"\x0eSandboxSupport\x12\x1f\n" +
+	"\x1bSANDBOX_SUPPORT_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18SANDBOX_SUPPORT_ENFORCED\x10\x01*z\n" +
 	"\x10ContextPlacement\x12!\n" +
 	"\x1dCONTEXT_PLACEMENT_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCONTEXT_PLACEMENT_SEPARATE\x10\x01\x12#\n" +
@@ -2788,118 +3134,129 @@ func file_dsh_tools_v1_tools_proto_rawDescGZIP() []byte {
 	return file_dsh_tools_v1_tools_proto_rawDescData
 }
 
-var file_dsh_tools_v1_tools_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_dsh_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_dsh_tools_v1_tools_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_dsh_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_dsh_tools_v1_tools_proto_goTypes = []any{
 	(ConcurrencySafety)(0),       // 0: dsh.tools.v1.ConcurrencySafety
 	(ExecutionMode)(0),           // 1: dsh.tools.v1.ExecutionMode
-	(ContextPlacement)(0),        // 2: dsh.tools.v1.ContextPlacement
-	(ToolCallKind)(0),            // 3: dsh.tools.v1.ToolCallKind
-	(*ToolDescriptor)(nil),       // 4: dsh.tools.v1.ToolDescriptor
-	(*ToolContext)(nil),          // 5: dsh.tools.v1.ToolContext
-	(*ToolExecution)(nil),        // 6: dsh.tools.v1.ToolExecution
-	(*ToolErrorInfo)(nil),        // 7: dsh.tools.v1.ToolErrorInfo
-	(*HookContext)(nil),          // 8: dsh.tools.v1.HookContext
-	(*FileLocation)(nil),         // 9: dsh.tools.v1.FileLocation
-	(*FileDiff)(nil),             // 10: dsh.tools.v1.FileDiff
-	(*GenericCallView)(nil),      // 11: dsh.tools.v1.GenericCallView
-	(*TerminalCallView)(nil),     // 12: dsh.tools.v1.TerminalCallView
-	(*DiffCallView)(nil),         // 13: dsh.tools.v1.DiffCallView
-	(*ToolCallView)(nil),         // 14: dsh.tools.v1.ToolCallView
-	(*GenericResultView)(nil),    // 15: dsh.tools.v1.GenericResultView
-	(*TerminalResultView)(nil),   // 16: dsh.tools.v1.TerminalResultView
-	(*DiffResultView)(nil),       // 17: dsh.tools.v1.DiffResultView
-	(*ToolResultView)(nil),       // 18: dsh.tools.v1.ToolResultView
-	(*ToolExecutionResult)(nil),  // 19: dsh.tools.v1.ToolExecutionResult
-	(*ToolOutput)(nil),           // 20: dsh.tools.v1.ToolOutput
-	(*ListToolsRequest)(nil),     // 21: dsh.tools.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),    // 22: dsh.tools.v1.ListToolsResponse
-	(*WatchToolsRequest)(nil),    // 23: dsh.tools.v1.WatchToolsRequest
-	(*WatchToolsResponse)(nil),   // 24: dsh.tools.v1.WatchToolsResponse
-	(*PreparedCall)(nil),         // 25: dsh.tools.v1.PreparedCall
-	(*PrepareCallsRequest)(nil),  // 26: dsh.tools.v1.PrepareCallsRequest
-	(*PrepareCallsResponse)(nil), // 27: dsh.tools.v1.PrepareCallsResponse
-	(*ExecuteRequest)(nil),       // 28: dsh.tools.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),      // 29: dsh.tools.v1.ExecuteResponse
-	(*PreAllow)(nil),             // 30: dsh.tools.v1.PreAllow
-	(*PreDeny)(nil),              // 31: dsh.tools.v1.PreDeny
-	(*PreAsk)(nil),               // 32: dsh.tools.v1.PreAsk
-	(*PreToolDecision)(nil),      // 33: dsh.tools.v1.PreToolDecision
-	(*PostAccept)(nil),           // 34: dsh.tools.v1.PostAccept
-	(*PostBlock)(nil),            // 35: dsh.tools.v1.PostBlock
-	(*PostToolDecision)(nil),     // 36: dsh.tools.v1.PostToolDecision
-	(*PreExecuteRequest)(nil),    // 37: dsh.tools.v1.PreExecuteRequest
-	(*PreExecuteResponse)(nil),   // 38: dsh.tools.v1.PreExecuteResponse
-	(*PostExecuteRequest)(nil),   // 39: dsh.tools.v1.PostExecuteRequest
-	(*PostExecuteResponse)(nil),  // 40: dsh.tools.v1.PostExecuteResponse
-	(*v1.ToolSchema)(nil),        // 41: dsh.llm.v1.ToolSchema
-	(*v1.ContentBlock)(nil),      // 42: dsh.llm.v1.ContentBlock
-	(*v1.MessageSource)(nil),     // 43: dsh.llm.v1.MessageSource
+	(SandboxMode)(0),             // 2: dsh.tools.v1.SandboxMode
+	(NetworkAccess)(0),           // 3: dsh.tools.v1.NetworkAccess
+	(SandboxEnforcement)(0),      // 4: dsh.tools.v1.SandboxEnforcement
+	(SandboxSupport)(0),          // 5: dsh.tools.v1.SandboxSupport
+	(ContextPlacement)(0),        // 6: dsh.tools.v1.ContextPlacement
+	(ToolCallKind)(0),            // 7: dsh.tools.v1.ToolCallKind
+	(*ToolDescriptor)(nil),       // 8: dsh.tools.v1.ToolDescriptor
+	(*SandboxPolicy)(nil),        // 9: dsh.tools.v1.SandboxPolicy
+	(*ToolContext)(nil),          // 10: dsh.tools.v1.ToolContext
+	(*ToolExecution)(nil),        // 11: dsh.tools.v1.ToolExecution
+	(*ToolErrorInfo)(nil),        // 12: dsh.tools.v1.ToolErrorInfo
+	(*HookContext)(nil),          // 13: dsh.tools.v1.HookContext
+	(*FileLocation)(nil),         // 14: dsh.tools.v1.FileLocation
+	(*FileDiff)(nil),             // 15: dsh.tools.v1.FileDiff
+	(*GenericCallView)(nil),      // 16: dsh.tools.v1.GenericCallView
+	(*TerminalCallView)(nil),     // 17: dsh.tools.v1.TerminalCallView
+	(*DiffCallView)(nil),         // 18: dsh.tools.v1.DiffCallView
+	(*ToolCallView)(nil),         // 19: dsh.tools.v1.ToolCallView
+	(*GenericResultView)(nil),    // 20: dsh.tools.v1.GenericResultView
+	(*TerminalResultView)(nil),   // 21: dsh.tools.v1.TerminalResultView
+	(*DiffResultView)(nil),       // 22: dsh.tools.v1.DiffResultView
+	(*ToolResultView)(nil),       // 23: dsh.tools.v1.ToolResultView
+	(*ToolExecutionResult)(nil),  // 24: dsh.tools.v1.ToolExecutionResult
+	(*ToolOutput)(nil),           // 25: dsh.tools.v1.ToolOutput
+	(*ListToolsRequest)(nil),     // 26: dsh.tools.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),    // 27: dsh.tools.v1.ListToolsResponse
+	(*WatchToolsRequest)(nil),    // 28: dsh.tools.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),   // 29: dsh.tools.v1.WatchToolsResponse
+	(*PreparedCall)(nil),         // 30: dsh.tools.v1.PreparedCall
+	(*PrepareCallsRequest)(nil),  // 31: dsh.tools.v1.PrepareCallsRequest
+	(*PrepareCallsResponse)(nil), // 32: dsh.tools.v1.PrepareCallsResponse
+	(*ExecuteRequest)(nil),       // 33: dsh.tools.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),      // 34: dsh.tools.v1.ExecuteResponse
+	(*PreAllow)(nil),             // 35: dsh.tools.v1.PreAllow
+	(*PreDeny)(nil),              // 36: dsh.tools.v1.PreDeny
+	(*PreAsk)(nil),               // 37: dsh.tools.v1.PreAsk
+	(*PreToolDecision)(nil),      // 38: dsh.tools.v1.PreToolDecision
+	(*PostAccept)(nil),           // 39: dsh.tools.v1.PostAccept
+	(*PostBlock)(nil),            // 40: dsh.tools.v1.PostBlock
+	(*PostToolDecision)(nil),     // 41: dsh.tools.v1.PostToolDecision
+	(*PreExecuteRequest)(nil),    // 42: dsh.tools.v1.PreExecuteRequest
+	(*PreExecuteResponse)(nil),   // 43: dsh.tools.v1.PreExecuteResponse
+	(*PostExecuteRequest)(nil),   // 44: dsh.tools.v1.PostExecuteRequest
+	(*PostExecuteResponse)(nil),  // 45: dsh.tools.v1.PostExecuteResponse
+	(*v1.ToolSchema)(nil),        // 46: dsh.llm.v1.ToolSchema
+	(*v1.ContentBlock)(nil),      // 47: dsh.llm.v1.ContentBlock
+	(*v1.MessageSource)(nil),     // 48: dsh.llm.v1.MessageSource
 }
 var file_dsh_tools_v1_tools_proto_depIdxs = []int32{
-	41, // 0: dsh.tools.v1.ToolDescriptor.schema:type_name -> dsh.llm.v1.ToolSchema
+	46, // 0: dsh.tools.v1.ToolDescriptor.schema:type_name -> dsh.llm.v1.ToolSchema
 	0,  // 1: dsh.tools.v1.ToolDescriptor.concurrency:type_name -> dsh.tools.v1.ConcurrencySafety
-	5,  // 2: dsh.tools.v1.ToolExecution.context:type_name -> dsh.tools.v1.ToolContext
-	42, // 3: dsh.tools.v1.HookContext.content:type_name -> dsh.llm.v1.ContentBlock
-	43, // 4: dsh.tools.v1.HookContext.source:type_name -> dsh.llm.v1.MessageSource
-	2,  // 5: dsh.tools.v1.HookContext.placement:type_name -> dsh.tools.v1.ContextPlacement
-	3,  // 6: dsh.tools.v1.GenericCallView.kind:type_name -> dsh.tools.v1.ToolCallKind
-	42, // 7: dsh.tools.v1.GenericCallView.content:type_name -> dsh.llm.v1.ContentBlock
-	9,  // 8: dsh.tools.v1.GenericCallView.locations:type_name -> dsh.tools.v1.FileLocation
-	10, // 9: dsh.tools.v1.DiffCallView.diffs:type_name -> dsh.tools.v1.FileDiff
-	9,  // 10: dsh.tools.v1.DiffCallView.locations:type_name -> dsh.tools.v1.FileLocation
-	11, // 11: dsh.tools.v1.ToolCallView.generic:type_name -> dsh.tools.v1.GenericCallView
-	12, // 12: dsh.tools.v1.ToolCallView.terminal:type_name -> dsh.tools.v1.TerminalCallView
-	13, // 13: dsh.tools.v1.ToolCallView.diff:type_name -> dsh.tools.v1.DiffCallView
-	42, // 14: dsh.tools.v1.GenericResultView.content:type_name -> dsh.llm.v1.ContentBlock
-	10, // 15: dsh.tools.v1.DiffResultView.diffs:type_name -> dsh.tools.v1.FileDiff
-	15, // 16: dsh.tools.v1.ToolResultView.generic:type_name -> dsh.tools.v1.GenericResultView
-	16, // 17: dsh.tools.v1.ToolResultView.terminal:type_name -> dsh.tools.v1.TerminalResultView
-	17, // 18: dsh.tools.v1.ToolResultView.diff:type_name -> dsh.tools.v1.DiffResultView
-	42, // 19: dsh.tools.v1.ToolExecutionResult.content:type_name -> dsh.llm.v1.ContentBlock
-	7,  // 20: dsh.tools.v1.ToolExecutionResult.error:type_name -> dsh.tools.v1.ToolErrorInfo
-	8,  // 21: dsh.tools.v1.ToolExecutionResult.additional_contexts:type_name -> dsh.tools.v1.HookContext
-	18, // 22: dsh.tools.v1.ToolExecutionResult.view:type_name -> dsh.tools.v1.ToolResultView
-	4,  // 23: dsh.tools.v1.ListToolsResponse.tools:type_name -> dsh.tools.v1.ToolDescriptor
-	4,  // 24: dsh.tools.v1.WatchToolsResponse.tools:type_name -> dsh.tools.v1.ToolDescriptor
-	1,  // 25: dsh.tools.v1.PreparedCall.mode:type_name -> dsh.tools.v1.ExecutionMode
-	14, // 26: dsh.tools.v1.PreparedCall.view:type_name -> dsh.tools.v1.ToolCallView
-	6,  // 27: dsh.tools.v1.PrepareCallsRequest.executions:type_name -> dsh.tools.v1.ToolExecution
-	25, // 28: dsh.tools.v1.PrepareCallsResponse.calls:type_name -> dsh.tools.v1.PreparedCall
-	6,  // 29: dsh.tools.v1.ExecuteRequest.execution:type_name -> dsh.tools.v1.ToolExecution
-	20, // 30: dsh.tools.v1.ExecuteResponse.output:type_name -> dsh.tools.v1.ToolOutput
-	19, // 31: dsh.tools.v1.ExecuteResponse.result:type_name -> dsh.tools.v1.ToolExecutionResult
-	30, // 32: dsh.tools.v1.PreToolDecision.allow:type_name -> dsh.tools.v1.PreAllow
-	31, // 33: dsh.tools.v1.PreToolDecision.deny:type_name -> dsh.tools.v1.PreDeny
-	32, // 34: dsh.tools.v1.PreToolDecision.ask:type_name -> dsh.tools.v1.PreAsk
-	42, // 35: dsh.tools.v1.PostAccept.content:type_name -> dsh.llm.v1.ContentBlock
-	8,  // 36: dsh.tools.v1.PostAccept.additional_contexts:type_name -> dsh.tools.v1.HookContext
-	42, // 37: dsh.tools.v1.PostBlock.feedback:type_name -> dsh.llm.v1.ContentBlock
-	8,  // 38: dsh.tools.v1.PostBlock.additional_contexts:type_name -> dsh.tools.v1.HookContext
-	34, // 39: dsh.tools.v1.PostToolDecision.accept:type_name -> dsh.tools.v1.PostAccept
-	35, // 40: dsh.tools.v1.PostToolDecision.block:type_name -> dsh.tools.v1.PostBlock
-	6,  // 41: dsh.tools.v1.PreExecuteRequest.execution:type_name -> dsh.tools.v1.ToolExecution
-	33, // 42: dsh.tools.v1.PreExecuteResponse.decision:type_name -> dsh.tools.v1.PreToolDecision
-	6,  // 43: dsh.tools.v1.PostExecuteRequest.execution:type_name -> dsh.tools.v1.ToolExecution
-	19, // 44: dsh.tools.v1.PostExecuteRequest.result:type_name -> dsh.tools.v1.ToolExecutionResult
-	36, // 45: dsh.tools.v1.PostExecuteResponse.decision:type_name -> dsh.tools.v1.PostToolDecision
-	21, // 46: dsh.tools.v1.ToolHost.ListTools:input_type -> dsh.tools.v1.ListToolsRequest
-	23, // 47: dsh.tools.v1.ToolHost.WatchTools:input_type -> dsh.tools.v1.WatchToolsRequest
-	26, // 48: dsh.tools.v1.ToolHost.PrepareCalls:input_type -> dsh.tools.v1.PrepareCallsRequest
-	28, // 49: dsh.tools.v1.ToolHost.Execute:input_type -> dsh.tools.v1.ExecuteRequest
-	37, // 50: dsh.tools.v1.ToolInterceptor.PreExecute:input_type -> dsh.tools.v1.PreExecuteRequest
-	39, // 51: dsh.tools.v1.ToolInterceptor.PostExecute:input_type -> dsh.tools.v1.PostExecuteRequest
-	22, // 52: dsh.tools.v1.ToolHost.ListTools:output_type -> dsh.tools.v1.ListToolsResponse
-	24, // 53: dsh.tools.v1.ToolHost.WatchTools:output_type -> dsh.tools.v1.WatchToolsResponse
-	27, // 54: dsh.tools.v1.ToolHost.PrepareCalls:output_type -> dsh.tools.v1.PrepareCallsResponse
-	29, // 55: dsh.tools.v1.ToolHost.Execute:output_type -> dsh.tools.v1.ExecuteResponse
-	38, // 56: dsh.tools.v1.ToolInterceptor.PreExecute:output_type -> dsh.tools.v1.PreExecuteResponse
-	40, // 57: dsh.tools.v1.ToolInterceptor.PostExecute:output_type -> dsh.tools.v1.PostExecuteResponse
-	52, // [52:58] is the sub-list for method output_type
-	46, // [46:52] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	2,  // 2: dsh.tools.v1.SandboxPolicy.mode:type_name -> dsh.tools.v1.SandboxMode
+	3,  // 3: dsh.tools.v1.SandboxPolicy.network:type_name -> dsh.tools.v1.NetworkAccess
+	9,  // 4: dsh.tools.v1.ToolContext.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
+	10, // 5: dsh.tools.v1.ToolExecution.context:type_name -> dsh.tools.v1.ToolContext
+	47, // 6: dsh.tools.v1.HookContext.content:type_name -> dsh.llm.v1.ContentBlock
+	48, // 7: dsh.tools.v1.HookContext.source:type_name -> dsh.llm.v1.MessageSource
+	6,  // 8: dsh.tools.v1.HookContext.placement:type_name -> dsh.tools.v1.ContextPlacement
+	7,  // 9: dsh.tools.v1.GenericCallView.kind:type_name -> dsh.tools.v1.ToolCallKind
+	47, // 10: dsh.tools.v1.GenericCallView.content:type_name -> dsh.llm.v1.ContentBlock
+	14, // 11: dsh.tools.v1.GenericCallView.locations:type_name -> dsh.tools.v1.FileLocation
+	15, // 12: dsh.tools.v1.DiffCallView.diffs:type_name -> dsh.tools.v1.FileDiff
+	14, // 13: dsh.tools.v1.DiffCallView.locations:type_name -> dsh.tools.v1.FileLocation
+	16, // 14: dsh.tools.v1.ToolCallView.generic:type_name -> dsh.tools.v1.GenericCallView
+	17, // 15: dsh.tools.v1.ToolCallView.terminal:type_name -> dsh.tools.v1.TerminalCallView
+	18, // 16: dsh.tools.v1.ToolCallView.diff:type_name -> dsh.tools.v1.DiffCallView
+	47, // 17: dsh.tools.v1.GenericResultView.content:type_name -> dsh.llm.v1.ContentBlock
+	15, // 18: dsh.tools.v1.DiffResultView.diffs:type_name -> dsh.tools.v1.FileDiff
+	20, // 19: dsh.tools.v1.ToolResultView.generic:type_name -> dsh.tools.v1.GenericResultView
+	21, // 20: dsh.tools.v1.ToolResultView.terminal:type_name -> dsh.tools.v1.TerminalResultView
+	22, // 21: dsh.tools.v1.ToolResultView.diff:type_name -> dsh.tools.v1.DiffResultView
+	47, // 22: dsh.tools.v1.ToolExecutionResult.content:type_name -> dsh.llm.v1.ContentBlock
+	12, // 23: dsh.tools.v1.ToolExecutionResult.error:type_name -> dsh.tools.v1.ToolErrorInfo
+	13, // 24: dsh.tools.v1.ToolExecutionResult.additional_contexts:type_name -> dsh.tools.v1.HookContext
+	23, // 25: dsh.tools.v1.ToolExecutionResult.view:type_name -> dsh.tools.v1.ToolResultView
+	4,  // 26: dsh.tools.v1.ToolExecutionResult.enforcement:type_name -> dsh.tools.v1.SandboxEnforcement
+	8,  // 27: dsh.tools.v1.ListToolsResponse.tools:type_name -> dsh.tools.v1.ToolDescriptor
+	5,  // 28: dsh.tools.v1.ListToolsResponse.sandbox_support:type_name -> dsh.tools.v1.SandboxSupport
+	8,  // 29: dsh.tools.v1.WatchToolsResponse.tools:type_name -> dsh.tools.v1.ToolDescriptor
+	5,  // 30: dsh.tools.v1.WatchToolsResponse.sandbox_support:type_name -> dsh.tools.v1.SandboxSupport
+	1,  // 31: dsh.tools.v1.PreparedCall.mode:type_name -> dsh.tools.v1.ExecutionMode
+	19, // 32: dsh.tools.v1.PreparedCall.view:type_name -> dsh.tools.v1.ToolCallView
+	11, // 33: dsh.tools.v1.PrepareCallsRequest.executions:type_name -> dsh.tools.v1.ToolExecution
+	30, // 34: dsh.tools.v1.PrepareCallsResponse.calls:type_name -> dsh.tools.v1.PreparedCall
+	11, // 35: dsh.tools.v1.ExecuteRequest.execution:type_name -> dsh.tools.v1.ToolExecution
+	25, // 36: dsh.tools.v1.ExecuteResponse.output:type_name -> dsh.tools.v1.ToolOutput
+	24, // 37: dsh.tools.v1.ExecuteResponse.result:type_name -> dsh.tools.v1.ToolExecutionResult
+	35, // 38: dsh.tools.v1.PreToolDecision.allow:type_name -> dsh.tools.v1.PreAllow
+	36, // 39: dsh.tools.v1.PreToolDecision.deny:type_name -> dsh.tools.v1.PreDeny
+	37, // 40: dsh.tools.v1.PreToolDecision.ask:type_name -> dsh.tools.v1.PreAsk
+	47, // 41: dsh.tools.v1.PostAccept.content:type_name -> dsh.llm.v1.ContentBlock
+	13, // 42: dsh.tools.v1.PostAccept.additional_contexts:type_name -> dsh.tools.v1.HookContext
+	47, // 43: dsh.tools.v1.PostBlock.feedback:type_name -> dsh.llm.v1.ContentBlock
+	13, // 44: dsh.tools.v1.PostBlock.additional_contexts:type_name -> dsh.tools.v1.HookContext
+	39, // 45: dsh.tools.v1.PostToolDecision.accept:type_name -> dsh.tools.v1.PostAccept
+	40, // 46: dsh.tools.v1.PostToolDecision.block:type_name -> dsh.tools.v1.PostBlock
+	11, // 47: dsh.tools.v1.PreExecuteRequest.execution:type_name -> dsh.tools.v1.ToolExecution
+	38, // 48: dsh.tools.v1.PreExecuteResponse.decision:type_name -> dsh.tools.v1.PreToolDecision
+	11, // 49: dsh.tools.v1.PostExecuteRequest.execution:type_name -> dsh.tools.v1.ToolExecution
+	24, // 50: dsh.tools.v1.PostExecuteRequest.result:type_name -> dsh.tools.v1.ToolExecutionResult
+	41, // 51: dsh.tools.v1.PostExecuteResponse.decision:type_name -> dsh.tools.v1.PostToolDecision
+	26, // 52: dsh.tools.v1.ToolHost.ListTools:input_type -> dsh.tools.v1.ListToolsRequest
+	28, // 53: dsh.tools.v1.ToolHost.WatchTools:input_type -> dsh.tools.v1.WatchToolsRequest
+	31, // 54: dsh.tools.v1.ToolHost.PrepareCalls:input_type -> dsh.tools.v1.PrepareCallsRequest
+	33, // 55: dsh.tools.v1.ToolHost.Execute:input_type -> dsh.tools.v1.ExecuteRequest
+	42, // 56: dsh.tools.v1.ToolInterceptor.PreExecute:input_type -> dsh.tools.v1.PreExecuteRequest
+	44, // 57: dsh.tools.v1.ToolInterceptor.PostExecute:input_type -> dsh.tools.v1.PostExecuteRequest
+	27, // 58: dsh.tools.v1.ToolHost.ListTools:output_type -> dsh.tools.v1.ListToolsResponse
+	29, // 59: dsh.tools.v1.ToolHost.WatchTools:output_type -> dsh.tools.v1.WatchToolsResponse
+	32, // 60: dsh.tools.v1.ToolHost.PrepareCalls:output_type -> dsh.tools.v1.PrepareCallsResponse
+	34, // 61: dsh.tools.v1.ToolHost.Execute:output_type -> dsh.tools.v1.ExecuteResponse
+	43, // 62: dsh.tools.v1.ToolInterceptor.PreExecute:output_type -> dsh.tools.v1.PreExecuteResponse
+	45, // 63: dsh.tools.v1.ToolInterceptor.PostExecute:output_type -> dsh.tools.v1.PostExecuteResponse
+	58, // [58:64] is the sub-list for method output_type
+	52, // [52:58] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_dsh_tools_v1_tools_proto_init() }
@@ -2907,31 +3264,31 @@ func file_dsh_tools_v1_tools_proto_init() {
 	if File_dsh_tools_v1_tools_proto != nil {
 		return
 	}
-	file_dsh_tools_v1_tools_proto_msgTypes[4].OneofWrappers = []any{}
 	file_dsh_tools_v1_tools_proto_msgTypes[5].OneofWrappers = []any{}
 	file_dsh_tools_v1_tools_proto_msgTypes[6].OneofWrappers = []any{}
-	file_dsh_tools_v1_tools_proto_msgTypes[10].OneofWrappers = []any{
+	file_dsh_tools_v1_tools_proto_msgTypes[7].OneofWrappers = []any{}
+	file_dsh_tools_v1_tools_proto_msgTypes[11].OneofWrappers = []any{
 		(*ToolCallView_Generic)(nil),
 		(*ToolCallView_Terminal)(nil),
 		(*ToolCallView_Diff)(nil),
 	}
-	file_dsh_tools_v1_tools_proto_msgTypes[12].OneofWrappers = []any{}
-	file_dsh_tools_v1_tools_proto_msgTypes[14].OneofWrappers = []any{
+	file_dsh_tools_v1_tools_proto_msgTypes[13].OneofWrappers = []any{}
+	file_dsh_tools_v1_tools_proto_msgTypes[15].OneofWrappers = []any{
 		(*ToolResultView_Generic)(nil),
 		(*ToolResultView_Terminal)(nil),
 		(*ToolResultView_Diff)(nil),
 	}
-	file_dsh_tools_v1_tools_proto_msgTypes[15].OneofWrappers = []any{}
-	file_dsh_tools_v1_tools_proto_msgTypes[25].OneofWrappers = []any{
+	file_dsh_tools_v1_tools_proto_msgTypes[16].OneofWrappers = []any{}
+	file_dsh_tools_v1_tools_proto_msgTypes[26].OneofWrappers = []any{
 		(*ExecuteResponse_Output)(nil),
 		(*ExecuteResponse_Result)(nil),
 	}
-	file_dsh_tools_v1_tools_proto_msgTypes[29].OneofWrappers = []any{
+	file_dsh_tools_v1_tools_proto_msgTypes[30].OneofWrappers = []any{
 		(*PreToolDecision_Allow)(nil),
 		(*PreToolDecision_Deny)(nil),
 		(*PreToolDecision_Ask)(nil),
 	}
-	file_dsh_tools_v1_tools_proto_msgTypes[32].OneofWrappers = []any{
+	file_dsh_tools_v1_tools_proto_msgTypes[33].OneofWrappers = []any{
 		(*PostToolDecision_Accept)(nil),
 		(*PostToolDecision_Block)(nil),
 	}
@@ -2940,8 +3297,8 @@ func file_dsh_tools_v1_tools_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsh_tools_v1_tools_proto_rawDesc), len(file_dsh_tools_v1_tools_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   37,
+			NumEnums:      8,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
