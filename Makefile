@@ -21,7 +21,7 @@ run: ## Run the whole stack in one process (embedded NATS + SQLite) and open a c
 
 .PHONY: build
 build: ## Build every binary into bin/.
-	$(GO) build -o bin/ ./cmd/... ./services/*/cmd/...
+	$(GO) build -o bin/ ./cmd/... ./services/.../cmd/...
 
 .PHONY: generate
 generate: ## Regenerate gen/ from proto/ with buf.

@@ -3,7 +3,8 @@
 // provider is installed, trace-context pass-through otherwise; see Tracing),
 // the gRPC health service, server reflection (so grpcurl works with no proto
 // files), panic recovery that turns a handler panic into codes.Internal, and
-// a graceful shutdown.
+// a graceful shutdown, and InvalidArgument (naming the field) for a request
+// with invalid UTF-8 in a string field instead of grpc-go's Internal.
 //
 // # Shutdown
 //
@@ -76,6 +77,7 @@ func New(cfg Config) *Server {
 			grpc.ChainUnaryInterceptor(rec.unary),
 			grpc.ChainStreamInterceptor(rec.stream))
 	}
+	opts = append(opts, grpc.ForceServerCodecV2(newUTF8Codec()))
 	opts = append(opts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))
 	opts = append(opts, cfg.Options...)
 	gs := grpc.NewServer(opts...)
@@ -152,6 +154,9 @@ func (r recoverer) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 			err = r.recovered(info.FullMethod, v)
 		}
 	}()
+	if err := checkUTF8(req); err != nil {
+		return nil, err
+	}
 	if r.propagate {
 		ctx = extractCtx(ctx)
 	}
@@ -170,7 +175,18 @@ func (r recoverer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 			ss = ctxStream{ServerStream: ss, ctx: nctx}
 		}
 	}
-	return h(srv, ss)
+	return h(srv, utf8Stream{ss})
+}
+
+// utf8Stream refuses received messages that carried invalid UTF-8 (see
+// utf8Codec).
+type utf8Stream struct{ grpc.ServerStream }
+
+func (s utf8Stream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return checkUTF8(m)
 }
 
 // Dial opens a client connection to a dsh service with OpenTelemetry
