@@ -81,6 +81,15 @@ type Config struct {
 	Debug bool
 	// DefaultCwd is the cwd of sessions created without one.
 	DefaultCwd string
+	// MaxQueuedItems and MaxQueuedBytes bound one session's inbox (queued
+	// sends and steering); zero takes loop.DefaultMaxQueuedItems and
+	// loop.DefaultMaxQueuedBytes, negative is unbounded.
+	MaxQueuedItems int
+	MaxQueuedBytes int64
+	// ProcessMaxQueuedItems and ProcessMaxQueuedBytes bound the inboxes of
+	// every session together; zero or negative is unbounded.
+	ProcessMaxQueuedItems int
+	ProcessMaxQueuedBytes int64
 	// Sink receives durable events; nil for none.
 	Sink EventSink
 	// Now and NewID are injected for reproducible logs; defaults time.Now
@@ -113,6 +122,7 @@ type Service struct {
 	closing bool
 	closed  chan struct{}
 	stop    context.CancelFunc
+	budget  *loop.ProcessBudget
 	wg      sync.WaitGroup
 }
 
@@ -131,7 +141,8 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Service, error) {
 		cfg.NewID = randomID
 	}
 	s := &Service{cfg: cfg, deps: deps, log: logger, live: map[string]*liveSession{},
-		loading: map[string]chan struct{}{}, closed: make(chan struct{})}
+		loading: map[string]chan struct{}{}, closed: make(chan struct{}),
+		budget: loop.NewProcessBudget(cfg.ProcessMaxQueuedItems, cfg.ProcessMaxQueuedBytes)}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	if cfg.IdleUnload > 0 {
@@ -175,6 +186,7 @@ func (s *Service) open(ctx context.Context, log *session.Log, durable int64, sou
 	l.agent = loop.New(loop.Config{
 		LLM: s.deps.LLM, Tools: s.deps.Tools, Hooks: s.deps.Hooks, Prompt: s.deps.Prompt,
 		Flush: l.flush, MaxParallelToolCalls: s.cfg.MaxParallelToolCalls, Debug: s.cfg.Debug, Logger: s.log,
+		Limits: loop.QueueLimits{MaxItems: s.cfg.MaxQueuedItems, MaxBytes: s.cfg.MaxQueuedBytes, Process: s.budget},
 		OnStatus: func(st agentv1.AgentStatus) {
 			if s.cfg.Sink != nil {
 				s.cfg.Sink.Status(l.id, st)

@@ -44,7 +44,10 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return err
 	}
 	var inv *InvalidError
+	var full *loop.QueueFullError
 	switch {
+	case errors.As(err, &full):
+		return status.Error(codes.ResourceExhausted, full.Error())
 	case errors.As(err, &inv):
 		return status.Error(codes.InvalidArgument, inv.Msg)
 	case errors.Is(err, ErrSessionNotFound), errors.Is(err, persistence.ErrNotFound):

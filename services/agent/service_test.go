@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -598,4 +599,106 @@ func FuzzParseRemote(f *testing.F) {
 			t.Fatalf("accepted %q as %+v", s, r)
 		}
 	})
+}
+
+// TestQueueBounds: the inbox is bounded per session (items, bytes) and per
+// process; beyond a bound Send and Steer are RESOURCE_EXHAUSTED naming the
+// limit, and the bounds come back when queued items run or are cancelled.
+func TestQueueBounds(t *testing.T) {
+	e := newEnvWith(t, func(c *agent.Config) {
+		c.MaxQueuedItems, c.MaxQueuedBytes = 3, 4096
+		c.ProcessMaxQueuedItems = 5
+	})
+	release := make(chan struct{})
+	e.gw.Script(fakes.Response{Wait: release, Chunks: fakes.Text("first")})
+	e.create("a")
+	e.create("b")
+	e.send("a", "claimed at once")
+	// The first turn holds the driver; wait until its model call arrived.
+	for deadline := time.Now().Add(10 * time.Second); len(e.gw.Requests()) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the first turn never reached the gateway")
+		}
+		runtime.Gosched()
+	}
+	sendText := func(id, text string) error {
+		_, err := e.client.Send(t.Context(), &agentv1.SendRequest{SessionId: id, Content: []*llmv1.ContentBlock{session.Text(text)}})
+		return err
+	}
+	steer := func(id, text string) error {
+		_, err := e.client.Steer(t.Context(), &agentv1.SteerRequest{SessionId: id, Content: []*llmv1.ContentBlock{session.Text(text)}})
+		return err
+	}
+	wantFull := func(err error, sub string) {
+		t.Helper()
+		if code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), sub) {
+			t.Fatalf("got %v, want RESOURCE_EXHAUSTED containing %q", err, sub)
+		}
+	}
+	for i := range 2 {
+		if err := sendText("a", fmt.Sprint("queued ", i)); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	if err := steer("a", "steering counts too"); err != nil {
+		t.Fatalf("steer: %v", err)
+	}
+	wantFull(sendText("a", "one too many"), "session queue full: the limit of 3 queued items")
+	wantFull(steer("a", "one too many"), "the limit of 3 queued items")
+	wantFull(sendText("b", strings.Repeat("x", 5000)), "the limit of 4096 queued bytes")
+	// Session b is idle: its first send is admitted, then claimed.
+	if err := sendText("b", "b1"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitIdle("b")
+	if err := sendText("b", "b2"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitIdle("b")
+	// Cancel returns a's bounds; then they hold again.
+	if _, err := e.client.Cancel(t.Context(), &agentv1.CancelRequest{SessionId: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	e.waitIdle("a")
+	for i := range 3 {
+		if err := sendText("a", fmt.Sprint("again ", i)); err != nil {
+			t.Fatalf("after cancel, send %d: %v", i, err)
+		}
+	}
+	e.waitIdle("a")
+}
+
+// TestProcessQueueBound: sessions share the process-wide bound.
+func TestProcessQueueBound(t *testing.T) {
+	e := newEnvWith(t, func(c *agent.Config) { c.ProcessMaxQueuedItems = 2 })
+	release := make(chan struct{})
+	e.gw.Default = func(*llmv1.GenerateRequest) fakes.Response {
+		return fakes.Response{Wait: release, Chunks: fakes.Text("ok")}
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		e.create(id)
+	}
+	// a and b each run a turn (claimed: not queued) and queue one more.
+	for _, id := range []string{"a", "b"} {
+		e.send(id, "runs")
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(e.gw.Requests()) < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("turns never reached the gateway")
+		}
+		runtime.Gosched()
+	}
+	e.send("a", "queued")
+	e.send("b", "queued")
+	_, err := e.client.Send(t.Context(), &agentv1.SendRequest{SessionId: "c", Content: []*llmv1.ContentBlock{session.Text("refused")}})
+	if code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "process queue full") {
+		t.Fatalf("got %v, want the process bound", err)
+	}
+	close(release)
+	for _, id := range []string{"a", "b"} {
+		e.waitIdle(id)
+	}
+	e.send("c", "admitted once the others ran")
+	e.waitIdle("c")
 }

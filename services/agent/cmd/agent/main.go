@@ -16,6 +16,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/agent"
+	"github.com/dsh-dev/dsh/services/agent/internal/loop"
 )
 
 type list []string
@@ -49,6 +50,10 @@ func run() error {
 	data := flag.String("data", env("DSH_DATA", "."), "data directory (env DSH_DATA)")
 	idle := flag.Duration("idle-unload", envDuration("DSH_IDLE_UNLOAD", 10*time.Minute), "unload sessions idle this long; 0 never (env DSH_IDLE_UNLOAD)")
 	parallel := flag.Int("max-parallel-tools", 10, "parallel-safe tool calls that may overlap")
+	maxItems := flag.Int("max-queued", envInt("DSH_MAX_QUEUED", loop.DefaultMaxQueuedItems), "queued sends and steers one session holds; beyond it Send is RESOURCE_EXHAUSTED; -1 unbounded (env DSH_MAX_QUEUED)")
+	maxBytes := flag.Int64("max-queued-bytes", int64(envInt("DSH_MAX_QUEUED_BYTES", loop.DefaultMaxQueuedBytes)), "bytes of queued content one session holds; -1 unbounded (env DSH_MAX_QUEUED_BYTES)")
+	procItems := flag.Int("process-max-queued", envInt("DSH_PROCESS_MAX_QUEUED", 10000), "queued sends and steers of all sessions together; 0 unbounded (env DSH_PROCESS_MAX_QUEUED)")
+	procBytes := flag.Int64("process-max-queued-bytes", int64(envInt("DSH_PROCESS_MAX_QUEUED_BYTES", 1<<30)), "bytes of queued content of all sessions together; 0 unbounded (env DSH_PROCESS_MAX_QUEUED_BYTES)")
 	debug := flag.Bool("debug", env("DSH_DEBUG", "") != "", "check the log invariants and the request equation on every request (env DSH_DEBUG)")
 	var nc events.Conn
 	nc.RegisterFlags(flag.CommandLine, os.Getenv)
@@ -63,8 +68,9 @@ func run() error {
 	}
 	sc := agent.ServerConfig{
 		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, Synchronous: *sqliteSync,
-		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd},
-		NATS:    nc,
+		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd,
+			MaxQueuedItems: *maxItems, MaxQueuedBytes: *maxBytes, ProcessMaxQueuedItems: *procItems, ProcessMaxQueuedBytes: *procBytes},
+		NATS: nc,
 	}
 	for _, h := range hookFlags {
 		r, err := agent.ParseRemote(h)
@@ -95,6 +101,13 @@ func run() error {
 		_ = tel.Shutdown(sctx)
 	}()
 	return agent.Run(ctx, sc, logger)
+}
+
+func envInt(k string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(k)); err == nil {
+		return n
+	}
+	return def
 }
 
 func envDuration(k string, def time.Duration) time.Duration {

@@ -57,6 +57,9 @@ type Config struct {
 	OnStatus func(agentv1.AgentStatus)
 	// OnError observes every reported failure (agent/error).
 	OnError func(turn, step int32, err error)
+	// Limits bound the inbox (Send and Steer beyond them fail with a
+	// *QueueFullError).
+	Limits QueueLimits
 }
 
 // Item is one inbox entry (a send or a steer).
@@ -67,6 +70,9 @@ type Item struct {
 	// QueuedBy is the span of the RPC that queued the item; the turn's
 	// span links to it (a turn is its own trace).
 	QueuedBy trace.SpanContext
+
+	size     int64 // encoded size accounted for in the bounds
+	admitted bool  // counted in the bounds (client items, not internal ones)
 }
 
 // Cancel causes.
@@ -98,6 +104,7 @@ type Agent struct {
 	mu          sync.Mutex
 	queued      []Item
 	steering    []Item
+	queuedBytes int64 // bytes of the admitted items in queued and steering
 	status      agentv1.AgentStatus
 	disposed    bool
 	started     bool
@@ -198,10 +205,17 @@ func (a *Agent) Send(it Item) (agentv1.AgentStatus, error) {
 	if a.disposed {
 		return a.status, ErrDisposed
 	}
+	if err := a.admitLocked(&it); err != nil {
+		return a.status, err
+	}
 	a.queued = append(a.queued, it)
 	select {
 	case a.wake <- struct{}{}:
 	default:
+	}
+	if a.status == agentv1.AgentStatus_AGENT_STATUS_IDLE {
+		// The driver is about to claim the item: say so rather than IDLE.
+		return agentv1.AgentStatus_AGENT_STATUS_RUNNING, nil
 	}
 	return a.status, nil
 }
@@ -219,6 +233,9 @@ func (a *Agent) Steer(it Item) (agentv1.AgentStatus, error) {
 		return a.Send(it)
 	}
 	defer a.mu.Unlock()
+	if err := a.admitLocked(&it); err != nil {
+		return a.status, err
+	}
 	a.steering = append(a.steering, it)
 	return a.status, nil
 }
@@ -282,6 +299,8 @@ func (a *Agent) Cancel(cause error) bool {
 	if !active && len(a.queued) == 0 && len(a.steering) == 0 {
 		return false
 	}
+	a.releaseLocked(a.queued...)
+	a.releaseLocked(a.steering...)
 	a.queued, a.steering = nil, nil
 	if active {
 		a.turnCancel(cause)
@@ -328,6 +347,8 @@ func (a *Agent) Dispose(ctx context.Context) ([]Item, error) {
 	}
 	a.disposed = true
 	dropped := a.queued
+	a.releaseLocked(a.queued...)
+	a.releaseLocked(a.steering...)
 	a.queued, a.steering = nil, nil
 	started := a.started
 	a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_DISPOSED)
@@ -382,6 +403,7 @@ func (a *Agent) run() {
 		}
 		item := a.queued[0]
 		a.queued = a.queued[1:]
+		a.releaseLocked(item)
 		turnCtx, cancel := context.WithCancelCause(a.ctx)
 		a.turnCancel = cancel
 		a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_RUNNING)
@@ -401,6 +423,8 @@ func (a *Agent) run() {
 		a.mu.Lock()
 		if !terminal {
 			a.queued = append(a.queued, a.steering...)
+		} else {
+			a.releaseLocked(a.steering...)
 		}
 		a.steering = nil
 		a.mu.Unlock()

@@ -304,6 +304,7 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 		if stop {
 			st.terminal = true
 			a.mu.Lock()
+			a.releaseLocked(a.steering...)
 			a.steering = nil
 			a.mu.Unlock()
 			cont = false
@@ -357,6 +358,7 @@ func (a *Agent) appendContexts(cs []*toolsv1.HookContext, plugin string) error {
 func (a *Agent) drainSteering(turn int32) (int, error) {
 	a.mu.Lock()
 	items := a.steering
+	a.releaseLocked(items...)
 	a.steering = nil
 	a.mu.Unlock()
 	for _, it := range items {
