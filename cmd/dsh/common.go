@@ -45,15 +45,33 @@ func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses flags; --help exits 0 after printing usage.
+// parse parses flags anywhere among the arguments (`dsh sessions events ID
+// --addr X` honours --addr); after "--" everything is positional. fs.Args()
+// then holds the positional arguments in order. --help exits 0 after
+// printing usage.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return &exitError{code: 0}
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return &exitError{code: 0}
+			}
+			return &exitError{code: 2}
 		}
-		return &exitError{code: 2}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if i := len(args) - len(rest) - 1; i >= 0 && args[i] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
-	return nil
+	// Leave the positionals in fs.Args(); "--" keeps them from being
+	// parsed as flags a second time.
+	return fs.Parse(append([]string{"--"}, pos...))
 }
 
 // isTTY reports whether w is a terminal.

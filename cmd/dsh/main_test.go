@@ -38,6 +38,9 @@ func TestCommandLine(t *testing.T) {
 		{name: "tools usage", args: []string{"tools"}, wantCode: 2, wantStderr: "usage: dsh tools list"},
 		{name: "no gateway", args: []string{"models", "list", "--addr", closed}, wantCode: 1, wantStderr: "no LLM gateway at " + closed},
 		{name: "bad nats url", args: []string{"events", "tail", "--nats", "http://x:1"}, wantCode: 2, wantStderr: `--nats "http://x:1": scheme "http"`},
+		{name: "flag after the id", args: []string{"sessions", "events", "some-id", "--addr", closed}, wantCode: 1, wantStderr: "no agent service at " + closed},
+		{name: "flag after the subcommand word", args: []string{"sessions", "list", "--addr", closed, "--limit", "3"}, wantCode: 2, wantStderr: "flag provided but not defined: -limit"},
+		{name: "dash dash ends flags", args: []string{"sessions", "show", "--addr", closed, "--", "--addr"}, wantCode: 1, wantStderr: "no agent service at " + closed},
 		{name: "dev stray argument", args: []string{"dev", "hello"}, wantCode: 2, wantStderr: "use -p"},
 	}
 	for _, tt := range tests {
