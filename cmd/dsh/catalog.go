@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strconv"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 )
@@ -106,6 +109,15 @@ func runModels(ctx context.Context, e *env, args []string) error {
 			continue
 		}
 		ms, err := gw.ListModels(ctx, &llmv1.ListModelsRequest{Provider: p.GetId()})
+		if status.Code(err) == codes.Unavailable {
+			// The route is registered but cannot say what it serves: show
+			// it, say why, and go on with the others.
+			fmt.Fprintf(e.stderr, "dsh: %s: %s\n", p.GetId(), status.Convert(err).Message())
+			if !*asJSON {
+				rows = append(rows, []string{p.GetId(), "?", "", "(models unknown: see above)"})
+			}
+			continue
+		}
 		if err != nil {
 			return rpcError("list models of "+p.GetId(), err)
 		}

@@ -9,7 +9,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -112,13 +114,22 @@ func (h handler) ListProviders(context.Context, *llmv1.ListProvidersRequest) (*l
 }
 
 // ListModels lists a route's advisory catalogue.
-func (h handler) ListModels(_ context.Context, req *llmv1.ListModelsRequest) (*llmv1.ListModelsResponse, error) {
+// A route configured without a catalogue (an OpenAI-compatible server with
+// only a base URL) asks its server; when that fails the answer is
+// UNAVAILABLE saying so, never a silently empty list.
+func (h handler) ListModels(ctx context.Context, req *llmv1.ListModelsRequest) (*llmv1.ListModelsResponse, error) {
 	r, err := h.s.lookup(req.GetProvider())
 	if err != nil {
 		return nil, toStatus(h.s.log, "ListModels", err)
 	}
+	models := r.adapter.Models()
+	if f, ok := r.adapter.(provider.ModelFetcher); ok && len(models) == 0 {
+		if models, err = f.FetchModels(ctx); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "route %q has no configured model and its server did not list any: %v (set OPENAI_MODEL or the route's models in --config)", r.name, err)
+		}
+	}
 	out := &llmv1.ListModelsResponse{}
-	for _, m := range r.adapter.Models() {
+	for _, m := range models {
 		mi := &llmv1.ModelInfo{Provider: r.name, Id: m.ID, Name: m.Name, Description: m.Description}
 		if mi.Name == "" {
 			mi.Name = m.ID

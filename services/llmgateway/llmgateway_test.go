@@ -6,10 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -364,3 +368,62 @@ func TestKeysNeverLogged(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestListModelsAsksTheServer: an OpenAI-compatible route with a base URL and
+// no model lists what its server's GET /models answers, and says so (with
+// UNAVAILABLE) when the server cannot tell, instead of an empty list.
+func TestListModelsAsksTheServer(t *testing.T) {
+	var gotAuth atomic.Value
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotAuth.Store(r.Header.Get("Authorization"))
+		switch r.URL.Path {
+		case "/good/models":
+			io.WriteString(w, `{"object":"list","data":[{"id":"qwen2.5-coder","object":"model"},{"id":"llama3.1:8b","object":"model"}]}`)
+		case "/garbage/models":
+			io.WriteString(w, `<html>`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer up.Close()
+	tests := []struct {
+		base     string
+		want     []string
+		wantCode codes.Code
+		wantMsg  string
+	}{
+		{base: up.URL + "/good", want: []string{"qwen2.5-coder", "llama3.1:8b"}},
+		{base: up.URL + "/missing", wantCode: codes.Unavailable, wantMsg: "HTTP 404"},
+		{base: up.URL + "/garbage", wantCode: codes.Unavailable, wantMsg: "not an OpenAI model list"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.base, func(t *testing.T) {
+			c := startGateway(t, ConfigFromEnv(func(k string) string {
+				return map[string]string{"OPENAI_BASE_URL": tc.base, "OPENAI_API_KEY": "k-secret"}[k]
+			}))
+			resp, err := c.ListModels(t.Context(), &llmv1.ListModelsRequest{Provider: "openai"})
+			if tc.wantCode != codes.OK {
+				if status.Code(err) != tc.wantCode || !strings.Contains(err.Error(), tc.wantMsg) || !strings.Contains(err.Error(), "OPENAI_MODEL") {
+					t.Fatalf("got %v, want %v mentioning %q and OPENAI_MODEL", err, tc.wantCode, tc.wantMsg)
+				}
+				if strings.Contains(err.Error(), "k-secret") {
+					t.Fatal("the key leaked into the error")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, m := range resp.GetModels() {
+				ids = append(ids, m.GetId())
+			}
+			if !slices.Equal(ids, tc.want) {
+				t.Fatalf("models %v, want %v", ids, tc.want)
+			}
+			if gotAuth.Load() != "Bearer k-secret" {
+				t.Fatalf("authorization %v", gotAuth.Load())
+			}
+		})
+	}
+}

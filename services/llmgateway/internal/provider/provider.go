@@ -39,6 +39,13 @@ type Adapter interface {
 	Stream(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error]
 }
 
+// ModelFetcher is implemented by adapters that can ask their server which
+// models it serves; the gateway uses it for a route configured without a
+// catalogue.
+type ModelFetcher interface {
+	FetchModels(ctx context.Context) ([]Model, error)
+}
+
 // Model is one catalogue entry of a route.
 type Model struct {
 	// ID is the provider model id.
