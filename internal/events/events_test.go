@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/natstest"
@@ -491,5 +493,56 @@ func TestCloseWithNATSDownDoesNotWaitForTheDeadline(t *testing.T) {
 	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Fatalf("Close took %s with NATS down; it should give up after its grace", d)
+	}
+}
+
+// TestOversizeEventDoesNotStall: an event over the server's max_payload (1 MB
+// by default) is published as a reference message in its place, and the
+// events after it still flow; before, the session's fan-out stopped for good.
+func TestOversizeEventDoesNotStall(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t) // default limits: max_payload 1 MB
+	store := newMemStore()
+	p := newPublisher(t, srv.URL(), store, nil)
+	evs := mkEvents(0, 5)
+	big := strings.Repeat("x", 3<<20)
+	evs[1] = &sessionv1.SessionEvent{Seq: 1, Time: 1001, SurfaceOp: &sessionv1.SurfaceOp{Op: &sessionv1.SurfaceOp_Append{Append: &sessionv1.SurfaceAppend{}}},
+		Payload: &sessionv1.SessionEvent_ContextMessage{ContextMessage: &sessionv1.ContextMessage{Content: []*llmv1.ContentBlock{
+			{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: big}}}}}}}
+	p.Durable("big", evs)
+	flush(t, p)
+	if got := store.cursor("big"); got != 5 {
+		t.Fatalf("cursor = %d, want 5 (publishing stalled at the big event)", got)
+	}
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(t.Context(), events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 5; seq++ {
+		m, err := st.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, ev, err := events.DecodeEvent(m.Header, m.Data)
+		var om *events.OmittedError
+		switch {
+		case seq == 2:
+			if !errors.As(err, &om) || om.Seq != 1 || om.Size < 3<<20 || id != "big" || om.Type != "context/message" {
+				t.Fatalf("message 2: got %v %v, want an OmittedError for seq 1", ev, err)
+			}
+			if !strings.Contains(err.Error(), "StreamEvents from_seq=1") {
+				t.Fatalf("the error does not say how to fetch the event: %v", err)
+			}
+		case err != nil:
+			t.Fatalf("message %d: %v", seq, err)
+		case ev.GetSeq() != int64(seq-1):
+			t.Fatalf("message %d holds seq %d", seq, ev.GetSeq())
+		}
 	}
 }

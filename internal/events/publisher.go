@@ -693,6 +693,14 @@ func (p *Publisher) publishBatch(ctx context.Context, s *sessionState, batch []q
 		if err != nil {
 			return err
 		}
+		if ref, over := fitPayload(msg, p.nc.MaxPayload()); over {
+			// Publishing it whole would fail on every attempt and stall
+			// the session's fan-out for good: publish a reference.
+			p.log.Warn("event over the NATS max_payload; published a reference instead",
+				"session", s.id, "seq", q.ev.GetSeq(), "bytes", len(msg.Data), "max_payload", p.nc.MaxPayload())
+			p.cfg.Metrics.RecordOversizeEvent(ctx)
+			msg = ref
+		}
 		f, err := p.js.PublishMsgAsync(msg, jetstream.WithExpectStream(StreamName))
 		if err != nil {
 			sendErr = err

@@ -133,11 +133,15 @@ func EncodeEvent(sessionID string, ev *sessionv1.SessionEvent) (*nats.Msg, error
 }
 
 // DecodeEvent reads an event message: its session id (from the header) and
-// the event.
+// the event. A reference message (an event over the server's max_payload)
+// returns the id and an *OmittedError saying how to fetch the event.
 func DecodeEvent(h nats.Header, data []byte) (string, *sessionv1.SessionEvent, error) {
 	id := h.Get(HeaderSessionID)
 	if id == "" {
 		return "", nil, errors.New("events: message has no " + HeaderSessionID + " header")
+	}
+	if err := omitted(h); err != nil {
+		return id, nil, err
 	}
 	ev := &sessionv1.SessionEvent{}
 	if err := proto.Unmarshal(data, ev); err != nil {

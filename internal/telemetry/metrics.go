@@ -21,6 +21,7 @@ const (
 	MetricToolDuration     = "dsh.tool.duration"
 	MetricActiveSessions   = "dsh.sessions.active"
 	MetricPublishLag       = "dsh.nats.publish.lag"
+	MetricOversizeEvents   = "dsh.nats.oversize_events"
 )
 
 // latencyBuckets suit latencies from a millisecond to a few minutes, in seconds.
@@ -35,6 +36,7 @@ type Metrics struct {
 	tool       metric.Float64Histogram
 	active     metric.Int64UpDownCounter
 	publishLag metric.Float64Histogram
+	oversize   metric.Int64Counter
 }
 
 // NewMetrics creates the instruments on mp; nil means the global provider.
@@ -62,7 +64,10 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	out.publishLag, errs[5] = m.Float64Histogram(MetricPublishLag, metric.WithUnit("s"),
 		metric.WithDescription("Time from an event being durable to JetStream acknowledging it."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
-	if err := errors.Join(errs[:]...); err != nil {
+	var oerr error
+	out.oversize, oerr = m.Int64Counter(MetricOversizeEvents, metric.WithUnit("{event}"),
+		metric.WithDescription("Events over the NATS server's max_payload, published as references (the consumer fetches them from the agent)."))
+	if err := errors.Join(append(errs[:], oerr)...); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -117,6 +122,15 @@ func (m *Metrics) SessionLoaded(ctx context.Context, delta int64) {
 		return
 	}
 	m.active.Add(ctx, delta)
+}
+
+// RecordOversizeEvent counts an event published as a reference because it
+// was over the NATS server's max_payload.
+func (m *Metrics) RecordOversizeEvent(ctx context.Context) {
+	if m == nil {
+		return
+	}
+	m.oversize.Add(ctx, 1)
 }
 
 // RecordPublishLag records the time from durable to acknowledged by JetStream.
