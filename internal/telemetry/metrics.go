@@ -21,6 +21,7 @@ const (
 	MetricToolDuration     = "dsh.tool.duration"
 	MetricActiveSessions   = "dsh.sessions.active"
 	MetricPublishLag       = "dsh.nats.publish.lag"
+	MetricAuthDenials      = "dsh.auth.denials"
 )
 
 // latencyBuckets suit latencies from a millisecond to a few minutes, in seconds.
@@ -35,6 +36,7 @@ type Metrics struct {
 	tool       metric.Float64Histogram
 	active     metric.Int64UpDownCounter
 	publishLag metric.Float64Histogram
+	denials    metric.Int64Counter
 }
 
 // NewMetrics creates the instruments on mp; nil means the global provider.
@@ -43,7 +45,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		mp = otel.GetMeterProvider()
 	}
 	m := mp.Meter(ScopeName)
-	var errs [6]error
+	var errs [7]error
 	out := &Metrics{}
 	out.tokens, errs[0] = m.Int64Histogram(MetricTokenUsage, metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens used per model call, by gen_ai.token.type (input, output, cache_read, cache_write)."),
@@ -62,6 +64,8 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	out.publishLag, errs[5] = m.Float64Histogram(MetricPublishLag, metric.WithUnit("s"),
 		metric.WithDescription("Time from an event being durable to JetStream acknowledging it."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	out.denials, errs[6] = m.Int64Counter(MetricAuthDenials, metric.WithUnit("{request}"),
+		metric.WithDescription("Requests refused by authentication or authorization, by rpc.method and rpc.grpc.status_code."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
@@ -125,4 +129,14 @@ func (m *Metrics) RecordPublishLag(ctx context.Context, d time.Duration) {
 		return
 	}
 	m.publishLag.Record(ctx, d.Seconds())
+}
+
+// RecordDenial counts one request refused at the trust boundary: rpc is the
+// full gRPC method, code the status code name (Unauthenticated,
+// PermissionDenied).
+func (m *Metrics) RecordDenial(ctx context.Context, rpc, code string) {
+	if m == nil {
+		return
+	}
+	m.denials.Add(ctx, 1, metric.WithAttributes(semconv.RPCMethod(rpc), attribute.String("rpc.grpc.status_code", code)))
 }
