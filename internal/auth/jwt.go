@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -50,13 +51,23 @@ type JWTConfig struct {
 	// HTTPClient fetches a URL key set; nil means a client with a 10 s
 	// timeout using the system roots (SSL_CERT_FILE works).
 	HTTPClient *http.Client
+	// CacheSize bounds the verified-token cache (see JWT); 0 means 4096,
+	// negative disables it.
+	CacheSize int
 	// Now is the clock; nil means time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
 }
 
 // JWT authenticates signed JWTs against a JWKS that it keeps fresh.
+//
+// A token that verified is remembered by its SHA-256 until it expires (exp
+// plus the clock skew) or the key set is reloaded, so a client reusing its
+// token pays the signature check once, not per RPC. Only successes are
+// cached; an entry answers only the exact same token bytes.
 type JWT struct {
+	cache *tokenCache
+
 	cfg  JWTConfig
 	log  *slog.Logger
 	keys atomic.Pointer[keySet]
@@ -106,6 +117,12 @@ func NewJWT(ctx context.Context, cfg JWTConfig) (*JWT, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	j := &JWT{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1)}
+	switch {
+	case cfg.CacheSize == 0:
+		j.cache = newTokenCache(4096)
+	case cfg.CacheSize > 0:
+		j.cache = newTokenCache(cfg.CacheSize)
+	}
 	if err := j.reload(ctx); err != nil {
 		if !j.isURL() {
 			return nil, err
@@ -246,6 +263,12 @@ func (j *JWT) Authenticate(_ context.Context, bearer string) (Principal, error) 
 	if bearer == "" {
 		return Principal{}, errNoCredential
 	}
+	ks := j.keys.Load()
+	now := j.cfg.Now()
+	sum := sha256.Sum256([]byte(bearer))
+	if p, ok := j.cache.get(sum, ks, now); ok {
+		return p, nil
+	}
 	h, err := peekHeader(bearer)
 	if err != nil {
 		return Principal{}, err
@@ -256,7 +279,6 @@ func (j *JWT) Authenticate(_ context.Context, bearer string) (Principal, error) 
 		}
 		return Principal{}, unauthenticated("token algorithm %s is not accepted: the agent accepts only asymmetric signatures (%s)", h.Alg, algList())
 	}
-	ks := j.keys.Load()
 	if ks == nil {
 		j.refreshSoon()
 		reason := "not fetched yet"
@@ -281,14 +303,20 @@ func (j *JWT) Authenticate(_ context.Context, bearer string) (Principal, error) 
 	if err := tok.Claims(key.Key, &std, &extra); err != nil {
 		return Principal{}, unauthenticated("token signature does not verify with key %q: the token was not issued by the configured issuer's keys", key.KeyID)
 	}
-	if err := j.checkClaims(&std); err != nil {
+	if err := j.checkClaims(&std, now); err != nil {
 		return Principal{}, err
 	}
-	return j.principal(&std, extra)
+	p, err := j.principal(&std, extra)
+	if err != nil {
+		return Principal{}, err
+	}
+	until := std.Expiry.Time().Add(j.cfg.ClockSkew)
+	j.cache.put(sum, ks, p, until, now)
+	return p, nil
 }
 
-func (j *JWT) checkClaims(c *jwt.Claims) error {
-	now, skew := j.cfg.Now(), j.cfg.ClockSkew
+func (j *JWT) checkClaims(c *jwt.Claims, now time.Time) error {
+	skew := j.cfg.ClockSkew
 	if c.Expiry == nil {
 		return unauthenticated("token has no exp claim: the agent accepts only tokens that expire")
 	}
@@ -397,4 +425,57 @@ func trimJose(err error) string {
 		s = strings.TrimPrefix(s, p)
 	}
 	return s
+}
+
+// tokenCache remembers verified tokens by their SHA-256. An entry is valid
+// only for the key set it was verified with and until its expiry; a nil
+// cache remembers nothing.
+type tokenCache struct {
+	mu      sync.Mutex
+	max     int
+	entries map[[sha256.Size]byte]cached
+}
+
+type cached struct {
+	p     Principal
+	keys  *keySet
+	until time.Time
+}
+
+func newTokenCache(max int) *tokenCache {
+	return &tokenCache{max: max, entries: make(map[[sha256.Size]byte]cached)}
+}
+
+func (c *tokenCache) get(sum [sha256.Size]byte, ks *keySet, now time.Time) (Principal, bool) {
+	if c == nil || ks == nil {
+		return Principal{}, false
+	}
+	c.mu.Lock()
+	e, ok := c.entries[sum]
+	c.mu.Unlock()
+	if !ok || e.keys != ks || !now.Before(e.until) {
+		return Principal{}, false
+	}
+	return e.p, true
+}
+
+func (c *tokenCache) put(sum [sha256.Size]byte, ks *keySet, p Principal, until, now time.Time) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) >= c.max {
+		// Full: drop the stale entries, or everything when none is stale
+		// (a re-verification is the only cost).
+		for k, e := range c.entries {
+			if e.keys != ks || !now.Before(e.until) {
+				delete(c.entries, k)
+			}
+		}
+		if len(c.entries) >= c.max {
+			clear(c.entries)
+		}
+	}
+	c.entries[sum] = cached{p: p, keys: ks, until: until}
 }

@@ -288,3 +288,39 @@ func waitFor(t *testing.T, ok func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// The verified-token cache never outlives the token or the key set: an
+// expired token is refused although it verified before, and a token whose
+// key left the JWKS is refused once the set reloads.
+func TestJWTCacheBounds(t *testing.T) {
+	t.Parallel()
+	iss := authtest.NewIssuer(t, jose.ES256, "k-old")
+	js := newJWKSServer(t, authtest.JWKS(t, iss))
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	j := newJWT(t, js, func(c *auth.JWTConfig) {
+		c.Refresh = 10 * time.Millisecond
+		c.Now = func() time.Time { return time.Unix(0, now.Load()) }
+	})
+	c := authtest.Valid(testIss, testAud, "alice", "acme", "writer")
+	c.Expiry = jwt.NewNumericDate(time.Unix(0, now.Load()).Add(time.Minute))
+	tok := iss.Sign(t, c)
+	for range 2 { // verified, then cached
+		if _, err := j.Authenticate(t.Context(), tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now.Add(int64(2 * time.Minute)) // past exp + 30 s skew
+	if _, err := j.Authenticate(t.Context(), tok); err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("expired cached token: %v", err)
+	}
+	now.Store(time.Now().UnixNano())
+	if _, err := j.Authenticate(t.Context(), tok); err != nil {
+		t.Fatal(err)
+	}
+	js.set(authtest.JWKS(t, authtest.NewIssuer(t, jose.ES256, "k-new")))
+	waitFor(t, func() bool {
+		_, err := j.Authenticate(t.Context(), tok)
+		return err != nil && strings.Contains(err.Error(), `"k-old" is not in the JWKS`)
+	})
+}
