@@ -41,17 +41,23 @@ func budgetGateway(budget *atomic.Int64) *fakes.Gateway {
 
 func benchAgent(b *testing.B, gwAddr, thAddr, dir, sync string) (agentv1.AgentServiceClient, func()) {
 	b.Helper()
+	return benchAgentWith(b, agent.ServerConfig{Gateway: gwAddr, Toolhosts: []string{"fake=" + thAddr}, DataDir: dir, Synchronous: sync},
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// benchAgentWith runs agent.Run with sc (its listener and service config
+// filled in) and dials it with creds.
+func benchAgentWith(b *testing.B, sc agent.ServerConfig, creds grpc.DialOption) (agentv1.AgentServiceClient, func()) {
+	b.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
+	sc.Listener, sc.Service = lis, agent.Config{DefaultCwd: "/work"}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, agent.ServerConfig{Listener: lis, Gateway: gwAddr, Toolhosts: []string{"fake=" + thAddr},
-			DataDir: dir, Synchronous: sync, Service: agent.Config{DefaultCwd: "/work"}}, slog.New(slog.DiscardHandler))
-	}()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	go func() { done <- agent.Run(ctx, sc, slog.New(slog.DiscardHandler)) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), creds)
 	if err != nil {
 		b.Fatal(err)
 	}
