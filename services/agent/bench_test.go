@@ -89,31 +89,42 @@ func BenchmarkStep(b *testing.B) {
 	for _, sync := range []string{"FULL", "NORMAL"} {
 		for _, at := range []int{10, 100, 1000} {
 			b.Run(fmt.Sprintf("sync=%s/at=%d", sync, at), func(b *testing.B) {
-				var budget atomic.Int64
-				gw := budgetGateway(&budget)
-				host := fakes.NewToolHost(fakes.Tool{Name: "noop", Run: func(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
-					return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{session.Text("ok")}}
-				}})
-				gwAddr := fakes.ServeWith(b, []grpc.ServerOption{grpc.ForceServerCodecV2(fakes.SkipHistoryCodec{})},
-					func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
-				thAddr := fakes.Serve(b, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })
-				c, stop := benchAgent(b, gwAddr, thAddr, b.TempDir(), sync)
-				defer stop()
-				if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: "bench",
-					Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
-					b.Fatal(err)
-				}
-				budget.Store(int64(at))
-				turn(b, c, "bench")
-				budget.Store(int64(b.N))
-				cpu := cputime.Process()
-				b.ResetTimer()
-				turn(b, c, "bench")
-				b.StopTimer()
-				b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+				benchSteps(b, at, nil, agent.ServerConfig{DataDir: b.TempDir(), Synchronous: sync},
+					grpc.WithTransportCredentials(insecure.NewCredentials()))
 			})
 		}
 	}
+}
+
+// benchSteps measures b.N steps after `at` warm-up steps, with a fake
+// gateway and toolhost served with srvOpts and the agent run with sc and
+// dialed with creds.
+func benchSteps(b *testing.B, at int, srvOpts []grpc.ServerOption, sc agent.ServerConfig, creds grpc.DialOption) {
+	b.Helper()
+	var budget atomic.Int64
+	gw := budgetGateway(&budget)
+	host := fakes.NewToolHost(fakes.Tool{Name: "noop", Run: func(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+		return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{session.Text("ok")}}
+	}})
+	sc.Gateway = fakes.ServeWith(b, append([]grpc.ServerOption{grpc.ForceServerCodecV2(fakes.SkipHistoryCodec{})}, srvOpts...),
+		func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
+	sc.Toolhosts = []string{"fake=" + fakes.ServeWith(b, srvOpts, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })}
+	c, stop := benchAgentWith(b, sc, creds)
+	defer stop()
+	if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: "bench",
+		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
+		b.Fatal(err)
+	}
+	budget.Store(int64(at))
+	turn(b, c, "bench")
+	budget.Store(int64(b.N))
+	cpu := cputime.Process()
+	b.ResetTimer()
+	turn(b, c, "bench")
+	b.StopTimer()
+	// Process CPU per step (servers, agent and client share the process):
+	// steadier than wall time on a shared machine.
+	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 }
 
 // seed runs turns until the session holds at least n events.
