@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -183,6 +184,7 @@ type reloader struct {
 	mu     sync.Mutex
 	stamps []stamp
 	cfg    *tls.Config
+	failed []stamp // the file states that last failed to load
 }
 
 type stamp struct {
@@ -225,21 +227,17 @@ func (r *reloader) current() *tls.Config {
 	now := r.stat()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	same := true
-	for i := range now {
-		if now[i] != r.stamps[i] {
-			same = false
-			break
-		}
-	}
-	if same {
+	if slices.Equal(now, r.stamps) || slices.Equal(now, r.failed) {
 		return r.cfg
 	}
 	cfg, err := r.build()
 	if err != nil {
+		// Logged once per state of the files; retried when they change.
+		r.failed = now
 		r.log.Warn("TLS files changed but do not load; keeping the previous certificates", "files", r.files, "err", err)
 		return r.cfg
 	}
+	r.failed = nil
 	r.stamps, r.cfg = now, cfg
 	r.log.Info("TLS certificates reloaded", "files", r.files)
 	return cfg

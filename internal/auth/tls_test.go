@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -169,6 +170,15 @@ func TestRotation(t *testing.T) {
 	}
 	if _, err := watch.Recv(); err != nil { // SERVICE_UNKNOWN
 		t.Fatal(err)
+	}
+
+	// A half-written rotation does not load: the previous certificate stays
+	// in use.
+	if err := os.WriteFile(p.server.Cert, []byte("-----BEGIN CERTIFICATE-----\ntrunc"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := serverLeaf(t, dialTLS(t, addr, ctls)); got.SerialNumber.Cmp(before.SerialNumber) != 0 {
+		t.Fatalf("after a broken write the server presents serial %v, want the previous %v", got.SerialNumber, before.SerialNumber)
 	}
 
 	// The server's certificate rotates; so does the client's, into an
