@@ -343,6 +343,20 @@ func TestCrossTenantProbes(t *testing.T) {
 	if err != nil || len(resp.GetSessions()) == 0 || slices.ContainsFunc(resp.GetSessions(), func(s *agentv1.Session) bool { return s.GetHeader().GetTenant() != "beta" }) {
 		t.Errorf("admin lists beta: %v %v", resp, err)
 	}
+	all, err := c.ListSessions(as(ctx, "admin"), &agentv1.ListSessionsRequest{Tenant: "*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seenTenants := map[string]bool{}
+	for _, s := range all.GetSessions() {
+		seenTenants[s.GetHeader().GetTenant()] = true
+	}
+	if !seenTenants["acme"] || !seenTenants["beta"] {
+		t.Errorf("admin lists every tenant: saw %v", seenTenants)
+	}
+	if _, err := c.ListSessions(as(ctx, "acme"), &agentv1.ListSessionsRequest{Tenant: "*"}); code(err) != codes.PermissionDenied {
+		t.Errorf("acme lists every tenant: %v, want PermissionDenied", err)
+	}
 	if _, err := c.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: own["acme"]}); code(err) != codes.Unauthenticated {
 		t.Errorf("no token: %v, want Unauthenticated", err)
 	}
