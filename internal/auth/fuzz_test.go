@@ -12,8 +12,8 @@ import (
 	"github.com/dsh-dev/dsh/internal/auth/authtest"
 )
 
-// FuzzParseTokens: any token file either fails naming a line or yields
-// principals with a tenant, a subject and known roles.
+// FuzzParseTokens: any token file either fails naming its line or yields at
+// most one token per hash field, without panicking.
 func FuzzParseTokens(f *testing.F) {
 	f.Add(hashLine("t", "acme alice reader,writer"))
 	f.Add("# c\n\n" + hashLine("t", "acme alice admin") + "\n" + hashLine("u", "b bob reader"))
