@@ -2,7 +2,6 @@ package auth_test
 
 import (
 	"context"
-	"crypto/x509"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,7 +15,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
@@ -141,15 +139,6 @@ func TestAllowPeerNeedsClientCA(t *testing.T) {
 	}
 }
 
-func serverLeaf(t *testing.T, conn *grpc.ClientConn) *x509.Certificate {
-	t.Helper()
-	var pr peer.Peer
-	if _, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{}, grpc.Peer(&pr)); err != nil {
-		t.Fatal(err)
-	}
-	return pr.AuthInfo.(credentials.TLSInfo).State.PeerCertificates[0]
-}
-
 // Certificates rotated on disk (server and client) are used by the next
 // handshake, and a stream opened before the rotation keeps flowing.
 func TestRotation(t *testing.T) {
@@ -163,7 +152,7 @@ func TestRotation(t *testing.T) {
 	ctls := auth.ClientTLS{CA: p.ca.CAFile, Cert: client.Cert, Key: client.Key}
 
 	old := dialTLS(t, addr, ctls)
-	before := serverLeaf(t, old)
+	before := authtest.ServerCertificate(t, old)
 	watch, err := healthpb.NewHealthClient(old).Watch(t.Context(), &healthpb.HealthCheckRequest{Service: "svc"})
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +166,7 @@ func TestRotation(t *testing.T) {
 	if err := os.WriteFile(p.server.Cert, []byte("-----BEGIN CERTIFICATE-----\ntrunc"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got := serverLeaf(t, dialTLS(t, addr, ctls)); got.SerialNumber.Cmp(before.SerialNumber) != 0 {
+	if got := authtest.ServerCertificate(t, dialTLS(t, addr, ctls)); got.SerialNumber.Cmp(before.SerialNumber) != 0 {
 		t.Fatalf("after a broken write the server presents serial %v, want the previous %v", got.SerialNumber, before.SerialNumber)
 	}
 
@@ -187,7 +176,7 @@ func TestRotation(t *testing.T) {
 	p.ca.IssueTo(t, client, authtest.Identity{URIs: []string{"spiffe://dsh/retired"}, Client: true})
 
 	fresh := dialTLS(t, addr, ctls)
-	after := serverLeaf(t, fresh)
+	after := authtest.ServerCertificate(t, fresh)
 	if after.SerialNumber.Cmp(rotated.SerialNumber) != 0 || after.SerialNumber.Cmp(before.SerialNumber) == 0 {
 		t.Fatalf("new connection got serial %v, want the rotated %v (old %v)", after.SerialNumber, rotated.SerialNumber, before.SerialNumber)
 	}

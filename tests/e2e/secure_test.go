@@ -12,10 +12,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
@@ -109,11 +106,7 @@ func serverSerial(t *testing.T, addr string, dial grpc.DialOption) *x509.Certifi
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	var pr peer.Peer
-	if _, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{}, grpc.Peer(&pr)); err != nil {
-		t.Fatal(err)
-	}
-	return pr.AuthInfo.(credentials.TLSInfo).State.PeerCertificates[0]
+	return authtest.ServerCertificate(t, conn)
 }
 
 // The done-when of issue 11: the services run apart with mTLS and JWT auth,

@@ -25,6 +25,10 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 )
 
 // CA is a test certificate authority.
@@ -238,4 +242,19 @@ func Valid(iss, aud, sub, tenant string, roles ...string) Claims {
 			IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now.Add(-time.Minute)), Expiry: jwt.NewNumericDate(now.Add(time.Hour))},
 		Extra: map[string]any{"tenant": tenant, "roles": roles},
 	}
+}
+
+// ServerCertificate asks the health service on conn and returns the
+// certificate the server presented on that connection.
+func ServerCertificate(tb testing.TB, conn grpc.ClientConnInterface) *x509.Certificate {
+	tb.Helper()
+	var pr peer.Peer
+	if _, err := healthpb.NewHealthClient(conn).Check(tb.Context(), &healthpb.HealthCheckRequest{}, grpc.Peer(&pr)); err != nil {
+		tb.Fatal(err)
+	}
+	ti, ok := pr.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.PeerCertificates) == 0 {
+		tb.Fatalf("the connection is not TLS: %v", pr.AuthInfo)
+	}
+	return ti.State.PeerCertificates[0]
 }
