@@ -22,11 +22,12 @@ func runTools(ctx context.Context, e *env, args []string) error {
 	}
 	fs := newFlags(e, "tools list", "tools list [flags]")
 	addr := fs.String("addr", envOr(e, "DSH_TOOLHOST", defaultToolhostAddr), "toolhost address (env DSH_TOOLHOST)")
+	cf := registerClientFlags(e, fs)
 	asJSON := fs.Bool("json", false, "print JSON, one tool per line")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	conn, err := dialService(ctx, *addr, "toolhost")
+	conn, err := dialService(ctx, *addr, "toolhost", cf)
 	if err != nil {
 		return err
 	}
@@ -88,12 +89,13 @@ func runModels(ctx context.Context, e *env, args []string) error {
 	}
 	fs := newFlags(e, "models list", "models list [flags]")
 	addr := fs.String("addr", envOr(e, "DSH_GATEWAY", defaultGatewayAddr), "LLM gateway address (env DSH_GATEWAY)")
+	cf := registerClientFlags(e, fs)
 	prov := fs.String("provider", "", "only this provider route")
 	asJSON := fs.Bool("json", false, "print JSON, one model per line")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	conn, err := dialService(ctx, *addr, "LLM gateway")
+	conn, err := dialService(ctx, *addr, "LLM gateway", cf)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 )
 
@@ -101,11 +102,51 @@ func lookupEnv(e *env, k string) (string, bool) {
 	return "", false
 }
 
+// clientFlags are the transport and credential flags of every client
+// subcommand.
+type clientFlags struct {
+	tls   auth.ClientTLS
+	token string
+}
+
+// registerClientFlags adds --tls-ca, --tls-client-cert, --tls-client-key
+// and --token to fs.
+func registerClientFlags(e *env, fs *flag.FlagSet) *clientFlags {
+	cf := &clientFlags{}
+	cf.tls.RegisterFlags(fs, e.getenv)
+	fs.StringVar(&cf.token, "token", e.getenv(auth.EnvToken), "bearer token sent to the agent as `authorization: Bearer` (env "+auth.EnvToken+")")
+	return cf
+}
+
+// dialOptions are the credentials of cf for addr: TLS when configured, and
+// the bearer token (over plaintext only to a loopback address).
+func (cf *clientFlags) dialOptions(addr string) ([]grpc.DialOption, error) {
+	var opts []grpc.DialOption
+	creds, err := cf.tls.Credentials(nil)
+	if err != nil {
+		return nil, err
+	}
+	if creds != nil {
+		opts = append(opts, grpcserver.WithCredentials(grpc.WithTransportCredentials(creds)))
+	}
+	if cf.token != "" {
+		if creds == nil && !auth.Loopback(addr) {
+			return nil, fmt.Errorf("refusing to send --token in plaintext to %s: set --tls-ca (or DSH_TLS_CA) to dial with TLS", addr)
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.Bearer(cf.token, creds != nil)))
+	}
+	return opts, nil
+}
+
 // dialService connects to addr and checks, within a short deadline, that a
 // server answering the health service is there. what names the service for
 // the error line ("agent service").
-func dialService(ctx context.Context, addr, what string) (*grpc.ClientConn, error) {
-	conn, err := grpcserver.Dial(addr)
+func dialService(ctx context.Context, addr, what string, cf *clientFlags) (*grpc.ClientConn, error) {
+	opts, err := cf.dialOptions(addr)
+	if err != nil {
+		return nil, &exitError{code: 2, msg: err.Error()}
+	}
+	conn, err := grpcserver.Dial(addr, opts...)
 	if err != nil {
 		return nil, &exitError{code: 1, msg: fmt.Sprintf("%s address %q: %v", what, addr, err)}
 	}

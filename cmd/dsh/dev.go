@@ -15,6 +15,7 @@ import (
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/natstest"
@@ -93,6 +94,10 @@ type stack struct {
 // listen binds addr; when addr is the default and busy, it binds a free
 // port on the same host instead.
 func listen(addr, def string) (net.Listener, error) {
+	if !auth.Loopback(addr) {
+		// dsh dev has no TLS and no client authentication: never expose it.
+		return nil, fmt.Errorf("dsh dev serves loopback addresses only, got %s: run the services apart with TLS and --auth to serve a network", addr)
+	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil && addr == def {
 		host, _, _ := net.SplitHostPort(addr)

@@ -62,3 +62,22 @@ func TestCommandLine(t *testing.T) {
 		})
 	}
 }
+
+// dsh dev has neither TLS nor authentication: it refuses to listen beyond
+// loopback.
+func TestDevListensOnLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+		if lis, err := listen(addr, defaultAgentAddr); err == nil || !strings.Contains(err.Error(), "loopback") {
+			if lis != nil {
+				lis.Close()
+			}
+			t.Errorf("listen(%s) = %v, want a loopback-only refusal", addr, err)
+		}
+	}
+	lis, err := listen("127.0.0.1:0", defaultAgentAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis.Close()
+}

@@ -16,6 +16,7 @@ import (
 func runSend(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "send", "send [flags] PROMPT   (PROMPT \"-\" reads standard input)")
 	addr := fs.String("addr", envOr(e, "DSH_AGENT", defaultAgentAddr), "agent service address (env DSH_AGENT)")
+	cf := registerClientFlags(e, fs)
 	var sf sessionFlags
 	fs.StringVar(&sf.id, "session", "", "session id (default: create one)")
 	fs.StringVar(&sf.provider, "provider", envOr(e, "DSH_PROVIDER", "scripted"), "provider route for a new session (env DSH_PROVIDER)")
@@ -29,7 +30,7 @@ func runSend(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	sf.cwd, _ = os.Getwd()
-	conn, err := dialService(ctx, *addr, "agent service")
+	conn, err := dialService(ctx, *addr, "agent service", cf)
 	if err != nil {
 		return err
 	}

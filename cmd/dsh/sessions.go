@@ -20,6 +20,7 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 	}
 	fs := newFlags(e, "sessions "+sub, "sessions list|show ID|events ID|messages ID|fork ID [flags]")
 	addr := fs.String("addr", envOr(e, "DSH_AGENT", defaultAgentAddr), "agent service address (env DSH_AGENT)")
+	cf := registerClientFlags(e, fs)
 	asJSON := fs.Bool("json", false, "print JSON, one object per line")
 	at := fs.Int64("at", -1, "fork: the turn/end seq to fork at (default the last event)")
 	newID := fs.String("id", "", "fork: the child's id (minted when empty)")
@@ -44,7 +45,7 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 	if sub != "list" && id == "" {
 		return &exitError{code: 2, msg: "sessions " + sub + " needs a session id"}
 	}
-	conn, err := dialService(ctx, *addr, "agent service")
+	conn, err := dialService(ctx, *addr, "agent service", cf)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ const (
 	MetricActiveSessions   = "dsh.sessions.active"
 	MetricPublishLag       = "dsh.nats.publish.lag"
 	MetricOversizeEvents   = "dsh.nats.oversize_events"
+	MetricAuthDenials      = "dsh.auth.denials"
 )
 
 // latencyBuckets suit latencies from a millisecond to a few minutes, in seconds.
@@ -37,6 +38,7 @@ type Metrics struct {
 	active     metric.Int64UpDownCounter
 	publishLag metric.Float64Histogram
 	oversize   metric.Int64Counter
+	denials    metric.Int64Counter
 }
 
 // NewMetrics creates the instruments on mp; nil means the global provider.
@@ -45,7 +47,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		mp = otel.GetMeterProvider()
 	}
 	m := mp.Meter(ScopeName)
-	var errs [6]error
+	var errs [8]error
 	out := &Metrics{}
 	out.tokens, errs[0] = m.Int64Histogram(MetricTokenUsage, metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens used per model call, by gen_ai.token.type (input, output, cache_read, cache_write)."),
@@ -64,10 +66,11 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	out.publishLag, errs[5] = m.Float64Histogram(MetricPublishLag, metric.WithUnit("s"),
 		metric.WithDescription("Time from an event being durable to JetStream acknowledging it."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
-	var oerr error
-	out.oversize, oerr = m.Int64Counter(MetricOversizeEvents, metric.WithUnit("{event}"),
+	out.denials, errs[6] = m.Int64Counter(MetricAuthDenials, metric.WithUnit("{request}"),
+		metric.WithDescription("Requests refused by authentication or authorization, by rpc.method and rpc.grpc.status_code."))
+	out.oversize, errs[7] = m.Int64Counter(MetricOversizeEvents, metric.WithUnit("{event}"),
 		metric.WithDescription("Events over the NATS server's max_payload, published as references (the consumer fetches them from the agent)."))
-	if err := errors.Join(append(errs[:], oerr)...); err != nil {
+	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -139,4 +142,14 @@ func (m *Metrics) RecordPublishLag(ctx context.Context, d time.Duration) {
 		return
 	}
 	m.publishLag.Record(ctx, d.Seconds())
+}
+
+// RecordDenial counts one request refused at the trust boundary: rpc is the
+// full gRPC method, code the status code name (Unauthenticated,
+// PermissionDenied).
+func (m *Metrics) RecordDenial(ctx context.Context, rpc, code string) {
+	if m == nil {
+		return
+	}
+	m.denials.Add(ctx, 1, metric.WithAttributes(semconv.RPCMethod(rpc), attribute.String("rpc.grpc.status_code", code)))
 }

@@ -150,6 +150,7 @@ func TestMetrics(t *testing.T) {
 	m.RecordTool(ctx, time.Millisecond, "bash", false)
 	m.SessionLoaded(ctx, 1)
 	m.RecordPublishLag(ctx, time.Millisecond)
+	m.RecordDenial(ctx, "/dsh.agent.v1.AgentService/Send", "PermissionDenied")
 	var nilMetrics *telemetry.Metrics
 	nilMetrics.RecordTool(ctx, time.Second, "x", true) // must not panic
 
@@ -164,7 +165,7 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	for _, name := range []string{telemetry.MetricTokenUsage, telemetry.MetricStepDuration, telemetry.MetricTimeToFirstChunk,
-		telemetry.MetricToolDuration, telemetry.MetricActiveSessions, telemetry.MetricPublishLag} {
+		telemetry.MetricToolDuration, telemetry.MetricActiveSessions, telemetry.MetricPublishLag, telemetry.MetricAuthDenials} {
 		if !got[name] {
 			t.Errorf("metric %s not collected; got %v", name, got)
 		}

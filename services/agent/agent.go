@@ -42,6 +42,8 @@ import (
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
@@ -240,9 +242,10 @@ func (l *liveSession) flush(ctx context.Context) error {
 	return nil
 }
 
-// acquire returns the live session id, loading it from the store when it is
-// persisted but not in memory. release must be called when done.
-func (s *Service) acquire(ctx context.Context, id string) (*liveSession, error) {
+// acquireAny returns the live session id, loading it from the store when it
+// is persisted but not in memory, whatever its tenant (use acquire for
+// requests). release must be called when done.
+func (s *Service) acquireAny(ctx context.Context, id string) (*liveSession, error) {
 	if id == "" {
 		return nil, invalidf("session_id is required")
 	}
@@ -285,11 +288,47 @@ func (s *Service) acquire(ctx context.Context, id string) (*liveSession, error) 
 	}
 }
 
+// acquire returns the live session id for the principal of ctx (see
+// acquireAny): a session of another tenant is ErrSessionNotFound with exactly
+// the message of a session that does not exist (no existence oracle); the
+// check runs after the same lookup a missing session gets. release must be
+// called when done.
+func (s *Service) acquire(ctx context.Context, id string) (*liveSession, error) {
+	l, err := s.acquireAny(ctx, id)
+	if err != nil {
+		if errors.Is(err, persistence.ErrNotFound) {
+			return nil, notFound(id)
+		}
+		return nil, err
+	}
+	if !principalOf(ctx).CanSee(l.log.Header().GetTenant()) {
+		s.release(l)
+		return nil, notFound(id)
+	}
+	return l, nil
+}
+
+// notFound is the one error of a session the caller cannot see, whether it
+// does not exist or belongs to another tenant.
+func notFound(id string) error { return fmt.Errorf("session %q: %w", id, ErrSessionNotFound) }
+
+// principalOf is the caller's principal; a context without one (the
+// service used without its gRPC edge, which always sets one) is the local
+// principal of --auth none.
+func principalOf(ctx context.Context) auth.Principal {
+	if p, ok := auth.FromContext(ctx); ok {
+		return p
+	}
+	return auth.Local()
+}
+
 func (s *Service) load(ctx context.Context, id string) (*liveSession, error) {
 	h, evs, err := s.deps.Store.Load(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("load session %s: %w", id, err)
 	}
+	// Sessions stored before tenancy belong to the default tenant.
+	h.Tenant = auth.TenantOf(h.GetTenant())
 	// The store validated the log on its way in (see Store): validate once.
 	log, err := session.NewLog(h, evs, append(s.logOptions(), session.WithTrustedSeed())...)
 	if err != nil {

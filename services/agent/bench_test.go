@@ -41,17 +41,23 @@ func budgetGateway(budget *atomic.Int64) *fakes.Gateway {
 
 func benchAgent(b *testing.B, gwAddr, thAddr, dir, sync string) (agentv1.AgentServiceClient, func()) {
 	b.Helper()
+	return benchAgentWith(b, agent.ServerConfig{Gateway: gwAddr, Toolhosts: []string{"fake=" + thAddr}, DataDir: dir, Synchronous: sync},
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// benchAgentWith runs agent.Run with sc (its listener and service config
+// filled in) and dials it with creds.
+func benchAgentWith(b *testing.B, sc agent.ServerConfig, creds grpc.DialOption) (agentv1.AgentServiceClient, func()) {
+	b.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
+	sc.Listener, sc.Service = lis, agent.Config{DefaultCwd: "/work"}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, agent.ServerConfig{Listener: lis, Gateway: gwAddr, Toolhosts: []string{"fake=" + thAddr},
-			DataDir: dir, Synchronous: sync, Service: agent.Config{DefaultCwd: "/work"}}, slog.New(slog.DiscardHandler))
-	}()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	go func() { done <- agent.Run(ctx, sc, slog.New(slog.DiscardHandler)) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), creds)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -83,31 +89,42 @@ func BenchmarkStep(b *testing.B) {
 	for _, sync := range []string{"FULL", "NORMAL"} {
 		for _, at := range []int{10, 100, 1000} {
 			b.Run(fmt.Sprintf("sync=%s/at=%d", sync, at), func(b *testing.B) {
-				var budget atomic.Int64
-				gw := budgetGateway(&budget)
-				host := fakes.NewToolHost(fakes.Tool{Name: "noop", Run: func(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
-					return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{session.Text("ok")}}
-				}})
-				gwAddr := fakes.ServeWith(b, []grpc.ServerOption{grpc.ForceServerCodecV2(fakes.SkipHistoryCodec{})},
-					func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
-				thAddr := fakes.Serve(b, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })
-				c, stop := benchAgent(b, gwAddr, thAddr, b.TempDir(), sync)
-				defer stop()
-				if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: "bench",
-					Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
-					b.Fatal(err)
-				}
-				budget.Store(int64(at))
-				turn(b, c, "bench")
-				budget.Store(int64(b.N))
-				cpu := cputime.Process()
-				b.ResetTimer()
-				turn(b, c, "bench")
-				b.StopTimer()
-				b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+				benchSteps(b, at, nil, agent.ServerConfig{DataDir: b.TempDir(), Synchronous: sync},
+					grpc.WithTransportCredentials(insecure.NewCredentials()))
 			})
 		}
 	}
+}
+
+// benchSteps measures b.N steps after `at` warm-up steps, with a fake
+// gateway and toolhost served with srvOpts and the agent run with sc and
+// dialed with creds.
+func benchSteps(b *testing.B, at int, srvOpts []grpc.ServerOption, sc agent.ServerConfig, creds grpc.DialOption) {
+	b.Helper()
+	var budget atomic.Int64
+	gw := budgetGateway(&budget)
+	host := fakes.NewToolHost(fakes.Tool{Name: "noop", Run: func(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+		return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{session.Text("ok")}}
+	}})
+	sc.Gateway = fakes.ServeWith(b, append([]grpc.ServerOption{grpc.ForceServerCodecV2(fakes.SkipHistoryCodec{})}, srvOpts...),
+		func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
+	sc.Toolhosts = []string{"fake=" + fakes.ServeWith(b, srvOpts, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })}
+	c, stop := benchAgentWith(b, sc, creds)
+	defer stop()
+	if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: "bench",
+		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
+		b.Fatal(err)
+	}
+	budget.Store(int64(at))
+	turn(b, c, "bench")
+	budget.Store(int64(b.N))
+	cpu := cputime.Process()
+	b.ResetTimer()
+	turn(b, c, "bench")
+	b.StopTimer()
+	// Process CPU per step (servers, agent and client share the process):
+	// steadier than wall time on a shared machine.
+	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 }
 
 // seed runs turns until the session holds at least n events.

@@ -13,12 +13,15 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
 )
@@ -69,7 +72,8 @@ func (s *Service) createSession(ctx context.Context, req *agentv1.CreateSessionR
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	h := &sessionv1.SessionHeader{Id: id, CreatedAt: s.cfg.Now().UnixMilli(), Cwd: cwd, Options: proto.CloneOf(opts)}
+	h := &sessionv1.SessionHeader{Id: id, CreatedAt: s.cfg.Now().UnixMilli(), Cwd: cwd, Options: proto.CloneOf(opts),
+		Tenant: principalOf(ctx).Tenant}
 	return s.start(ctx, h, nil)
 }
 
@@ -156,12 +160,19 @@ func (s *Service) ListSessions(ctx context.Context, req *agentv1.ListSessionsReq
 		}
 		after = string(b)
 	}
+	tenant, err := listTenant(principalOf(ctx), req.GetTenant())
+	if err != nil {
+		return nil, toStatus(s.log, "ListSessions", err)
+	}
 	hs, live, err := s.headers(ctx)
 	if err != nil {
 		return nil, toStatus(s.log, "ListSessions", err)
 	}
 	resp := &agentv1.ListSessionsResponse{}
 	for _, h := range hs {
+		if tenant != anyTenant && auth.TenantOf(h.GetTenant()) != tenant {
+			continue
+		}
 		if after != "" && h.GetId() <= after {
 			continue
 		}
@@ -176,6 +187,21 @@ func (s *Service) ListSessions(ctx context.Context, req *agentv1.ListSessionsReq
 		}
 	}
 	return resp, nil
+}
+
+// anyTenant, as ListSessionsRequest.tenant, lets an admin list every tenant.
+const anyTenant = "*"
+
+// listTenant is the tenant a ListSessions call lists: the caller's own by
+// default; another (or anyTenant) only for an admin.
+func listTenant(p auth.Principal, asked string) (string, error) {
+	switch {
+	case asked == "" || asked == p.Tenant:
+		return p.Tenant, nil
+	case p.Admin():
+		return asked, nil
+	}
+	return "", status.Errorf(codes.PermissionDenied, "only an admin may list another tenant (%q) than its own (%q)", asked, p.Tenant)
 }
 
 // ForkSession copies a session through a turn/end into a new session.
@@ -221,7 +247,8 @@ func (s *Service) fork(ctx context.Context, req *agentv1.ForkSessionRequest) (*a
 	}
 	n := b + 1
 	h := &sessionv1.SessionHeader{Id: id, CreatedAt: s.cfg.Now().UnixMilli(), Cwd: src.GetCwd(),
-		ParentSession: src.GetId(), SeedLength: &n, DelegationDepth: src.GetDelegationDepth(), Options: proto.CloneOf(src.GetOptions())}
+		ParentSession: src.GetId(), SeedLength: &n, DelegationDepth: src.GetDelegationDepth(), Options: proto.CloneOf(src.GetOptions()),
+		Tenant: auth.TenantOf(src.GetTenant())}
 	return s.start(ctx, h, seed)
 }
 

@@ -7,11 +7,15 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/persistence"
@@ -91,6 +95,17 @@ type ServerConfig struct {
 	// (subject dsh.events.<session>) through internal/events; the stored
 	// published cursor lets a restart catch up.
 	NATS events.Conn
+	// ServerOptions are extra gRPC server options: the transport credentials
+	// of auth.ServerFlags.ServerOptions (TLS, mTLS).
+	ServerOptions []grpc.ServerOption
+	// Auth authenticates clients; nil means auth.None (every caller is the
+	// local principal: tenant "default", every role). Authz authorizes
+	// them; nil means auth.Roles. Both run on every RPC but health.
+	Auth  auth.Authenticator
+	Authz auth.Authorizer
+	// DialOptions are added to every connection the agent opens (gateway,
+	// toolhosts, hooks, interceptors): the client TLS credentials.
+	DialOptions []grpc.DialOption
 	// ShutdownTimeout bounds Close; default 30 s.
 	ShutdownTimeout time.Duration
 	// Ready, when set, receives the bound address once serving.
@@ -111,7 +126,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	}
 	defer store.Close()
 
-	gwConn, err := grpcserver.Dial(sc.Gateway)
+	gwConn, err := grpcserver.Dial(sc.Gateway, sc.DialOptions...)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -129,7 +144,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 			return fmt.Errorf("toolhost name %q is configured twice", name)
 		}
 		seen[name] = true
-		conn, err := grpcserver.Dial(addr)
+		conn, err := grpcserver.Dial(addr, sc.DialOptions...)
 		if err != nil {
 			return fmt.Errorf("toolhost %s: %w", name, err)
 		}
@@ -138,7 +153,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	}
 	var ics []toolpipe.Interceptor
 	for _, r := range sc.Interceptors {
-		conn, err := grpcserver.Dial(r.Addr)
+		conn, err := grpcserver.Dial(r.Addr, sc.DialOptions...)
 		if err != nil {
 			return fmt.Errorf("interceptor %s: %w", r.Name, err)
 		}
@@ -158,7 +173,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	}
 	hk.RequestError.Use(retry.Link())
 	for _, r := range sc.Hooks {
-		conn, err := grpcserver.Dial(r.Addr)
+		conn, err := grpcserver.Dial(r.Addr, sc.DialOptions...)
 		if err != nil {
 			return fmt.Errorf("hook %s: %w", r.Name, err)
 		}
@@ -197,7 +212,12 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 			return fmt.Errorf("listen %s: %w", sc.Listen, err)
 		}
 	}
-	srv := grpcserver.New(grpcserver.Config{Logger: logger})
+	authn := sc.Auth
+	if authn == nil {
+		authn = auth.None{}
+	}
+	edge := auth.NewEdge(auth.EdgeConfig{Authn: authn, Authz: sc.Authz, Logger: logger})
+	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: append(slices.Clone(sc.ServerOptions), edge.ServerOptions()...)})
 	svc.Register(srv.Server)
 	srvCtx, stopSrv := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSrv()

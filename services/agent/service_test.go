@@ -25,6 +25,7 @@ import (
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/natstest"
 	"github.com/dsh-dev/dsh/internal/session"
@@ -45,6 +46,8 @@ type env struct {
 	sink   *recordingSink
 	cfg    agent.Config
 	nats   events.Conn
+	// authn authenticates clients (nil: --auth none).
+	authn auth.Authenticator
 	// shutdown bounds agent.Run's graceful close; default 10 s.
 	shutdown time.Duration
 
@@ -60,7 +63,13 @@ func newEnv(t *testing.T, tools ...fakes.Tool) *env {
 
 func newEnvWith(t *testing.T, mutate func(*agent.Config), tools ...fakes.Tool) *env {
 	t.Helper()
-	e := &env{t: t, gw: &fakes.Gateway{}, host: fakes.NewToolHost(tools...), dir: t.TempDir(), sink: &recordingSink{}}
+	return newEnvAuth(t, nil, mutate, tools...)
+}
+
+// newEnvAuth is newEnvWith with client authentication authn.
+func newEnvAuth(t *testing.T, authn auth.Authenticator, mutate func(*agent.Config), tools ...fakes.Tool) *env {
+	t.Helper()
+	e := &env{t: t, gw: &fakes.Gateway{}, host: fakes.NewToolHost(tools...), dir: t.TempDir(), sink: &recordingSink{}, authn: authn}
 	e.gwAddr = fakes.Serve(t, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, e.gw) })
 	e.thAddr = fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, e.host) })
 	e.cfg = agent.Config{Debug: true, DefaultCwd: "/work", Sink: e.sink}
@@ -89,6 +98,7 @@ func (e *env) start() {
 		e.done <- agent.Run(ctx, agent.ServerConfig{
 			Listener: lis, Gateway: e.gwAddr, Toolhosts: []string{"fake=" + e.thAddr}, DataDir: e.dir,
 			Synchronous: "NORMAL", Service: e.cfg, Retry: &retry, ShutdownTimeout: e.shutdownTimeout(), NATS: e.nats,
+			Auth: e.authn,
 		}, slog.New(slog.DiscardHandler))
 	}()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -146,7 +156,13 @@ func (e *env) waitIdle(id string) *agentv1.Session {
 
 func (e *env) events(id string) []*sessionv1.SessionEvent {
 	e.t.Helper()
-	stream, err := e.client.StreamEvents(e.t.Context(), &agentv1.StreamEventsRequest{SessionId: id, NoFollow: true})
+	return e.eventsCtx(e.t.Context(), id)
+}
+
+// eventsCtx reads a session's log with ctx's credentials.
+func (e *env) eventsCtx(ctx context.Context, id string) []*sessionv1.SessionEvent {
+	e.t.Helper()
+	stream, err := e.client.StreamEvents(ctx, &agentv1.StreamEventsRequest{SessionId: id, NoFollow: true})
 	if err != nil {
 		e.t.Fatal(err)
 	}

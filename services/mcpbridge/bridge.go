@@ -90,7 +90,7 @@ func (b *Bridge) Run(ctx context.Context) {
 // Serve runs the bridge and serves its ToolHost (with health and reflection)
 // on lis until ctx ends.
 func (b *Bridge) Serve(ctx context.Context, lis net.Listener) error {
-	srv := grpcserver.New(grpcserver.Config{Logger: b.log})
+	srv := grpcserver.New(grpcserver.Config{Logger: b.log, Options: b.cfg.ServerOptions})
 	b.host.Register(srv.Server)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})

@@ -39,6 +39,8 @@ import (
 	"regexp"
 	"sort"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 // ServerConfig is one MCP server: exactly one of Command or URL.
@@ -132,4 +134,7 @@ type Config struct {
 	// CallTimeout bounds one MCP call when the tool declares none; zero
 	// means the toolhost default.
 	CallTimeout time.Duration
+	// ServerOptions are added to the gRPC server Serve builds: TLS
+	// credentials and the peer check (internal/auth.ServerFlags).
+	ServerOptions []grpc.ServerOption
 }

@@ -13,7 +13,7 @@ import (
 // example). When ctx ends it first ends every WatchTools stream, then drains
 // in-flight calls; it does not Close the service.
 func (s *Service) Serve(ctx context.Context, lis net.Listener, register ...func(grpc.ServiceRegistrar)) error {
-	srv := grpcserver.New(grpcserver.Config{Logger: s.log})
+	srv := grpcserver.New(grpcserver.Config{Logger: s.log, Options: s.srvOpts})
 	s.Register(srv)
 	for _, r := range register {
 		r(srv)

@@ -52,6 +52,9 @@ type Config struct {
 	Environ []string
 	// Now stamps background tasks; nil means time.Now.
 	Now func() time.Time
+	// ServerOptions are added to the gRPC server Serve builds: TLS
+	// credentials and the peer check (internal/auth.ServerFlags).
+	ServerOptions []grpc.ServerOption
 }
 
 // Service is the built-in toolhost.
@@ -63,6 +66,7 @@ type Service struct {
 	root       string
 	log        *slog.Logger
 	unconfined bool
+	srvOpts    []grpc.ServerOption
 }
 
 // New validates cfg and builds the service.
@@ -80,7 +84,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("toolhost: workspace root %s is not a directory", root)
 	}
-	s := &Service{root: root, log: logger, unconfined: cfg.Unconfined}
+	s := &Service{root: root, log: logger, unconfined: cfg.Unconfined, srvOpts: cfg.ServerOptions}
 	spillDir := cfg.SpillDir
 	if spillDir == "" {
 		d, err := os.MkdirTemp("", "dsh-toolhost-spill-")

@@ -156,9 +156,9 @@ func (p *proc) stop(t *testing.T) {
 }
 
 // waitServing polls the health service at addr until it answers SERVING.
-func waitServing(t *testing.T, addr string, p *proc) {
+func waitServing(t *testing.T, addr string, p *proc, opts ...grpc.DialOption) {
 	t.Helper()
-	conn, err := grpcserver.Dial(addr)
+	conn, err := grpcserver.Dial(addr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

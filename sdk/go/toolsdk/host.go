@@ -30,6 +30,9 @@ type HostConfig struct {
 	// CheckContext, when set, vets every call's ToolContext after the
 	// built-in checks; an error refuses the call with INVALID_ARGUMENT.
 	CheckContext func(*toolsv1.ToolContext) error
+	// ServerOptions are added to the gRPC server Serve builds: TLS
+	// credentials and the peer check (internal/auth.ServerFlags).
+	ServerOptions []grpc.ServerOption
 }
 
 // Host serves a live set of tools as the dsh.tools.v1.ToolHost gRPC service.

@@ -13,7 +13,11 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/events"
+	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
@@ -57,6 +61,12 @@ func run() error {
 	debug := flag.Bool("debug", env("DSH_DEBUG", "") != "", "check the log invariants and the request equation on every request (env DSH_DEBUG)")
 	var nc events.Conn
 	nc.RegisterFlags(flag.CommandLine, os.Getenv)
+	var srvFlags auth.ServerFlags
+	srvFlags.RegisterFlags(flag.CommandLine, os.Getenv)
+	var authFlags auth.AuthFlags
+	authFlags.RegisterFlags(flag.CommandLine, os.Getenv)
+	var clientTLS auth.ClientTLS
+	clientTLS.RegisterFlags(flag.CommandLine, os.Getenv)
 	flag.Parse()
 	if len(toolhosts) == 0 {
 		toolhosts = list{env("DSH_TOOLHOST", "127.0.0.1:7702")}
@@ -66,7 +76,20 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	srvOpts, err := srvFlags.ServerOptions(auth.Options{Listen: *listen, Unauthenticated: authFlags.Unauthenticated(), Logger: logger})
+	if err != nil {
+		return err
+	}
+	creds, err := clientTLS.Credentials(logger)
+	if err != nil {
+		return err
+	}
+	var dialOpts []grpc.DialOption
+	if creds != nil {
+		dialOpts = append(dialOpts, grpcserver.WithCredentials(grpc.WithTransportCredentials(creds)))
+	}
 	sc := agent.ServerConfig{
+		ServerOptions: srvOpts, DialOptions: dialOpts,
 		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, Synchronous: *sqliteSync,
 		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd,
 			MaxQueuedItems: *maxItems, MaxQueuedBytes: *maxBytes, ProcessMaxQueuedItems: *procItems, ProcessMaxQueuedBytes: *procBytes},
@@ -100,6 +123,12 @@ func run() error {
 		defer cancel()
 		_ = tel.Shutdown(sctx)
 	}()
+	authn, closeAuth, err := authFlags.Authenticator(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer closeAuth()
+	sc.Auth = authn
 	return agent.Run(ctx, sc, logger)
 }
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/llmgateway"
@@ -56,12 +57,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	listen := fs.String("listen", env("DSH_LISTEN", "127.0.0.1:7701"), "gRPC listen address (env DSH_LISTEN)")
 	configFile := fs.String("config", env("DSH_LLM_CONFIG", ""), "optional JSON config file with extra routes and model catalogues (env DSH_LLM_CONFIG)")
 	idle := fs.Duration("idle-timeout", cfg.IdleTimeout, "provider stream idle bound; 0 means 5m (env DSH_LLM_IDLE_TIMEOUT)")
+	var srvFlags auth.ServerFlags
+	srvFlags.RegisterFlags(fs, getenv)
+	srvFlags.RegisterPeerFlag(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	srvOpts, err := srvFlags.ServerOptions(auth.Options{Listen: *listen, Logger: logger})
+	if err != nil {
+		return err
+	}
 	if *configFile != "" {
-		var err error
 		if cfg, err = llmgateway.LoadConfigFile(*configFile, cfg, getenv); err != nil {
 			return err
 		}
@@ -86,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer svc.Close()
-	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: llmgateway.ServerOptions(),
+	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: append(llmgateway.ServerOptions(), srvOpts...),
 		Tracing: grpcserver.TracingFor(tel.Tracing || tel.Metering)})
 	svc.Register(srv.Server)
 	lis, err := net.Listen("tcp", *listen)

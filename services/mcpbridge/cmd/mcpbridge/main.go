@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/mcpbridge"
 )
@@ -48,7 +49,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	listen := fs.String("listen", env("DSH_LISTEN", "127.0.0.1:7703"), "HOST:PORT to serve dsh.tools.v1.ToolHost on (env DSH_LISTEN)")
 	config := fs.String("config", env("DSH_MCP_CONFIG", ""), "JSON config file of MCP servers (env DSH_MCP_CONFIG)")
 	callTimeout := fs.Duration("call-timeout", 0, "budget of one MCP tool call (0 = toolhost default, 2m)")
+	var srvFlags auth.ServerFlags
+	srvFlags.RegisterFlags(fs, getenv)
+	srvFlags.RegisterPeerFlag(fs, getenv)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	srvOpts, err := srvFlags.ServerOptions(auth.Options{Listen: *listen, Logger: log})
+	if err != nil {
 		return err
 	}
 	if *config == "" {
@@ -69,7 +77,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		defer cancel()
 		_ = tel.Shutdown(sctx)
 	}()
-	b, err := mcpbridge.New(mcpbridge.Config{Servers: servers, CallTimeout: *callTimeout}, log)
+	b, err := mcpbridge.New(mcpbridge.Config{Servers: servers, CallTimeout: *callTimeout, ServerOptions: srvOpts}, log)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/toolhost"
 	"github.com/dsh-dev/dsh/services/toolhost/policy"
@@ -45,14 +46,21 @@ func run() error {
 	policyFile := flag.String("policy", env("DSH_TOOLHOST_POLICY", ""), "bash command-policy file; also serves dsh.tools.v1.ToolInterceptor (env DSH_TOOLHOST_POLICY)")
 	unconfined := flag.Bool("unconfined", false, "let file tools reach paths outside the workspace")
 	maxArgs := flag.Int("max-argument-bytes", 1<<20, "largest accepted argument text of one call")
+	var srvFlags auth.ServerFlags
+	srvFlags.RegisterFlags(flag.CommandLine, os.Getenv)
+	srvFlags.RegisterPeerFlag(flag.CommandLine, os.Getenv)
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	srvOpts, err := srvFlags.ServerOptions(auth.Options{Listen: *listen, Logger: log})
+	if err != nil {
+		return err
+	}
 	root, err := filepath.Abs(*workspace)
 	if err != nil {
 		return err
 	}
-	svc, err := toolhost.New(toolhost.Config{WorkspaceRoot: root, Unconfined: *unconfined, MaxArgumentBytes: *maxArgs}, log)
+	svc, err := toolhost.New(toolhost.Config{WorkspaceRoot: root, Unconfined: *unconfined, MaxArgumentBytes: *maxArgs, ServerOptions: srvOpts}, log)
 	if err != nil {
 		return err
 	}
