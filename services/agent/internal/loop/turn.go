@@ -384,7 +384,7 @@ func (a *Agent) assemble() (string, []*llmv1.ToolSchema, error) {
 	if a.cfg.Prompt == nil {
 		return "", tools, nil
 	}
-	o := a.h.GetOptions()
+	o := a.log.Settings().Options
 	sys, err := a.cfg.Prompt.Assemble(hooks.AssembleInput{
 		Provider: o.GetProvider(), Model: o.GetModel(), Cwd: a.h.GetCwd(),
 		Persona: o.GetPersona(), SystemPrompt: o.GetSystemPrompt(), Tools: tools,
@@ -410,13 +410,20 @@ type stepOutcome struct {
 }
 
 // callConfigSeed is §4.7 step 1.
+// A session/model logged after the latest request/header switches the
+// route from this step on.
 func (a *Agent) callConfigSeed() *llmv1.LlmCallConfig {
+	set := a.log.Settings()
+	o := set.Options
 	if a.headerLogged {
 		if h := a.log.RequestHeader(); h != nil {
-			return proto.CloneOf(h.GetConfig())
+			cfg := proto.CloneOf(h.GetConfig())
+			if set.ModelSeq > a.log.RequestHeaderSeq() {
+				cfg.Provider, cfg.Model = o.GetProvider(), o.GetModel()
+			}
+			return cfg
 		}
 	}
-	o := a.h.GetOptions()
 	return &llmv1.LlmCallConfig{Provider: o.GetProvider(), Model: o.GetModel(), Temperature: o.Temperature, MaxTokens: o.MaxTokens}
 }
 
