@@ -1,0 +1,411 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/session"
+	"github.com/dsh-dev/dsh/services/agent"
+	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// bashTool is a fake bash that reports the command it ran.
+var bashTool = fakes.Tool{Name: "bash", Run: func(_ context.Context, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+	return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{fakes.TextContent("ran " + ex.GetArguments())}}
+}}
+
+func bashCall(id, command string) fakes.Call {
+	return fakes.Call{ID: id, Name: "bash", Args: fmt.Sprintf(`{"command":%q}`, command)}
+}
+
+// approvalEnv is an env whose deployment asks before bash/write/edit.
+func approvalEnv(t *testing.T, mutate func(*env)) *env {
+	t.Helper()
+	return newEnvFull(t, func(e *env) {
+		e.cfg.Approval = agent.ApprovalConfig{Rules: agent.DefaultApprovalRules(), Timeout: time.Minute}
+		if mutate != nil {
+			mutate(e)
+		}
+	}, bashTool)
+}
+
+func (e *env) createWith(id string, o *sessionv1.SessionOptions) {
+	e.t.Helper()
+	o.Provider, o.Model = "fake", "m1"
+	if _, err := e.client.CreateSession(e.t.Context(), &agentv1.CreateSessionRequest{SessionId: id, Options: o}); err != nil {
+		e.t.Fatalf("create %s: %v", id, err)
+	}
+}
+
+// follow opens a live event stream (every subscriber sees requests as log
+// events).
+func (e *env) follow(id string) agentv1.AgentService_StreamEventsClient {
+	e.t.Helper()
+	s, err := e.client.StreamEvents(e.t.Context(), &agentv1.StreamEventsRequest{SessionId: id})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// nextRequest reads the stream up to the next approval/asked or
+// question/asked and checks GetSession lists it as pending.
+func (e *env) nextRequest(id string, s agentv1.AgentService_StreamEventsClient) *sessionv1.SessionEvent {
+	e.t.Helper()
+	for {
+		resp, err := s.Recv()
+		if err != nil {
+			e.t.Fatalf("stream: %v", err)
+		}
+		ev := resp.GetEvent()
+		if ev.GetApprovalAsked() == nil && ev.GetQuestionAsked() == nil {
+			continue
+		}
+		g, err := e.client.GetSession(e.t.Context(), &agentv1.GetSessionRequest{SessionId: id})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		found := false
+		for _, p := range g.GetSession().GetPending() {
+			found = found || p.GetSeq() == ev.GetSeq()
+		}
+		if !found {
+			e.t.Fatalf("request at seq %d is not in GetSession.pending: %v", ev.GetSeq(), g.GetSession().GetPending())
+		}
+		return ev
+	}
+}
+
+func requestID(ev *sessionv1.SessionEvent) string {
+	if a := ev.GetApprovalAsked(); a != nil {
+		return a.GetId()
+	}
+	return ev.GetQuestionAsked().GetId()
+}
+
+func (e *env) respond(id string, ev *sessionv1.SessionEvent, d agentv1.ApprovalDecision, msg string) error {
+	_, err := e.client.Respond(e.t.Context(), &agentv1.RespondRequest{SessionId: id, RequestId: requestID(ev),
+		Answer: &agentv1.RespondRequest_Approval{Approval: &agentv1.ApprovalResponse{Decision: d, Message: msg}}})
+	return err
+}
+
+// renderApproval is the golden form of a session log: one line per event,
+// chunks and times left out.
+func renderApproval(evs []*sessionv1.SessionEvent) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		var f string
+		switch p := ev.GetPayload().(type) {
+		case *sessionv1.SessionEvent_AssistantChunk:
+			continue
+		case *sessionv1.SessionEvent_TurnStart:
+			f = fmt.Sprintf("turn=%d trigger=%T", p.TurnStart.GetTurn(), p.TurnStart.GetTrigger().GetKind())
+		case *sessionv1.SessionEvent_TurnEnd:
+			f = fmt.Sprintf("turn=%d reason=%T", p.TurnEnd.GetTurn(), p.TurnEnd.GetReason().GetKind())
+		case *sessionv1.SessionEvent_RequestHeader:
+			f = fmt.Sprintf("model=%s/%s tools=%d", p.RequestHeader.GetHeader().GetConfig().GetProvider(), p.RequestHeader.GetHeader().GetConfig().GetModel(), len(p.RequestHeader.GetHeader().GetTools()))
+		case *sessionv1.SessionEvent_ToolCall:
+			f = fmt.Sprintf("%s %s %s", p.ToolCall.GetCallId(), p.ToolCall.GetName(), p.ToolCall.GetArguments())
+		case *sessionv1.SessionEvent_ToolResult:
+			f = fmt.Sprintf("%s error=%v code=%s %q", p.ToolResult.GetCallId(), p.ToolResult.GetIsError(), p.ToolResult.GetError().GetCode(), blocksText(p.ToolResult.GetContent()))
+		case *sessionv1.SessionEvent_AssistantMessage:
+			f = fmt.Sprintf("%q", blocksText(p.AssistantMessage.GetContent()))
+		case *sessionv1.SessionEvent_UserMessage:
+			f = fmt.Sprintf("%q", blocksText(p.UserMessage.GetContent()))
+		case *sessionv1.SessionEvent_ApprovalAsked, *sessionv1.SessionEvent_ApprovalDecided, *sessionv1.SessionEvent_QuestionAsked,
+			*sessionv1.SessionEvent_QuestionAnswered, *sessionv1.SessionEvent_ApprovalPolicy, *sessionv1.SessionEvent_ModelChanged,
+			*sessionv1.SessionEvent_SandboxMode, *sessionv1.SessionEvent_SessionTitle:
+			f = payloadJSON(ev)
+		}
+		fmt.Fprintf(&b, "%d %s %s\n", ev.GetSeq(), session.TypeName(ev), f)
+	}
+	return b.String()
+}
+
+// payloadJSON is the event's payload as compact, stable JSON.
+func payloadJSON(ev *sessionv1.SessionEvent) string {
+	m := ev.ProtoReflect()
+	raw, err := protojson.Marshal(m.Get(m.WhichOneof(m.Descriptor().Oneofs().ByName("payload"))).Message().Interface())
+	if err != nil {
+		return err.Error()
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return err.Error()
+	}
+	return b.String()
+}
+
+func blocksText(bs []*llmv1.ContentBlock) string {
+	var parts []string
+	for _, bl := range bs {
+		switch {
+		case bl.GetText() != nil:
+			parts = append(parts, bl.GetText().GetText())
+		case bl.GetToolCall() != nil:
+			parts = append(parts, "call:"+bl.GetToolCall().GetName())
+		}
+	}
+	return strings.Join(parts, " | ")
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "approval", name+".golden")
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Fatalf("%s differs from the golden file:\n--- got\n%s--- want\n%s", name, got, want)
+	}
+}
+
+// finish waits for quiescence, checks the log is the durable one and that
+// nothing is pending, and compares the golden sequence.
+func (e *env) finish(t *testing.T, id, name string) []*sessionv1.SessionEvent {
+	t.Helper()
+	s := e.waitIdle(id)
+	if len(s.GetPending()) != 0 {
+		t.Fatalf("pending after the turn: %v", s.GetPending())
+	}
+	evs := e.events(id)
+	golden(t, name, renderApproval(evs))
+	return evs
+}
+
+func TestApprovalScenarios(t *testing.T) {
+	t.Parallel()
+	allow := agentv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE
+	tests := []struct {
+		name    string
+		mutate  func(*env)
+		options *sessionv1.SessionOptions
+		script  []fakes.Response
+		// drive answers the requests; it runs after Send.
+		drive func(t *testing.T, e *env, s agentv1.AgentService_StreamEventsClient)
+		check func(t *testing.T, e *env, evs []*sessionv1.SessionEvent)
+	}{
+		{
+			name:   "ask_allow_once",
+			script: []fakes.Response{{Chunks: fakes.ToolCalls("", bashCall("c1", "git push"))}, {Chunks: fakes.Text("pushed")}},
+			drive: func(t *testing.T, e *env, s agentv1.AgentService_StreamEventsClient) {
+				ev := e.nextRequest("s", s)
+				if a := ev.GetApprovalAsked(); a.GetToolName() != "bash" || a.GetCallId() != "c1" || a.GetRule() != "bash ask" {
+					t.Errorf("asked = %v", a)
+				}
+				if len(e.host.Executed()) != 0 {
+					t.Errorf("bash ran before the approval: %v", e.host.Executed())
+				}
+				if err := e.respond("s", ev, allow, ""); err != nil {
+					t.Fatal(err)
+				}
+			},
+			check: func(t *testing.T, e *env, _ []*sessionv1.SessionEvent) {
+				if got := e.host.Executed(); len(got) != 1 {
+					t.Errorf("executed = %v, want the one approved call", got)
+				}
+			},
+		},
+		{
+			name:   "ask_reject_with_message",
+			script: []fakes.Response{{Chunks: fakes.ToolCalls("", bashCall("c1", "git push --force"))}, {Chunks: fakes.Text("ok, I will not")}},
+			drive: func(t *testing.T, e *env, s agentv1.AgentService_StreamEventsClient) {
+				if err := e.respond("s", e.nextRequest("s", s), agentv1.ApprovalDecision_APPROVAL_DECISION_REJECT, "never force-push"); err != nil {
+					t.Fatal(err)
+				}
+			},
+			check: func(t *testing.T, e *env, _ []*sessionv1.SessionEvent) {
+				if len(e.host.Executed()) != 0 {
+					t.Errorf("a rejected call ran")
+				}
+				reqs := e.gw.Requests()
+				last := reqs[len(reqs)-1].GetMessages()
+				if got := fmt.Sprint(last[len(last)-1]); !strings.Contains(got, "never force-push") {
+					t.Errorf("the model did not see the rejection message: %s", got)
+				}
+			},
+		},
+		{
+			name: "allow_for_session",
+			script: []fakes.Response{
+				{Chunks: fakes.ToolCalls("", bashCall("c1", "make test; echo done"))},
+				{Chunks: fakes.ToolCalls("", bashCall("c2", "make test; echo done"), bashCall("c3", "make test; rm -rf /"))},
+				{Chunks: fakes.Text("tests pass")},
+			},
+			drive: func(t *testing.T, e *env, s agentv1.AgentService_StreamEventsClient) {
+				if err := e.respond("s", e.nextRequest("s", s), agentv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_FOR_SESSION, ""); err != nil {
+					t.Fatal(err)
+				}
+				// The same command runs without asking; another one asks.
+				ev := e.nextRequest("s", s)
+				if ev.GetApprovalAsked().GetCallId() != "c3" {
+					t.Fatalf("asked again for %v, want only c3", ev.GetApprovalAsked())
+				}
+				if err := e.respond("s", ev, agentv1.ApprovalDecision_APPROVAL_DECISION_REJECT, ""); err != nil {
+					t.Fatal(err)
+				}
+			},
+			check: func(t *testing.T, e *env, _ []*sessionv1.SessionEvent) {
+				if got := strings.Join(e.host.Executed(), ","); got != "c1,c2" {
+					t.Errorf("executed = %s, want c1,c2", got)
+				}
+				g, _ := e.client.GetSession(t.Context(), &agentv1.GetSessionRequest{SessionId: "s"})
+				if r := g.GetSession().GetEffectiveOptions().GetApprovalRules(); len(r) != 1 || r[0].GetPattern() != "make test; echo done" {
+					t.Errorf("effective rules = %v, want the added exact rule", r)
+				}
+			},
+		},
+		{
+			name:    "deny_rule",
+			options: &sessionv1.SessionOptions{ApprovalRules: []*sessionv1.ApprovalRule{{Tool: "bash", Pattern: "rm *", Action: sessionv1.RuleAction_RULE_ACTION_DENY}}},
+			script:  []fakes.Response{{Chunks: fakes.ToolCalls("", bashCall("c1", "rm -rf build"))}, {Chunks: fakes.Text("denied")}},
+		},
+		{
+			name:    "policy_never",
+			options: &sessionv1.SessionOptions{Approval: sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER},
+			script:  []fakes.Response{{Chunks: fakes.ToolCalls("", bashCall("c1", "ls"))}, {Chunks: fakes.Text("cannot")}},
+		},
+		{
+			name:   "deadline_unavailable",
+			mutate: func(e *env) { e.cfg.Approval.Timeout = 20 * time.Millisecond },
+			script: []fakes.Response{{Chunks: fakes.ToolCalls("", bashCall("c1", "ls"))}, {Chunks: fakes.Text("nobody answered")}},
+			check: func(t *testing.T, e *env, _ []*sessionv1.SessionEvent) {
+				if len(e.host.Executed()) != 0 {
+					t.Errorf("a call nobody approved ran")
+				}
+			},
+		},
+		{
+			name:   "cancel_while_pending",
+			script: []fakes.Response{{Chunks: fakes.ToolCalls("", bashCall("c1", "ls"))}},
+			drive: func(t *testing.T, e *env, s agentv1.AgentService_StreamEventsClient) {
+				ev := e.nextRequest("s", s)
+				if _, err := e.client.Cancel(t.Context(), &agentv1.CancelRequest{SessionId: "s"}); err != nil {
+					t.Fatal(err)
+				}
+				e.waitIdle("s")
+				if err := e.respond("s", ev, allow, ""); code(err) != codes.FailedPrecondition {
+					t.Errorf("late answer: %v, want FailedPrecondition", err)
+				}
+			},
+		},
+		{
+			name:   "two_clients_answer_at_once",
+			script: []fakes.Response{{Chunks: fakes.ToolCalls("", bashCall("c1", "ls"))}, {Chunks: fakes.Text("done")}},
+			drive: func(t *testing.T, e *env, s agentv1.AgentService_StreamEventsClient) {
+				ev := e.nextRequest("s", s)
+				var wg sync.WaitGroup
+				errs := make([]error, 2)
+				for i := range errs {
+					wg.Go(func() { errs[i] = e.respond("s", ev, allow, "") })
+				}
+				wg.Wait()
+				ok, pre := 0, 0
+				for _, err := range errs {
+					switch code(err) {
+					case codes.OK:
+						ok++
+					case codes.FailedPrecondition:
+						pre++
+					}
+				}
+				if ok != 1 || pre != 1 {
+					t.Fatalf("answers = %v, want one OK and one FailedPrecondition", errs)
+				}
+			},
+			check: func(t *testing.T, e *env, evs []*sessionv1.SessionEvent) {
+				n := 0
+				for _, ev := range evs {
+					if ev.GetApprovalDecided() != nil {
+						n++
+					}
+				}
+				if n != 1 {
+					t.Errorf("%d approval/decided events, want 1", n)
+				}
+			},
+		},
+		{
+			name: "ask_user_question_answered",
+			script: []fakes.Response{
+				{Chunks: fakes.ToolCalls("", fakes.Call{ID: "q1", Name: "ask_user_question", Args: `{"questions":[{"id":"db","question":"Which database?","header":"DB","options":[{"label":"sqlite"},{"label":"postgres","description":"server"}]},{"id":"name","question":"Project name?"}]}`})},
+				{Chunks: fakes.Text("thanks")},
+			},
+			drive: func(t *testing.T, e *env, s agentv1.AgentService_StreamEventsClient) {
+				ev := e.nextRequest("s", s)
+				answer := func(as ...*sessionv1.QuestionAnswer) error {
+					_, err := e.client.Respond(t.Context(), &agentv1.RespondRequest{SessionId: "s", RequestId: requestID(ev),
+						Answer: &agentv1.RespondRequest_Question{Question: &agentv1.QuestionResponse{Answers: as}}})
+					return err
+				}
+				if err := e.respond("s", ev, allow, ""); code(err) != codes.InvalidArgument {
+					t.Errorf("approval answer to a question: %v, want InvalidArgument", err)
+				}
+				if err := answer(&sessionv1.QuestionAnswer{Id: "db", Selected: []string{"mysql"}}); code(err) != codes.InvalidArgument {
+					t.Errorf("unknown option: %v, want InvalidArgument", err)
+				}
+				custom := "dsh"
+				if err := answer(&sessionv1.QuestionAnswer{Id: "db", Selected: []string{"postgres"}}, &sessionv1.QuestionAnswer{Id: "name", Custom: &custom}); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			name:    "ask_user_question_unanswered",
+			options: &sessionv1.SessionOptions{Approval: sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER},
+			script: []fakes.Response{
+				{Chunks: fakes.ToolCalls("", fakes.Call{ID: "q1", Name: "ask_user_question", Args: `{"questions":[{"id":"db","question":"Which database?"}]}`})},
+				{Chunks: fakes.Text("I will pick sqlite")},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := approvalEnv(t, tt.mutate)
+			e.gw.Script(tt.script...)
+			o := tt.options
+			if o == nil {
+				o = &sessionv1.SessionOptions{}
+			}
+			e.createWith("s", o)
+			stream := e.follow("s")
+			e.send("s", "go")
+			if tt.drive != nil {
+				tt.drive(t, e, stream)
+			}
+			evs := e.finish(t, "s", tt.name)
+			if tt.check != nil {
+				tt.check(t, e, evs)
+			}
+		})
+	}
+}
