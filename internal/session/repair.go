@@ -22,7 +22,8 @@ const RepairedBy = "repair"
 //
 // For an open turn it returns, with seqs continuing the log and the time of
 // the last event: a cancelled settlement (by "repair") of every approval or
-// question request still pending; one error tool/result per tool call of the open step that no
+// question request still pending (a logged call whose approval was pending
+// never ran, so it gets TOOL_NOT_STARTED); one error tool/result per tool call of the open step that no
 // tool/result answered, in transcript order (TOOL_OUTCOME_UNKNOWN when the
 // tool/call was logged, sourced from it; TOOL_NOT_STARTED otherwise); a
 // step/end when a step is open; and turn/end {interrupted}. The log itself is
@@ -109,9 +110,18 @@ func InterruptedTurnClosers(events []*sessionv1.SessionEvent) []*sessionv1.Sessi
 				Id: r.ID, Unanswered: sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_CANCELLED, By: RepairedBy}}})
 		}
 	}
+	awaiting := map[string]bool{} // calls whose approval was pending: their bodies never ran
+	for _, r := range requests.requests {
+		if a := r.Event.GetApprovalAsked(); a != nil {
+			awaiting[a.GetCallId()] = true
+		}
+	}
 	for _, c := range pending {
 		var ev *sessionv1.SessionEvent
-		if c.callSeq >= 0 {
+		if c.callSeq >= 0 && awaiting[c.id] {
+			ev = ToolResultEvent(turn, step, c.id, []*llmv1.ContentBlock{Text(notStartedText)}, true,
+				&toolsv1.ToolErrorInfo{Name: ToolNotStartedError, Code: ToolNotStartedCode}, c.callSeq)
+		} else if c.callSeq >= 0 {
 			ev = ToolResultEvent(turn, step, c.id, []*llmv1.ContentBlock{Text(outcomeUnknownText)}, true,
 				&toolsv1.ToolErrorInfo{Name: ToolOutcomeUnknownError, Code: ToolOutcomeUnknownCode}, c.callSeq)
 		} else {

@@ -91,16 +91,32 @@ func TestInterruptedTurnClosers(t *testing.T) {
 				b.call("c1") // seq 4
 				b.asked("r1")
 				b.decided("r1", sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_ALLOWED_ONCE)
-				b.asked("r2")
 				b.question("r3")
 			},
 			want: func(b *logBuilder) []*sessionv1.SessionEvent {
 				return []*sessionv1.SessionEvent{
-					{Payload: &sessionv1.SessionEvent_ApprovalDecided{ApprovalDecided: &sessionv1.ApprovalDecided{
-						Id: "r2", Outcome: sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_CANCELLED, By: RepairedBy}}},
 					{Payload: &sessionv1.SessionEvent_QuestionAnswered{QuestionAnswered: &sessionv1.QuestionAnswered{
 						Id: "r3", Unanswered: sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_CANCELLED, By: RepairedBy}}},
 					unknown(1, 1, "c1", 4), notStarted(1, 1, "c2"), StepEndEvent(1, 1), TurnEndEvent(1, interrupted()),
+				}
+			},
+		},
+		{
+			name: "a logged call whose approval was pending did not start",
+			build: func(b *logBuilder) {
+				b.turnStart()
+				b.stepStart()
+				b.assistant(ToolCallBlock("c1", "bash", "{}"))
+				b.call("c1") // seq 3
+				b.asked("r1")
+			},
+			want: func(b *logBuilder) []*sessionv1.SessionEvent {
+				started := notStarted(1, 1, "c1")
+				started.SourceEventSeqs = Seqs(3)
+				return []*sessionv1.SessionEvent{
+					{Payload: &sessionv1.SessionEvent_ApprovalDecided{ApprovalDecided: &sessionv1.ApprovalDecided{
+						Id: "r1", Outcome: sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_CANCELLED, By: RepairedBy}}},
+					started, StepEndEvent(1, 1), TurnEndEvent(1, interrupted()),
 				}
 			},
 		},

@@ -12,7 +12,7 @@ import (
 func TestSettingsFoldAndPendingRequests(t *testing.T) {
 	t.Parallel()
 	h := &sessionv1.SessionHeader{Id: "s", Options: &sessionv1.SessionOptions{Provider: "p", Model: "m1",
-		Approval: sessionv1.ApprovalPolicy_APPROVAL_POLICY_ON_REQUEST,
+		Approval:      sessionv1.ApprovalPolicy_APPROVAL_POLICY_ON_REQUEST,
 		ApprovalRules: []*sessionv1.ApprovalRule{{Tool: "bash", Action: sessionv1.RuleAction_RULE_ACTION_ASK}}}}
 	l, err := NewLog(h, nil, WithTurnChecks())
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,6 +164,7 @@ func (g *Gate) Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *tool
 	if policy == sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER {
 		settled = g.settleOwn(id, w, decided(id, sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_UNAVAILABLE, ByPolicy, ""))
 	} else {
+		g.durable(ctx)
 		g.consultApprovers(ctx, id, ex, reason, rule)
 		settled = g.wait(ctx, id, w, func(by string, o sessionv1.ApprovalOutcome, msg string) *sessionv1.SessionEvent {
 			return decided(id, o, by, msg)
@@ -182,8 +184,8 @@ func denial(tool string, d *sessionv1.ApprovalDecided, timeout time.Duration) st
 	switch d.GetOutcome() {
 	case sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_REJECTED:
 		who := "the user"
-		if d.GetBy() != ByUser && !isUser(d.GetBy()) {
-			who = d.GetBy()
+		if name, ok := strings.CutPrefix(d.GetBy(), "approver:"); ok {
+			who = "the approver " + name
 		}
 		s = fmt.Sprintf("%s rejected tool %s", who, tool)
 	case sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_CANCELLED:
@@ -203,8 +205,6 @@ func denial(tool string, d *sessionv1.ApprovalDecided, timeout time.Duration) st
 	}
 	return s
 }
-
-func isUser(by string) bool { return len(by) > 5 && by[:5] == "user:" }
 
 func decided(id string, o sessionv1.ApprovalOutcome, by, msg string) *sessionv1.SessionEvent {
 	return &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_ApprovalDecided{ApprovalDecided: &sessionv1.ApprovalDecided{
@@ -230,6 +230,7 @@ func (g *Gate) Ask(ctx context.Context, ex *toolsv1.ToolExecution, questions []*
 	if g.Policy() == sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER {
 		settled = g.settleOwn(id, w, unanswered(id, sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_UNAVAILABLE, ByPolicy))
 	} else {
+		g.durable(ctx)
 		settled = g.wait(ctx, id, w, func(by string, o sessionv1.ApprovalOutcome, _ string) *sessionv1.SessionEvent {
 			return unanswered(id, o, by)
 		})
@@ -266,6 +267,18 @@ func (g *Gate) open(asked *sessionv1.SessionEvent, added *sessionv1.ApprovalRule
 	w := &waiter{asked: ev, added: added, done: make(chan *sessionv1.SessionEvent, 1)}
 	g.waiters[id] = w
 	return id, w, nil
+}
+
+// durable makes an open request durable: a person may take minutes to
+// answer, and a request clients were shown must survive a crash (the repair
+// then settles it as cancelled rather than it vanishing).
+func (g *Gate) durable(ctx context.Context) {
+	if g.flush == nil {
+		return
+	}
+	if err := g.flush(context.WithoutCancel(ctx)); err != nil {
+		g.lg.Warn("could not make an open request durable", "err", err)
+	}
 }
 
 // settle appends the settling event of request id unless it is settled
