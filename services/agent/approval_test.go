@@ -16,7 +16,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -573,4 +575,156 @@ func TestCrashWhilePending(t *testing.T) {
 		t.Fatalf("the unapproved call ran: %v", host.Executed())
 	}
 	golden(t, "crash_while_pending", renderApproval(events))
+}
+
+// TestUpdateSession switches the model, the policy and the title of a
+// session, idle and mid-turn: each change is a logged event (an idle change
+// is a zero-step turn, durable when the RPC returns) and the next step uses
+// it.
+func TestUpdateSession(t *testing.T) {
+	t.Parallel()
+	e := approvalEnv(t, nil)
+	e.createWith("s", &sessionv1.SessionOptions{})
+	ctx := t.Context()
+	mask := func(p ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: p} }
+	resp, err := e.client.UpdateSession(ctx, &agentv1.UpdateSessionRequest{SessionId: "s", UpdateMask: mask("options.model", "options.approval", "title"),
+		Options: &sessionv1.SessionOptions{Model: "m2", Approval: sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER}, Title: "release prep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.GetSession()
+	if o := got.GetEffectiveOptions(); o.GetModel() != "m2" || o.GetProvider() != "fake" || o.GetApproval() != sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER || got.GetTitle() != "release prep" {
+		t.Fatalf("after update: %v title %q", o, got.GetTitle())
+	}
+	if got.GetHeader().GetOptions().GetModel() != "m1" {
+		t.Fatalf("the header changed: %v", got.GetHeader().GetOptions())
+	}
+	// Durable at once: the sink saw the zero-step turn.
+	if n := len(e.sink.of("s")); n != 5 {
+		t.Fatalf("%d durable events after an idle update, want 5 (turn/start, 3 changes, turn/end)", n)
+	}
+
+	// Mid-turn: switch back to m1 and on_request while a question waits;
+	// the next step uses m1.
+	e.gw.Script(
+		fakes.Response{Chunks: fakes.ToolCalls("", fakes.Call{ID: "q1", Name: "ask_user_question", Args: `{"questions":[{"id":"go","question":"Proceed?","options":[{"label":"yes"},{"label":"no"}]}]}`})},
+		fakes.Response{Chunks: fakes.Text("proceeding")},
+	)
+	stream := e.follow("s")
+	if _, err := e.client.UpdateSession(ctx, &agentv1.UpdateSessionRequest{SessionId: "s", UpdateMask: mask("options.approval"),
+		Options: &sessionv1.SessionOptions{Approval: sessionv1.ApprovalPolicy_APPROVAL_POLICY_ON_REQUEST}}); err != nil {
+		t.Fatal(err)
+	}
+	e.send("s", "release?")
+	ev := e.nextRequest("s", stream)
+	if _, err := e.client.UpdateSession(ctx, &agentv1.UpdateSessionRequest{SessionId: "s", UpdateMask: mask("options.model"),
+		Options: &sessionv1.SessionOptions{Model: "m1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.Respond(ctx, &agentv1.RespondRequest{SessionId: "s", RequestId: requestID(ev),
+		Answer: &agentv1.RespondRequest_Question{Question: &agentv1.QuestionResponse{Answers: []*sessionv1.QuestionAnswer{{Id: "go", Selected: []string{"yes"}}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.finish(t, "s", "update_session")
+	reqs := e.gw.Requests()
+	if len(reqs) != 2 || reqs[0].GetModel() != "m2" || reqs[1].GetModel() != "m1" {
+		t.Fatalf("models of the requests = %v, want m2 then m1", []string{reqs[0].GetModel(), reqs[len(reqs)-1].GetModel()})
+	}
+}
+
+func TestApprovalBadInput(t *testing.T) {
+	t.Parallel()
+	e := approvalEnv(t, nil)
+	e.createWith("s", &sessionv1.SessionOptions{})
+	ctx := t.Context()
+	mask := func(p ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: p} }
+	allowOnce := &agentv1.RespondRequest_Approval{Approval: &agentv1.ApprovalResponse{Decision: agentv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE}}
+	create := func(rules ...*sessionv1.ApprovalRule) error {
+		_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m1", ApprovalRules: rules}})
+		return err
+	}
+	tests := []struct {
+		name    string
+		call    func() error
+		want    codes.Code
+		mention string
+	}{
+		{"respond to an unknown request", func() error {
+			_, err := e.client.Respond(ctx, &agentv1.RespondRequest{SessionId: "s", RequestId: "req-9", Answer: allowOnce})
+			return err
+		}, codes.NotFound, "req-9"},
+		{"respond in an unknown session", func() error {
+			_, err := e.client.Respond(ctx, &agentv1.RespondRequest{SessionId: "ghost", RequestId: "req-1", Answer: allowOnce})
+			return err
+		}, codes.NotFound, ""},
+		{"respond without a request id", func() error {
+			_, err := e.client.Respond(ctx, &agentv1.RespondRequest{SessionId: "s", Answer: allowOnce})
+			return err
+		}, codes.InvalidArgument, "request_id"},
+		{"respond without an answer", func() error {
+			_, err := e.client.Respond(ctx, &agentv1.RespondRequest{SessionId: "s", RequestId: "req-1"})
+			return err
+		}, codes.InvalidArgument, "answer"},
+		{"rule without a tool", func() error {
+			return create(&sessionv1.ApprovalRule{Pattern: "x", Action: sessionv1.RuleAction_RULE_ACTION_DENY})
+		}, codes.InvalidArgument, "options.approval_rules[0]"},
+		{"rule with a bad pattern", func() error {
+			return create(&sessionv1.ApprovalRule{Tool: "bash", Action: sessionv1.RuleAction_RULE_ACTION_ALLOW},
+				&sessionv1.ApprovalRule{Tool: "bash", Pattern: "git [status", Action: sessionv1.RuleAction_RULE_ACTION_ALLOW})
+		}, codes.InvalidArgument, "options.approval_rules[1]"},
+		{"rule without an action", func() error { return create(&sessionv1.ApprovalRule{Tool: "bash"}) }, codes.InvalidArgument, "allow, ask or deny"},
+		{"update with an empty mask", func() error {
+			_, err := e.client.UpdateSession(ctx, &agentv1.UpdateSessionRequest{SessionId: "s"})
+			return err
+		}, codes.InvalidArgument, "update_mask"},
+		{"update an immutable field", func() error {
+			_, err := e.client.UpdateSession(ctx, &agentv1.UpdateSessionRequest{SessionId: "s", UpdateMask: mask("options.workspace_root"), Options: &sessionv1.SessionOptions{}})
+			return err
+		}, codes.InvalidArgument, "options.workspace_root"},
+		{"update approval to unset", func() error {
+			_, err := e.client.UpdateSession(ctx, &agentv1.UpdateSessionRequest{SessionId: "s", UpdateMask: mask("options.approval"), Options: &sessionv1.SessionOptions{}})
+			return err
+		}, codes.InvalidArgument, "options.approval"},
+		{"update with a malformed rule", func() error {
+			_, err := e.client.UpdateSession(ctx, &agentv1.UpdateSessionRequest{SessionId: "s", UpdateMask: mask("options.approval_rules"),
+				Options: &sessionv1.SessionOptions{ApprovalRules: []*sessionv1.ApprovalRule{{Tool: "", Action: sessionv1.RuleAction_RULE_ACTION_ALLOW}}}})
+			return err
+		}, codes.InvalidArgument, "options.approval_rules[0]"},
+		{"update to an unknown provider", func() error {
+			_, err := e.client.UpdateSession(ctx, &agentv1.UpdateSessionRequest{SessionId: "s", UpdateMask: mask("options.provider"), Options: &sessionv1.SessionOptions{Provider: "nope"}})
+			return err
+		}, codes.InvalidArgument, "nope"},
+		{"update to an empty model", func() error {
+			_, err := e.client.UpdateSession(ctx, &agentv1.UpdateSessionRequest{SessionId: "s", UpdateMask: mask("options.model"), Options: &sessionv1.SessionOptions{}})
+			return err
+		}, codes.InvalidArgument, "model"},
+		{"update to a bad sandbox mode", func() error {
+			_, err := e.client.UpdateSession(ctx, &agentv1.UpdateSessionRequest{SessionId: "s", UpdateMask: mask("options.sandbox"),
+				Options: &sessionv1.SessionOptions{Sandbox: &toolsv1.SandboxPolicy{Mode: 99}}})
+			return err
+		}, codes.InvalidArgument, "sandbox"},
+		{"update to an empty title", func() error {
+			_, err := e.client.UpdateSession(ctx, &agentv1.UpdateSessionRequest{SessionId: "s", UpdateMask: mask("title")})
+			return err
+		}, codes.InvalidArgument, "title"},
+		{"update an unknown session", func() error {
+			_, err := e.client.UpdateSession(ctx, &agentv1.UpdateSessionRequest{SessionId: "ghost", UpdateMask: mask("title"), Title: "x"})
+			return err
+		}, codes.NotFound, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if code(err) != tc.want {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if msg := status.Convert(err).Message(); !strings.Contains(msg, tc.mention) || msg == "" {
+				t.Errorf("message %q should mention %q", msg, tc.mention)
+			}
+		})
+	}
+	// Nothing was logged by the refused updates.
+	if n := len(e.events("s")); n != 0 {
+		t.Fatalf("%d events after refused updates, want 0", n)
+	}
 }
