@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 )
@@ -156,8 +157,9 @@ func compileGlob(p string) (*regexp.Regexp, error) {
 			if i+1 == len(p) {
 				return nil, fmt.Errorf("a trailing '\\' escapes nothing")
 			}
-			i++
-			b.WriteString(regexp.QuoteMeta(p[i : i+1]))
+			_, n := utf8.DecodeRuneInString(p[i+1:])
+			b.WriteString(regexp.QuoteMeta(p[i+1 : i+1+n]))
+			i += n
 		case '[':
 			j := strings.IndexByte(p[i+1:], ']')
 			if j < 0 {
@@ -176,7 +178,9 @@ func compileGlob(p string) (*regexp.Regexp, error) {
 			b.WriteByte(']')
 			i += j + 1
 		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
+			_, n := utf8.DecodeRuneInString(p[i:])
+			b.WriteString(regexp.QuoteMeta(p[i : i+n]))
+			i += n - 1
 		}
 	}
 	b.WriteString(`)\z`)
