@@ -134,6 +134,31 @@ func ParseApprovalPolicy(s string) (sessionv1.ApprovalPolicy, error) {
 	return p, nil
 }
 
+// ParseApprovalFlags builds the deployment's approval settings from the
+// agent's flags: a policy name, rules in the flag form (none: the
+// DefaultApprovalRules) and the answer deadline.
+func ParseApprovalFlags(policy string, rules []string, timeout time.Duration) (ApprovalConfig, error) {
+	p, err := ParseApprovalPolicy(policy)
+	if err != nil {
+		return ApprovalConfig{}, err
+	}
+	if timeout < 0 {
+		return ApprovalConfig{}, fmt.Errorf("approval timeout must not be negative, got %s", timeout)
+	}
+	c := ApprovalConfig{Policy: p, Timeout: timeout, Rules: DefaultApprovalRules()}
+	if len(rules) > 0 {
+		c.Rules = nil
+		for _, s := range rules {
+			r, err := ParseApprovalRule(s)
+			if err != nil {
+				return ApprovalConfig{}, err
+			}
+			c.Rules = append(c.Rules, r)
+		}
+	}
+	return c, nil
+}
+
 // ParseApprovalRule parses TOOL[(PATTERN)]=allow|ask|deny.
 func ParseApprovalRule(s string) (*sessionv1.ApprovalRule, error) { return approval.ParseRule(s) }
 
