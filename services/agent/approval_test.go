@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
@@ -141,8 +144,10 @@ func renderApproval(evs []*sessionv1.SessionEvent) string {
 		}
 		fmt.Fprintf(&b, "%d %s %s\n", ev.GetSeq(), session.TypeName(ev), f)
 	}
-	return b.String()
+	return loopbackPort.ReplaceAllString(b.String(), "127.0.0.1:PORT")
 }
+
+var loopbackPort = regexp.MustCompile(`127\.0\.0\.1:[0-9]+`)
 
 // payloadJSON is the event's payload as compact, stable JSON.
 func payloadJSON(ev *sessionv1.SessionEvent) string {
@@ -202,7 +207,51 @@ func (e *env) finish(t *testing.T, id, name string) []*sessionv1.SessionEvent {
 	}
 	evs := e.events(id)
 	golden(t, name, renderApproval(evs))
+	checkHiddenState(t, s, evs)
 	return evs
+}
+
+// checkHiddenState checks that what the model saw follows from the log
+// alone: the effective settings are the fold of the log, every request is
+// settled once, and every refused approval's call has an error result
+// while an allowed one's call was not refused by the approval stage.
+func checkHiddenState(t *testing.T, s *agentv1.Session, evs []*sessionv1.SessionEvent) {
+	t.Helper()
+	if got := session.FoldSettings(s.GetHeader(), evs).Options; !proto.Equal(got, s.GetEffectiveOptions()) {
+		t.Errorf("effective options %v are not the fold of the log %v", s.GetEffectiveOptions(), got)
+	}
+	callOf := map[string]string{}
+	results := map[string]*sessionv1.ToolResult{}
+	settled := map[string]int{}
+	for _, ev := range evs {
+		switch p := ev.GetPayload().(type) {
+		case *sessionv1.SessionEvent_ApprovalAsked:
+			callOf[p.ApprovalAsked.GetId()] = p.ApprovalAsked.GetCallId()
+		case *sessionv1.SessionEvent_ApprovalDecided:
+			settled[p.ApprovalDecided.GetId()]++
+		case *sessionv1.SessionEvent_QuestionAnswered:
+			settled[p.QuestionAnswered.GetId()]++
+		case *sessionv1.SessionEvent_ToolResult:
+			results[p.ToolResult.GetCallId()] = p.ToolResult
+		}
+	}
+	for _, ev := range evs {
+		if d := ev.GetApprovalDecided(); d != nil {
+			r := results[callOf[d.GetId()]]
+			allowed := d.GetOutcome() == sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_ALLOWED_ONCE || d.GetOutcome() == sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_ALLOWED_FOR_SESSION
+			if !allowed && !r.GetIsError() {
+				t.Errorf("request %s was %v but its call's result is not an error: %v", d.GetId(), d.GetOutcome(), r)
+			}
+			if allowed && r.GetIsError() && r.GetError().GetCode() == "" {
+				t.Errorf("request %s was allowed but its call was refused: %v", d.GetId(), r)
+			}
+		}
+	}
+	for id, n := range settled {
+		if n != 1 {
+			t.Errorf("request %s settled %d times", id, n)
+		}
+	}
 }
 
 // fakeApprover is a remote Approver answering with a Go func.
@@ -413,6 +462,24 @@ func TestApprovalScenarios(t *testing.T) {
 				return nil, ctx.Err()
 			}),
 			script: []fakes.Response{{Chunks: fakes.ToolCalls("", bashCall("c1", "ls"))}, {Chunks: fakes.Text("no")}},
+		},
+		{
+			name: "remote_approver_down_fail_closed",
+			mutate: func(e *env) {
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					e.t.Fatal(err)
+				}
+				addr := l.Addr().String()
+				l.Close() // nothing listens: the approver "crashed"
+				e.approvers = append(e.approvers, agent.Remote{Name: "gone", Addr: addr, Timeout: time.Second})
+			},
+			script: []fakes.Response{{Chunks: fakes.ToolCalls("", bashCall("c1", "ls"))}, {Chunks: fakes.Text("no")}},
+			check: func(t *testing.T, e *env, evs []*sessionv1.SessionEvent) {
+				if len(e.host.Executed()) != 0 {
+					t.Errorf("a call ran although the approver was down (fail-closed)")
+				}
+			},
 		},
 		{
 			name: "remote_approver_garbage_fail_open_asks_a_person",
