@@ -85,6 +85,8 @@ type Config struct {
 	// Approvers are consulted in order before a person is asked.
 	Approvers []Remote
 	Logger    *slog.Logger
+
+	patterns patternCache // shared by every session's gate
 }
 
 // Gate is one session's approval channel.
@@ -140,7 +142,7 @@ func (g *Gate) Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *tool
 			reason = "a tool interceptor asks for approval"
 		}
 	} else {
-		d := Evaluate(subj, g.log.Settings().Options.GetApprovalRules(), g.cfg.Rules)
+		d := evaluate(&g.cfg.patterns, subj, g.log.Settings().Options.GetApprovalRules(), g.cfg.Rules)
 		switch d.Action {
 		case sessionv1.RuleAction_RULE_ACTION_DENY:
 			return false, fmt.Sprintf("tool %s was denied by the approval rule %q", ex.GetName(), d.Rule)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
@@ -233,9 +234,42 @@ func resolvePath(p, cwd string) string {
 	return filepath.Clean(p)
 }
 
+// patternCache keeps compiled patterns (rules are evaluated on every tool
+// call; compiling dominates otherwise). The zero value is ready; it is
+// cleared when it grows past a bound.
+type patternCache struct {
+	mu sync.Mutex
+	m  map[string]*regexp.Regexp
+}
+
+func (c *patternCache) compile(p string) (*regexp.Regexp, error) {
+	if c == nil {
+		return compileGlob(p)
+	}
+	c.mu.Lock()
+	re, ok := c.m[p]
+	c.mu.Unlock()
+	if ok {
+		return re, nil
+	}
+	re, err := compileGlob(p)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= 4096 {
+		c.m = map[string]*regexp.Regexp{}
+	}
+	c.m[p] = re
+	c.mu.Unlock()
+	return re, nil
+}
+
 // Matches reports whether rule r matches the subject. Path patterns of
 // non-shell tools are resolved against the session's cwd like the path.
-func Matches(r *sessionv1.ApprovalRule, s Subject) bool {
+func Matches(r *sessionv1.ApprovalRule, s Subject) bool { return matches(nil, r, s) }
+
+func matches(cache *patternCache, r *sessionv1.ApprovalRule, s Subject) bool {
 	if r.GetTool() != "*" && r.GetTool() != s.Tool {
 		return false
 	}
@@ -252,7 +286,7 @@ func Matches(r *sessionv1.ApprovalRule, s Subject) bool {
 		// "src/../../etc/passwd" cannot pass as "src/*").
 		pat = EscapeGlob(filepath.Clean(s.cwd)) + "/" + pat
 	}
-	re, err := compileGlob(pat)
+	re, err := cache.compile(pat)
 	if err != nil || re == nil {
 		return err == nil
 	}
@@ -276,9 +310,13 @@ type Decision struct {
 // Evaluate returns the action of the first rule matching the subject,
 // across the lists in order, or allow when none matches.
 func Evaluate(s Subject, lists ...[]*sessionv1.ApprovalRule) Decision {
+	return evaluate(nil, s, lists...)
+}
+
+func evaluate(cache *patternCache, s Subject, lists ...[]*sessionv1.ApprovalRule) Decision {
 	for _, rules := range lists {
 		for _, r := range rules {
-			if Matches(r, s) {
+			if matches(cache, r, s) {
 				return Decision{Action: r.GetAction(), Rule: FormatRule(r)}
 			}
 		}
