@@ -246,7 +246,7 @@ func (s *Service) open(ctx context.Context, log *session.Log, durable int64, sou
 	l.gate = approval.NewGate(s.appr, log, l.flush)
 	l.agent = loop.New(loop.Config{
 		LLM: s.deps.LLM, Tools: s.deps.Tools, Hooks: s.deps.Hooks, Prompt: s.deps.Prompt,
-		Flush: l.flush, MaxParallelToolCalls: s.cfg.MaxParallelToolCalls, Debug: s.cfg.Debug, Logger: s.log,
+		Flush: l.flush, MaxParallelToolCalls: s.cfg.MaxParallelToolCalls, Debug: s.cfg.Debug, Logger: s.log, Approval: l.gate,
 		OnStatus: func(st agentv1.AgentStatus) {
 			if s.cfg.Sink != nil {
 				s.cfg.Sink.Status(l.id, st)

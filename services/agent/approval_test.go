@@ -384,6 +384,11 @@ func TestApprovalScenarios(t *testing.T) {
 			name:    "policy_never",
 			options: &sessionv1.SessionOptions{Approval: sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER},
 			script:  []fakes.Response{{Chunks: fakes.ToolCalls("", bashCall("c1", "ls"))}, {Chunks: fakes.Text("cannot")}},
+			check: func(t *testing.T, e *env, _ []*sessionv1.SessionEvent) {
+				if sys := e.gw.Requests()[0].GetSystem(); !strings.Contains(sys, "Approval policy: never") {
+					t.Errorf("the system prompt does not state the never policy: %q", sys)
+				}
+			},
 		},
 		{
 			name:   "deadline_unavailable",

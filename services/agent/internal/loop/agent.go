@@ -57,6 +57,11 @@ type Config struct {
 	OnStatus func(agentv1.AgentStatus)
 	// OnError observes every reported failure (agent/error).
 	OnError func(turn, step int32, err error)
+	// Approval reports the session's effective approval policy (for the
+	// system prompt); nil: not stated.
+	Approval interface {
+		Policy() sessionv1.ApprovalPolicy
+	}
 }
 
 // Item is one inbox entry (a send or a steer).

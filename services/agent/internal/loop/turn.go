@@ -388,6 +388,7 @@ func (a *Agent) assemble() (string, []*llmv1.ToolSchema, error) {
 	sys, err := a.cfg.Prompt.Assemble(hooks.AssembleInput{
 		Provider: o.GetProvider(), Model: o.GetModel(), Cwd: a.h.GetCwd(),
 		Persona: o.GetPersona(), SystemPrompt: o.GetSystemPrompt(), Tools: tools,
+		ApprovalNever: a.cfg.Approval != nil && a.cfg.Approval.Policy() == sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER,
 	})
 	if err != nil {
 		return "", nil, fmt.Errorf("assemble system prompt: %w", err)
