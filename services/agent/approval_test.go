@@ -264,11 +264,11 @@ func (f *fakeApprover) Approve(ctx context.Context, req *agentv1.ApproveRequest)
 	return f.fn(ctx, req)
 }
 
-// withApprover serves an approver and configures it (fail-closed, 100 ms).
+// withApprover serves an approver and configures it (fail-closed, 5 s).
 func withApprover(name string, fn func(ctx context.Context, req *agentv1.ApproveRequest) (*agentv1.ApproveResponse, error)) func(*env) {
 	return func(e *env) {
 		addr := fakes.Serve(e.t, func(s *grpc.Server) { agentv1.RegisterApproverServer(s, &fakeApprover{fn: fn}) })
-		e.approvers = append(e.approvers, agent.Remote{Name: name, Addr: addr, Timeout: 100 * time.Millisecond})
+		e.approvers = append(e.approvers, agent.Remote{Name: name, Addr: addr, Timeout: 5 * time.Second})
 	}
 }
 
@@ -462,10 +462,13 @@ func TestApprovalScenarios(t *testing.T) {
 		},
 		{
 			name: "remote_approver_times_out_fail_closed",
-			mutate: withApprover("slow", func(ctx context.Context, _ *agentv1.ApproveRequest) (*agentv1.ApproveResponse, error) {
-				<-ctx.Done()
-				return nil, ctx.Err()
-			}),
+			mutate: func(e *env) {
+				withApprover("slow", func(ctx context.Context, _ *agentv1.ApproveRequest) (*agentv1.ApproveResponse, error) {
+					<-ctx.Done() // hangs until the agent's deadline
+					return nil, ctx.Err()
+				})(e)
+				e.approvers[0].Timeout = 200 * time.Millisecond
+			},
 			script: []fakes.Response{{Chunks: fakes.ToolCalls("", bashCall("c1", "ls"))}, {Chunks: fakes.Text("no")}},
 		},
 		{

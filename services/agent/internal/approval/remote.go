@@ -2,6 +2,7 @@ package approval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,7 +43,12 @@ func (g *Gate) consultApprovers(ctx context.Context, id string, ex *toolsv1.Tool
 		case err != nil && ctx.Err() != nil:
 			return // the turn was cancelled: the wait settles it
 		case err != nil:
-			g.lg.Warn("approver failed", "approver", r.Name, "failOpen", r.FailOpen, "request", id, "err", err)
+			detail := err.Error()
+			var ue *unavailableError
+			if errors.As(err, &ue) {
+				detail = ue.detail
+			}
+			g.lg.Warn("approver failed", "approver", r.Name, "failOpen", r.FailOpen, "request", id, "err", detail)
 			if r.FailOpen {
 				continue
 			}
@@ -71,8 +77,14 @@ func (r Remote) approve(ctx context.Context, req *agentv1.ApproveRequest) (agent
 	defer cancel()
 	resp, err := r.Client.Approve(cctx, req)
 	if err != nil {
-		if status.Code(err) == codes.Unimplemented {
+		switch status.Code(err) {
+		case codes.Unimplemented:
 			return agentv1.ApproverVerdict_APPROVER_VERDICT_PASS, "", nil
+		case codes.DeadlineExceeded:
+			return 0, "", fmt.Errorf("no answer within %s", d)
+		case codes.Unavailable:
+			// The transport details (addresses) stay in the agent's log.
+			return 0, "", &unavailableError{detail: status.Convert(err).Message()}
 		}
 		return 0, "", fmt.Errorf("%s", status.Convert(err).Message())
 	}
@@ -84,3 +96,9 @@ func (r Remote) approve(ctx context.Context, req *agentv1.ApproveRequest) (agent
 		return 0, "", fmt.Errorf("unknown verdict %d", v)
 	}
 }
+
+// unavailableError is an approver that cannot be reached; its text (which
+// the model sees) leaves out the transport details, which are logged.
+type unavailableError struct{ detail string }
+
+func (e *unavailableError) Error() string { return "unreachable" }
