@@ -69,6 +69,35 @@ type screen struct {
 	spin    bool // a spinner frame is on the current line
 	frame   int
 	waiting bool // a prompt is shown
+	asking  bool // an approval or question card waits for an answer
+}
+
+func (s *screen) style(code, text string) string {
+	if !s.color {
+		return text
+	}
+	return "\x1b[" + code + "m" + text + "\x1b[0m"
+}
+
+func (s *screen) dim(text string) string  { return s.style("2", text) }
+func (s *screen) bold(text string) string { return s.style("1", text) }
+
+func (s *screen) setAsking(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asking = on
+	if on {
+		s.clearSpinner()
+	}
+}
+
+// ask shows an answer prompt for an open request.
+func (s *screen) ask(label string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clearSpinner()
+	fmt.Fprint(s.w, s.style("1;33", label))
+	s.waiting = true
 }
 
 var spinnerFrames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
@@ -114,7 +143,7 @@ func (s *screen) tick() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	running := s.r.Running()
-	if len(running) == 0 || !s.r.AtLineStart() {
+	if len(running) == 0 || !s.r.AtLineStart() || s.asking {
 		s.clearSpinner()
 		return
 	}
@@ -175,7 +204,10 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 	scr.println(fmt.Sprintf("session %s · %s/%s · Ctrl-C cancels a turn, Ctrl-D exits, /help",
 		id, s.GetHeader().GetOptions().GetProvider(), s.GetHeader().GetOptions().GetModel()))
 	busy := s.GetStatus() == agentv1.AgentStatus_AGENT_STATUS_RUNNING
-	if !busy {
+	ask := newAsker(c, id, scr, s.GetPending())
+	if ask.active() {
+		ask.show()
+	} else if !busy {
 		scr.prompt()
 	}
 	interrupted := false
@@ -186,6 +218,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				return &exitError{code: 1, msg: fmt.Sprintf("event stream ended: %v", <-errc)}
 			}
 			scr.event(ev)
+			ask.event(ctx, ev)
 			switch ev.GetPayload().(type) {
 			case *sessionv1.SessionEvent_TurnStart:
 				busy = true
@@ -200,7 +233,17 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				return nil
 			}
 			interrupted = false
+			if ask.active() {
+				ask.answer(ctx, line)
+				continue
+			}
 			line = strings.TrimSpace(line)
+			if slashUpdate(ctx, c, id, line, scr.println) {
+				if !busy {
+					scr.prompt()
+				}
+				continue
+			}
 			switch line {
 			case "":
 				if !busy {
@@ -224,7 +267,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				}
 				continue
 			case "/help":
-				scr.println("/reasoning [full|collapsed|hidden]  how reasoning shows · /exit  leave · Ctrl-C cancels a turn · Ctrl-D exits")
+				scr.println("/model [PROVIDER/]MODEL  switch the model · /approval never|on-request|always · /reasoning [full|collapsed|hidden]  how reasoning shows · /exit  leave · Ctrl-C cancels a turn · Ctrl-D exits")
 				if !busy {
 					scr.prompt()
 				}

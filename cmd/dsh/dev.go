@@ -15,6 +15,7 @@ import (
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
@@ -30,6 +31,8 @@ type devFlags struct {
 	asJSON                                       bool
 	provider, model                              string
 	agentAddr, gatewayAddr, toolhostAddr, natsAd string
+	approval                                     string
+	yes                                          bool
 }
 
 func runDev(ctx context.Context, e *env, args []string) error {
@@ -45,6 +48,8 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.gatewayAddr, "gateway-listen", defaultGatewayAddr, "LLM gateway address")
 	fs.StringVar(&f.toolhostAddr, "toolhost-listen", defaultToolhostAddr, "toolhost address")
 	fs.StringVar(&f.natsAd, "nats-listen", "127.0.0.1:4222", "embedded NATS address")
+	fs.StringVar(&f.approval, "approval", e.getenv("DSH_APPROVAL"), "when tool calls need your approval: on-request (bash, write and edit ask; the chat's default), never (nothing is asked and such calls are refused; the default with -p) or always (env DSH_APPROVAL)")
+	fs.BoolVar(&f.yes, "yes", false, "allow every tool call without asking")
 	reasoning := reasoningFlag(e, fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -52,6 +57,16 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	mode, err := reasoningMode(*reasoning)
 	if err != nil {
 		return err
+	}
+	if f.approval == "" {
+		f.approval = "on-request"
+		if f.prompt != "" {
+			f.approval = "never" // nobody is there to answer
+		}
+	}
+	policy, err := agent.ParseApprovalPolicy(f.approval)
+	if err != nil {
+		return &exitError{code: 2, msg: "--approval: " + err.Error()}
 	}
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, msg: fmt.Sprintf("unexpected argument %q (use -p \"PROMPT\" for one prompt)", fs.Arg(0))}
@@ -69,7 +84,12 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	defer conn.Close()
 	c := agentv1.NewAgentServiceClient(conn)
 	cwd, _ := os.Getwd()
-	s, err := openSession(ctx, c, sessionFlags{provider: st.provider, model: st.model, cwd: cwd})
+	sf := sessionFlags{provider: st.provider, model: st.model, cwd: cwd, approval: policy}
+	if f.yes {
+		sf.rules = []*sessionv1.ApprovalRule{{Tool: "*", Action: sessionv1.RuleAction_RULE_ACTION_ALLOW}}
+		fmt.Fprintln(e.stderr, "--yes: every tool call runs without asking")
+	}
+	s, err := openSession(ctx, c, sf)
 	if err != nil {
 		return err
 	}
@@ -238,8 +258,10 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 			// The agent publishes every durable event to the embedded NATS
 			// (internal/events) and catches up on sessions a previous run
 			// left unpublished.
-			NATS:    events.Conn{URL: natsURL, Name: "dsh dev agent"},
-			Service: agent.Config{DefaultCwd: cwd},
+			NATS: events.Conn{URL: natsURL, Name: "dsh dev agent"},
+			// Deployment defaults: bash, write and edit ask; a question or
+			// approval nobody answers settles after 15 minutes.
+			Service: agent.Config{DefaultCwd: cwd, Approval: agent.ApprovalConfig{Rules: agent.DefaultApprovalRules(), Timeout: 15 * time.Minute}},
 			Ready:   func(addr string) { ready <- addr },
 		}, logger)
 	}()

@@ -16,6 +16,8 @@ import (
 // sessionFlags are the flags that pick or create a session.
 type sessionFlags struct {
 	id, provider, model, cwd string
+	approval                 sessionv1.ApprovalPolicy // unset: the deployment's
+	rules                    []*sessionv1.ApprovalRule
 }
 
 // openSession returns the session named by f.id, or creates one.
@@ -29,7 +31,7 @@ func openSession(ctx context.Context, c agentv1.AgentServiceClient, f sessionFla
 	}
 	resp, err := c.CreateSession(ctx, &agentv1.CreateSessionRequest{
 		Cwd:     f.cwd,
-		Options: &sessionv1.SessionOptions{Provider: f.provider, Model: f.model, WorkspaceRoot: f.cwd},
+		Options: &sessionv1.SessionOptions{Provider: f.provider, Model: f.model, WorkspaceRoot: f.cwd, Approval: f.approval, ApprovalRules: f.rules},
 	})
 	if err != nil {
 		return nil, rpcError("create session", err)

@@ -17,6 +17,64 @@ type turns struct {
 	step     int32
 	nextStep int32
 	pending  []string // tool/call ids of the open step not yet answered
+	// requests are the approval and question requests of the open turn not
+	// yet settled, in the order they were asked.
+	requests []PendingRequest
+	// asked counts every approval/asked and question/asked ever logged.
+	asked int64
+}
+
+// PendingRequest is an approval or question request that no settling event
+// answered yet: Event is its approval/asked or question/asked event.
+type PendingRequest struct {
+	ID    string
+	Event *sessionv1.SessionEvent
+}
+
+func (t *turns) requestIndex(id string) int {
+	for i, r := range t.requests {
+		if r.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// checkRequest checks an approval/question event: asked needs a fresh
+// non-empty id, a settling event needs a pending request of its own kind.
+func (t *turns) checkRequest(ev *sessionv1.SessionEvent) string {
+	if !t.turnOpen {
+		return "no turn is open"
+	}
+	var id string
+	var asking, approval bool
+	switch p := ev.GetPayload().(type) {
+	case *sessionv1.SessionEvent_ApprovalAsked:
+		id, asking, approval = p.ApprovalAsked.GetId(), true, true
+	case *sessionv1.SessionEvent_QuestionAsked:
+		id, asking = p.QuestionAsked.GetId(), true
+	case *sessionv1.SessionEvent_ApprovalDecided:
+		id, approval = p.ApprovalDecided.GetId(), true
+	case *sessionv1.SessionEvent_QuestionAnswered:
+		id = p.QuestionAnswered.GetId()
+	}
+	if id == "" {
+		return "a request event needs an id"
+	}
+	i := t.requestIndex(id)
+	if asking {
+		if i >= 0 {
+			return fmt.Sprintf("request %q is already pending", id)
+		}
+		return ""
+	}
+	if i < 0 {
+		return fmt.Sprintf("no pending request %q: a settling event must follow its request in the same turn", id)
+	}
+	if (t.requests[i].Event.GetApprovalAsked() != nil) != approval {
+		return fmt.Sprintf("request %q is of the other kind (approval vs question)", id)
+	}
+	return ""
 }
 
 func (t *turns) pendingIndex(id string) int {
@@ -69,7 +127,12 @@ func (t *turns) check(ev *sessionv1.SessionEvent, first bool) string {
 			return fmt.Sprintf("ends turn %d but turn %d is open", p.TurnEnd.GetTurn(), t.turn)
 		case t.stepOpen:
 			return fmt.Sprintf("step %d is still open", t.step)
+		case len(t.requests) > 0:
+			return fmt.Sprintf("request %q is still pending: settle it before the turn ends", t.requests[0].ID)
 		}
+	case *sessionv1.SessionEvent_ApprovalAsked, *sessionv1.SessionEvent_ApprovalDecided,
+		*sessionv1.SessionEvent_QuestionAsked, *sessionv1.SessionEvent_QuestionAnswered:
+		return t.checkRequest(ev)
 	case *sessionv1.SessionEvent_StepStart:
 		switch {
 		case !t.turnOpen:
@@ -125,8 +188,19 @@ func (t *turns) apply(ev *sessionv1.SessionEvent) {
 	switch p := ev.GetPayload().(type) {
 	case *sessionv1.SessionEvent_TurnStart:
 		t.turnOpen, t.turn, t.stepOpen, t.nextStep, t.pending = true, p.TurnStart.GetTurn(), false, 1, nil
+		t.requests = nil
 	case *sessionv1.SessionEvent_TurnEnd:
-		t.turnOpen, t.nextTurn = false, t.turn+1
+		t.turnOpen, t.nextTurn, t.requests = false, t.turn+1, nil
+	case *sessionv1.SessionEvent_ApprovalAsked:
+		t.asked++
+		t.requests = append(t.requests[:len(t.requests):len(t.requests)], PendingRequest{ID: p.ApprovalAsked.GetId(), Event: ev})
+	case *sessionv1.SessionEvent_QuestionAsked:
+		t.asked++
+		t.requests = append(t.requests[:len(t.requests):len(t.requests)], PendingRequest{ID: p.QuestionAsked.GetId(), Event: ev})
+	case *sessionv1.SessionEvent_ApprovalDecided:
+		t.settle(p.ApprovalDecided.GetId())
+	case *sessionv1.SessionEvent_QuestionAnswered:
+		t.settle(p.QuestionAnswered.GetId())
 	case *sessionv1.SessionEvent_StepStart:
 		t.stepOpen, t.step, t.pending = true, p.StepStart.GetStep(), nil
 	case *sessionv1.SessionEvent_StepEnd:
@@ -139,6 +213,15 @@ func (t *turns) apply(ev *sessionv1.SessionEvent) {
 				t.pending = append(t.pending[:i], t.pending[i+1:]...)
 			}
 		}
+	}
+}
+
+// settle removes a settled request (copy on write: snapshots handed out by
+// the log keep their slice).
+func (t *turns) settle(id string) {
+	if i := t.requestIndex(id); i >= 0 {
+		rs := make([]PendingRequest, 0, len(t.requests)-1)
+		t.requests = append(append(rs, t.requests[:i]...), t.requests[i+1:]...)
 	}
 }
 
@@ -155,6 +238,9 @@ func (t *turns) apply(ev *sessionv1.SessionEvent) {
 //   - an appended tool/result names the open turn and step and answers a
 //     pending tool/call of that step (a TOOL_NOT_STARTED repair result is
 //     exempt); a replacing tool/result needs only an open turn;
+//   - approval/asked and question/asked open a request with a fresh id;
+//     approval/decided and question/answered settle a pending request of
+//     their kind in the same turn; turn/end needs every request settled;
 //   - every other event, plugin events included, needs an open turn.
 //
 // The zero value is ready. The first error is sticky. A Checker keeps a

@@ -71,6 +71,47 @@ func TestCheckLog(t *testing.T) {
 			b.stepEnd()
 			b.replace(ToolResultEvent(1, 1, "c1", []*llmv1.ContentBlock{Text("short")}, false, nil, -1), r, r, r)
 		})},
+		{name: "approval and question requests settled in their turn", build: valid(func(b *logBuilder) {
+			b.turnStart()
+			b.stepStart()
+			b.asked("r1")
+			b.question("r2")
+			b.answered("r2")
+			b.decided("r1", sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_ALLOWED_ONCE)
+			b.stepEnd()
+			b.turnEnd()
+		})},
+		// requests
+		{name: "approval/decided without its request", rule: `no pending request "r1"`, build: func(b *logBuilder) int64 {
+			b.turnStart()
+			return b.decided("r1", sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_ALLOWED_ONCE)
+		}},
+		{name: "approval/decided twice", rule: `no pending request "r1"`, build: func(b *logBuilder) int64 {
+			b.turnStart()
+			b.asked("r1")
+			b.decided("r1", sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_REJECTED)
+			return b.decided("r1", sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_ALLOWED_ONCE)
+		}},
+		{name: "approval/decided for a request of an earlier turn", rule: "settle it before the turn ends", build: func(b *logBuilder) int64 {
+			b.turnStart()
+			b.asked("r1")
+			return b.turnEnd()
+		}},
+		{name: "question/answered settling an approval", rule: "other kind", build: func(b *logBuilder) int64 {
+			b.turnStart()
+			b.asked("r1")
+			return b.answered("r1")
+		}},
+		{name: "request id reused while pending", rule: "already pending", build: func(b *logBuilder) int64 {
+			b.turnStart()
+			b.asked("r1")
+			return b.question("r1")
+		}},
+		{name: "approval/asked without an id", rule: "needs an id", build: func(b *logBuilder) int64 {
+			b.turnStart()
+			return b.asked("")
+		}},
+		{name: "approval/asked outside a turn", rule: "no turn is open", build: func(b *logBuilder) int64 { return b.asked("r1") }},
 		// seq
 		{name: "seq must start at 0", rule: "seq must be 0", build: func(b *logBuilder) int64 {
 			b.turnStart()

@@ -120,3 +120,23 @@ func toolResultMsg(id, text string, isError bool) *llmv1.Message {
 }
 
 var _ = toolsv1.ToolErrorInfo{}
+
+func (b *logBuilder) asked(id string) int64 {
+	return b.add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_ApprovalAsked{ApprovalAsked: &sessionv1.ApprovalAsked{
+		Id: id, ToolName: "bash", CallId: "c1", Turn: b.turn}}})
+}
+
+func (b *logBuilder) decided(id string, outcome sessionv1.ApprovalOutcome) int64 {
+	return b.add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_ApprovalDecided{ApprovalDecided: &sessionv1.ApprovalDecided{
+		Id: id, Outcome: outcome, By: "user"}}})
+}
+
+func (b *logBuilder) question(id string) int64 {
+	return b.add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_QuestionAsked{QuestionAsked: &sessionv1.QuestionAsked{
+		Id: id, CallId: "c1", Turn: b.turn, Questions: []*sessionv1.Question{{Id: "q1", Question: "which?"}}}}})
+}
+
+func (b *logBuilder) answered(id string) int64 {
+	return b.add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_QuestionAnswered{QuestionAnswered: &sessionv1.QuestionAnswered{
+		Id: id, Answers: []*sessionv1.QuestionAnswer{{Id: "q1", Selected: []string{"a"}}}, By: "user"}}})
+}

@@ -61,6 +61,8 @@ type Log struct {
 	surf    surface
 	turns   turns
 	reqHdr  *sessionv1.EpochHeader
+	reqSeq  int64
+	set     settingsFold
 	obsMu   sync.Mutex
 	obs     []*observer
 	queue   []*sessionv1.SessionEvent
@@ -89,6 +91,8 @@ func NewLog(h *sessionv1.SessionHeader, seed []*sessionv1.SessionEvent, opts ...
 		l.header = proto.CloneOf(h)
 	}
 	l.surf.derive = true
+	l.reqSeq = -1
+	l.set = newSettingsFold(l.header)
 	l.events = make([]*sessionv1.SessionEvent, 0, max(len(seed), 64))
 	if l.opts.trusted {
 		for i, ev := range seed {
@@ -121,8 +125,9 @@ func (l *Log) commit(ev *sessionv1.SessionEvent) {
 	}
 	l.turns.apply(ev)
 	if rh := ev.GetRequestHeader(); rh != nil {
-		l.reqHdr = CanonicalHeader(rh.GetHeader())
+		l.reqHdr, l.reqSeq = CanonicalHeader(rh.GetHeader()), ev.GetSeq()
 	}
+	l.set.apply(ev)
 }
 
 // Append validates a copy of ev, assigns its seq (the log length; a non-zero
@@ -321,4 +326,37 @@ func (l *Log) NextTurn() int32 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.turns.wantNextTurn()
+}
+
+// RequestHeaderSeq returns the seq of the latest request/header (-1 when
+// none was logged).
+func (l *Log) RequestHeaderSeq() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.reqSeq
+}
+
+// Settings returns the session's effective mutable settings (see
+// [Settings]). The options are shared and must not be mutated.
+func (l *Log) Settings() Settings {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.set.s
+}
+
+// PendingRequests returns the approval and question requests of the open
+// turn that are not settled yet, in the order they were asked. The slice is
+// shared and must not be mutated.
+func (l *Log) PendingRequests() []PendingRequest {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.turns.requests
+}
+
+// RequestsAsked returns how many approval/asked and question/asked events the
+// log holds (request ids are numbered from it).
+func (l *Log) RequestsAsked() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.turns.asked
 }

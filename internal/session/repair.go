@@ -14,11 +14,16 @@ const (
 		"Retry it if it is still needed."
 )
 
+// RepairedBy is the "by" of a request settled by crash repair.
+const RepairedBy = "repair"
+
 // InterruptedTurnClosers returns the synthetic events that close a turn left
 // open by a crash (semantics.md §3.11), or nil for a balanced or empty log.
 //
 // For an open turn it returns, with seqs continuing the log and the time of
-// the last event: one error tool/result per tool call of the open step that no
+// the last event: a cancelled settlement (by "repair") of every approval or
+// question request still pending (a logged call whose approval was pending
+// never ran, so it gets TOOL_NOT_STARTED); one error tool/result per tool call of the open step that no
 // tool/result answered, in transcript order (TOOL_OUTCOME_UNKNOWN when the
 // tool/call was logged, sourced from it; TOOL_NOT_STARTED otherwise); a
 // step/end when a step is open; and turn/end {interrupted}. The log itself is
@@ -35,6 +40,7 @@ func InterruptedTurnClosers(events []*sessionv1.SessionEvent) []*sessionv1.Sessi
 		turnOpen, stepOpen bool
 		turn, step         int32
 		pending            []pendingCall
+		requests           turns // only the request bookkeeping is used
 	)
 	find := func(id string) int {
 		for i := range pending {
@@ -45,6 +51,12 @@ func InterruptedTurnClosers(events []*sessionv1.SessionEvent) []*sessionv1.Sessi
 		return -1
 	}
 	for _, ev := range events {
+		switch ev.GetPayload().(type) {
+		case *sessionv1.SessionEvent_TurnStart, *sessionv1.SessionEvent_TurnEnd,
+			*sessionv1.SessionEvent_ApprovalAsked, *sessionv1.SessionEvent_QuestionAsked,
+			*sessionv1.SessionEvent_ApprovalDecided, *sessionv1.SessionEvent_QuestionAnswered:
+			requests.apply(ev)
+		}
 		switch p := ev.GetPayload().(type) {
 		case *sessionv1.SessionEvent_TurnStart:
 			turnOpen, stepOpen, turn, step, pending = true, false, p.TurnStart.GetTurn(), 0, nil
@@ -86,9 +98,30 @@ func InterruptedTurnClosers(events []*sessionv1.SessionEvent) []*sessionv1.Sessi
 		seq++
 		out = append(out, ev)
 	}
+	// A request pending at the crash is settled as cancelled: the repaired
+	// log closes it, so nobody answers it later and it is never re-asked
+	// silently (the model sees the call's interrupted result).
+	for _, r := range requests.requests {
+		if r.Event.GetApprovalAsked() != nil {
+			add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_ApprovalDecided{ApprovalDecided: &sessionv1.ApprovalDecided{
+				Id: r.ID, Outcome: sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_CANCELLED, By: RepairedBy}}})
+		} else {
+			add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_QuestionAnswered{QuestionAnswered: &sessionv1.QuestionAnswered{
+				Id: r.ID, Unanswered: sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_CANCELLED, By: RepairedBy}}})
+		}
+	}
+	awaiting := map[string]bool{} // calls whose approval was pending: their bodies never ran
+	for _, r := range requests.requests {
+		if a := r.Event.GetApprovalAsked(); a != nil {
+			awaiting[a.GetCallId()] = true
+		}
+	}
 	for _, c := range pending {
 		var ev *sessionv1.SessionEvent
-		if c.callSeq >= 0 {
+		if c.callSeq >= 0 && awaiting[c.id] {
+			ev = ToolResultEvent(turn, step, c.id, []*llmv1.ContentBlock{Text(notStartedText)}, true,
+				&toolsv1.ToolErrorInfo{Name: ToolNotStartedError, Code: ToolNotStartedCode}, c.callSeq)
+		} else if c.callSeq >= 0 {
 			ev = ToolResultEvent(turn, step, c.id, []*llmv1.ContentBlock{Text(outcomeUnknownText)}, true,
 				&toolsv1.ToolErrorInfo{Name: ToolOutcomeUnknownError, Code: ToolOutcomeUnknownCode}, c.callSeq)
 		} else {

@@ -82,6 +82,45 @@ func TestInterruptedTurnClosers(t *testing.T) {
 			},
 		},
 		{
+			name: "pending requests are settled as cancelled before the call is closed",
+			build: func(b *logBuilder) {
+				b.turnStart()
+				b.user("hi")
+				b.stepStart()
+				b.assistant(ToolCallBlock("c1", "bash", "{}"), ToolCallBlock("c2", "ask_user_question", "{}"))
+				b.call("c1") // seq 4
+				b.asked("r1")
+				b.decided("r1", sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_ALLOWED_ONCE)
+				b.question("r3")
+			},
+			want: func(b *logBuilder) []*sessionv1.SessionEvent {
+				return []*sessionv1.SessionEvent{
+					{Payload: &sessionv1.SessionEvent_QuestionAnswered{QuestionAnswered: &sessionv1.QuestionAnswered{
+						Id: "r3", Unanswered: sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_CANCELLED, By: RepairedBy}}},
+					unknown(1, 1, "c1", 4), notStarted(1, 1, "c2"), StepEndEvent(1, 1), TurnEndEvent(1, interrupted()),
+				}
+			},
+		},
+		{
+			name: "a logged call whose approval was pending did not start",
+			build: func(b *logBuilder) {
+				b.turnStart()
+				b.stepStart()
+				b.assistant(ToolCallBlock("c1", "bash", "{}"))
+				b.call("c1") // seq 3
+				b.asked("r1")
+			},
+			want: func(b *logBuilder) []*sessionv1.SessionEvent {
+				started := notStarted(1, 1, "c1")
+				started.SourceEventSeqs = Seqs(3)
+				return []*sessionv1.SessionEvent{
+					{Payload: &sessionv1.SessionEvent_ApprovalDecided{ApprovalDecided: &sessionv1.ApprovalDecided{
+						Id: "r1", Outcome: sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_CANCELLED, By: RepairedBy}}},
+					started, StepEndEvent(1, 1), TurnEndEvent(1, interrupted()),
+				}
+			},
+		},
+		{
 			name: "calls of a closed step are not repaired",
 			build: func(b *logBuilder) {
 				b.turnStart()

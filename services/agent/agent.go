@@ -45,8 +45,11 @@ import (
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/session"
+	"github.com/dsh-dev/dsh/services/agent/internal/agenttools"
+	"github.com/dsh-dev/dsh/services/agent/internal/approval"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
+	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
 )
 
 // Store is the persistence the service uses (a subset of
@@ -94,6 +97,10 @@ type Config struct {
 	ProcessMaxQueuedBytes int64
 	// Sink receives durable events; nil for none.
 	Sink EventSink
+	// Approval holds the deployment's approval defaults. The zero value is
+	// on_request with no deployment rules (every call runs unless the
+	// session's own rules say otherwise) and no deadline.
+	Approval ApprovalConfig
 	// Now and NewID are injected for reproducible logs; defaults time.Now
 	// and random hex ids.
 	Now   func() time.Time
@@ -108,7 +115,63 @@ type Deps struct {
 	Tools     loop.Tools     // nil: no tools
 	Hooks     *hooks.Set     // nil: no hooks
 	Prompt    loop.SystemPrompt
+	// Approvers are remote Approver services consulted before a person.
+	Approvers []approval.Remote
 }
+
+// ApprovalConfig is the deployment's approval settings (semantics.md §7.3).
+type ApprovalConfig struct {
+	// Policy applies to sessions that set none; unset means on_request.
+	Policy sessionv1.ApprovalPolicy
+	// Rules are evaluated after each session's own rules.
+	Rules []*sessionv1.ApprovalRule
+	// Timeout settles a request nobody answered as unavailable; 0: never.
+	Timeout time.Duration
+}
+
+// DefaultApprovalRules are the shipped deployment rules: calls that change
+// files or run commands (write, edit, bash) ask; everything else runs.
+func DefaultApprovalRules() []*sessionv1.ApprovalRule {
+	ask := sessionv1.RuleAction_RULE_ACTION_ASK
+	return []*sessionv1.ApprovalRule{{Tool: "bash", Action: ask}, {Tool: "write", Action: ask}, {Tool: "edit", Action: ask}}
+}
+
+// ParseApprovalPolicy parses "never", "on-request", "always".
+func ParseApprovalPolicy(s string) (sessionv1.ApprovalPolicy, error) {
+	p, ok := approval.ParsePolicy(s)
+	if !ok {
+		return 0, fmt.Errorf("approval policy %q: use never, on-request or always", s)
+	}
+	return p, nil
+}
+
+// ParseApprovalFlags builds the deployment's approval settings from the
+// agent's flags: a policy name, rules in the flag form (none: the
+// DefaultApprovalRules) and the answer deadline.
+func ParseApprovalFlags(policy string, rules []string, timeout time.Duration) (ApprovalConfig, error) {
+	p, err := ParseApprovalPolicy(policy)
+	if err != nil {
+		return ApprovalConfig{}, err
+	}
+	if timeout < 0 {
+		return ApprovalConfig{}, fmt.Errorf("approval timeout must not be negative, got %s", timeout)
+	}
+	c := ApprovalConfig{Policy: p, Timeout: timeout, Rules: DefaultApprovalRules()}
+	if len(rules) > 0 {
+		c.Rules = nil
+		for _, s := range rules {
+			r, err := ParseApprovalRule(s)
+			if err != nil {
+				return ApprovalConfig{}, err
+			}
+			c.Rules = append(c.Rules, r)
+		}
+	}
+	return c, nil
+}
+
+// ParseApprovalRule parses TOOL[(PATTERN)]=allow|ask|deny.
+func ParseApprovalRule(s string) (*sessionv1.ApprovalRule, error) { return approval.ParseRule(s) }
 
 // Service is the agent service.
 type Service struct {
@@ -117,6 +180,8 @@ type Service struct {
 	cfg  Config
 	deps Deps
 	log  *slog.Logger
+
+	appr *approval.Config
 
 	mu      sync.Mutex
 	live    map[string]*liveSession
@@ -142,9 +207,14 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Service, error) {
 	if cfg.NewID == nil {
 		cfg.NewID = randomID
 	}
+	if err := approval.ValidateRules("deployment approval rules", cfg.Approval.Rules); err != nil {
+		return nil, err
+	}
 	s := &Service{cfg: cfg, deps: deps, log: logger, live: map[string]*liveSession{},
 		loading: map[string]chan struct{}{}, closed: make(chan struct{}),
-		budget: loop.NewProcessBudget(cfg.ProcessMaxQueuedItems, cfg.ProcessMaxQueuedBytes)}
+		budget: loop.NewProcessBudget(cfg.ProcessMaxQueuedItems, cfg.ProcessMaxQueuedBytes),
+		appr: &approval.Config{Policy: cfg.Approval.Policy, Rules: cfg.Approval.Rules, Timeout: cfg.Approval.Timeout,
+			Approvers: deps.Approvers, Logger: logger}}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	if cfg.IdleUnload > 0 {
@@ -168,6 +238,7 @@ type liveSession struct {
 	id    string
 	log   *session.Log
 	agent *loop.Agent
+	gate  *approval.Gate
 
 	flushMu sync.Mutex
 	durable atomic.Int64 // next seq not yet durable; written under flushMu
@@ -185,9 +256,10 @@ func (s *Service) open(ctx context.Context, log *session.Log, durable int64, sou
 	l := &liveSession{s: s, id: log.Header().GetId(), log: log, subs: map[chan struct{}]struct{}{}}
 	l.durable.Store(durable)
 	log.Observe(func(*sessionv1.SessionEvent) { l.notify() })
+	l.gate = approval.NewGate(s.appr, log, l.flush)
 	l.agent = loop.New(loop.Config{
 		LLM: s.deps.LLM, Tools: s.deps.Tools, Hooks: s.deps.Hooks, Prompt: s.deps.Prompt,
-		Flush: l.flush, MaxParallelToolCalls: s.cfg.MaxParallelToolCalls, Debug: s.cfg.Debug, Logger: s.log,
+		Flush: l.flush, MaxParallelToolCalls: s.cfg.MaxParallelToolCalls, Debug: s.cfg.Debug, Logger: s.log, Approval: l.gate,
 		Limits: loop.QueueLimits{MaxItems: s.cfg.MaxQueuedItems, MaxBytes: s.cfg.MaxQueuedBytes, Process: s.budget},
 		OnStatus: func(st agentv1.AgentStatus) {
 			if s.cfg.Sink != nil {
@@ -467,11 +539,42 @@ func (l *liveSession) durableSeq() int64 { return l.durable.Load() }
 
 // snapshot is the API view of a live session.
 func (l *liveSession) snapshot() *agentv1.Session {
-	out := &agentv1.Session{Header: l.log.Header(), Status: l.agent.Status(), NextSeq: l.log.Len(), Queued: int32(l.agent.Queued())}
+	set := l.log.Settings()
+	out := &agentv1.Session{Header: l.log.Header(), Status: l.agent.Status(), NextSeq: l.log.Len(), Queued: int32(l.agent.Queued()),
+		Title: set.Title, EffectiveOptions: set.Options}
 	if t, ok := l.log.OpenTurn(); ok {
 		out.OpenTurn = &t
 	}
+	for _, r := range l.log.PendingRequests() {
+		p := &agentv1.PendingRequest{Id: r.ID, Seq: r.Event.GetSeq()}
+		if a := r.Event.GetApprovalAsked(); a != nil {
+			p.Kind = &agentv1.PendingRequest_Approval{Approval: a}
+		} else {
+			p.Kind = &agentv1.PendingRequest_Question{Question: r.Event.GetQuestionAsked()}
+		}
+		out.Pending = append(out.Pending, p)
+	}
 	return out
+}
+
+// gateOf is the approval gate of a live session (the toolpipe's Gates).
+func (s *Service) gateOf(id string) toolpipe.Gate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.live[id]; ok {
+		return l.gate
+	}
+	return nil
+}
+
+// askerOf is the question channel of a live session (agent-side tools).
+func (s *Service) askerOf(id string) agenttools.Asker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.live[id]; ok {
+		return l.gate
+	}
+	return nil
 }
 
 // sortedIDs merges stored and live ids.

@@ -43,6 +43,9 @@ func childMain() {
 		Service: agent.Config{Debug: true, DefaultCwd: "/work"},
 		Ready:   func(addr string) { fmt.Println("READY " + addr) },
 	}
+	if os.Getenv("DSH_AGENT_ASK") != "" {
+		sc.Service.Approval.Rules = agent.DefaultApprovalRules()
+	}
 	if err := agent.Run(context.Background(), sc, slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(1)
@@ -54,11 +57,12 @@ type child struct {
 	client agentv1.AgentServiceClient
 }
 
-func startChild(t *testing.T, gw, th, dir, store string) *child {
+func startChild(t *testing.T, gw, th, dir, store string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "DSH_AGENT_CHILD=1", "DSH_AGENT_GATEWAY="+gw, "DSH_AGENT_TOOLHOST="+th,
 		"DSH_AGENT_DATA="+dir, "DSH_AGENT_STORE="+store)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dsh-dev/dsh/internal/persistence"
+	"github.com/dsh-dev/dsh/services/agent/internal/approval"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
 )
 
@@ -45,11 +46,18 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	}
 	var inv *InvalidError
 	var full *loop.QueueFullError
+	var badAnswer *approval.InvalidAnswerError
 	switch {
 	case errors.As(err, &full):
 		return status.Error(codes.ResourceExhausted, full.Error())
 	case errors.As(err, &inv):
 		return status.Error(codes.InvalidArgument, inv.Msg)
+	case errors.As(err, &badAnswer):
+		return status.Error(codes.InvalidArgument, badAnswer.Msg)
+	case errors.Is(err, approval.ErrUnknownRequest):
+		return status.Error(codes.NotFound, err.Error()+": the id must be a PendingRequest.id of this session")
+	case errors.Is(err, approval.ErrSettled):
+		return status.Error(codes.FailedPrecondition, err.Error()+": the first answer, a cancel or the deadline settled it")
 	case errors.Is(err, ErrSessionNotFound), errors.Is(err, persistence.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, loop.ErrDisposed):

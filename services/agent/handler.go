@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"slices"
-	"strings"
 	"unicode"
 
 	"go.opentelemetry.io/otel/trace"
@@ -46,14 +44,11 @@ func (s *Service) createSession(ctx context.Context, req *agentv1.CreateSessionR
 	if t := opts.GetTemperature(); opts.Temperature != nil && (math.IsNaN(t) || t < 0 || t > 2) {
 		return nil, invalidf("options.temperature must be between 0 and 2, got %v", t)
 	}
-	if s.deps.Providers != nil {
-		ids, err := s.deps.Providers.ListProviders(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("validate provider: %w", err)
-		}
-		if !slices.Contains(ids, opts.GetProvider()) {
-			return nil, invalidf("unknown provider %q: the gateway serves %s", opts.GetProvider(), strings.Join(ids, ", "))
-		}
+	if err := checkCreateOptions(opts); err != nil {
+		return nil, err
+	}
+	if err := s.checkProvider(ctx, opts.GetProvider()); err != nil {
+		return nil, err
 	}
 	cwd := req.GetCwd()
 	if cwd == "" {

@@ -21,6 +21,8 @@ import (
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/persistence/jsonlstore"
 	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
+	"github.com/dsh-dev/dsh/services/agent/internal/agenttools"
+	"github.com/dsh-dev/dsh/services/agent/internal/approval"
 	"github.com/dsh-dev/dsh/services/agent/internal/gateway"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
@@ -82,8 +84,9 @@ type ServerConfig struct {
 	// Toolhosts are NAME=ADDR or ADDR entries.
 	Toolhosts []string
 	// Hooks are remote AgentHooks services; Interceptors remote
-	// ToolInterceptors.
-	Hooks, Interceptors []Remote
+	// ToolInterceptors; Approvers remote Approver services (consulted in
+	// order before a person is asked).
+	Hooks, Interceptors, Approvers []Remote
 	// Store is "sqlite" (default) or "jsonl"; DataDir holds it.
 	Store, DataDir string
 	// Synchronous is the SQLite synchronous level ("FULL" or "NORMAL").
@@ -133,8 +136,15 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	defer gwConn.Close()
 	gw := gateway.New(gwConn)
 
-	var hosts []toolpipe.Host
-	seen := map[string]bool{}
+	// The agent-side tools are one more host of the same registry.
+	var svc *Service
+	hosts := []toolpipe.Host{{Name: agenttools.HostName, Local: &agenttools.Host{Askers: func(id string) agenttools.Asker {
+		if svc == nil {
+			return nil
+		}
+		return svc.askerOf(id)
+	}}}}
+	seen := map[string]bool{agenttools.HostName: true}
 	for _, th := range sc.Toolhosts {
 		name, addr, ok := strings.Cut(th, "=")
 		if !ok {
@@ -160,7 +170,21 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		defer conn.Close()
 		ics = append(ics, toolpipe.Interceptor{Name: r.Name, Client: toolsv1.NewToolInterceptorClient(conn), Timeout: r.Timeout, FailOpen: r.FailOpen})
 	}
-	pipe := toolpipe.New(toolpipe.Config{Hosts: hosts, Interceptors: ics, Logger: logger})
+	var approvers []approval.Remote
+	for _, r := range sc.Approvers {
+		conn, err := grpcserver.Dial(r.Addr)
+		if err != nil {
+			return fmt.Errorf("approver %s: %w", r.Name, err)
+		}
+		defer conn.Close()
+		approvers = append(approvers, approval.Remote{Name: r.Name, Client: agentv1.NewApproverClient(conn), Timeout: r.Timeout, FailOpen: r.FailOpen})
+	}
+	pipe := toolpipe.New(toolpipe.Config{Hosts: hosts, Interceptors: ics, Logger: logger, Gates: func(id string) toolpipe.Gate {
+		if svc == nil {
+			return nil
+		}
+		return svc.gateOf(id)
+	}})
 	if err := pipe.Start(ctx); err != nil {
 		return fmt.Errorf("toolhosts: %w", err)
 	}
@@ -200,7 +224,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		}
 	}
 
-	svc, err := New(sc.Service, Deps{Store: store, LLM: gw, Providers: gw, Tools: toolsOf(pipe), Hooks: hk,
+	svc, err = New(sc.Service, Deps{Store: store, LLM: gw, Providers: gw, Tools: toolsOf(pipe), Hooks: hk, Approvers: approvers,
 		Prompt: &hooks.Prompt{ToolGuidance: "Use the tools when they help; call independent read-only tools together."}}, logger)
 	if err != nil {
 		return err

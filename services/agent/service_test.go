@@ -50,6 +50,8 @@ type env struct {
 	authn auth.Authenticator
 	// shutdown bounds agent.Run's graceful close; default 10 s.
 	shutdown time.Duration
+	// approvers and interceptors are remote services given to agent.Run.
+	approvers, interceptors []agent.Remote
 
 	client agentv1.AgentServiceClient
 	cancel context.CancelFunc
@@ -63,19 +65,32 @@ func newEnv(t *testing.T, tools ...fakes.Tool) *env {
 
 func newEnvWith(t *testing.T, mutate func(*agent.Config), tools ...fakes.Tool) *env {
 	t.Helper()
-	return newEnvAuth(t, nil, mutate, tools...)
+	return newEnvFull(t, func(e *env) {
+		if mutate != nil {
+			mutate(&e.cfg)
+		}
+	}, tools...)
 }
 
 // newEnvAuth is newEnvWith with client authentication authn.
 func newEnvAuth(t *testing.T, authn auth.Authenticator, mutate func(*agent.Config), tools ...fakes.Tool) *env {
 	t.Helper()
-	e := &env{t: t, gw: &fakes.Gateway{}, host: fakes.NewToolHost(tools...), dir: t.TempDir(), sink: &recordingSink{}, authn: authn}
+	return newEnvFull(t, func(e *env) {
+		e.authn = authn
+		if mutate != nil {
+			mutate(&e.cfg)
+		}
+	}, tools...)
+}
+
+// newEnvFull is newEnvWith with access to the whole env before the start.
+func newEnvFull(t *testing.T, mutate func(*env), tools ...fakes.Tool) *env {
+	t.Helper()
+	e := &env{t: t, gw: &fakes.Gateway{}, host: fakes.NewToolHost(tools...), dir: t.TempDir(), sink: &recordingSink{}}
 	e.gwAddr = fakes.Serve(t, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, e.gw) })
 	e.thAddr = fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, e.host) })
 	e.cfg = agent.Config{Debug: true, DefaultCwd: "/work", Sink: e.sink}
-	if mutate != nil {
-		mutate(&e.cfg)
-	}
+	mutate(e)
 	if e.cfg.Sink == nil {
 		e.nats = events.Conn{URL: natstest.Start(t).URL()}
 	}
@@ -98,7 +113,7 @@ func (e *env) start() {
 		e.done <- agent.Run(ctx, agent.ServerConfig{
 			Listener: lis, Gateway: e.gwAddr, Toolhosts: []string{"fake=" + e.thAddr}, DataDir: e.dir,
 			Synchronous: "NORMAL", Service: e.cfg, Retry: &retry, ShutdownTimeout: e.shutdownTimeout(), NATS: e.nats,
-			Auth: e.authn,
+			Auth: e.authn, Approvers: e.approvers, Interceptors: e.interceptors,
 		}, slog.New(slog.DiscardHandler))
 	}()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

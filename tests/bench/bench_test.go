@@ -119,7 +119,7 @@ func BenchmarkDevTenSteps(b *testing.B) {
 		srv := httptest.NewServer(u)
 		dir := b.TempDir()
 		cmd := exec.Command(dshBin, "dev", "-p", "run ten echo commands", "--data", filepath.Join(dir, ".dsh"),
-			"--agent-listen", "127.0.0.1:0", "--gateway-listen", "127.0.0.1:0", "--toolhost-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0")
+			"--agent-listen", "127.0.0.1:0", "--gateway-listen", "127.0.0.1:0", "--toolhost-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--yes")
 		cmd.Dir = dir
 		cmd.Env = append(cleanEnv(), "OPENAI_API_KEY=bench", "OPENAI_BASE_URL="+srv.URL+"/v1", "OPENAI_MODEL=bench")
 		var out strings.Builder

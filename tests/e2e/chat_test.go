@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -146,6 +147,16 @@ func TestChatInPseudoTerminal(t *testing.T) {
 	if _, err := f.Write([]byte("run the two commands\r")); err != nil {
 		t.Fatal(err)
 	}
+	// `make run` asks before bash: answer the first card with y (once), the
+	// second with a (always for this session).
+	for i, answer := range []string{"y\r", "a\r"} {
+		term.waitFor(t, fmt.Sprintf("approval card %d", i+1), func(s string) bool {
+			return strings.Count(s, "⚠ approval needed · bash") == i+1 && strings.HasSuffix(strings.TrimRight(s, " "), "allow?")
+		})
+		if _, err := f.Write([]byte(answer)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	screen := term.waitFor(t, "the end of the turn", func(s string) bool {
 		return strings.Contains(s, "tokens:") && strings.HasSuffix(strings.TrimRight(s, " "), "›")
 	})
@@ -158,8 +169,12 @@ func TestChatInPseudoTerminal(t *testing.T) {
 		"  │ one",                     // its output
 		"  ╰ exit 0",                  // its exit status
 		"⏺ $ echo two",                // the second step's card
-		"Both ran. Last output:",      // the answer
-		"tokens: ",                    // usage after the turn
+		"  $ echo one",                // the approval card shows the command
+		"why: the rule",               // and why it asks
+		"↳ allowed by user",           // the answers
+		"↳ allowed for this session by user",
+		"Both ran. Last output:", // the answer
+		"tokens: ",               // usage after the turn
 	} {
 		if !strings.Contains(screen, want) {
 			t.Errorf("screen lacks %q", want)
@@ -199,10 +214,10 @@ func TestChatInPseudoTerminal(t *testing.T) {
 }
 
 // startDevPTY runs `dsh dev` in a pseudo-terminal with the given script.
-func startDevPTY(t *testing.T, scr string) (*vt, func([]byte), chan error) {
+func startDevPTY(t *testing.T, scr string, extra ...string) (*vt, func([]byte), chan error) {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command(filepath.Join(binDir, "dsh"), devArgs(filepath.Join(dir, ".dsh"))...)
+	cmd := exec.Command(filepath.Join(binDir, "dsh"), devArgs(filepath.Join(dir, ".dsh"), extra...)...)
 	cmd.Dir = dir
 	cmd.Env = cleanEnv("DSH_SCRIPT="+scr, "TERM=xterm-256color")
 	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 60, Cols: 160})
@@ -241,7 +256,7 @@ func TestChatCtrlCCancelsTurn(t *testing.T) {
 	slow := `{"models":[{"id":"scripted"}],"steps":[
  {"text":"Sleeping.","tool_calls":[{"name":"bash","arguments":{"command":"sleep 30","description":"nap"}}]},
  {"text":"Woke up."}]}`
-	term, write, exited := startDevPTY(t, slow)
+	term, write, exited := startDevPTY(t, slow, "--yes")
 	term.waitFor(t, "the prompt", atPrompt)
 	write([]byte("take a nap\r"))
 	term.waitFor(t, "the spinner while bash runs", func(s string) bool { return strings.Contains(s, "running bash…") })
@@ -293,8 +308,10 @@ func TestDevOneShot(t *testing.T) {
 		script   string
 		wantCode int
 		json     bool
+		noYes    bool // -p defaults to --approval never
 	}{
 		{name: "completed turn prints the answer", script: script, wantCode: 0},
+		{name: "without --yes nothing is asked and bash is refused", script: script, wantCode: 0, noYes: true},
 		{name: "json prints every event", script: script, wantCode: 0, json: true},
 		{name: "failed turn exits non-zero", wantCode: 1,
 			script: `{"models":[{"id":"scripted"}],"steps":[{"text":"x","failure":{"code":"INVALID_REQUEST","message":"scripted failure"}}]}`},
@@ -304,6 +321,9 @@ func TestDevOneShot(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			args := devArgs(filepath.Join(dir, ".dsh"), "-p", "run the two commands")
+			if !tt.noYes {
+				args = append(args, "--yes")
+			}
 			if tt.json {
 				args = append(args, "--json")
 			}
@@ -338,7 +358,14 @@ func TestDevOneShot(t *testing.T) {
 					evs = append(evs, ev)
 				}
 				checkTurn(t, evs, 0)
+			case tt.noYes:
+				if !strings.Contains(out, "approval policy is never") {
+					t.Fatalf("stdout = %q, want the refusal the model saw", out)
+				}
 			case tt.wantCode == 0:
+				if !strings.Contains(stderr.String(), "--yes: every tool call runs without asking") {
+					t.Errorf("stderr = %q, want --yes to say so", stderr.String())
+				}
 				if !strings.Contains(out, "Both ran. Last output:") || !strings.Contains(out, "two") {
 					t.Fatalf("stdout = %q, want the answer", out)
 				}

@@ -22,7 +22,7 @@ func TestDevWithEventsTail(t *testing.T) {
 	dir := t.TempDir()
 	natsAddr := freeAddr(t)
 	dev := exec.Command(filepath.Join(binDir, "dsh"), "dev", "--data", filepath.Join(dir, ".dsh"),
-		"--agent-listen", "127.0.0.1:0", "--gateway-listen", "127.0.0.1:0", "--toolhost-listen", "127.0.0.1:0", "--nats-listen", natsAddr)
+		"--agent-listen", "127.0.0.1:0", "--gateway-listen", "127.0.0.1:0", "--toolhost-listen", "127.0.0.1:0", "--nats-listen", natsAddr, "--yes")
 	dev.Dir = dir
 	dev.Env = cleanEnv("DSH_SCRIPT=" + script)
 	stdin, err := dev.StdinPipe()

@@ -43,12 +43,16 @@ func main() {
 }
 
 func run() error {
-	var toolhosts, hookFlags, icFlags list
+	var toolhosts, hookFlags, icFlags, approverFlags, ruleFlags list
 	listen := flag.String("listen", env("DSH_LISTEN", "127.0.0.1:7700"), "gRPC listen address (env DSH_LISTEN)")
 	gw := flag.String("gateway", env("DSH_GATEWAY", "127.0.0.1:7701"), "LlmGateway address (env DSH_GATEWAY)")
 	flag.Var(&toolhosts, "toolhost", "toolhost NAME=ADDR or ADDR, repeatable (env DSH_TOOLHOST; default 127.0.0.1:7702)")
 	flag.Var(&hookFlags, "hook", "remote AgentHooks NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable")
 	flag.Var(&icFlags, "interceptor", "remote ToolInterceptor NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable")
+	flag.Var(&approverFlags, "approver", "remote Approver NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable; consulted before a person is asked")
+	approvalPolicy := flag.String("approval", env("DSH_APPROVAL", "on-request"), "default approval policy of sessions that set none: never, on-request or always (env DSH_APPROVAL)")
+	flag.Var(&ruleFlags, "approval-rule", "deployment approval rule TOOL[(PATTERN)]=allow|ask|deny, repeatable, evaluated after each session's rules; replaces the defaults bash=ask, write=ask, edit=ask (\"*=allow\" asks for nothing)")
+	approvalTimeout := flag.Duration("approval-timeout", envDuration("DSH_APPROVAL_TIMEOUT", 15*time.Minute), "settle an approval or question nobody answered as unavailable after this long; 0 waits forever (env DSH_APPROVAL_TIMEOUT)")
 	store := flag.String("store", env("DSH_STORE", "sqlite"), "session store: sqlite or jsonl (env DSH_STORE)")
 	sqliteSync := flag.String("sqlite-sync", env("DSH_SQLITE_SYNC", "FULL"), "SQLite synchronous level: FULL (survives power loss) or NORMAL (survives a process crash; faster) (env DSH_SQLITE_SYNC)")
 	data := flag.String("data", env("DSH_DATA", "."), "data directory (env DSH_DATA)")
@@ -88,10 +92,14 @@ func run() error {
 	if creds != nil {
 		dialOpts = append(dialOpts, grpcserver.WithCredentials(grpc.WithTransportCredentials(creds)))
 	}
+	appr, err := agent.ParseApprovalFlags(*approvalPolicy, ruleFlags, *approvalTimeout)
+	if err != nil {
+		return err
+	}
 	sc := agent.ServerConfig{
 		ServerOptions: srvOpts, DialOptions: dialOpts,
 		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, Synchronous: *sqliteSync,
-		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd,
+		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd, Approval: appr,
 			MaxQueuedItems: *maxItems, MaxQueuedBytes: *maxBytes, ProcessMaxQueuedItems: *procItems, ProcessMaxQueuedBytes: *procBytes},
 		NATS: nc,
 	}
@@ -101,6 +109,13 @@ func run() error {
 			return err
 		}
 		sc.Hooks = append(sc.Hooks, r)
+	}
+	for _, h := range approverFlags {
+		r, err := agent.ParseRemote(h)
+		if err != nil {
+			return err
+		}
+		sc.Approvers = append(sc.Approvers, r)
 	}
 	for _, h := range icFlags {
 		r, err := agent.ParseRemote(h)

@@ -46,7 +46,16 @@ type AssembleInput struct {
 	SystemPrompt string
 	// Tools are the visible tools.
 	Tools []*llmv1.ToolSchema
+	// ApprovalNever says that the session's approval policy is never
+	// (semantics.md §7.3: the prompt states what that means).
+	ApprovalNever bool
 }
+
+// ApprovalNeverText is the section of a session whose approval policy is
+// never.
+const ApprovalNeverText = "Approval policy: never. Tool calls that need a person's approval are refused " +
+	"without asking anyone, and questions to the user cannot be answered: prefer actions that need no " +
+	"approval, and when you would ask, decide yourself and say what you assumed."
 
 // Assemble renders the system prompt: sections ascending by order,
 // interpolated strictly, empty ones dropped, joined by a blank line.
@@ -64,6 +73,9 @@ func (p *Prompt) Assemble(in AssembleInput) (string, error) {
 	secs := []Section{{Name: "identity", Order: -100, Text: identity}, {Name: "deployment:persona", Order: 0, Text: p.Persona}}
 	if len(in.Tools) > 0 && p.ToolGuidance != "" {
 		secs = append(secs, Section{Name: "tools:guidance", Order: 100, Text: p.ToolGuidance})
+	}
+	if in.ApprovalNever {
+		secs = append(secs, Section{Name: "approval:never", Order: 900, Text: ApprovalNeverText})
 	}
 	secs = append(secs, p.Sections...)
 	secs = append(secs, Section{Name: "session:system", Order: 1000, Text: in.SystemPrompt})

@@ -60,6 +60,11 @@ type Config struct {
 	// Limits bound the inbox (Send and Steer beyond them fail with a
 	// *QueueFullError).
 	Limits QueueLimits
+	// Approval reports the session's effective approval policy (for the
+	// system prompt); nil: not stated.
+	Approval interface {
+		Policy() sessionv1.ApprovalPolicy
+	}
 }
 
 // Item is one inbox entry (a send or a steer).
@@ -279,6 +284,49 @@ func (a *Agent) Inject(content []*llmv1.ContentBlock, src *llmv1.MessageSource, 
 		}
 	})
 	return nil
+}
+
+// Record appends log-only settings events (session/model, approval/policy,
+// sandbox/mode, session/title) so they take effect at the next step: into
+// the open turn, or, when idle, as a zero-step turn triggered by the plugin
+// trigger trigger, made durable before Record returns (nothing accepted is
+// lost). It returns the appended events.
+func (a *Agent) Record(ctx context.Context, trigger *sessionv1.TurnTrigger, evs ...*sessionv1.SessionEvent) ([]*sessionv1.SessionEvent, error) {
+	a.mu.Lock()
+	if a.disposed {
+		a.mu.Unlock()
+		return nil, ErrDisposed
+	}
+	var out []*sessionv1.SessionEvent
+	_, open := a.log.OpenTurn()
+	turn := a.lastTurn + 1
+	if !open {
+		if _, err := a.appendLocked(session.TurnStartEvent(turn, trigger)); err != nil {
+			a.mu.Unlock()
+			return nil, err
+		}
+	}
+	var err error
+	for _, ev := range evs {
+		var got *sessionv1.SessionEvent
+		if got, err = a.appendLocked(ev); err != nil {
+			break
+		}
+		out = append(out, got)
+	}
+	if !open {
+		if _, endErr := a.appendLocked(session.TurnEndEvent(turn, completedReason())); endErr != nil {
+			err = errors.Join(err, endErr)
+		}
+	}
+	a.mu.Unlock()
+	if err != nil {
+		return out, err
+	}
+	if ferr := a.flush(ctx); ferr != nil {
+		return out, fmt.Errorf("flush the settings change: %w", ferr)
+	}
+	return out, nil
 }
 
 // Cancel clears both FIFOs and aborts the active turn with cause (the first

