@@ -25,7 +25,10 @@
 // dispatched (step/start and request/header are then durable), and before
 // each tool body runs (tool/call is durable before any side effect). A failed
 // pre-request or pre-tool checkpoint fails closed: the request is not sent, the
-// body does not run.
+// body does not run. Record (settings changes: session/model, approval/policy,
+// sandbox/mode, session/title) appends into the open turn, or as a zero-step
+// turn when idle, and flushes before it returns; a session/model newer than
+// the last request/header switches the route of the next step.
 //
 // # Shutdown
 //
