@@ -16,9 +16,15 @@ import (
 	"github.com/dsh-dev/dsh/services/agent/internal/approval"
 )
 
-// byUser is the "by" of changes and answers made through the API.
-// TODO(issue 11): "user:<subject>" once the principal is in the context.
-const byUser = approval.ByUser
+// byUser is the "by" of changes and answers made through the API by the
+// principal of ctx: "user:<subject>", or "user" for a principal without a
+// subject.
+func byUser(ctx context.Context) string {
+	if sub := principalOf(ctx).Subject; sub != "" {
+		return approval.ByUser + ":" + sub
+	}
+	return approval.ByUser
+}
 
 // Respond answers a pending approval or question request.
 func (s *Service) Respond(ctx context.Context, req *agentv1.RespondRequest) (*agentv1.RespondResponse, error) {
@@ -34,7 +40,7 @@ func (s *Service) Respond(ctx context.Context, req *agentv1.RespondRequest) (*ag
 			return 0, err
 		}
 		defer s.release(l)
-		return l.gate.Respond(ctx, req, byUser)
+		return l.gate.Respond(ctx, req, byUser(ctx))
 	}()
 	if err != nil {
 		return nil, toStatus(s.log, "Respond", err)
@@ -100,6 +106,7 @@ func (s *Service) update(ctx context.Context, req *agentv1.UpdateSessionRequest)
 	}
 	defer s.release(l)
 	cur := l.log.Settings().Options
+	by := byUser(ctx)
 	var evs []*sessionv1.SessionEvent
 	if mask[pathProvider] || mask[pathModel] {
 		provider, model := cur.GetProvider(), cur.GetModel()
@@ -116,10 +123,10 @@ func (s *Service) update(ctx context.Context, req *agentv1.UpdateSessionRequest)
 			return nil, err
 		}
 		evs = append(evs, &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_ModelChanged{ModelChanged: &sessionv1.ModelChanged{
-			Provider: provider, Model: model, By: byUser}}})
+			Provider: provider, Model: model, By: by}}})
 	}
 	if mask[pathApproval] || mask[pathRules] {
-		ev := &sessionv1.ApprovalPolicyChanged{Policy: cur.GetApproval(), Rules: cur.GetApprovalRules(), By: byUser}
+		ev := &sessionv1.ApprovalPolicyChanged{Policy: cur.GetApproval(), Rules: cur.GetApprovalRules(), By: by}
 		if mask[pathApproval] {
 			ev.Policy = o.GetApproval()
 		}
@@ -130,11 +137,11 @@ func (s *Service) update(ctx context.Context, req *agentv1.UpdateSessionRequest)
 	}
 	if mask[pathSandbox] {
 		evs = append(evs, &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_SandboxMode{SandboxMode: &sessionv1.SandboxModeChanged{
-			Sandbox: proto.CloneOf(o.GetSandbox()), By: byUser}}})
+			Sandbox: proto.CloneOf(o.GetSandbox()), By: by}}})
 	}
 	if mask[pathTitle] {
 		evs = append(evs, &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_SessionTitle{SessionTitle: &sessionv1.SessionTitle{
-			Title: req.GetTitle(), Source: byUser}}})
+			Title: req.GetTitle(), Source: approval.ByUser}}})
 	}
 	if _, err := l.agent.Record(ctx, updateTrigger(), evs...); err != nil {
 		return nil, err
