@@ -78,7 +78,8 @@ func startSecureStack(t *testing.T) *secureStack {
 		"DSH_TLS_CERT="+agentSrv.Cert, "DSH_TLS_KEY="+agentSrv.Key,
 		"DSH_TLS_CA="+s.ca.CAFile, "DSH_TLS_CLIENT_CERT="+s.agentClient.Cert, "DSH_TLS_CLIENT_KEY="+s.agentClient.Key,
 		"DSH_AUTH=jwt", "DSH_JWT_JWKS="+jwks, "DSH_JWT_ISSUER="+jwtIssuer, "DSH_JWT_AUDIENCE="+jwtAudience,
-	), "--listen", s.agentAddr, "--gateway", s.gatewayAddr, "--toolhost", "builtin="+s.toolhostAddr, "--data", s.dataDir)
+	), "--listen", s.agentAddr, "--gateway", s.gatewayAddr, "--toolhost", "builtin="+s.toolhostAddr, "--data", s.dataDir,
+		"--approval-rule", "*=allow") // nobody answers approvals here
 	caOnly := tlsDial(t, auth.ClientTLS{CA: s.ca.CAFile})
 	waitServing(t, s.agentAddr, s.agent, caOnly)
 	conn, err := grpcserver.Dial(s.agentAddr, caOnly)
