@@ -81,3 +81,15 @@ func TestDevListensOnLoopbackOnly(t *testing.T) {
 	}
 	lis.Close()
 }
+
+// --token never travels in plaintext beyond loopback.
+func TestTokenNeedsTLSBeyondLoopback(t *testing.T) {
+	t.Parallel()
+	cf := &clientFlags{token: "secret"}
+	if _, err := cf.dialOptions("10.1.2.3:7700"); err == nil || !strings.Contains(err.Error(), "--tls-ca") || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("plaintext token to a remote agent: %v", err)
+	}
+	if opts, err := cf.dialOptions("127.0.0.1:7700"); err != nil || len(opts) != 1 {
+		t.Fatalf("token to a loopback agent: %v %v", opts, err)
+	}
+}

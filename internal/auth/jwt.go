@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -233,12 +234,16 @@ func parseKeySet(b []byte) (*keySet, error) {
 		if k.Use == "enc" {
 			continue
 		}
-		switch k.Key.(type) {
-		case []byte:
-			continue // symmetric: never accepted
-		}
 		if !k.IsPublic() {
 			k = k.Public()
+		}
+		switch key := k.Key.(type) {
+		case nil, []byte:
+			continue // symmetric: never accepted
+		case *rsa.PublicKey:
+			if key.N.BitLen() < 2048 {
+				continue
+			}
 		}
 		if !k.Valid() {
 			continue
@@ -246,7 +251,7 @@ func parseKeySet(b []byte) (*keySet, error) {
 		ks.keys = append(ks.keys, k)
 	}
 	if len(ks.keys) == 0 {
-		return nil, errors.New("JWKS holds no public signing key")
+		return nil, errors.New("JWKS holds no usable public signing key (symmetric keys are refused; RSA keys need 2048 bits or more)")
 	}
 	return ks, nil
 }

@@ -3,6 +3,8 @@ package auth_test
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
@@ -243,13 +245,23 @@ func TestJWTConfigErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	weak, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	weakSet, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &weak.PublicKey, KeyID: "weak", Algorithm: "RS256"}}})
+	weakFile := filepath.Join(dir, "weak.json")
+	if err := os.WriteFile(weakFile, weakSet, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name, jwks, want string
 	}{
+		{"only a 1024-bit RSA key", weakFile, "2048 bits"},
 		{"none", "", "needs --jwt-jwks"},
 		{"plain http", "http://issuer.test/jwks", "must come over https"},
 		{"missing file", filepath.Join(dir, "nope.json"), "no such file"},
-		{"only a symmetric key", bad, "no public signing key"},
+		{"only a symmetric key", bad, "symmetric keys are refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := auth.NewJWT(t.Context(), auth.JWTConfig{JWKS: tc.jwks})

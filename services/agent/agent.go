@@ -362,10 +362,46 @@ func (s *Service) acquireAny(ctx context.Context, id string) (*liveSession, erro
 
 // acquire returns the live session id for the principal of ctx (see
 // acquireAny): a session of another tenant is ErrSessionNotFound with exactly
-// the message of a session that does not exist (no existence oracle); the
-// check runs after the same lookup a missing session gets. release must be
-// called when done.
+// the message of a session that does not exist (no existence oracle).
+// release must be called when done.
+//
+// When the store can read a header alone (persistence.Reader), a session
+// that is not in memory is vetted by its stored header before it is loaded,
+// so another tenant's session is answered after the same one-row lookup a
+// missing session gets, and is never loaded (or repaired) on a stranger's
+// request; another tenant's live session pays that lookup too.
 func (s *Service) acquire(ctx context.Context, id string) (*liveSession, error) {
+	if id == "" {
+		return nil, invalidf("session_id is required")
+	}
+	p := principalOf(ctx)
+	if hr, ok := s.deps.Store.(headerReader); ok {
+		s.mu.Lock()
+		l, live := s.live[id]
+		if live {
+			l.refs++
+		}
+		s.mu.Unlock()
+		if live {
+			if p.CanSee(l.log.Header().GetTenant()) {
+				return l, nil
+			}
+			s.release(l)
+			_, _ = hr.ReadHeader(ctx, id) // the lookup a missing session gets
+			return nil, notFound(id)
+		}
+		h, err := hr.ReadHeader(ctx, id)
+		switch {
+		case errors.Is(err, persistence.ErrNotFound):
+			// Neither live a moment ago nor stored: a session created
+			// since is answered as if this request came first.
+			return nil, notFound(id)
+		case err != nil:
+			return nil, fmt.Errorf("read session %s: %w", id, err)
+		case !p.CanSee(h.GetTenant()):
+			return nil, notFound(id)
+		}
+	}
 	l, err := s.acquireAny(ctx, id)
 	if err != nil {
 		if errors.Is(err, persistence.ErrNotFound) {
@@ -373,11 +409,16 @@ func (s *Service) acquire(ctx context.Context, id string) (*liveSession, error) 
 		}
 		return nil, err
 	}
-	if !principalOf(ctx).CanSee(l.log.Header().GetTenant()) {
+	if !p.CanSee(l.log.Header().GetTenant()) {
 		s.release(l)
 		return nil, notFound(id)
 	}
 	return l, nil
+}
+
+// headerReader is the part of persistence.Reader acquire uses.
+type headerReader interface {
+	ReadHeader(ctx context.Context, id string) (*sessionv1.SessionHeader, error)
 }
 
 // notFound is the one error of a session the caller cannot see, whether it

@@ -349,6 +349,29 @@ func TestCrossTenantProbes(t *testing.T) {
 	if _, err := c.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: own["acme"]}); code(err) != codes.Unauthenticated {
 		t.Errorf("no token: %v, want Unauthenticated", err)
 	}
+
+	// After a restart every session is on disk only: a stranger's probes are
+	// NOT_FOUND and do not load (or repair) the victim's session.
+	stopFollow()
+	e.restart()
+	c = e.client
+	for rpc, call := range sessionProbes {
+		if err := call(as(ctx, "acme"), c, own["beta"]); code(err) != codes.NotFound && !(notYetServed[rpc] && code(err) == codes.Unimplemented) {
+			t.Errorf("acme %s on beta's unloaded session: %v, want NotFound", rpc, err)
+		}
+	}
+	list, err := c.ListSessions(as(ctx, "beta"), &agentv1.ListSessionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list.GetSessions() {
+		if s.GetStatus() != agentv1.AgentStatus_AGENT_STATUS_UNLOADED {
+			t.Errorf("beta's %s is %s after acme's probes, want UNLOADED", s.GetHeader().GetId(), s.GetStatus())
+		}
+	}
+	if err := sessionProbes["GetMessages"](as(ctx, "beta"), c, own["beta"]); err != nil {
+		t.Errorf("beta reads its unloaded session: %v", err)
+	}
 }
 
 // A session stored before tenancy (a header without tenant) belongs to the

@@ -144,3 +144,23 @@ func TestRunServesConfiguredServers(t *testing.T) {
 		t.Fatal("run did not return after its context ended")
 	}
 }
+
+// The transport flags: a plaintext non-loopback listener needs --insecure,
+// and --allow-peer needs client certificates.
+func TestTransportFlags(t *testing.T) {
+	t.Parallel()
+	none := func(string) string { return "" }
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--listen", "0.0.0.0:0"}, "--insecure"},
+		{[]string{"--listen", "127.0.0.1:0", "--allow-peer", "spiffe://dsh/agent"}, "--allow-peer needs --tls-client-ca"},
+		{[]string{"--listen", "127.0.0.1:0", "--tls-cert", "/nonexistent.pem"}, "--tls-key"},
+	} {
+		err := run(t.Context(), tc.args, none, io.Discard, slog.New(slog.DiscardHandler))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
