@@ -284,11 +284,11 @@ func jetStreamEvents(t *testing.T, url, id string, want int) []*sessionv1.Sessio
 		got = got[:0]
 		st, err := js.Stream(ctx, events.StreamName)
 		if err == nil {
-			info, ierr := st.Info(ctx, jetstream.WithSubjectFilter(events.EventSubject(id)))
+			info, ierr := st.Info(ctx, jetstream.WithSubjectFilter(events.EventSubject("", id)))
 			if ierr == nil && info.State.Msgs > 0 {
 				for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 					m, err := st.GetMsg(ctx, seq)
-					if err != nil || m.Subject != events.EventSubject(id) {
+					if err != nil || m.Subject != events.EventSubject("", id) {
 						continue
 					}
 					sid, ev, err := events.DecodeEvent(m.Header, m.Data)

@@ -20,6 +20,9 @@ func TestAgentBadNATSOptions(t *testing.T) {
 	}{
 		{name: "wrong scheme", args: []string{"--nats", "http://127.0.0.1:4222"}, want: `--nats "http://127.0.0.1:4222"`},
 		{name: "unreadable creds", args: []string{"--nats", "nats://127.0.0.1:4222", "--nats-creds", "/nonexistent/user.creds"}, want: "--nats-creds"},
+		{name: "user without password", args: []string{"--nats", "nats://127.0.0.1:4222", "--nats-user", "agent"}, want: "DSH_NATS_PASSWORD"},
+		// There is no password flag: a flag value is visible in ps.
+		{name: "password flag", args: []string{"--nats", "nats://127.0.0.1:4222", "--nats-password", "x"}, want: "flag provided but not defined: -nats-password"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
