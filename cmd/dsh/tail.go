@@ -75,7 +75,12 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 			break
 		}
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return &exitError{code: 1, msg: fmt.Sprintf("subscribe to %s on stream %s: %v", subject, events.StreamName, err)}
+			msg := fmt.Sprintf("subscribe to %s on stream %s: %v", subject, events.StreamName, err)
+			if le := nc.LastError(); le != nil {
+				// A refused request only times out; the server said why.
+				msg += " (" + le.Error() + "; is --tenant the one your NATS user may read?)"
+			}
+			return &exitError{code: 1, msg: msg}
 		}
 		if !waited {
 			fmt.Fprintf(e.stderr, "waiting for the stream %s to appear on %s…\n", events.StreamName, conn.URL)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/dsh-dev/dsh/internal/events"
 )
 
 const (
@@ -152,6 +155,15 @@ func checkNATSConfig(t *testing.T, objs []runtime.Object) {
 	for _, want := range []string{"verify: true", "ca_file:", "accounts {", "nkey: $AGENT_NKEY"} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("nats.conf lacks %q", want)
+		}
+	}
+	// The agent's and the example consumer's permissions are exactly the
+	// ones internal/events documents (and tests against a real server).
+	apub, asub := events.AgentPermissions()
+	cpub, csub := events.ConsumerPermissions("acme")
+	for _, subj := range slices.Concat(apub, asub, cpub, csub) {
+		if !strings.Contains(conf, strconv.Quote(subj)) {
+			t.Errorf("nats.conf does not grant %q", subj)
 		}
 	}
 	if strings.Contains(conf, "password") || strings.Contains(conf, "no_auth_user") {

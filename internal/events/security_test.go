@@ -33,14 +33,10 @@ type secureNATS struct {
 	passwords map[string]string
 }
 
-// tenantPermissions is the permission block of a tenant's consumer: create
-// consumers filtered to its own events, pull from them, read its status and
-// its own inboxes. This is the example deploy/k8s documents.
+// tenantPermissions is the permission block of a tenant's consumer
+// (events.ConsumerPermissions) in the nats-server config format.
 func tenantPermissions(tenant string) string {
-	return fmt.Sprintf(`{
-        publish: { allow: ["$JS.API.CONSUMER.CREATE.%[1]s.*.%[2]s", "$JS.API.CONSUMER.MSG.NEXT.%[1]s.*", "$JS.API.CONSUMER.DELETE.%[1]s.*"] }
-        subscribe: { allow: ["%[2]s", "%[3]s", "%[4]s.>"] }
-      }`, events.StreamName, events.TenantEvents(tenant), events.TenantStatus(tenant), events.TenantInboxPrefix(tenant))
+	return natstest.Permissions(events.ConsumerPermissions(tenant))
 }
 
 func startSecureNATS(t *testing.T) *secureNATS {
@@ -70,13 +66,13 @@ accounts {
   DSH {
     jetstream: enabled
     users: [
-      { nkey: %q, permissions: { publish: { allow: ["dsh.>", "$JS.API.>"] }, subscribe: { allow: ["_INBOX.>"] } } }
+      { nkey: %q, permissions: %s }
       { user: acme, password: %q, permissions: %s }
       { user: globex, password: %q, permissions: %s }
     ]
   }
 }
-`, srvCert.CertFile, srvCert.KeyFile, ca.CertFile, pub,
+`, srvCert.CertFile, srvCert.KeyFile, ca.CertFile, pub, natstest.Permissions(events.AgentPermissions()),
 		s.passwords["acme"], tenantPermissions("acme"), s.passwords["globex"], tenantPermissions("globex"))
 	s.srv = natstest.StartWith(t, natstest.Options{Config: conf})
 	return s

@@ -82,6 +82,29 @@ func SessionStatus(sessionID string) string { return statusPrefix + "*." + Subje
 // (_INBOX_<tenant>.>) and nobody else's.
 func TenantInboxPrefix(tenant string) string { return "_INBOX_" + TenantToken(tenant) }
 
+// AgentPermissions are the NATS permissions the agent's user needs: publish
+// events and status (dsh.>), use the JetStream API (create and widen the
+// stream, read a session's last message), and receive its replies.
+func AgentPermissions() (publish, subscribe []string) {
+	return []string{"dsh.>", "$JS.API.>"}, []string{"_INBOX.>"}
+}
+
+// ConsumerPermissions are the NATS permissions a consumer of one tenant
+// needs, and all it needs: publish to create consumers filtered to the
+// tenant's events (the create subject carries the filter), pull from and
+// delete them; subscribe to the tenant's events and status and to its own
+// reply inboxes (TenantInboxPrefix). deploy/k8s's nats.conf and the tests
+// grant exactly these.
+func ConsumerPermissions(tenant string) (publish, subscribe []string) {
+	return []string{
+			"$JS.API.CONSUMER.CREATE." + StreamName + ".*." + TenantEvents(tenant),
+			"$JS.API.CONSUMER.MSG.NEXT." + StreamName + ".*",
+			"$JS.API.CONSUMER.DELETE." + StreamName + ".*",
+		}, []string{
+			TenantEvents(tenant), TenantStatus(tenant), TenantInboxPrefix(tenant) + ".>",
+		}
+}
+
 // TenantToken is the subject token of a tenant: DefaultTenant for "", else
 // SubjectToken(tenant). The encoding is injective and never yields '.', '*'
 // or '>', so no tenant name can widen a subject, span two tokens or collide

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -84,6 +85,20 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// Permissions formats a user's permissions block for Options.Config: the
+// subjects it may publish to and subscribe to, nothing else.
+func Permissions(publish, subscribe []string) string {
+	return fmt.Sprintf("{ publish: { allow: %s }, subscribe: { allow: %s } }", quoteList(publish), quoteList(subscribe))
+}
+
+func quoteList(l []string) string {
+	q := make([]string, len(l))
+	for i, s := range l {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
 
 // Start starts a server whose store lives in t.TempDir() and shuts it down
