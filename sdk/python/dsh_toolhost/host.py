@@ -330,38 +330,30 @@ class _AllowPeers(grpc.ServerInterceptor):
             context.abort(grpc.StatusCode.PERMISSION_DENIED,
                           f"client certificate identities {ids or ['(none)']} are not among the allowed peers")
 
+    _KINDS = (("unary_unary", grpc.unary_unary_rpc_method_handler, False),
+              ("unary_stream", grpc.unary_stream_rpc_method_handler, True),
+              ("stream_unary", grpc.stream_unary_rpc_method_handler, False),
+              ("stream_stream", grpc.stream_stream_rpc_method_handler, True))
+
     def intercept_service(self, continuation, details):
         handler = continuation(details)
         if handler is None:
             return None
         check = self._check
-        if handler.unary_unary:
-            inner = handler.unary_unary
-
-            def uu(request, context):
-                check(context)
-                return inner(request, context)
-            return grpc.unary_unary_rpc_method_handler(uu, handler.request_deserializer, handler.response_serializer)
-        if handler.unary_stream:
-            inner_us = handler.unary_stream
-
-            def us(request, context):
-                check(context)
-                yield from inner_us(request, context)
-            return grpc.unary_stream_rpc_method_handler(us, handler.request_deserializer, handler.response_serializer)
-        if handler.stream_unary:
-            inner_su = handler.stream_unary
-
-            def su(it, context):
-                check(context)
-                return inner_su(it, context)
-            return grpc.stream_unary_rpc_method_handler(su, handler.request_deserializer, handler.response_serializer)
-        inner_ss = handler.stream_stream
-
-        def ss(it, context):
-            check(context)
-            yield from inner_ss(it, context)
-        return grpc.stream_stream_rpc_method_handler(ss, handler.request_deserializer, handler.response_serializer)
+        for attr, make, streams in self._KINDS:
+            inner = getattr(handler, attr)
+            if inner is None:
+                continue
+            if streams:
+                def wrapped(request, context, inner=inner):
+                    check(context)
+                    yield from inner(request, context)
+            else:
+                def wrapped(request, context, inner=inner):
+                    check(context)
+                    return inner(request, context)
+            return make(wrapped, handler.request_deserializer, handler.response_serializer)
+        return handler
 
 
 class Server:
