@@ -111,6 +111,9 @@ func checkServerFlags(t *testing.T, who string, pod *corev1.PodTemplateSpec, c c
 		if got := f["auth"]; !slices.Equal(got, []string{"jwt"}) {
 			t.Errorf("%s: --auth %v, want jwt", who, got)
 		}
+		if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "NATS_URL" }); i < 0 || !strings.HasPrefix(c.Env[i].Value, "tls://") {
+			t.Errorf("%s: NATS_URL must be a tls:// URL", who)
+		}
 		for _, name := range []string{"jwt-jwks", "jwt-issuer", "jwt-audience"} {
 			if len(f[name]) == 1 && strings.HasPrefix(f[name][0], "$(") {
 				v := strings.TrimSuffix(strings.TrimPrefix(f[name][0], "$("), ")")
