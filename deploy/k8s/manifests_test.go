@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -243,6 +244,10 @@ func find[T runtime.Object](objs []runtime.Object) []T {
 	return out
 }
 
+// TestOverlaysRender: every overlay renders, every object is of a known
+// kind, and every namespaced object (components' Secrets, Issuers and
+// Certificates included) lands in the dsh namespace, where the pods that
+// mount the Secrets run.
 func TestOverlaysRender(t *testing.T) {
 	for _, overlay := range overlays {
 		t.Run(overlay, func(t *testing.T) {
@@ -250,6 +255,20 @@ func TestOverlaysRender(t *testing.T) {
 			for _, o := range r.objs {
 				if key(o) == "?" {
 					t.Errorf("an object of an unexpected kind: %T", o)
+				}
+				m, ok := o.(metav1.Object)
+				if _, isNS := o.(*corev1.Namespace); ok && !isNS && m.GetNamespace() != "dsh" {
+					t.Errorf("%s is in namespace %q, want dsh", key(o), m.GetNamespace())
+				}
+			}
+			for _, c := range r.certs {
+				if c.Metadata.Namespace != "dsh" {
+					t.Errorf("Certificate/%s is in namespace %q, want dsh", c.Metadata.Name, c.Metadata.Namespace)
+				}
+			}
+			for _, i := range r.iss {
+				if i.Metadata.Namespace != "dsh" {
+					t.Errorf("Issuer/%s is in namespace %q, want dsh", i.Metadata.Name, i.Metadata.Namespace)
 				}
 			}
 		})
