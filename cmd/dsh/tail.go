@@ -31,7 +31,7 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 	id := fs.String("session", "", "only this session (default: every session)")
 	tenant := fs.String("tenant", "", "only this tenant's sessions (default: every tenant the NATS user may read); also the default reply inbox prefix "+events.TenantInboxPrefix("<tenant>"))
 	all := fs.Bool("all", false, "replay the stored events first, then follow")
-	asJSON := fs.Bool("json", false, "print each event as JSON: {\"session_id\", \"event\"}")
+	asJSON := fs.Bool("json", false, "print each event as JSON: {\"tenant\", \"session_id\", \"event\"}")
 	status := fs.Bool("status", true, "also show status changes (core NATS)")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
@@ -101,7 +101,7 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 			if !r.AtLineStart() {
 				fmt.Fprintln(out)
 			}
-			if *tenant == "" {
+			if *tenant == "" && tn != events.DefaultTenant {
 				fmt.Fprintf(out, "── session %s (tenant %s)\n", sid, tn)
 			} else {
 				fmt.Fprintf(out, "── session %s\n", sid)
