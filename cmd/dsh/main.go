@@ -6,7 +6,7 @@
 //	dsh chat [--session ID] [--addr ADDR]        chat with an agent service
 //	dsh send [--session ID] PROMPT               one prompt; exit 0 iff the turn completed
 //	dsh sessions list|show|events|messages|fork  inspect sessions
-//	dsh events tail [--session ID]               follow events on NATS
+//	dsh events tail [--tenant T] [--session ID]  follow events on NATS
 //	dsh tools list                               a toolhost's tools
 //	dsh models list                              the gateway's providers and models
 //

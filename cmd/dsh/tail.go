@@ -20,17 +20,18 @@ import (
 func runEvents(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] != "tail" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(e.stdout, "Usage: dsh events tail [--session ID] [--all] [--nats URL] [--json]")
+			fmt.Fprintln(e.stdout, "Usage: "+tailUsage)
 			return nil
 		}
-		return &exitError{code: 2, msg: "usage: dsh events tail [--session ID] [--all] [--nats URL] [--json]"}
+		return &exitError{code: 2, msg: "usage: " + tailUsage}
 	}
 	fs := newFlags(e, "events tail", "events tail [flags]")
 	var conn events.Conn
 	conn.RegisterFlags(fs, e.getenv)
 	id := fs.String("session", "", "only this session (default: every session)")
+	tenant := fs.String("tenant", "", "only this tenant's sessions (default: every tenant the NATS user may read); also the default reply inbox prefix "+events.TenantInboxPrefix("<tenant>"))
 	all := fs.Bool("all", false, "replay the stored events first, then follow")
-	asJSON := fs.Bool("json", false, "print each event as JSON: {\"session_id\", \"event\"}")
+	asJSON := fs.Bool("json", false, "print each event as JSON: {\"tenant\", \"session_id\", \"event\"}")
 	status := fs.Bool("status", true, "also show status changes (core NATS)")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
@@ -41,6 +42,10 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 		conn.URL = defaultNATSURL
 	}
 	conn.Name = "dsh events tail"
+	if *tenant != "" && conn.InboxPrefix == "" {
+		// A tenant-scoped NATS user may subscribe only to its own inboxes.
+		conn.InboxPrefix = events.TenantInboxPrefix(*tenant)
+	}
 	opts, err := conn.Options()
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
@@ -54,12 +59,7 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	subject := events.AllEvents
-	statusSubject := events.AllStatus
-	if *id != "" {
-		subject = events.EventSubject(*id)
-		statusSubject = events.StatusSubject(*id)
-	}
+	subject, statusSubject := tailSubjects(*tenant, *id)
 	deliver := jetstream.DeliverNewPolicy
 	if *all {
 		deliver = jetstream.DeliverAllPolicy
@@ -75,7 +75,12 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 			break
 		}
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return &exitError{code: 1, msg: fmt.Sprintf("subscribe to %s on stream %s: %v", subject, events.StreamName, err)}
+			msg := fmt.Sprintf("subscribe to %s on stream %s: %v", subject, events.StreamName, err)
+			if le := nc.LastError(); le != nil {
+				// A refused request only times out; the server said why.
+				msg += " (" + le.Error() + "; is --tenant the one your NATS user may read?)"
+			}
+			return &exitError{code: 1, msg: msg}
 		}
 		if !waited {
 			fmt.Fprintf(e.stderr, "waiting for the stream %s to appear on %s…\n", events.StreamName, conn.URL)
@@ -91,17 +96,22 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 	var mu sync.Mutex
 	r := render.New(out, render.Options{Color: useColor(e, out), ShowUser: true})
 	last := ""
-	header := func(sid string) {
+	header := func(tn, sid string) {
 		if *id == "" && sid != last && !*asJSON {
 			if !r.AtLineStart() {
 				fmt.Fprintln(out)
 			}
-			fmt.Fprintf(out, "── session %s\n", sid)
+			if *tenant == "" && tn != events.DefaultTenant {
+				fmt.Fprintf(out, "── session %s (tenant %s)\n", sid, tn)
+			} else {
+				fmt.Fprintf(out, "── session %s\n", sid)
+			}
 		}
 		last = sid
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		sid, ev, err := events.DecodeEvent(m.Headers(), m.Data())
+		tn := tenantOf(m.Headers())
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -113,10 +123,10 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 			if err != nil {
 				return
 			}
-			fmt.Fprintf(out, "{\"session_id\":%q,\"event\":%s}\n", sid, b)
+			fmt.Fprintf(out, "{\"tenant\":%q,\"session_id\":%q,\"event\":%s}\n", tn, sid, b)
 			return
 		}
-		header(sid)
+		header(tn, sid)
 		r.Event(ev)
 	})
 	if err != nil {
@@ -144,4 +154,29 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintf(e.stderr, "following %s on %s (Ctrl-C to stop)\n", subject, conn.URL)
 	<-ctx.Done()
 	return nil
+}
+
+const tailUsage = "dsh events tail [--tenant T] [--session ID] [--all] [--nats URL] [--json]"
+
+// tailSubjects are the event and status subjects tail follows: every
+// tenant's, one tenant's, or one session's (of the given tenant or any).
+func tailSubjects(tenant, id string) (string, string) {
+	switch {
+	case id != "" && tenant != "":
+		return events.EventSubject(tenant, id), events.StatusSubject(tenant, id)
+	case id != "":
+		return events.SessionEvents(id), events.SessionStatus(id)
+	case tenant != "":
+		return events.TenantEvents(tenant), events.TenantStatus(tenant)
+	}
+	return events.AllEvents, events.AllStatus
+}
+
+// tenantOf is the tenant named by a message's Dsh-Tenant header, decoded.
+func tenantOf(h nats.Header) string {
+	tok := h.Get(events.HeaderTenant)
+	if t, err := events.DecodeSubjectToken(tok); err == nil && t != "" {
+		return t
+	}
+	return events.DefaultTenant
 }

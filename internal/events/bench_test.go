@@ -23,7 +23,7 @@ func BenchmarkPublish(b *testing.B) {
 	evs := mkEvents(0, int64(b.N))
 	b.ResetTimer()
 	for i := 0; i < len(evs); i += 16 {
-		p.Durable("bench", evs[i:min(i+16, len(evs))])
+		p.Durable("", "bench", evs[i:min(i+16, len(evs))])
 	}
 	ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
 	defer cancel()
@@ -48,13 +48,13 @@ func BenchmarkDurable(b *testing.B) {
 		defer cancel()
 		_ = p.Close(ctx) // NATS is down: the events stay behind the cursor
 	}()
-	p.Durable("bench", mkEvents(0, 1024))
+	p.Durable("", "bench", mkEvents(0, 1024))
 	batch := mkEvents(1024, 1040)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for _, ev := range batch {
 			ev.Seq += 16
 		}
-		p.Durable("bench", batch)
+		p.Durable("", "bench", batch)
 	}
 }

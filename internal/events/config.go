@@ -23,12 +23,20 @@ const (
 	FlagTLSCA   = "nats-tls-ca"
 	FlagTLSCert = "nats-tls-cert"
 	FlagTLSKey  = "nats-tls-key"
+	FlagUser    = "nats-user"
+	FlagInbox   = "nats-inbox-prefix"
 	EnvURL      = "NATS_URL"
 	EnvCreds    = "NATS_CREDS"
 	EnvNKey     = "NATS_NKEY"
 	EnvTLSCA    = "NATS_CA"
 	EnvTLSCert  = "NATS_CERT"
 	EnvTLSKey   = "NATS_KEY"
+	EnvUser     = "NATS_USER"
+	EnvInbox    = "NATS_INBOX_PREFIX"
+	// EnvPassword and EnvPasswordAlt give the password of --nats-user. There
+	// is no password flag: a flag value is visible to everyone in ps.
+	EnvPassword    = "DSH_NATS_PASSWORD"
+	EnvPasswordAlt = "NATS_PASSWORD"
 )
 
 // Conn holds the connection options: the URL (or comma-separated URLs) and
@@ -45,6 +53,14 @@ type Conn struct {
 	TLSCAFile string
 	// TLSCertFile and TLSKeyFile are a PEM client certificate and its key.
 	TLSCertFile, TLSKeyFile string
+	// User and Password authenticate with a user name and password. The
+	// password comes only from the environment (EnvPassword, else
+	// EnvPasswordAlt).
+	User, Password string
+	// InboxPrefix replaces _INBOX as the prefix of reply subjects, so NATS
+	// permissions can give each consumer its own inboxes
+	// (TenantInboxPrefix).
+	InboxPrefix string
 	// Name is the connection name shown by the server's monitoring.
 	Name string
 }
@@ -61,6 +77,12 @@ func (c *Conn) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.TLSCAFile, FlagTLSCA, getenv(EnvTLSCA), "PEM CA bundle to verify the NATS server (env "+EnvTLSCA+")")
 	fs.StringVar(&c.TLSCertFile, FlagTLSCert, getenv(EnvTLSCert), "PEM client certificate for NATS (env "+EnvTLSCert+")")
 	fs.StringVar(&c.TLSKeyFile, FlagTLSKey, getenv(EnvTLSKey), "PEM client key for NATS (env "+EnvTLSKey+")")
+	fs.StringVar(&c.User, FlagUser, getenv(EnvUser), "NATS user name; the password comes from env "+EnvPassword+" or "+EnvPasswordAlt+" (env "+EnvUser+")")
+	fs.StringVar(&c.InboxPrefix, FlagInbox, getenv(EnvInbox), "prefix of NATS reply inboxes instead of _INBOX (env "+EnvInbox+")")
+	c.Password = getenv(EnvPassword)
+	if c.Password == "" {
+		c.Password = getenv(EnvPasswordAlt)
+	}
 }
 
 // OptionError is a connection option that cannot work; it names the flag.
@@ -112,6 +134,19 @@ func (c *Conn) Options() ([]nats.Option, error) {
 	if c.CredsFile != "" && c.NKeySeedFile != "" {
 		return nil, &OptionError{Flag: FlagNKey, Value: c.NKeySeedFile, Err: errors.New("give either --" + FlagCreds + " or --" + FlagNKey + ", not both")}
 	}
+	if c.User != "" || c.Password != "" {
+		o, err := c.userOption()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, o)
+	}
+	if c.InboxPrefix != "" {
+		if strings.ContainsAny(c.InboxPrefix, " \t\r\n*>") || strings.HasPrefix(c.InboxPrefix, ".") || strings.HasSuffix(c.InboxPrefix, ".") {
+			return nil, &OptionError{Flag: FlagInbox, Value: c.InboxPrefix, Err: errors.New("not a subject prefix (no spaces, wildcards or leading/trailing dot)")}
+		}
+		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
+	}
 	if c.CredsFile != "" {
 		b, err := os.ReadFile(c.CredsFile)
 		if err != nil {
@@ -160,4 +195,18 @@ func (c *Conn) Options() ([]nats.Option, error) {
 		opts = append(opts, nats.Secure(tc))
 	}
 	return opts, nil
+}
+
+// userOption is the user/password option; the password never appears in an
+// error.
+func (c *Conn) userOption() (nats.Option, error) {
+	switch {
+	case c.User == "":
+		return nil, &OptionError{Flag: FlagUser, Value: "", Err: errors.New("a NATS password is set in the environment (" + EnvPassword + " or " + EnvPasswordAlt + ") but no --" + FlagUser)}
+	case c.Password == "":
+		return nil, &OptionError{Flag: FlagUser, Value: c.User, Err: errors.New("no password: set " + EnvPassword + " (or " + EnvPasswordAlt + ") in the environment")}
+	case c.CredsFile != "" || c.NKeySeedFile != "":
+		return nil, &OptionError{Flag: FlagUser, Value: c.User, Err: errors.New("give one of --" + FlagCreds + ", --" + FlagNKey + " or --" + FlagUser + ", not several")}
+	}
+	return nats.UserInfo(c.User, c.Password), nil
 }

@@ -118,6 +118,7 @@ func flush(t *testing.T, p *events.Publisher) {
 }
 
 type stored struct {
+	tenant  string
 	session string
 	seq     int64
 	typ     string
@@ -158,7 +159,7 @@ func readStream(t *testing.T, url string) []stored {
 		if got := m.Header.Get(events.HeaderSeq); got != strconv.FormatInt(ev.GetSeq(), 10) {
 			t.Fatalf("seq header %q, payload seq %d", got, ev.GetSeq())
 		}
-		out = append(out, stored{session: id, seq: ev.GetSeq(), typ: m.Header.Get(events.HeaderEventType),
+		out = append(out, stored{tenant: m.Header.Get(events.HeaderTenant), session: id, seq: ev.GetSeq(), typ: m.Header.Get(events.HeaderEventType),
 			msgID: m.Header.Get(nats.MsgIdHdr), subject: m.Subject})
 	}
 	return out
@@ -189,9 +190,10 @@ func TestPublishesInOrderWithHeaders(t *testing.T) {
 	store := newMemStore()
 	p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.BatchSize = 7 })
 	ids := []string{"s-1", "s.2", "s 3"}
+	tenants := map[string]string{"s-1": "", "s.2": "acme", "s 3": "a.b*>"}
 	for i := int64(0); i < 50; i += 5 {
 		for _, id := range ids {
-			p.Durable(id, mkEvents(i, i+5))
+			p.Durable(tenants[id], id, mkEvents(i, i+5))
 		}
 	}
 	flush(t, p)
@@ -203,7 +205,10 @@ func TestPublishesInOrderWithHeaders(t *testing.T) {
 		}
 	}
 	for _, m := range msgs {
-		if m.subject != events.EventSubject(m.session) || m.msgID != events.MsgID(m.session, m.seq) {
+		if m.tenant != events.TenantToken(tenants[m.session]) {
+			t.Fatalf("message %+v: tenant header, want %q", m, events.TenantToken(tenants[m.session]))
+		}
+		if m.subject != events.EventSubject(tenants[m.session], m.session) || m.msgID != events.MsgID(m.session, m.seq) {
 			t.Fatalf("message %+v: wrong subject or msg id", m)
 		}
 		want := "step/start"
@@ -215,7 +220,7 @@ func TestPublishesInOrderWithHeaders(t *testing.T) {
 		}
 	}
 	// Handing the same events in again publishes nothing.
-	p.Durable("s-1", mkEvents(0, 50))
+	p.Durable("", "s-1", mkEvents(0, 50))
 	flush(t, p)
 	if got := len(readStream(t, srv.URL())); got != 150 {
 		t.Fatalf("after re-handing: %d messages, want 150", got)
@@ -226,7 +231,7 @@ func TestServerDeduplicatesByMsgID(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	p := newPublisher(t, srv.URL(), newMemStore(), nil)
-	p.Durable("d", mkEvents(0, 3))
+	p.Durable("", "d", mkEvents(0, 3))
 	flush(t, p)
 	nc, err := nats.Connect(srv.URL())
 	if err != nil {
@@ -234,7 +239,7 @@ func TestServerDeduplicatesByMsgID(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	msg, err := events.EncodeEvent("d", mkEvents(1, 2)[0])
+	msg, err := events.EncodeEvent("", "d", mkEvents(1, 2)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,11 +258,11 @@ func TestOutageMidSession(t *testing.T) {
 	srv := natstest.Start(t)
 	store := newMemStore()
 	p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.BatchSize = 4 })
-	p.Durable("o", mkEvents(0, 20))
+	p.Durable("", "o", mkEvents(0, 20))
 	flush(t, p)
 	srv.Stop()
 	for i := int64(20); i < 60; i += 3 {
-		p.Durable("o", mkEvents(i, min(i+3, 60))) // must not block with NATS down
+		p.Durable("", "o", mkEvents(i, min(i+3, 60))) // must not block with NATS down
 	}
 	if got := p.Pending(); got != 40 {
 		t.Fatalf("Pending during the outage = %d, want 40", got)
@@ -277,7 +282,7 @@ func TestUnreachableAtStart(t *testing.T) {
 	srv := natstest.Start(t)
 	srv.Stop()
 	p := newPublisher(t, srv.URL(), newMemStore(), nil) // warns, does not fail
-	p.Durable("u", mkEvents(0, 5))
+	p.Durable("", "u", mkEvents(0, 5))
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +295,7 @@ func TestRestartWithStaleCursor(t *testing.T) {
 	srv := natstest.Start(t)
 	store := newMemStore()
 	a := newPublisher(t, srv.URL(), store, nil)
-	a.Durable("r", mkEvents(0, 10))
+	a.Durable("", "r", mkEvents(0, 10))
 	flush(t, a)
 	if err := a.Close(t.Context()); err != nil {
 		t.Fatal(err)
@@ -300,7 +305,7 @@ func TestRestartWithStaleCursor(t *testing.T) {
 	store.cursors["r"] = 3
 	store.mu.Unlock()
 	b := newPublisher(t, srv.URL(), store, nil)
-	b.Durable("r", mkEvents(0, 15)) // the agent hands in the loaded log
+	b.Durable("", "r", mkEvents(0, 15)) // the agent hands in the loaded log
 	flush(t, b)
 	checkExactlyOnce(t, readStream(t, srv.URL()), "r", 15)
 	if got := store.cursor("r"); got != 15 {
@@ -330,7 +335,7 @@ func TestOverflow(t *testing.T) {
 			srv.Stop()
 			p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.QueueLimit = 4; c.BatchSize = 3 })
 			for i := int64(0); i < 30; i++ {
-				p.Durable("v", mkEvents(i, i+1))
+				p.Durable("", "v", mkEvents(i, i+1))
 			}
 			if err := srv.Restart(); err != nil {
 				t.Fatal(err)
@@ -345,7 +350,7 @@ func TestOverflow(t *testing.T) {
 					t.Fatal("Flush succeeded with events missing")
 				}
 				checkExactlyOnce(t, readStream(t, srv.URL()), "v", 4)
-				p.Durable("v", mkEvents(0, 30))
+				p.Durable("", "v", mkEvents(0, 30))
 			}
 			flush(t, p)
 			checkExactlyOnce(t, readStream(t, srv.URL()), "v", 30)
@@ -361,12 +366,15 @@ func TestCatchUpSweep(t *testing.T) {
 	mem.logs["b"] = mkEvents(0, 5)
 	mem.cursors["b"] = 2 // published by an earlier process
 	p := newPublisher(t, srv.URL(), readerStore{mem}, func(c *events.Config) { c.BatchSize = 5 })
-	p.CatchUp("a", "b")
+	p.CatchUp(&sessionv1.SessionHeader{Id: "a", Tenant: "t1"}, &sessionv1.SessionHeader{Id: "b"})
 	flush(t, p)
 	msgs := readStream(t, srv.URL())
 	checkExactlyOnce(t, msgs, "a", 12)
 	var b []int64
 	for _, m := range msgs {
+		if want := map[string]string{"a": "dsh.events.t1.a", "b": "dsh.events.default.b"}[m.session]; m.subject != want {
+			t.Fatalf("session %s published on %s, want %s", m.session, m.subject, want)
+		}
 		if m.session == "b" {
 			b = append(b, m.seq)
 		}
@@ -376,14 +384,21 @@ func TestCatchUpSweep(t *testing.T) {
 	}
 }
 
-func TestStatus(t *testing.T) {
-	t.Parallel()
+// startWithClient starts a server and connects a plain client to it.
+func startWithClient(t *testing.T) (*natstest.Server, *nats.Conn) {
+	t.Helper()
 	srv := natstest.Start(t)
 	nc, err := nats.Connect(srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
+	return srv, nc
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	srv, nc := startWithClient(t)
 	sub, err := nc.SubscribeSync(events.AllStatus)
 	if err != nil {
 		t.Fatal(err)
@@ -392,16 +407,16 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newPublisher(t, srv.URL(), newMemStore(), nil)
-	p.Durable("st", mkEvents(0, 2))
-	p.Status("st", agentv1.AgentStatus_AGENT_STATUS_RUNNING)
-	p.Status("st", agentv1.AgentStatus_AGENT_STATUS_IDLE)
+	p.Durable("t", "st", mkEvents(0, 2))
+	p.Status("t", "st", agentv1.AgentStatus_AGENT_STATUS_RUNNING)
+	p.Status("t", "st", agentv1.AgentStatus_AGENT_STATUS_IDLE)
 	for _, want := range []agentv1.AgentStatus{agentv1.AgentStatus_AGENT_STATUS_RUNNING, agentv1.AgentStatus_AGENT_STATUS_IDLE} {
 		m, err := sub.NextMsg(10 * time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		id, st, err := events.DecodeStatus(m.Header, m.Data)
-		if err != nil || id != "st" || st != want || m.Subject != events.StatusSubject("st") {
+		if err != nil || id != "st" || st != want || m.Subject != "dsh.status.t.st" || m.Header.Get(events.HeaderTenant) != "t" {
 			t.Fatalf("status message %s %q: id %q status %v err %v; want %v", m.Subject, m.Data, id, st, err, want)
 		}
 	}
@@ -429,6 +444,10 @@ func TestBadOptions(t *testing.T) {
 		{name: "junk nkey", conn: events.Conn{URL: "nats://a:1", NKeySeedFile: junk}, wantFlag: events.FlagNKey},
 		{name: "junk ca", conn: events.Conn{URL: "tls://a:1", TLSCAFile: junk}, wantFlag: events.FlagTLSCA},
 		{name: "cert without key", conn: events.Conn{URL: "tls://a:1", TLSCertFile: junk}, wantFlag: events.FlagTLSCert},
+		{name: "user without password", conn: events.Conn{URL: "nats://a:1", User: "agent"}, wantFlag: events.FlagUser},
+		{name: "password without user", conn: events.Conn{URL: "nats://a:1", Password: "s3cret"}, wantFlag: events.FlagUser},
+		{name: "user and nkey", conn: events.Conn{URL: "nats://a:1", User: "agent", Password: "s3cret", NKeySeedFile: junk}, wantFlag: events.FlagUser},
+		{name: "wildcard inbox", conn: events.Conn{URL: "nats://a:1", InboxPrefix: "_INBOX.*"}, wantFlag: events.FlagInbox},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -440,6 +459,9 @@ func TestBadOptions(t *testing.T) {
 			}
 			if oe.Flag != tt.wantFlag {
 				t.Fatalf("error names --%s, want --%s (%v)", oe.Flag, tt.wantFlag, err)
+			}
+			if tt.conn.Password != "" && strings.Contains(err.Error(), tt.conn.Password) {
+				t.Fatalf("error %q shows the password", err)
 			}
 		})
 	}
@@ -454,7 +476,7 @@ func TestPublishLagMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newPublisher(t, srv.URL(), newMemStore(), func(c *events.Config) { c.Metrics = m })
-	p.Durable("m", mkEvents(0, 7))
+	p.Durable("", "m", mkEvents(0, 7))
 	flush(t, p)
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(t.Context(), &rm); err != nil {
@@ -483,7 +505,7 @@ func TestCloseWithNATSDownDoesNotWaitForTheDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Durable("c", mkEvents(0, 3))
+	p.Durable("", "c", mkEvents(0, 3))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -493,6 +515,33 @@ func TestCloseWithNATSDownDoesNotWaitForTheDeadline(t *testing.T) {
 	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Fatalf("Close took %s with NATS down; it should give up after its grace", d)
+	}
+}
+
+// TestWidensAStreamOfTheOldSubjects: a stream created when subjects had no
+// tenant (dsh.events.*) is widened to dsh.events.> and the events land on
+// the tenant subjects.
+func TestWidensAStreamOfTheOldSubjects(t *testing.T) {
+	t.Parallel()
+	srv, nc := startWithClient(t)
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: events.StreamName, Subjects: []string{"dsh.events.*"}}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPublisher(t, srv.URL(), newMemStore(), nil)
+	p.Durable("acme", "w", mkEvents(0, 3))
+	flush(t, p)
+	st, err := js.Stream(t.Context(), events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config.Subjects; fmt.Sprint(got) != "["+events.AllEvents+"]" {
+		t.Fatalf("stream subjects %v, want [%s]", got, events.AllEvents)
+	}
+	msgs := readStream(t, srv.URL())
+	checkExactlyOnce(t, msgs, "w", 3)
+	if msgs[0].subject != "dsh.events.acme.w" {
+		t.Fatalf("published on %s", msgs[0].subject)
 	}
 }
 
@@ -509,7 +558,7 @@ func TestOversizeEventDoesNotStall(t *testing.T) {
 	evs[1] = &sessionv1.SessionEvent{Seq: 1, Time: 1001, SurfaceOp: &sessionv1.SurfaceOp{Op: &sessionv1.SurfaceOp_Append{Append: &sessionv1.SurfaceAppend{}}},
 		Payload: &sessionv1.SessionEvent_ContextMessage{ContextMessage: &sessionv1.ContextMessage{Content: []*llmv1.ContentBlock{
 			{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: big}}}}}}}
-	p.Durable("big", evs)
+	p.Durable("acme", "big", evs)
 	flush(t, p)
 	if got := store.cursor("big"); got != 5 {
 		t.Fatalf("cursor = %d, want 5 (publishing stalled at the big event)", got)

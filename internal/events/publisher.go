@@ -1,8 +1,10 @@
 // Package events fans session events out over NATS: every durable event goes
-// to the JetStream stream DSH_EVENTS on subject dsh.events.<session_id>, and
-// every live status change (idle, running) to core NATS on
-// dsh.status.<session_id>. All subjects, headers and message ids are built in
-// subjects.go and nowhere else.
+// to the JetStream stream DSH_EVENTS on subject
+// dsh.events.<tenant>.<session_id>, and every live status change (idle,
+// running) to core NATS on dsh.status.<tenant>.<session_id>, so NATS
+// permissions can scope a consumer to one tenant (dsh.events.<tenant>.>).
+// All subjects, headers and message ids are built in subjects.go and nowhere
+// else; tenant and session id are each encoded to exactly one subject token.
 //
 // The agent hands events to a Publisher (its EventSink) only after they are
 // durable. Durable and Status never block: they append to a per-session queue
@@ -150,8 +152,9 @@ type queued struct {
 
 type sessionState struct {
 	id         string
-	cursor     int64 // next seq to publish; -1 until read from the store
-	next       int64 // one past the highest seq ever queued; -1 when none
+	tenant     string // the session's tenant ("" is DefaultTenant); set at creation, immutable
+	cursor     int64  // next seq to publish; -1 until read from the store
+	next       int64  // one past the highest seq ever queued; -1 when none
 	pending    []queued
 	overflowed bool // the queue overflowed (logged once)
 	sweep      bool // read the store beyond the cursor (CatchUp)
@@ -266,25 +269,28 @@ func (p *Publisher) poke() {
 	}
 }
 
-func (p *Publisher) state(id string) *sessionState {
+// state returns the session's state; a non-empty tenant names the session's
+// tenant (fixed for its lifetime: the header's tenant never changes).
+func (p *Publisher) state(id, tenant string) *sessionState {
 	s := p.sessions[id]
 	if s == nil {
-		s = &sessionState{id: id, cursor: -1, next: -1, saved: -1}
+		s = &sessionState{id: id, tenant: tenant, cursor: -1, next: -1, saved: -1}
 		p.sessions[id] = s
 	}
 	return s
 }
 
-// Durable queues durable events of a session for publishing. Events already
-// queued or published are ignored, so the agent may hand in a whole loaded
-// log after a restart. It never blocks.
-func (p *Publisher) Durable(sessionID string, events []*sessionv1.SessionEvent) {
+// Durable queues durable events of a session of tenant ("" is
+// DefaultTenant) for publishing. Events already queued or published are
+// ignored, so the agent may hand in a whole loaded log after a restart. It
+// never blocks.
+func (p *Publisher) Durable(tenant, sessionID string, events []*sessionv1.SessionEvent) {
 	if len(events) == 0 {
 		return
 	}
 	now := p.cfg.Now()
 	p.mu.Lock()
-	s := p.state(sessionID)
+	s := p.state(sessionID, tenant)
 	// Events handed in again (a loaded log after a restart, or after an
 	// overflow) fill a gap and are kept whole: they are the agent's own
 	// in-memory log, so holding them costs only the queue slots.
@@ -323,25 +329,27 @@ func (p *Publisher) Durable(sessionID string, events []*sessionv1.SessionEvent) 
 }
 
 // CatchUp asks the publisher to publish whatever the store holds beyond the
-// published cursor of each session (after a restart). It needs a store that
-// implements Reader; otherwise it does nothing.
-func (p *Publisher) CatchUp(ids ...string) {
+// published cursor of each stored session (after a restart); the headers
+// name the sessions and their tenants. It needs a store that implements
+// Reader; otherwise it does nothing.
+func (p *Publisher) CatchUp(headers ...*sessionv1.SessionHeader) {
 	if p.reader == nil {
 		return
 	}
 	p.mu.Lock()
-	for _, id := range ids {
-		p.state(id).sweep = true
-		p.dirty[id] = struct{}{}
+	for _, h := range headers {
+		p.state(h.GetId(), h.GetTenant()).sweep = true
+		p.dirty[h.GetId()] = struct{}{}
 	}
 	p.mu.Unlock()
 	p.poke()
 }
 
-// Status queues a status change for core NATS. It never blocks.
-func (p *Publisher) Status(sessionID string, st agentv1.AgentStatus) {
+// Status queues a status change of a session of tenant for core NATS. It
+// never blocks.
+func (p *Publisher) Status(tenant, sessionID string, st agentv1.AgentStatus) {
 	p.mu.Lock()
-	s := p.state(sessionID)
+	s := p.state(sessionID, tenant)
 	if len(s.statuses) >= maxStatusQueue {
 		s.statuses = s.statuses[1:]
 	}
@@ -518,7 +526,10 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 	if done {
 		return nil
 	}
-	_, err := p.js.Stream(ctx, StreamName)
+	st, err := p.js.Stream(ctx, StreamName)
+	if err == nil {
+		err = p.widenStream(ctx, st)
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        StreamName,
@@ -545,12 +556,29 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 	return nil
 }
 
+// widenStream makes a stream created before subjects carried the tenant
+// (filter dsh.events.*) capture dsh.events.> as well. The old subjects stay
+// in the stream; sessions are published again under their tenant subjects
+// once, because the tail of the new subject is empty.
+func (p *Publisher) widenStream(ctx context.Context, st jetstream.Stream) error {
+	cfg := st.CachedInfo().Config
+	if slices.Contains(cfg.Subjects, AllEvents) {
+		return nil
+	}
+	cfg.Subjects = []string{AllEvents}
+	if _, err := p.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("widen the subjects of %s to %s: %w", StreamName, AllEvents, err)
+	}
+	p.log.Info("widened the jetstream stream's subjects", "stream", StreamName, "subjects", AllEvents)
+	return nil
+}
+
 // publishSession publishes everything queued for one session, then its
 // statuses.
 func (p *Publisher) publishSession(ctx context.Context, id string) error {
 	p.mu.Lock()
 	s := p.sessions[id]
-	cursor, resync := s.cursor, s.resync
+	cursor, resync, tenant := s.cursor, s.resync, s.tenant
 	p.mu.Unlock()
 
 	if cursor < 0 {
@@ -561,7 +589,7 @@ func (p *Publisher) publishSession(ctx context.Context, id string) error {
 		cursor, resync = c, true
 	}
 	if resync {
-		tail, err := p.streamTail(ctx, id)
+		tail, err := p.streamTail(ctx, tenant, id)
 		if err != nil {
 			return err
 		}
@@ -589,7 +617,7 @@ func (p *Publisher) publishSession(ctx context.Context, id string) error {
 	s.statuses = nil
 	p.mu.Unlock()
 	for _, st := range statuses {
-		if err := p.nc.PublishMsg(EncodeStatus(id, st)); err != nil {
+		if err := p.nc.PublishMsg(EncodeStatus(tenant, id, st)); err != nil {
 			p.log.Debug("status dropped", "session", id, "status", st, "err", err)
 		}
 	}
@@ -598,12 +626,12 @@ func (p *Publisher) publishSession(ctx context.Context, id string) error {
 
 // streamTail returns one past the seq of the last event stored on the
 // session's subject (0 when none).
-func (p *Publisher) streamTail(ctx context.Context, id string) (int64, error) {
+func (p *Publisher) streamTail(ctx context.Context, tenant, id string) (int64, error) {
 	st, err := p.js.Stream(ctx, StreamName)
 	if err != nil {
 		return 0, fmt.Errorf("events: stream %s: %w", StreamName, err)
 	}
-	msg, err := st.GetLastMsgForSubject(ctx, EventSubject(id))
+	msg, err := st.GetLastMsgForSubject(ctx, EventSubject(tenant, id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
@@ -689,7 +717,7 @@ func (p *Publisher) publishBatch(ctx context.Context, s *sessionState, batch []q
 	futures := make([]jetstream.PubAckFuture, 0, len(batch))
 	var sendErr error
 	for _, q := range batch {
-		msg, err := EncodeEvent(s.id, q.ev)
+		msg, err := EncodeEvent(s.tenant, s.id, q.ev)
 		if err != nil {
 			return err
 		}

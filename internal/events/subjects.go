@@ -24,30 +24,99 @@ const (
 	statusPrefix = "dsh.status."
 )
 
-// Wildcards that match every session.
+// DefaultTenant is the tenant of a session whose header names none (the
+// agent with --auth none).
+const DefaultTenant = "default"
+
+// Wildcards that match every session of every tenant.
 const (
 	// AllEvents matches the event subject of every session; it is also the
 	// subject filter of the stream.
-	AllEvents = eventsPrefix + "*"
+	AllEvents = eventsPrefix + ">"
 	// AllStatus matches the status subject of every session.
-	AllStatus = statusPrefix + "*"
+	AllStatus = statusPrefix + ">"
 )
 
-// Header names carried by every event message (and, for the session id and
-// status, by every status message).
+// Header names carried by every event message (and, for the session id,
+// tenant and status, by every status message).
 const (
 	HeaderEventType = "Dsh-Event-Type"
 	HeaderSeq       = "Dsh-Seq"
 	HeaderSessionID = "Dsh-Session-Id"
-	HeaderStatus    = "Dsh-Status"
+	// HeaderTenant carries TenantToken(tenant): printable ASCII, so a
+	// tenant name cannot break the header block.
+	HeaderTenant = "Dsh-Tenant"
+	HeaderStatus = "Dsh-Status"
 )
 
 // EventSubject is the JetStream subject of a session's events,
-// dsh.events.<token>, where token is SubjectToken(sessionID).
-func EventSubject(sessionID string) string { return eventsPrefix + SubjectToken(sessionID) }
+// dsh.events.<tenant>.<session>, where tenant is TenantToken(tenant) and
+// session is SubjectToken(sessionID). Both are always exactly one subject
+// token, so a tenant's consumer can be scoped with dsh.events.<tenant>.>.
+func EventSubject(tenant, sessionID string) string {
+	return eventsPrefix + TenantToken(tenant) + "." + SubjectToken(sessionID)
+}
 
-// StatusSubject is the core-NATS subject of a session's status changes.
-func StatusSubject(sessionID string) string { return statusPrefix + SubjectToken(sessionID) }
+// StatusSubject is the core-NATS subject of a session's status changes,
+// dsh.status.<tenant>.<session>.
+func StatusSubject(tenant, sessionID string) string {
+	return statusPrefix + TenantToken(tenant) + "." + SubjectToken(sessionID)
+}
+
+// TenantEvents matches the event subjects of every session of one tenant.
+func TenantEvents(tenant string) string { return eventsPrefix + TenantToken(tenant) + ".>" }
+
+// TenantStatus matches the status subjects of every session of one tenant.
+func TenantStatus(tenant string) string { return statusPrefix + TenantToken(tenant) + ".>" }
+
+// SessionEvents matches the event subject of one session whatever its
+// tenant (for a reader that knows the id but not the tenant).
+func SessionEvents(sessionID string) string { return eventsPrefix + "*." + SubjectToken(sessionID) }
+
+// SessionStatus matches the status subject of one session whatever its
+// tenant.
+func SessionStatus(sessionID string) string { return statusPrefix + "*." + SubjectToken(sessionID) }
+
+// TenantInboxPrefix is the reply-inbox prefix a tenant's consumer uses, so
+// that NATS permissions can let it subscribe to its own replies
+// (_INBOX_<tenant>.>) and nobody else's.
+func TenantInboxPrefix(tenant string) string { return "_INBOX_" + TenantToken(tenant) }
+
+// AgentPermissions are the NATS permissions the agent's user needs: publish
+// events and status (dsh.>), use the JetStream API (create and widen the
+// stream, read a session's last message), and receive its replies.
+func AgentPermissions() (publish, subscribe []string) {
+	return []string{"dsh.>", "$JS.API.>"}, []string{"_INBOX.>"}
+}
+
+// ConsumerPermissions are the NATS permissions a consumer of one tenant
+// needs, and all it needs: publish to create consumers filtered to the
+// tenant's events (the create subject carries the filter), pull from and
+// delete them; subscribe to the tenant's events and status and to its own
+// reply inboxes (TenantInboxPrefix). deploy/k8s's nats.conf and the tests
+// grant exactly these.
+func ConsumerPermissions(tenant string) (publish, subscribe []string) {
+	return []string{
+			"$JS.API.CONSUMER.CREATE." + StreamName + ".*." + TenantEvents(tenant),
+			"$JS.API.CONSUMER.MSG.NEXT." + StreamName + ".*",
+			"$JS.API.CONSUMER.DELETE." + StreamName + ".*",
+		}, []string{
+			TenantEvents(tenant), TenantStatus(tenant), TenantInboxPrefix(tenant) + ".>",
+		}
+}
+
+// TenantToken is the subject token of a tenant: DefaultTenant for "", else
+// SubjectToken(tenant). The encoding is injective and never yields '.', '*'
+// or '>', so no tenant name can widen a subject, span two tokens or collide
+// with another tenant's ("a.b" is "a%2Eb", "*" is "%2A"). Tenants made of
+// letters, digits, '-' and '_' appear unchanged, which is what operators
+// write in NATS permissions.
+func TenantToken(tenant string) string {
+	if tenant == "" {
+		return DefaultTenant
+	}
+	return SubjectToken(tenant)
+}
 
 // MsgID is the Nats-Msg-Id of an event, <session_id>:<seq>; JetStream drops
 // a second message with the same id inside the stream's duplicate window.
@@ -116,18 +185,19 @@ func escapeByte(c byte) bool {
 }
 
 // EncodeEvent builds the JetStream message of one event: the protobuf
-// encoding of the SessionEvent as payload, the type, seq and session id
-// headers, and the Nats-Msg-Id used for de-duplication.
-func EncodeEvent(sessionID string, ev *sessionv1.SessionEvent) (*nats.Msg, error) {
+// encoding of the SessionEvent as payload, the type, seq, session id and
+// tenant headers, and the Nats-Msg-Id used for de-duplication.
+func EncodeEvent(tenant, sessionID string, ev *sessionv1.SessionEvent) (*nats.Msg, error) {
 	data, err := proto.Marshal(ev)
 	if err != nil {
 		return nil, fmt.Errorf("events: encode %s seq %d: %w", sessionID, ev.GetSeq(), err)
 	}
-	m := nats.NewMsg(EventSubject(sessionID))
+	m := nats.NewMsg(EventSubject(tenant, sessionID))
 	m.Data = data
 	m.Header.Set(HeaderEventType, session.TypeName(ev))
 	m.Header.Set(HeaderSeq, strconv.FormatInt(ev.GetSeq(), 10))
 	m.Header.Set(HeaderSessionID, sessionID)
+	m.Header.Set(HeaderTenant, TenantToken(tenant))
 	m.Header.Set(nats.MsgIdHdr, MsgID(sessionID, ev.GetSeq()))
 	return m, nil
 }
@@ -153,10 +223,11 @@ func DecodeEvent(h nats.Header, data []byte) (string, *sessionv1.SessionEvent, e
 // EncodeStatus builds the core-NATS message of a status change. The payload
 // is the status's enum name (for example AGENT_STATUS_IDLE), also in the
 // Dsh-Status header.
-func EncodeStatus(sessionID string, st agentv1.AgentStatus) *nats.Msg {
-	m := nats.NewMsg(StatusSubject(sessionID))
+func EncodeStatus(tenant, sessionID string, st agentv1.AgentStatus) *nats.Msg {
+	m := nats.NewMsg(StatusSubject(tenant, sessionID))
 	m.Data = []byte(st.String())
 	m.Header.Set(HeaderSessionID, sessionID)
+	m.Header.Set(HeaderTenant, TenantToken(tenant))
 	m.Header.Set(HeaderStatus, st.String())
 	return m
 }

@@ -2,6 +2,10 @@
 // tests (Start, with its store in t.TempDir()) and in the all-in-one `dsh dev`
 // (New, with its store in the data directory).
 //
+// Options.Config takes a nats-server configuration (accounts, users, nkeys,
+// permissions, TLS) in the server's own file format, so security tests run
+// against a real server configured the way a deployment configures it.
+//
 // A Server can be stopped and started again on the same port with the same
 // store directory, which is how tests simulate a NATS outage.
 package natstest
@@ -10,7 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +36,10 @@ type Options struct {
 	Port int
 	// StoreDir holds the JetStream store. Required.
 	StoreDir string
+	// Config is nats-server configuration text (the server's file format:
+	// accounts, authorization, tls, ...). Listen address, store, JetStream,
+	// logging and signals are set by Options regardless of it.
+	Config string
 }
 
 // Server is an embedded NATS server with JetStream.
@@ -51,29 +62,59 @@ func New(o Options) (*Server, error) {
 	if port == 0 {
 		port = -1 // nats-server: random port
 	}
-	s := &Server{opts: server.Options{
-		ServerName: "dsh-embedded",
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   o.StoreDir,
-		NoLog:      true,
-		NoSigs:     true,
-		// The embedded server is a single node on loopback; keep its HTTP
-		// monitoring off.
-		HTTPPort: 0,
-	}}
+	base := &server.Options{}
+	if o.Config != "" {
+		f := filepath.Join(o.StoreDir, "nats-server.conf")
+		if err := os.WriteFile(f, []byte(o.Config), 0o600); err != nil {
+			return nil, fmt.Errorf("natstest: %w", err)
+		}
+		var err error
+		if base, err = server.ProcessConfigFile(f); err != nil {
+			return nil, fmt.Errorf("natstest: config: %w", err)
+		}
+	}
+	base.ServerName = "dsh-embedded"
+	base.Host, base.Port = host, port
+	base.JetStream, base.StoreDir = true, o.StoreDir
+	base.NoLog, base.NoSigs = true, true
+	// The embedded server is a single node on loopback; keep its HTTP
+	// monitoring off.
+	base.HTTPPort = 0
+	s := &Server{opts: *base}
 	if err := s.start(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
+// Permissions formats a user's permissions block for Options.Config: the
+// subjects it may publish to and subscribe to, nothing else.
+func Permissions(publish, subscribe []string) string {
+	return fmt.Sprintf("{ publish: { allow: %s }, subscribe: { allow: %s } }", quoteList(publish), quoteList(subscribe))
+}
+
+func quoteList(l []string) string {
+	q := make([]string, len(l))
+	for i, s := range l {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
 // Start starts a server whose store lives in t.TempDir() and shuts it down
 // when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s, err := New(Options{StoreDir: t.TempDir()})
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with options; an empty StoreDir means t.TempDir().
+func StartWith(t testing.TB, o Options) *Server {
+	t.Helper()
+	if o.StoreDir == "" {
+		o.StoreDir = t.TempDir()
+	}
+	s, err := New(o)
 	if err != nil {
 		t.Fatalf("natstest: %v", err)
 	}

@@ -70,10 +70,12 @@ type ProviderLister interface {
 }
 
 // EventSink receives events once they are durable, in seq order per session,
-// and status transitions. Implementations must not block.
+// and status transitions. tenant is the session's SessionHeader.tenant ("" is
+// the default tenant); the NATS sink puts it in the subject. Implementations
+// must not block.
 type EventSink interface {
-	Durable(sessionID string, events []*sessionv1.SessionEvent)
-	Status(sessionID string, status agentv1.AgentStatus)
+	Durable(tenant, sessionID string, events []*sessionv1.SessionEvent)
+	Status(tenant, sessionID string, status agentv1.AgentStatus)
 }
 
 // Config holds the service's settings.
@@ -263,7 +265,7 @@ func (s *Service) open(ctx context.Context, log *session.Log, durable int64, sou
 		Limits: loop.QueueLimits{MaxItems: s.cfg.MaxQueuedItems, MaxBytes: s.cfg.MaxQueuedBytes, Process: s.budget},
 		OnStatus: func(st agentv1.AgentStatus) {
 			if s.cfg.Sink != nil {
-				s.cfg.Sink.Status(l.id, st)
+				s.cfg.Sink.Status(log.Header().GetTenant(), l.id, st)
 			}
 		},
 	}, log)
@@ -309,7 +311,7 @@ func (l *liveSession) flush(ctx context.Context) error {
 	}
 	l.durable.Store(evs[len(evs)-1].GetSeq() + 1)
 	if l.s.cfg.Sink != nil {
-		l.s.cfg.Sink.Durable(l.id, evs)
+		l.s.cfg.Sink.Durable(l.log.Header().GetTenant(), l.id, evs)
 	}
 	return nil
 }

@@ -95,7 +95,7 @@ type ServerConfig struct {
 	// Retry overrides the default retry policy when non-nil.
 	Retry *hooks.RetryPolicy
 	// NATS, when its URL is set, fans every durable event out to JetStream
-	// (subject dsh.events.<session>) through internal/events; the stored
+	// (subject dsh.events.<tenant>.<session>) through internal/events; the stored
 	// published cursor lets a restart catch up.
 	NATS events.Conn
 	// ServerOptions are extra gRPC server options: the transport credentials
@@ -216,11 +216,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		}
 		sc.Service.Sink = pub
 		if hs, err := store.List(ctx); err == nil {
-			ids := make([]string, len(hs))
-			for i, h := range hs {
-				ids[i] = h.GetId()
-			}
-			pub.CatchUp(ids...)
+			pub.CatchUp(hs...)
 		}
 	}
 

@@ -199,7 +199,7 @@ type recordingSink struct {
 	events map[string][]*sessionv1.SessionEvent
 }
 
-func (r *recordingSink) Durable(id string, evs []*sessionv1.SessionEvent) {
+func (r *recordingSink) Durable(_, id string, evs []*sessionv1.SessionEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.events == nil {
@@ -208,7 +208,7 @@ func (r *recordingSink) Durable(id string, evs []*sessionv1.SessionEvent) {
 	r.events[id] = append(r.events[id], evs...)
 }
 
-func (r *recordingSink) Status(string, agentv1.AgentStatus) {}
+func (r *recordingSink) Status(string, string, agentv1.AgentStatus) {}
 
 func (r *recordingSink) of(id string) []*sessionv1.SessionEvent {
 	r.mu.Lock()
@@ -494,7 +494,7 @@ func TestEventsReachNATS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.OrderedConsumer(t.Context(), events.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.EventSubject("n1")}})
+	cons, err := js.OrderedConsumer(t.Context(), events.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.EventSubject("", "n1")}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func cleanEnv(extra ...string) []string {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
 		case strings.HasSuffix(k, "_API_KEY"), k == "OPENAI_BASE_URL", strings.HasPrefix(k, "DSH_"),
-			strings.HasPrefix(k, "OTEL_"), k == "NATS_URL", k == "NO_COLOR":
+			strings.HasPrefix(k, "OTEL_"), strings.HasPrefix(k, "NATS_"), k == "NO_COLOR":
 			continue
 		}
 		out = append(out, kv)
@@ -193,11 +193,21 @@ type stack struct {
 	agentAddr, dataDir, workspace string
 	conn                          *grpc.ClientConn
 	client                        agentv1.AgentServiceClient
+	// agentArgs and agentEnv are added to the agent's command line and
+	// environment (the NATS security options).
+	agentArgs, agentEnv []string
 }
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
-	s := &stack{t: t, nats: natstest.Start(t), dataDir: t.TempDir(), workspace: t.TempDir()}
+	return startStackWith(t, &stack{nats: natstest.Start(t)})
+}
+
+// startStackWith starts the services of s (whose nats and agent options
+// are set) and connects to its agent.
+func startStackWith(t *testing.T, s *stack) *stack {
+	t.Helper()
+	s.t, s.dataDir, s.workspace = t, t.TempDir(), t.TempDir()
 	s.gatewayAddr, s.toolhostAddr, s.agentAddr = freeAddr(t), freeAddr(t), freeAddr(t)
 	s.gateway = start(t, "llmgateway", cleanEnv("DSH_SCRIPT="+script), "--listen", s.gatewayAddr)
 	s.toolhost = start(t, "toolhost", cleanEnv(), "--listen", s.toolhostAddr, "--workspace", s.workspace)
@@ -221,9 +231,10 @@ func dialAgent(t *testing.T, s *stack) *grpc.ClientConn {
 }
 
 func (s *stack) startAgent() {
-	s.agent = start(s.t, "agent", cleanEnv(), "--listen", s.agentAddr, "--gateway", s.gatewayAddr,
-		"--toolhost", "builtin="+s.toolhostAddr, "--data", s.dataDir, "--nats", s.nats.URL(),
-		"--approval-rule", "*=allow") // nobody answers approvals here
+	args := append([]string{"--listen", s.agentAddr, "--gateway", s.gatewayAddr,
+		"--toolhost", "builtin=" + s.toolhostAddr, "--data", s.dataDir, "--nats", s.nats.URL(),
+		"--approval-rule", "*=allow"}, s.agentArgs...) // nobody answers approvals here
+	s.agent = start(s.t, "agent", cleanEnv(s.agentEnv...), args...)
 	waitServing(s.t, s.agentAddr, s.agent)
 }
 
@@ -285,11 +296,11 @@ func jetStreamEvents(t *testing.T, url, id string, want int) []*sessionv1.Sessio
 		got = got[:0]
 		st, err := js.Stream(ctx, events.StreamName)
 		if err == nil {
-			info, ierr := st.Info(ctx, jetstream.WithSubjectFilter(events.EventSubject(id)))
+			info, ierr := st.Info(ctx, jetstream.WithSubjectFilter(events.EventSubject("", id)))
 			if ierr == nil && info.State.Msgs > 0 {
 				for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 					m, err := st.GetMsg(ctx, seq)
-					if err != nil || m.Subject != events.EventSubject(id) {
+					if err != nil || m.Subject != events.EventSubject("", id) {
 						continue
 					}
 					sid, ev, err := events.DecodeEvent(m.Header, m.Data)

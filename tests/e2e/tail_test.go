@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,8 @@ import (
 
 // TestDevWithEventsTail runs `dsh dev` (its chat on a pipe) and, as a second
 // terminal would, `dsh events tail` against the NATS server dev prints; the
-// tail shows the session's events live, each once, in order.
+// tail, scoped to the default tenant (dsh dev has no auth), shows the
+// session's events live, each once, in order.
 func TestDevWithEventsTail(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -60,7 +62,7 @@ func TestDevWithEventsTail(t *testing.T) {
 		t.Fatalf("dsh dev does not print the NATS URL %s:\n%s", url, devOut.String())
 	}
 
-	tail := exec.Command(filepath.Join(binDir, "dsh"), "events", "tail", "--nats", url, "--json")
+	tail := exec.Command(filepath.Join(binDir, "dsh"), "events", "tail", "--nats", url, "--tenant", "default", "--json")
 	tail.Env = cleanEnv()
 	tailOut, err := tail.StdoutPipe()
 	if err != nil {
@@ -90,11 +92,16 @@ func TestDevWithEventsTail(t *testing.T) {
 		sc.Buffer(make([]byte, 1<<20), 16<<20)
 		for sc.Scan() {
 			var line struct {
+				Tenant    string          `json:"tenant"`
 				SessionID string          `json:"session_id"`
 				Event     json.RawMessage `json:"event"`
 			}
 			if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
 				got <- err
+				return
+			}
+			if line.Tenant != "default" {
+				got <- fmt.Errorf("dsh dev session published under tenant %q, want default", line.Tenant)
 				return
 			}
 			ev, err := session.UnmarshalEventJSON(line.Event)

@@ -9,6 +9,19 @@ the RPC the call's ``ctx.cancelled`` event is set and the stream ends without a
 result (nobody is listening). ``WatchTools`` sends a full snapshot at once and
 after every change, tagged with a revision that increases on every change.
 
+# Transport security
+``Server``/``serve()`` take the same three server options as the Go servers:
+``tls_cert`` and ``tls_key`` (PEM files: TLS), and ``tls_client_ca`` (client
+certificates are then required and verified: mTLS); ``serve()`` reads
+``DSH_TLS_CERT``, ``DSH_TLS_KEY``, ``DSH_TLS_CLIENT_CA`` when they are not
+given. Files are re-read on the next handshake after they change (rotation in
+place), without dropping established connections. ``allow_peers`` (env
+``DSH_ALLOW_PEER``, comma-separated) lists the URI SANs (e.g.
+``spiffe://dsh/agent``) or DNS SANs a client certificate must carry; any other
+client gets PERMISSION_DENIED on every RPC. A listen address that is not
+loopback without TLS is refused with an error naming ``insecure``
+(``DSH_INSECURE=1``), which starts it anyway with a warning.
+
 # Shutdown
 On SIGTERM/SIGINT (or :meth:`Server.stop`): health flips to NOT_SERVING, the
 watch streams end, running calls get ``grace`` seconds to finish, then the
@@ -17,6 +30,7 @@ remaining RPCs are cancelled (their tools see ``ctx.cancelled``).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import queue
@@ -33,7 +47,7 @@ from dsh_toolhost.gen.grpc.health.v1 import health_pb2, health_pb2_grpc
 from dsh_toolhost.interceptor import Interceptor, InterceptorServicer
 from dsh_toolhost.tool import Output, Tool, ToolContext, parse_arguments, run_call
 
-__all__ = ["ToolHost", "Server", "serve", "HealthServicer"]
+__all__ = ["ToolHost", "Server", "serve", "HealthServicer", "TLSConfigError"]
 
 _TOOLHOST_SERVICE = "dsh.tools.v1.ToolHost"
 
@@ -231,16 +245,152 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
             self._lock.notify_all()
 
 
+class TLSConfigError(ValueError):
+    """A transport-security option that cannot work; the message names it."""
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a listen address (HOST:PORT, [V6]:PORT, unix:PATH) stays on this machine."""
+    if address.startswith("unix:"):
+        return True
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _read(path: str, option: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise TLSConfigError(f"{option} {path!r}: {e.strerror}") from e
+
+
+class _ReloadingCredentials:
+    """Server credentials whose files are re-read at the next handshake after
+    one of them changed (grpc's dynamic credentials); established connections
+    keep their session."""
+
+    def __init__(self, cert: str, key: str, client_ca: Optional[str]):
+        self.files = [(cert, "tls_cert"), (key, "tls_key")] + ([(client_ca, "tls_client_ca")] if client_ca else [])
+        self.client_ca = client_ca
+        self.stamp = self._stamp()
+        initial = self._config()
+        self.credentials = grpc.dynamic_ssl_server_credentials(
+            initial, self._fetch, require_client_authentication=bool(client_ca))
+
+    def _stamp(self):
+        out = []
+        for path, _ in self.files:
+            try:
+                st = os.stat(path)
+                out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                out.append(None)
+        return out
+
+    def _config(self):
+        cert, key = _read(self.files[0][0], "tls_cert"), _read(self.files[1][0], "tls_key")
+        ca = _read(self.client_ca, "tls_client_ca") if self.client_ca else None
+        if b"-----BEGIN" not in cert or b"-----BEGIN" not in key or (ca is not None and b"-----BEGIN" not in ca):
+            raise TLSConfigError("tls_cert, tls_key and tls_client_ca must be PEM files")
+        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
+
+    def _fetch(self):
+        stamp = self._stamp()
+        if stamp == self.stamp:
+            return None
+        try:
+            cfg = self._config()
+        except TLSConfigError as e:  # half-written files: keep serving the old ones
+            print(f"dsh-toolhost: keeping the old certificate: {e}", file=sys.stderr, flush=True)
+            return None
+        self.stamp = stamp
+        return cfg
+
+
+def _peer_ids(context) -> list[str]:
+    auth = context.auth_context() or {}
+    return [v.decode() for k in ("peer_uri", "peer_dns") for v in auth.get(k, [])]
+
+
+class _AllowPeers(grpc.ServerInterceptor):
+    """PERMISSION_DENIED for a client certificate without an allowed URI or DNS SAN."""
+
+    def __init__(self, allowed: Iterable[str]):
+        self.allowed = frozenset(allowed)
+
+    def _check(self, context) -> None:
+        ids = _peer_ids(context)
+        if not self.allowed.intersection(ids):
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"client certificate identities {ids or ['(none)']} are not among the allowed peers")
+
+    _KINDS = (("unary_unary", grpc.unary_unary_rpc_method_handler, False),
+              ("unary_stream", grpc.unary_stream_rpc_method_handler, True),
+              ("stream_unary", grpc.stream_unary_rpc_method_handler, False),
+              ("stream_stream", grpc.stream_stream_rpc_method_handler, True))
+
+    def intercept_service(self, continuation, details):
+        handler = continuation(details)
+        if handler is None:
+            return None
+        check = self._check
+        for attr, make, streams in self._KINDS:
+            inner = getattr(handler, attr)
+            if inner is None:
+                continue
+            if streams:
+                def wrapped(request, context, inner=inner):
+                    check(context)
+                    yield from inner(request, context)
+            else:
+                def wrapped(request, context, inner=inner):
+                    check(context)
+                    return inner(request, context)
+            return make(wrapped, handler.request_deserializer, handler.response_serializer)
+        return handler
+
+
 class Server:
-    """A running host: ToolHost (+ optional ToolInterceptor) + health on one port."""
+    """A running host: ToolHost (+ optional ToolInterceptor) + health on one port.
+
+    ``tls_cert``/``tls_key`` serve TLS; ``tls_client_ca`` requires client
+    certificates from that CA (mTLS); ``allow_peers`` limits callers to
+    certificates with one of those URI or DNS SANs. A non-loopback address
+    without TLS raises :class:`TLSConfigError` unless ``insecure``.
+    """
 
     def __init__(self, host: Optional[ToolHost] = None, *, address: str = "127.0.0.1:0",
-                 interceptor: Optional[Interceptor] = None, max_workers: int = 64):
+                 interceptor: Optional[Interceptor] = None, max_workers: int = 64,
+                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 tls_client_ca: Optional[str] = None, allow_peers: Iterable[str] = (),
+                 insecure: bool = False):
         if host is None and interceptor is None:
             raise ValueError("serve a ToolHost, an Interceptor, or both")
+        allow_peers = [p for p in allow_peers if p]
+        if bool(tls_cert) != bool(tls_key):
+            raise TLSConfigError("tls_cert and tls_key go together (DSH_TLS_CERT, DSH_TLS_KEY)")
+        if tls_client_ca and not tls_cert:
+            raise TLSConfigError("tls_client_ca needs tls_cert and tls_key: client certificates are checked over TLS")
+        if allow_peers and not tls_client_ca:
+            raise TLSConfigError("allow_peers needs tls_client_ca (DSH_TLS_CLIENT_CA): "
+                                 "without client certificates there is no identity to check")
+        if not tls_cert and not is_loopback(address):
+            if not insecure:
+                raise TLSConfigError(f"refusing to listen on {address} without TLS: give tls_cert and tls_key "
+                                     "(DSH_TLS_CERT, DSH_TLS_KEY), or set insecure (DSH_INSECURE=1) to serve plaintext")
+            print(f"WARN dsh-toolhost: insecure: serving plaintext on {address}; anyone who reaches it can run its tools",
+                  file=sys.stderr, flush=True)
+        creds = _ReloadingCredentials(tls_cert, tls_key, tls_client_ca).credentials if tls_cert else None
         self.host = host
         self.health = HealthServicer()
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"))
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+                                   interceptors=[_AllowPeers(allow_peers)] if allow_peers else None)
         if host is not None:
             tools_pb2_grpc.add_ToolHostServicer_to_server(host, self._server)
             self.health.set(_TOOLHOST_SERVICE, health_pb2.HealthCheckResponse.SERVING)
@@ -249,7 +399,10 @@ class Server:
             self.health.set("dsh.tools.v1.ToolInterceptor", health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         hostpart = address.rsplit(":", 1)[0]
-        self.port = self._server.add_insecure_port(address)
+        if creds is not None:
+            self.port = self._server.add_secure_port(address, creds)
+        else:
+            self.port = self._server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot listen on {address}")
         self.address = f"{hostpart}:{self.port}"
@@ -275,18 +428,29 @@ class Server:
 
 
 def serve(tools: Iterable[Tool] = (), *, host: Optional[ToolHost] = None, address: Optional[str] = None,
-          interceptor: Optional[Interceptor] = None, grace: float = 5.0) -> None:
+          interceptor: Optional[Interceptor] = None, grace: float = 5.0,
+          tls_cert: Optional[str] = None, tls_key: Optional[str] = None, tls_client_ca: Optional[str] = None,
+          allow_peers: Optional[Iterable[str]] = None, insecure: Optional[bool] = None) -> None:
     """Serve tools until SIGTERM/SIGINT, then shut down gracefully.
 
     ``address`` defaults to ``$DSH_LISTEN`` or ``127.0.0.1:0``; the bound address
-    is printed on stdout as ``dsh-toolhost listening on HOST:PORT``.
+    is printed on stdout as ``dsh-toolhost listening on HOST:PORT``. The TLS
+    options default to ``$DSH_TLS_CERT``, ``$DSH_TLS_KEY``, ``$DSH_TLS_CLIENT_CA``,
+    ``$DSH_ALLOW_PEER`` (comma-separated) and ``$DSH_INSECURE`` (see Server).
     """
+    env = os.environ.get
+    if allow_peers is None:
+        allow_peers = [p.strip() for p in env("DSH_ALLOW_PEER", "").split(",") if p.strip()]
+    if insecure is None:
+        insecure = env("DSH_INSECURE", "").lower() in ("1", "true", "yes")
     if host is None and (tools or interceptor is None):
         host = ToolHost(tools)
     elif tools:
         for t in tools:
             host.add(t)
-    srv = Server(host, address=address or os.environ.get("DSH_LISTEN", "127.0.0.1:0"), interceptor=interceptor)
+    srv = Server(host, address=address or env("DSH_LISTEN", "127.0.0.1:0"), interceptor=interceptor,
+                 tls_cert=tls_cert or env("DSH_TLS_CERT"), tls_key=tls_key or env("DSH_TLS_KEY"),
+                 tls_client_ca=tls_client_ca or env("DSH_TLS_CLIENT_CA"), allow_peers=allow_peers, insecure=insecure)
     srv.start()
     stop = threading.Event()
 

@@ -11,10 +11,22 @@
 // once and after every change, tagged with a revision that grows on every
 // change.
 //
+// Transport security: Server/serve() take the Go servers' three options,
+// tlsCert and tlsKey (PEM files: TLS) and tlsClientCa (client certificates
+// required and verified: mTLS), re-read when the files change; serve() reads
+// DSH_TLS_CERT, DSH_TLS_KEY, DSH_TLS_CLIENT_CA when they are not given.
+// allowPeers (DSH_ALLOW_PEER, comma-separated) lists the URI SANs (e.g.
+// spiffe://dsh/agent) or DNS SANs a client certificate must carry; any other
+// client gets PERMISSION_DENIED on every RPC. Listening on an address that is
+// not loopback without TLS is refused with an error naming `insecure`
+// (DSH_INSECURE=1), which starts it anyway with a warning.
+//
 // Shutdown: on SIGTERM/SIGINT (or Server.stop()): health NOT_SERVING, watch
 // streams end, running calls get `graceMs` to finish, then the rest are
 // cancelled (their signals abort).
 
+import fs from 'node:fs'
+import net from 'node:net'
 import path from 'node:path'
 import * as grpc from '@grpc/grpc-js'
 import { loadProtos } from './proto.js'
@@ -188,36 +200,143 @@ export class Health {
   }
 }
 
-/** A running server: ToolHost (+ optional ToolInterceptor) + health on one port. */
+/** A transport-security option that cannot work; the message names it. */
+export class TLSConfigError extends Error {
+  constructor(message) {
+    super(message)
+    this.name = 'TLSConfigError'
+  }
+}
+
+/** Whether a listen address (HOST:PORT, [V6]:PORT, unix:PATH) stays on this machine. */
+export function isLoopback(address) {
+  if (address.startsWith('unix:')) return true
+  const host = address.slice(0, address.lastIndexOf(':')).replace(/^\[|\]$/g, '')
+  if (host === 'localhost') return true
+  if (net.isIPv4(host)) return host.startsWith('127.')
+  if (net.isIPv6(host)) return host === '::1' || host === '0:0:0:0:0:0:0:1'
+  return false
+}
+
+function readPEM(file, option) {
+  let b
+  try {
+    b = fs.readFileSync(file)
+  } catch (e) {
+    throw new TLSConfigError(`${option} ${JSON.stringify(file)}: ${e.code ?? e.message}`)
+  }
+  if (!b.includes('-----BEGIN')) throw new TLSConfigError(`${option} ${JSON.stringify(file)}: not a PEM file`)
+  return b
+}
+
+/** The URI and DNS SANs of a call's client certificate. */
+function peerIdentities(call) {
+  const alt = call.getAuthContext?.()?.sslPeerCertificate?.subjectaltname ?? ''
+  return alt.split(', ').flatMap((e) => (e.startsWith('URI:') ? [e.slice(4)] : e.startsWith('DNS:') ? [e.slice(4)] : []))
+}
+
+/** Wrap every handler of a service so a caller without an allowed identity gets PERMISSION_DENIED. */
+function guard(service, handlers, allowed) {
+  const out = {}
+  for (const [name, fn] of Object.entries(handlers)) {
+    const streaming = service[name]?.responseStream
+    out[name] = (call, cb) => {
+      const ids = peerIdentities(call)
+      if (ids.some((id) => allowed.has(id))) return fn(call, cb)
+      const err = { code: grpc.status.PERMISSION_DENIED, details: `client certificate identities ${JSON.stringify(ids.length ? ids : ['(none)'])} are not among the allowed peers` }
+      if (streaming) call.emit('error', err)
+      else cb(err)
+    }
+  }
+  return out
+}
+
+/**
+ * A running server: ToolHost (+ optional ToolInterceptor) + health on one port.
+ * tlsCert/tlsKey serve TLS, tlsClientCa requires client certificates (mTLS),
+ * allowPeers limits callers to those URI or DNS SANs; insecure allows a
+ * plaintext non-loopback listen.
+ */
 export class Server {
-  constructor({ host, interceptor } = {}) {
+  constructor({ host, interceptor, tlsCert, tlsKey, tlsClientCa, allowPeers = [], insecure = false, refreshIntervalMs = 1000 } = {}) {
     if (!host && !interceptor) throw new TypeError('serve a ToolHost, an interceptor, or both')
+    allowPeers = allowPeers.filter(Boolean)
+    if (!!tlsCert !== !!tlsKey) throw new TLSConfigError('tlsCert and tlsKey go together (DSH_TLS_CERT, DSH_TLS_KEY)')
+    if (tlsClientCa && !tlsCert) throw new TLSConfigError('tlsClientCa needs tlsCert and tlsKey: client certificates are checked over TLS')
+    if (allowPeers.length > 0 && !tlsClientCa) {
+      throw new TLSConfigError('allowPeers needs tlsClientCa (DSH_TLS_CLIENT_CA): without client certificates there is no identity to check')
+    }
+    this.insecure = insecure
+    this.credentials = grpc.ServerCredentials.createInsecure()
+    if (tlsCert) {
+      readPEM(tlsCert, 'tlsCert')
+      readPEM(tlsKey, 'tlsKey')
+      if (tlsClientCa) readPEM(tlsClientCa, 'tlsClientCa')
+      // The files are re-read every refreshIntervalMs; a new handshake gets
+      // the new certificate, established connections keep theirs.
+      const provider = new grpc.experimental.FileWatcherCertificateProvider({
+        certificateFile: tlsCert, privateKeyFile: tlsKey, caCertificateFile: tlsClientCa || undefined, refreshIntervalMs,
+      })
+      this.credentials = grpc.experimental.createCertificateProviderServerCredentials(provider, tlsClientCa ? provider : null, !!tlsClientCa)
+      this.provider = provider
+      this.needsCa = !!tlsClientCa
+    }
+    this.secure = !!tlsCert
     const protos = loadProtos()
+    const allowed = new Set(allowPeers)
+    const add = (service, handlers) => this.grpc.addService(service, allowed.size > 0 ? guard(service, handlers, allowed) : handlers)
     this.host = host
     this.health = new Health()
     this.grpc = new grpc.Server()
     if (host) {
-      this.grpc.addService(protos.tools.ToolHost.service, host.handlers())
+      add(protos.tools.ToolHost.service, host.handlers())
       this.health.set(TOOLHOST_SERVICE, 'SERVING')
     }
     if (interceptor) {
-      this.grpc.addService(protos.tools.ToolInterceptor.service, interceptorService(interceptor))
+      add(protos.tools.ToolInterceptor.service, interceptorService(interceptor))
       this.health.set('dsh.tools.v1.ToolInterceptor', 'SERVING')
     }
-    this.grpc.addService(protos.health.Health.service, this.health.handlers())
+    add(protos.health.Health.service, this.health.handlers())
   }
 
   /** Bind and start; resolves to the bound "host:port". */
   listen(address = '127.0.0.1:0') {
+    if (!this.secure && !isLoopback(address)) {
+      if (!this.insecure) {
+        return Promise.reject(new TLSConfigError(`refusing to listen on ${address} without TLS: give tlsCert and tlsKey (DSH_TLS_CERT, DSH_TLS_KEY), or set insecure (DSH_INSECURE=1) to serve plaintext`))
+      }
+      process.stderr.write(`WARN dsh-toolhost: insecure: serving plaintext on ${address}; anyone who reaches it can run its tools\n`)
+    }
     return new Promise((resolve, reject) => {
-      this.grpc.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, port) => {
+      this.grpc.bindAsync(address, this.credentials, (err, port) => {
         if (err) return reject(err)
-        this.health.set('', 'SERVING')
         const hostPart = address.slice(0, address.lastIndexOf(':'))
         this.address = `${hostPart}:${port}`
-        resolve(this.address)
+        // The provider reads the files asynchronously; serve once the server
+        // has them (its listeners were added at bind, so they run first).
+        this.#loaded().then(() => {
+          this.health.set('', 'SERVING')
+          resolve(this.address)
+        })
       })
     })
+  }
+
+  #loaded() {
+    const p = this.provider
+    if (!p) return Promise.resolve()
+    const first = (add, remove) => new Promise((resolve) => {
+      const l = (u) => {
+        if (!u) return
+        remove.call(p, l)
+        resolve()
+      }
+      add.call(p, l)
+    })
+    return Promise.all([
+      first(p.addIdentityCertificateListener, p.removeIdentityCertificateListener),
+      this.needsCa ? first(p.addCaCertificateListener, p.removeCaCertificateListener) : null,
+    ])
   }
 
   /** Graceful shutdown: NOT_SERVING, end watches, drain for graceMs, then cancel the rest. */
@@ -242,12 +361,23 @@ export class Server {
 /**
  * Serve tools until SIGTERM/SIGINT, then shut down gracefully. The address
  * defaults to $DSH_LISTEN or 127.0.0.1:0; the bound address is printed on
- * stdout as `dsh-toolhost listening on HOST:PORT`.
+ * stdout as `dsh-toolhost listening on HOST:PORT`. The TLS options default to
+ * $DSH_TLS_CERT, $DSH_TLS_KEY, $DSH_TLS_CLIENT_CA, $DSH_ALLOW_PEER
+ * (comma-separated) and $DSH_INSECURE (see Server).
  */
-export async function serve(tools = [], { host, address, interceptor, graceMs = 5000 } = {}) {
+export async function serve(tools = [], { host, address, interceptor, graceMs = 5000, tlsCert, tlsKey, tlsClientCa, allowPeers, insecure } = {}) {
   if (!host && (tools.length > 0 || !interceptor)) host = new ToolHost(tools)
   else if (host) for (const t of tools) host.add(t)
-  const srv = new Server({ host, interceptor })
+  const env = process.env
+  const srv = new Server({
+    host,
+    interceptor,
+    tlsCert: tlsCert || env.DSH_TLS_CERT,
+    tlsKey: tlsKey || env.DSH_TLS_KEY,
+    tlsClientCa: tlsClientCa || env.DSH_TLS_CLIENT_CA,
+    allowPeers: allowPeers ?? (env.DSH_ALLOW_PEER ?? '').split(',').map((p) => p.trim()).filter(Boolean),
+    insecure: insecure ?? ['1', 'true', 'yes'].includes((env.DSH_INSECURE ?? '').toLowerCase()),
+  })
   const addr = await srv.listen(address || process.env.DSH_LISTEN || '127.0.0.1:0')
   process.stdout.write(`dsh-toolhost listening on ${addr}\n`)
   const onSignal = () => {

@@ -153,15 +153,30 @@ export function ask(reason?: string): unknown
 export function accept(content?: ContentBlock[], additionalContexts?: unknown[]): unknown
 export function block(feedback: ContentBlock[], additionalContexts?: unknown[]): unknown
 
+/** Transport-security options of Server and serve() (mirroring the Go servers' --tls-cert, --tls-key, --tls-client-ca, --allow-peer, --insecure). */
+export interface TLSOptions {
+  /** PEM certificate file: serve TLS (with tlsKey). Env DSH_TLS_CERT in serve(). */
+  tlsCert?: string
+  /** PEM private key file. Env DSH_TLS_KEY. */
+  tlsKey?: string
+  /** PEM CA bundle: client certificates are required and verified (mTLS). Env DSH_TLS_CLIENT_CA. */
+  tlsClientCa?: string
+  /** URI SANs (e.g. spiffe://dsh/agent) or DNS SANs a client certificate must carry. Env DSH_ALLOW_PEER. */
+  allowPeers?: string[]
+  /** Allow a plaintext listen on a non-loopback address (with a warning). Env DSH_INSECURE=1. */
+  insecure?: boolean
+}
+export class TLSConfigError extends Error {}
+export function isLoopback(address: string): boolean
 export class Server {
-  constructor(opts: { host?: ToolHost; interceptor?: Interceptor })
+  constructor(opts: { host?: ToolHost; interceptor?: Interceptor; refreshIntervalMs?: number } & TLSOptions)
   listen(address?: string): Promise<string>
   stop(graceMs?: number): Promise<void>
   address?: string
 }
 export function serve(
   tools?: ToolDefinition<any>[],
-  opts?: { host?: ToolHost; address?: string; interceptor?: Interceptor; graceMs?: number },
+  opts?: { host?: ToolHost; address?: string; interceptor?: Interceptor; graceMs?: number } & TLSOptions,
 ): Promise<Server>
 export function runCall(tool: ToolDefinition<any> | undefined, execution: any, io: { signal: AbortSignal; emit(stream: string, text: string): void }): Promise<any>
 export function errorResult(message: string, code?: string, name?: string): any

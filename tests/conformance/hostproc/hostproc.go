@@ -47,7 +47,17 @@ func RepoRoot(t testing.TB) string {
 // StartProcess starts a host process and returns the address it listens on.
 func StartProcess(t testing.TB, name string, args ...string) string {
 	t.Helper()
+	return StartProcessEnv(t, nil, name, args...)
+}
+
+// StartProcessEnv is StartProcess with extra environment variables
+// (KEY=VALUE) on top of the test's.
+func StartProcessEnv(t testing.TB, env []string, name string, args ...string) string {
+	t.Helper()
 	cmd := exec.Command(name, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stderr = LogWriter(t, filepath.Base(name)+": ")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -98,6 +108,12 @@ func StartProcess(t testing.TB, name string, args ...string) string {
 // PythonExample starts sdk/python/examples/csvhost.py with args.
 func PythonExample(t testing.TB, args ...string) string {
 	t.Helper()
+	return PythonExampleEnv(t, nil, args...)
+}
+
+// PythonExampleEnv is PythonExample with extra environment variables.
+func PythonExampleEnv(t testing.TB, env []string, args ...string) string {
+	t.Helper()
 	if _, err := os.Stat(Python); err != nil {
 		t.Skipf("Python runtime missing (%s): %v", Python, err)
 	}
@@ -105,11 +121,17 @@ func PythonExample(t testing.TB, args ...string) string {
 		t.Fatalf("%s cannot import grpc/protobuf (run scripts/setup-polyglot.sh): %v\n%s", Python, err, out)
 	}
 	script := filepath.Join(RepoRoot(t), "sdk", "python", "examples", "csvhost.py")
-	return StartProcess(t, Python, append([]string{script}, args...)...)
+	return StartProcessEnv(t, env, Python, append([]string{script}, args...)...)
 }
 
 // TypeScriptExample starts sdk/typescript/examples/jsonhost.js with args.
 func TypeScriptExample(t testing.TB, args ...string) string {
+	t.Helper()
+	return TypeScriptExampleEnv(t, nil, args...)
+}
+
+// TypeScriptExampleEnv is TypeScriptExample with extra environment variables.
+func TypeScriptExampleEnv(t testing.TB, env []string, args ...string) string {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -119,7 +141,7 @@ func TypeScriptExample(t testing.TB, args ...string) string {
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@grpc", "grpc-js")); err != nil {
 		t.Fatalf("sdk/typescript has no node_modules (run scripts/setup-polyglot.sh): %v", err)
 	}
-	return StartProcess(t, node, append([]string{filepath.Join(dir, "examples", "jsonhost.js")}, args...)...)
+	return StartProcessEnv(t, env, node, append([]string{filepath.Join(dir, "examples", "jsonhost.js")}, args...)...)
 }
 
 // Serve runs serve on a loopback listener until the test ends.
