@@ -30,6 +30,12 @@ type HostConfig struct {
 	// CheckContext, when set, vets every call's ToolContext after the
 	// built-in checks; an error refuses the call with INVALID_ARGUMENT.
 	CheckContext func(*toolsv1.ToolContext) error
+	// SandboxSupport is declared in ListTools and WatchTools: ENFORCED
+	// only when the host's tools confine every call to its
+	// ToolContext.sandbox policy. The zero value says they do not, and an
+	// agent then refuses confined sessions on this host unless told to
+	// allow unenforced hosts.
+	SandboxSupport toolsv1.SandboxSupport
 }
 
 // Host serves a live set of tools as the dsh.tools.v1.ToolHost gRPC service.
@@ -161,7 +167,7 @@ func cloneDescriptor(d *toolsv1.ToolDescriptor) *toolsv1.ToolDescriptor {
 // ListTools returns the current tool set and its revision.
 func (h *Host) ListTools(context.Context, *toolsv1.ListToolsRequest) (*toolsv1.ListToolsResponse, error) {
 	tools, rev, _ := h.snapshot()
-	return &toolsv1.ListToolsResponse{Tools: tools, Revision: rev}, nil
+	return &toolsv1.ListToolsResponse{Tools: tools, Revision: rev, SandboxSupport: h.cfg.SandboxSupport}, nil
 }
 
 // WatchTools sends a snapshot now and after every change. Changes that land
@@ -170,7 +176,7 @@ func (h *Host) WatchTools(_ *toolsv1.WatchToolsRequest, stream grpc.ServerStream
 	ctx := stream.Context()
 	for {
 		tools, rev, changed := h.snapshot()
-		if err := stream.Send(&toolsv1.WatchToolsResponse{Tools: tools, Revision: rev}); err != nil {
+		if err := stream.Send(&toolsv1.WatchToolsResponse{Tools: tools, Revision: rev, SandboxSupport: h.cfg.SandboxSupport}); err != nil {
 			return err
 		}
 		select {
@@ -351,7 +357,7 @@ func (h *Host) invoke(ctx context.Context, t Tool, call *Call) (r Result, presen
 }
 
 func (h *Host) buildResult(r Result) (*toolsv1.ToolExecutionResult, error) {
-	res := &toolsv1.ToolExecutionResult{Content: r.Content, AdditionalContexts: r.Contexts}
+	res := &toolsv1.ToolExecutionResult{Content: r.Content, AdditionalContexts: r.Contexts, Enforcement: r.Enforcement}
 	if res.Content == nil {
 		res.Content = []*llmv1.ContentBlock{}
 	}
