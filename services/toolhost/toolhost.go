@@ -236,3 +236,17 @@ func (s *Service) Close() error {
 	}
 	return nil
 }
+
+// The sandbox vocabulary for binaries that embed the toolhost (cmd/dsh).
+type (
+	// SandboxMode is a file-effect confinement mode.
+	SandboxMode = sandbox.Mode
+	// Limits are the per-call resource limits.
+	Limits = sandbox.Limits
+)
+
+// ParseSandboxMode parses read-only, workspace-write or danger-full-access.
+func ParseSandboxMode(s string) (SandboxMode, error) { return sandbox.ParseMode(s) }
+
+// ParseNetwork parses "on" or "off" and reports whether it is off.
+func ParseNetwork(s string) (off bool, err error) { return sandbox.ParseNetwork(s) }

@@ -30,10 +30,10 @@ func (s *Shell) markers(b *strings.Builder, p sandbox.Policy, r RunResult) bool 
 		denied = true
 	}
 	l := s.x.Limits
-	switch r.Signal {
-	case "SIGXCPU":
+	if r.Signal == "SIGXCPU" || strings.Contains(stderr, "cpu time limit exceeded") {
 		fmt.Fprintf(b, "\n[limit: CPU time of %ds per process exceeded]", l.CPUSeconds)
-	case "SIGXFSZ":
+	}
+	if r.Signal == "SIGXFSZ" || strings.Contains(stderr, "file size limit exceeded") {
 		fmt.Fprintf(b, "\n[limit: file size of %d bytes exceeded]", l.FileBytes)
 	}
 	if strings.Contains(stderr, "resource temporarily unavailable") || strings.Contains(stderr, "cannot fork") {

@@ -52,12 +52,12 @@ type Args struct {
 
 type bashMeta struct {
 	Sandbox     *sandboxMeta `json:"sandbox,omitempty"`
-	ExitCode    *int     `json:"exit_code,omitempty"`
-	Signal      string   `json:"signal,omitempty"`
-	TimedOut    bool     `json:"timed_out,omitempty"`
-	SpillPaths  []string `json:"spill_paths,omitempty"`
-	TaskID      string   `json:"task_id,omitempty"`
-	Description string   `json:"description,omitempty"`
+	ExitCode    *int         `json:"exit_code,omitempty"`
+	Signal      string       `json:"signal,omitempty"`
+	TimedOut    bool         `json:"timed_out,omitempty"`
+	SpillPaths  []string     `json:"spill_paths,omitempty"`
+	TaskID      string       `json:"task_id,omitempty"`
+	Description string       `json:"description,omitempty"`
 }
 
 func (s *Shell) bashTool() toolsdk.Tool {

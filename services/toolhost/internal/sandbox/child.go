@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -87,9 +88,6 @@ func launch(arg string) int {
 	} else if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fail("subreaper: %v", err)
 	}
-	if err := cfg.Limits.apply(); err != nil {
-		return fail("%v", err)
-	}
 	if cfg.DropCaps {
 		if err := dropCaps(); err != nil {
 			return fail("%v", err)
@@ -100,24 +98,19 @@ func launch(arg string) int {
 			return fail("landlock: %v", err)
 		}
 	}
-	fmt.Fprintln(status, "ok")
-
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
-	proc, err := os.StartProcess(lookPath(cfg.Argv[0]), cfg.Argv, &os.ProcAttr{
-		Dir: cfg.Dir, Env: os.Environ(), Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
-	})
+	shell, err := startLimited(cfg)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "dsh-sandbox: start %s: %v\n", cfg.Argv[0], err)
-		fmt.Fprintln(status, "exit 127")
-		return 127
+		return fail("%v", err)
 	}
+	fmt.Fprintln(status, "ok")
 	go func() {
 		for s := range sigs {
-			forward(cfg.PIDNS, proc.Pid, s.(syscall.Signal))
+			forward(cfg.PIDNS, shell, s.(syscall.Signal))
 		}
 	}()
-	ws := reap(proc.Pid)
+	ws := reap(shell)
 	if !cfg.PIDNS {
 		killDescendants()
 	}
@@ -127,6 +120,45 @@ func launch(arg string) int {
 	}
 	fmt.Fprintf(status, "exit %d\n", ws.ExitStatus())
 	return ws.ExitStatus()
+}
+
+// startLimited starts the shell with the call's rlimits. They must bind the
+// shell and not the launcher (a Go runtime under a small address-space
+// limit cannot create threads), and there is no gap to set them between
+// fork and exec in Go: the child starts traced, stops at its exec, gets
+// its limits with prlimit, and is let go. Nothing of the command has run
+// before the limits are in place.
+func startLimited(cfg launchConfig) (int, error) {
+	runtime.LockOSThread() // ptrace requests come from the tracing thread
+	defer runtime.UnlockOSThread()
+	proc, err := os.StartProcess(lookPath(cfg.Argv[0]), cfg.Argv, &os.ProcAttr{
+		Dir: cfg.Dir, Env: os.Environ(), Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys: &syscall.SysProcAttr{Ptrace: true},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("start %s: %w", cfg.Argv[0], err)
+	}
+	pid := proc.Pid
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || !ws.Stopped() {
+			return 0, fmt.Errorf("shell did not stop at exec: %v (%v)", err, ws)
+		}
+		break
+	}
+	if err := cfg.Limits.apply(pid, cfg.Cgroup == "" && os.Geteuid() != 0); err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return 0, err
+	}
+	if err := unix.PtraceDetach(pid); err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return 0, fmt.Errorf("release shell: %w", err)
+	}
+	return pid, nil
 }
 
 // forward passes a termination signal on: to every process of the

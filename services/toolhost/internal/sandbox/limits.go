@@ -45,27 +45,36 @@ func (l Limits) WithDefaults() Limits {
 	return l
 }
 
-func (l Limits) apply() error {
+// apply sets the rlimits of process pid; nproc says RLIMIT_NPROC may stand in for a
+// missing pids cgroup (it counts every process of the uid machine-wide,
+// so it is only set when nothing better exists).
+func (l Limits) apply(pid int, nproc bool) error {
 	set := func(res int, name string, v uint64) error {
 		if v == 0 {
 			return nil
 		}
-		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: v, Max: v}); err != nil {
+		if err := unix.Prlimit(pid, res, &unix.Rlimit{Cur: v, Max: v}, nil); err != nil {
 			return fmt.Errorf("set %s limit: %w", name, err)
 		}
 		return nil
 	}
-	if err := set(unix.RLIMIT_CPU, "cpu", l.CPUSeconds); err != nil {
-		return err
+	// CPU: SIGXCPU at the soft limit (a message the model can read), then
+	// SIGKILL a second later should the process ignore it.
+	if l.CPUSeconds > 0 {
+		if err := unix.Prlimit(pid, unix.RLIMIT_CPU, &unix.Rlimit{Cur: l.CPUSeconds, Max: l.CPUSeconds + 1}, nil); err != nil {
+			return fmt.Errorf("set cpu limit: %w", err)
+		}
 	}
 	if err := set(unix.RLIMIT_AS, "memory", l.MemoryBytes); err != nil {
 		return err
 	}
-	if err := set(unix.RLIMIT_NPROC, "process", l.Processes); err != nil {
-		return err
+	if nproc {
+		if err := set(unix.RLIMIT_NPROC, "process", l.Processes); err != nil {
+			return err
+		}
 	}
 	if err := set(unix.RLIMIT_FSIZE, "file size", l.FileBytes); err != nil {
 		return err
 	}
-	return unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{})
+	return unix.Prlimit(pid, unix.RLIMIT_CORE, &unix.Rlimit{}, nil)
 }

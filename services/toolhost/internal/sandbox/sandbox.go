@@ -130,3 +130,15 @@ type Effective struct {
 	// SpillDir is the session's own spill directory.
 	SpillDir string
 }
+
+// ParseNetwork parses a network flag value ("on" or "off") and reports
+// whether the network is off.
+func ParseNetwork(s string) (off bool, err error) {
+	switch s {
+	case "on":
+		return false, nil
+	case "off":
+		return true, nil
+	}
+	return false, fmt.Errorf("network %q: want on or off", s)
+}
