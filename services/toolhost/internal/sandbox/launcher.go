@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox/launcher"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 )
 
@@ -225,7 +226,7 @@ func (s *Sandbox) Command(c Call) (*Run, error) {
 		return nil, fmt.Errorf("call temp dir: %w", err)
 	}
 	r.tmp = tmp
-	lc := launchConfig{
+	lc := launcher.Config{
 		Landlock: c.Policy.Mode.Confined(), Network: c.Policy.Network,
 		Argv: []string{"bash", "-c", c.Command}, Dir: c.Dir,
 		Hidden: s.hidden, PIDNS: s.support.Namespaces, DropCaps: true, Limits: s.cfg.Limits,
@@ -268,7 +269,7 @@ func (s *Sandbox) Command(c Call) (*Run, error) {
 	}
 	env := Environ(s.cfg.Environ, s.cfg.ToolEnv, append([]string{"TMPDIR=" + tmp}, c.Env...)...)
 	r.Cmd = &exec.Cmd{
-		Path: s.cfg.Exe, Args: []string{Arg0, string(arg)}, Env: env, Dir: c.Dir,
+		Path: s.cfg.Exe, Args: []string{launcher.Arg0, string(arg)}, Env: env, Dir: c.Dir,
 		ExtraFiles: []*os.File{r.statusW}, SysProcAttr: attr,
 	}
 	return r, nil

@@ -1,8 +1,8 @@
-package sandbox
+package launcher
 
 import (
 	"os"
-	"path/filepath"
+	"strings"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 )
@@ -24,7 +24,7 @@ func readRules(hidden []string) ([]landlock.Rule, error) {
 			return err
 		}
 		for _, e := range entries {
-			p := filepath.Join(dir, e.Name())
+			p := strings.TrimSuffix(dir, "/") + "/" + e.Name()
 			switch {
 			case isHidden(p, hidden):
 				continue
@@ -74,4 +74,12 @@ func leadsToHidden(p string, hidden []string) bool {
 		}
 	}
 	return false
+}
+
+// within reports whether p is root or lies under it (both clean, absolute).
+func within(p, root string) bool {
+	if p == root || root == "/" {
+		return true
+	}
+	return strings.HasPrefix(p, root+"/")
 }

@@ -1,11 +1,21 @@
-package sandbox
+// Package launcher is the confined-call launcher the sandbox package
+// re-executes: the toolhost binary started with argv[0] = Arg0 and a JSON
+// Config in argv[1]. It sits in its own package with few dependencies
+// because its init runs before the rest of the binary initialises: only the
+// packages it imports are initialised first, so each call pays for a Go
+// runtime start, not for the toolhost's proto registries and gRPC.
+package launcher
+
+// Keep the imports few and free of path/filepath: Go initialises packages
+// in import-path order as their dependencies become ready, and one import
+// that sorts late (path/filepath did) lets the proto registries initialise
+// first.
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,7 +26,7 @@ import (
 )
 
 // Arg0 is the argv[0] marker that turns the toolhost binary into the
-// launcher; argv[1] is the JSON launchConfig.
+// launcher; argv[1] is the JSON Config.
 const Arg0 = "dsh-sandbox-launcher"
 
 // statusFD is the launcher's report pipe to the toolhost: one "ok" or
@@ -26,20 +36,19 @@ const statusFD = 3
 // setupFailed is the launcher's exit code when it could not confine itself.
 const setupFailed = 125
 
-// The launcher runs before the rest of the binary initialises: an init in
-// this package (imported by every binary that embeds the toolhost) sees the
-// marker and never returns. This is deliberate: main() would run only after
-// every package's init (proto registries, gRPC), adding milliseconds to each
-// call.
+// The launcher runs before the rest of the binary initialises: this init
+// (the package is imported by every binary that embeds the toolhost) sees
+// the marker and never returns. Deliberately an init rather than a hook in
+// main: main runs only after every package's init.
 func init() {
 	if len(os.Args) == 2 && os.Args[0] == Arg0 {
 		os.Exit(launch(os.Args[1]))
 	}
 }
 
-// launchConfig is what the toolhost tells the launcher; nothing in it is
-// secret (the tool can read it from /proc/1/cmdline).
-type launchConfig struct {
+// Config is what the toolhost tells the launcher; nothing in it is secret
+// (the tool can read it from /proc/1/cmdline).
+type Config struct {
 	Landlock bool     `json:"landlock,omitempty"`
 	Network  bool     `json:"network,omitempty"`
 	Argv     []string `json:"argv"`
@@ -64,7 +73,7 @@ func launch(arg string) int {
 		fmt.Fprintf(status, "error: "+format+"\n", args...)
 		return setupFailed
 	}
-	var cfg launchConfig
+	var cfg Config
 	if err := json.Unmarshal([]byte(arg), &cfg); err != nil {
 		return fail("config: %v", err)
 	}
@@ -72,7 +81,7 @@ func launch(arg string) int {
 		return fail("status pipe: %v", err)
 	}
 	if cfg.Cgroup != "" {
-		if err := os.WriteFile(filepath.Join(cfg.Cgroup, "cgroup.procs"), []byte("0"), 0); err != nil {
+		if err := os.WriteFile(cfg.Cgroup+"/cgroup.procs", []byte("0"), 0); err != nil {
 			return fail("join cgroup %s: %v", cfg.Cgroup, err)
 		}
 	}
@@ -128,7 +137,7 @@ func launch(arg string) int {
 // fork and exec in Go: the child starts traced, stops at its exec, gets
 // its limits with prlimit, and is let go. Nothing of the command has run
 // before the limits are in place.
-func startLimited(cfg launchConfig) (int, error) {
+func startLimited(cfg Config) (int, error) {
 	runtime.LockOSThread() // ptrace requests come from the tracing thread
 	defer runtime.UnlockOSThread()
 	proc, err := os.StartProcess(lookPath(cfg.Argv[0]), cfg.Argv, &os.ProcAttr{
@@ -232,8 +241,11 @@ func lookPath(name string) string {
 	if strings.Contains(name, "/") {
 		return name
 	}
-	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
-		p := filepath.Join(dir, name)
+	for _, dir := range strings.Split(os.Getenv("PATH"), ":") {
+		if dir == "" {
+			dir = "."
+		}
+		p := dir + "/" + name
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 			return p
 		}
@@ -265,7 +277,7 @@ var droppedCaps = []int{
 // restrict applies the Landlock domain: read everything but the hidden
 // roots (minus Read and Write), write only Write and the sinks, no TCP when
 // the network is off, no signals or abstract sockets out of the domain.
-func restrict(cfg launchConfig) error {
+func restrict(cfg Config) error {
 	ll := landlock.V11.BestEffort()
 	if cfg.Network {
 		ll.HandledAccessNet = 0
