@@ -32,6 +32,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"log/slog"
 	"sort"
 	"sync"
@@ -81,6 +82,9 @@ type Config struct {
 	Debug bool
 	// DefaultCwd is the cwd of sessions created without one.
 	DefaultCwd string
+	// Sandbox is the deployment's default confinement (--sandbox-mode,
+	// --sandbox-network); nil sends no policy (hosts apply their own).
+	Sandbox *toolsv1.SandboxPolicy
 	// Sink receives durable events; nil for none.
 	Sink EventSink
 	// Now and NewID are injected for reproducible logs; defaults time.Now
@@ -174,7 +178,7 @@ func (s *Service) open(ctx context.Context, log *session.Log, durable int64, sou
 	log.Observe(func(*sessionv1.SessionEvent) { l.notify() })
 	l.agent = loop.New(loop.Config{
 		LLM: s.deps.LLM, Tools: s.deps.Tools, Hooks: s.deps.Hooks, Prompt: s.deps.Prompt,
-		Flush: l.flush, MaxParallelToolCalls: s.cfg.MaxParallelToolCalls, Debug: s.cfg.Debug, Logger: s.log,
+		Flush: l.flush, MaxParallelToolCalls: s.cfg.MaxParallelToolCalls, Debug: s.cfg.Debug, Logger: s.log, Sandbox: s.cfg.Sandbox,
 		OnStatus: func(st agentv1.AgentStatus) {
 			if s.cfg.Sink != nil {
 				s.cfg.Sink.Status(l.id, st)

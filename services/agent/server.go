@@ -95,6 +95,9 @@ type ServerConfig struct {
 	ShutdownTimeout time.Duration
 	// Ready, when set, receives the bound address once serving.
 	Ready func(addr string)
+	// AllowUnenforcedHosts lets confined sessions call tools on hosts that
+	// declare they do not enforce sandbox policies.
+	AllowUnenforcedHosts bool
 }
 
 // Run wires the agent process (store, gateway client, toolhost registry,
@@ -145,7 +148,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		defer conn.Close()
 		ics = append(ics, toolpipe.Interceptor{Name: r.Name, Client: toolsv1.NewToolInterceptorClient(conn), Timeout: r.Timeout, FailOpen: r.FailOpen})
 	}
-	pipe := toolpipe.New(toolpipe.Config{Hosts: hosts, Interceptors: ics, Logger: logger})
+	pipe := toolpipe.New(toolpipe.Config{Hosts: hosts, Interceptors: ics, Logger: logger, AllowUnenforced: sc.AllowUnenforcedHosts})
 	if err := pipe.Start(ctx); err != nil {
 		return fmt.Errorf("toolhosts: %w", err)
 	}

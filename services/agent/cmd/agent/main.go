@@ -50,6 +50,9 @@ func run() error {
 	idle := flag.Duration("idle-unload", envDuration("DSH_IDLE_UNLOAD", 10*time.Minute), "unload sessions idle this long; 0 never (env DSH_IDLE_UNLOAD)")
 	parallel := flag.Int("max-parallel-tools", 10, "parallel-safe tool calls that may overlap")
 	debug := flag.Bool("debug", env("DSH_DEBUG", "") != "", "check the log invariants and the request equation on every request (env DSH_DEBUG)")
+	sbMode := flag.String("sandbox-mode", env("DSH_SANDBOX_MODE", "workspace-write"), "default sandbox of sessions: read-only, workspace-write or danger-full-access (env DSH_SANDBOX_MODE)")
+	sbNet := flag.String("sandbox-network", env("DSH_SANDBOX_NETWORK", "on"), "default network of tool processes: on or off (env DSH_SANDBOX_NETWORK)")
+	allowUnenforced := flag.Bool("allow-unenforced-hosts", false, "let confined sessions call tools on hosts that do not enforce sandbox policies")
 	var nc events.Conn
 	nc.RegisterFlags(flag.CommandLine, os.Getenv)
 	flag.Parse()
@@ -57,14 +60,18 @@ func run() error {
 		toolhosts = list{env("DSH_TOOLHOST", "127.0.0.1:7702")}
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	sandbox, err := agent.ParseSandbox(*sbMode, *sbNet)
+	if err != nil {
+		return err
+	}
 	cwd, err := os.Getwd()
 	if err != nil {
 		return err
 	}
 	sc := agent.ServerConfig{
 		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, Synchronous: *sqliteSync,
-		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd},
-		NATS:    nc,
+		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd, Sandbox: sandbox},
+		NATS:    nc, AllowUnenforcedHosts: *allowUnenforced,
 	}
 	for _, h := range hookFlags {
 		r, err := agent.ParseRemote(h)

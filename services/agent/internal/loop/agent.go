@@ -57,6 +57,9 @@ type Config struct {
 	OnStatus func(agentv1.AgentStatus)
 	// OnError observes every reported failure (agent/error).
 	OnError func(turn, step int32, err error)
+	// Sandbox is the deployment's default confinement (mode and network
+	// set); a session's options and sandbox/mode events override it.
+	Sandbox *toolsv1.SandboxPolicy
 }
 
 // Item is one inbox entry (a send or a steer).
@@ -112,6 +115,7 @@ type Agent struct {
 	headerLogged bool
 	prefix       []*llmv1.Message
 	prefixSet    bool
+	sandbox      sandboxFold
 }
 
 // New returns an agent over log. It does not start the driver; call Start.
