@@ -308,6 +308,26 @@ func TestEscapeSuite(t *testing.T) {
 		if h.accepted.Load() == before {
 			t.Error("network on: the listener saw no connection")
 		}
+		// A flood: the live stream is capped, the spill holds everything and
+		// the session can read it back, with bash and with the read tool.
+		r = h.bash(t, "a", "workspace-write", false, "head -c 20000000 /dev/zero | tr '\\0' a; echo; echo END")
+		if len(r.outputs) > 2<<20 {
+			t.Errorf("a 20 MB flood streamed %d bytes of live output", len(r.outputs))
+		}
+		i := strings.Index(r.text, "[output truncated; full output: ")
+		if i < 0 || !strings.Contains(r.text, "[read the full output with the read tool") {
+			t.Fatalf("flood result:\n%s", r.text[max(0, len(r.text)-500):])
+		}
+		spill := strings.SplitN(r.text[i+len("[output truncated; full output: "):], "]", 2)[0]
+		if fi, err := os.Stat(spill); err != nil || fi.Size() != 20000005 {
+			t.Errorf("spill %s: %v %v", spill, fi, err)
+		}
+		if rr := h.bash(t, "a", "read-only", false, "tail -c 4 "+spill); !strings.HasPrefix(rr.text, "END") {
+			t.Errorf("session cannot read its spill with bash:\n%s", rr.text)
+		}
+		if rr := h.call(t, "b", "workspace-write", false, "bash", map[string]any{"command": "tail -c 4 " + spill, "description": "x"}); strings.HasPrefix(rr.text, "END") {
+			t.Errorf("session b read session a's spill:\n%s", rr.text)
+		}
 		select {
 		case err := <-h.exited:
 			t.Fatalf("toolhost exited: %v", err)

@@ -24,7 +24,9 @@ const (
 	MaxTimeout       = 10 * time.Minute
 	DefaultGrace     = 3 * time.Second
 	DefaultMaxOutput = 64000
-	DefaultMaxSpill  = 64 << 20
+	DefaultMaxSpill  = 1 << 30
+	// DefaultMaxLive caps the live output streamed to the caller per stream.
+	DefaultMaxLive = 1 << 20
 )
 
 // Executor runs commands as fresh non-login `bash -c` processes, each the
@@ -51,8 +53,10 @@ type Executor struct {
 	Grace time.Duration
 	// MaxOutput caps each stream kept in memory; zero means 64000 bytes.
 	MaxOutput int
-	// MaxSpill caps each spill file; zero means 64 MiB.
+	// MaxSpill caps each spill file; zero means 1 GiB.
 	MaxSpill int64
+	// MaxLive caps the live output of each stream; zero means 1 MiB.
+	MaxLive int64
 }
 
 // Spec is one command run.
@@ -126,7 +130,11 @@ func (x *Executor) Start(spec Spec) (*Process, error) {
 		return nil, fmt.Errorf("%w: working directory %s does not exist or is not a directory", ErrStart, spec.Dir)
 	}
 	newCapture := func(stream string) *capture {
-		c := &capture{max: maxOut, maxSpill: maxSpill}
+		maxLive := x.MaxLive
+		if maxLive <= 0 {
+			maxLive = DefaultMaxLive
+		}
+		c := &capture{max: maxOut, maxSpill: maxSpill, maxLive: maxLive}
 		if x.Spill != nil {
 			c.newSpill = func() (*os.File, error) { return x.Spill.Create(spec.SessionID, spec.CallID+"-"+stream+".log") }
 		}
@@ -322,4 +330,11 @@ func (x *Executor) Run(ctx context.Context, spec Spec, timeout time.Duration) (R
 	res.Stdout, res.Stderr = p.Stdout(), p.Stderr()
 	res.Enforcement, res.Containment = p.Confinement()
 	return res, nil
+}
+
+func (x *Executor) maxSpill() int64 {
+	if x.MaxSpill > 0 {
+		return x.MaxSpill
+	}
+	return DefaultMaxSpill
 }

@@ -177,12 +177,18 @@ func (s *Shell) bash(ctx context.Context, call *toolsdk.Call, a Args) (toolsdk.R
 				spills = append(spills, path)
 			}
 			fmt.Fprintf(&b, "\n[output truncated; full output: %s]", path)
+			if o.SpillCapped {
+				fmt.Fprintf(&b, "\n[the file holds the first %d bytes only]", s.x.maxSpill())
+			}
 		}
 	}
 	var sm *sandboxMeta
 	if r.Containment != "" {
 		sm = &sandboxMeta{Mode: string(spec.Policy.Mode), Network: spec.Policy.Network, Enforcement: enforcementName(r.Enforcement), Containment: r.Containment}
 		sm.Denied = s.markers(&b, spec.Policy, r)
+	}
+	if len(spills) > 0 {
+		b.WriteString("\n[read the full output with the read tool (offset and limit page through it) or grep it by path]")
 	}
 	if r.TimedOut {
 		fmt.Fprintf(&b, "\n[timed out after %dms]", r.Timeout.Milliseconds())
