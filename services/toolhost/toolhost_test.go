@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -176,16 +175,6 @@ func TestCancelRunningBashKillsProcessGroup(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling other processes
 	}
-}
-
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return !(i >= 0 && len(s) > i+2 && s[i+2] == 'Z')
 }
 
 func TestBadRequests(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/bash"
+	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/spill"
 )
 
@@ -33,7 +34,7 @@ func newEnv(t *testing.T, environ ...string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := &bash.Executor{Spill: sp, Env: bash.ScrubEnv(append(environ, "PATH="+os.Getenv("PATH"))), Grace: 300 * time.Millisecond}
+	x := &bash.Executor{Spill: sp, Env: sandbox.Environ(append(environ, "PATH="+os.Getenv("PATH")), []string{"PASSED_THROUGH"}), Grace: 300 * time.Millisecond}
 	tasks := bash.NewTasks(nil)
 	t.Cleanup(tasks.Close)
 	h, err := toolsdk.NewHost(toolsdk.HostConfig{}, bash.New(x, tasks).Tools()...)
@@ -138,17 +139,19 @@ func TestBashSpawnFailureIsError(t *testing.T) {
 	}
 }
 
-func TestBashEnvScrubbed(t *testing.T) {
+// TestBashEnvAllowList: the shell sees the allow-list and the deployment's
+// pass-throughs, never the rest of the host environment.
+func TestBashEnvAllowList(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "MY_API_KEY=k", "GITHUB_TOKEN=t", "AWS_SECRET_ACCESS_KEY=s", "DB_PASSWORD=p", "DSH_AMBIENT=1", "PLAIN=visible", "TERM=xterm")
+	e := newEnv(t, "MY_API_KEY=k", "GITHUB_TOKEN=t", "AWS_SECRET_ACCESS_KEY=s", "DB_PASSWORD=p", "DSH_AMBIENT=1", "PLAIN=invisible", "TERM=xterm", "PASSED_THROUGH=visible")
 	r := e.bash(bash.Args{Command: "env | sort", Description: "x"})
 	got := text(r)
-	for _, bad := range []string{"MY_API_KEY", "GITHUB_TOKEN", "AWS_SECRET", "DB_PASSWORD", "DSH_AMBIENT", "TERM=xterm"} {
+	for _, bad := range []string{"MY_API_KEY", "GITHUB_TOKEN", "AWS_SECRET", "DB_PASSWORD", "DSH_AMBIENT", "TERM=xterm", "PLAIN"} {
 		if strings.Contains(got, bad) {
 			t.Errorf("%s leaked into the shell:\n%s", bad, got)
 		}
 	}
-	for _, want := range []string{"PLAIN=visible", "DSH_SHELL=1", "DSH_SESSION_ID=s", "NO_COLOR=1", "TERM=dumb", "PAGER=cat"} {
+	for _, want := range []string{"PASSED_THROUGH=visible", "DSH_SHELL=1", "DSH_SESSION_ID=s", "NO_COLOR=1", "TERM=dumb", "PAGER=cat"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %s:\n%s", want, got)
 		}
