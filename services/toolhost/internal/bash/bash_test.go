@@ -293,3 +293,41 @@ func TestBackgroundTasks(t *testing.T) {
 		t.Errorf("second kill: %q", text(k))
 	}
 }
+
+// TestBashFailsClosedWithoutASandbox: when no launcher can confine, a
+// confined call is a SANDBOX_UNAVAILABLE error and nothing runs; only
+// danger-full-access would be allowed to proceed.
+func TestBashFailsClosedWithoutASandbox(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	sb, err := sandbox.New(sandbox.Config{HostRoot: dir, Exe: filepath.Join(dir, "no-launcher")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	if sb.Support().Unavailable == nil {
+		t.Fatal("a missing launcher was reported usable")
+	}
+	x := &bash.Executor{Sandbox: sb, Grace: 300 * time.Millisecond}
+	tasks := bash.NewTasks(nil)
+	t.Cleanup(tasks.Close)
+	sh := bash.New(x, tasks)
+	sh.Resolve = func(*toolsdk.Call) (sandbox.Effective, error) {
+		return sandbox.Effective{Policy: sandbox.Policy{Mode: sandbox.WorkspaceWrite, Network: true}, Root: dir}, nil
+	}
+	h, err := toolsdk.NewHost(toolsdk.HostConfig{}, sh.Tools()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(dir, "ran")
+	for _, bg := range []bool{false, true} {
+		b, _ := json.Marshal(bash.Args{Command: "touch " + marker, Description: "x", RunInBackground: bg})
+		r := h.Run(t.Context(), &toolsv1.ToolExecution{CallId: "c", Name: "bash", Arguments: string(b), Context: &toolsv1.ToolContext{SessionId: "s", Cwd: dir}}, nil)
+		if r.GetError().GetCode() != "SANDBOX_UNAVAILABLE" || !r.GetIsError() {
+			t.Errorf("background=%v: %s", bg, text(r))
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran unconfined")
+	}
+}
