@@ -33,6 +33,8 @@ type devFlags struct {
 	agentAddr, gatewayAddr, toolhostAddr, natsAd string
 	approval                                     string
 	yes                                          bool
+	sandboxMode, sandboxNetwork                  string
+	allowUnenforced                              bool
 }
 
 func runDev(ctx context.Context, e *env, args []string) error {
@@ -50,6 +52,9 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.natsAd, "nats-listen", "127.0.0.1:4222", "embedded NATS address")
 	fs.StringVar(&f.approval, "approval", e.getenv("DSH_APPROVAL"), "when tool calls need your approval: on-request (bash, write and edit ask; the chat's default), never (nothing is asked and such calls are refused; the default with -p) or always (env DSH_APPROVAL)")
 	fs.BoolVar(&f.yes, "yes", false, "allow every tool call without asking")
+	fs.StringVar(&f.sandboxMode, "sandbox-mode", envOr(e, "DSH_SANDBOX_MODE", "workspace-write"), "sandbox of tool calls: read-only, workspace-write or danger-full-access (env DSH_SANDBOX_MODE)")
+	fs.StringVar(&f.sandboxNetwork, "sandbox-network", envOr(e, "DSH_SANDBOX_NETWORK", "on"), "network of tool processes: on or off (env DSH_SANDBOX_NETWORK)")
+	fs.BoolVar(&f.allowUnenforced, "allow-unenforced-hosts", false, "let confined sessions call tools on hosts that do not enforce sandbox policies")
 	reasoning := reasoningFlag(e, fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -70,6 +75,9 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, msg: fmt.Sprintf("unexpected argument %q (use -p \"PROMPT\" for one prompt)", fs.Arg(0))}
+	}
+	if _, err := agent.ParseSandbox(f.sandboxMode, f.sandboxNetwork); err != nil {
+		return &exitError{code: 2, msg: err.Error()}
 	}
 	st, err := startStack(ctx, e, f)
 	if err != nil {
@@ -106,6 +114,8 @@ func runDev(ctx context.Context, e *env, args []string) error {
 type stack struct {
 	agentAddr, gatewayAddr, toolhostAddr, natsURL string
 	provider, model                               string
+	sandbox                                       string // the banner's sandbox line
+	sandboxWarn                                   string // set when confinement is unavailable
 	stop                                          func()
 	// startNATS starts the embedded NATS server (once).
 	startNATS func()
@@ -235,7 +245,8 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--toolhost-listen: %w", err)
 	}
-	thStop, err := startToolhost(ctx, cwd, f.data, thLis, logger)
+	sandbox, _ := agent.ParseSandbox(f.sandboxMode, f.sandboxNetwork)
+	th, thStop, err := startToolhost(ctx, cwd, f.data, thLis, logger)
 	if err != nil {
 		thLis.Close()
 		return nil, fmt.Errorf("toolhost: %w", err)
@@ -261,8 +272,10 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 			NATS: events.Conn{URL: natsURL, Name: "dsh dev agent"},
 			// Deployment defaults: bash, write and edit ask; a question or
 			// approval nobody answers settles after 15 minutes.
-			Service: agent.Config{DefaultCwd: cwd, Approval: agent.ApprovalConfig{Rules: agent.DefaultApprovalRules(), Timeout: 15 * time.Minute}},
-			Ready:   func(addr string) { ready <- addr },
+			Service: agent.Config{DefaultCwd: cwd, Sandbox: sandbox,
+				Approval: agent.ApprovalConfig{Rules: agent.DefaultApprovalRules(), Timeout: 15 * time.Minute}},
+			AllowUnenforcedHosts: f.allowUnenforced,
+			Ready:                func(addr string) { ready <- addr },
 		}, logger)
 	}()
 	cleanups = append(cleanups, func() {
@@ -286,6 +299,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 
 	st := &stack{agentAddr: agLis.Addr().String(), gatewayAddr: gwLis.Addr().String(), toolhostAddr: thLis.Addr().String(),
 		natsURL: natsURL, stop: stop, startNATS: startNATS}
+	st.sandbox, st.sandboxWarn = sandboxLine(f, th)
 	if err := pickModel(ctx, st, f, gwCfg); err != nil {
 		return nil, err
 	}
@@ -370,7 +384,11 @@ func banner(e *env, st *stack, f devFlags, cwd string, cfg llmgateway.Config) {
 		return s
 	}
 	if f.prompt != "" && !isTTY(w) {
-		// Scripts get a short note, not the tour.
+		// Scripts get a short note, not the tour (but always the sandbox
+		// warning).
+		if st.sandboxWarn != "" {
+			fmt.Fprintln(w, "dsh: WARNING:", st.sandboxWarn)
+		}
 		if usingScripted(st, cfg) {
 			fmt.Fprintln(w, "dsh: no model configured (set DEEPSEEK_API_KEY, ANTHROPIC_API_KEY or OPENAI_API_KEY); using the scripted demo provider")
 		}
@@ -384,6 +402,14 @@ func banner(e *env, st *stack, f devFlags, cwd string, cfg llmgateway.Config) {
 	fmt.Fprintf(&b, "  nats      %s   %s\n", st.natsURL, dim("dsh events tail --nats "+st.natsURL))
 	fmt.Fprintf(&b, "  data      %s   %s\n", f.data, dim("sessions ("+f.store+"), NATS store, dsh.log"))
 	fmt.Fprintf(&b, "  model     %s/%s\n", st.provider, st.model)
+	fmt.Fprintf(&b, "  sandbox   %s\n", st.sandbox)
+	if st.sandboxWarn != "" {
+		msg := "WARNING: " + st.sandboxWarn
+		if color {
+			msg = "\x1b[31m" + msg + "\x1b[0m"
+		}
+		fmt.Fprintf(&b, "\n%s\n", msg)
+	}
 	if usingScripted(st, cfg) {
 		msg := "No model is configured, so the scripted demo provider answers (it runs one real tool).\n" +
 			"To use a real model set DEEPSEEK_API_KEY, ANTHROPIC_API_KEY, or OPENAI_API_KEY\n" +

@@ -67,9 +67,14 @@ func usage(w io.Writer) {
 }
 
 func main() {
-	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, args: os.Args[1:]}
+	secrets, err := scrubbedReexec(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dsh:", err)
+		os.Exit(1)
+	}
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: withSecrets(secrets, os.Getenv), args: os.Args[1:]}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	err := run(ctx, e)
+	err = run(ctx, e)
 	stop()
 	os.Exit(exitCode(e, err))
 }

@@ -32,6 +32,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"log/slog"
 	"sort"
 	"sync"
@@ -97,6 +98,9 @@ type Config struct {
 	// every session together; zero or negative is unbounded.
 	ProcessMaxQueuedItems int
 	ProcessMaxQueuedBytes int64
+	// Sandbox is the deployment's default confinement (--sandbox-mode,
+	// --sandbox-network); nil sends no policy (hosts apply their own).
+	Sandbox *toolsv1.SandboxPolicy
 	// Sink receives durable events; nil for none.
 	Sink EventSink
 	// Approval holds the deployment's approval defaults. The zero value is
@@ -262,7 +266,7 @@ func (s *Service) open(ctx context.Context, log *session.Log, durable int64, sou
 	l.agent = loop.New(loop.Config{
 		LLM: s.deps.LLM, Tools: s.deps.Tools, Hooks: s.deps.Hooks, Prompt: s.deps.Prompt,
 		Flush: l.flush, MaxParallelToolCalls: s.cfg.MaxParallelToolCalls, Debug: s.cfg.Debug, Logger: s.log, Approval: l.gate,
-		Limits: loop.QueueLimits{MaxItems: s.cfg.MaxQueuedItems, MaxBytes: s.cfg.MaxQueuedBytes, Process: s.budget},
+		Limits: loop.QueueLimits{MaxItems: s.cfg.MaxQueuedItems, MaxBytes: s.cfg.MaxQueuedBytes, Process: s.budget}, Sandbox: s.cfg.Sandbox,
 		OnStatus: func(st agentv1.AgentStatus) {
 			if s.cfg.Sink != nil {
 				s.cfg.Sink.Status(log.Header().GetTenant(), l.id, st)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
+	"strings"
 	"unicode"
 
 	"go.opentelemetry.io/otel/trace"
@@ -59,6 +61,11 @@ func (s *Service) createSession(ctx context.Context, req *agentv1.CreateSessionR
 	}
 	if r := opts.GetWorkspaceRoot(); r != "" && !filepath.IsAbs(r) {
 		return nil, invalidf("options.workspace_root %q must be an absolute path", r)
+	} else if r != "" && slices.Contains(strings.Split(r, "/"), "..") {
+		return nil, invalidf("options.workspace_root %q must not contain \"..\" (name the directory itself)", r)
+	}
+	if err := checkSandbox(opts.GetSandbox()); err != nil {
+		return nil, err
 	}
 	id := req.GetSessionId()
 	if id == "" {

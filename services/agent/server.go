@@ -113,6 +113,9 @@ type ServerConfig struct {
 	ShutdownTimeout time.Duration
 	// Ready, when set, receives the bound address once serving.
 	Ready func(addr string)
+	// AllowUnenforcedHosts lets confined sessions call tools on hosts that
+	// declare they do not enforce sandbox policies.
+	AllowUnenforcedHosts bool
 }
 
 // Run wires the agent process (store, gateway client, toolhost registry,
@@ -179,7 +182,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		defer conn.Close()
 		approvers = append(approvers, approval.Remote{Name: r.Name, Client: agentv1.NewApproverClient(conn), Timeout: r.Timeout, FailOpen: r.FailOpen})
 	}
-	pipe := toolpipe.New(toolpipe.Config{Hosts: hosts, Interceptors: ics, Logger: logger, Gates: func(id string) toolpipe.Gate {
+	pipe := toolpipe.New(toolpipe.Config{Hosts: hosts, Interceptors: ics, Logger: logger, AllowUnenforced: sc.AllowUnenforcedHosts, Gates: func(id string) toolpipe.Gate {
 		if svc == nil {
 			return nil
 		}

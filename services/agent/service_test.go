@@ -253,6 +253,18 @@ func TestBadInput(t *testing.T) {
 			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Cwd: "rel", Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}})
 			return err
 		}, codes.InvalidArgument},
+		{"relative workspace root", func() error {
+			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m", WorkspaceRoot: "ws/a"}})
+			return err
+		}, codes.InvalidArgument},
+		{"workspace root with ..", func() error {
+			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m", WorkspaceRoot: "/ws/a/../b"}})
+			return err
+		}, codes.InvalidArgument},
+		{"unknown sandbox mode", func() error {
+			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m", Sandbox: &toolsv1.SandboxPolicy{Mode: 42}}})
+			return err
+		}, codes.InvalidArgument},
 		{"duplicate id", func() error {
 			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{SessionId: "s1", Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}})
 			return err

@@ -26,6 +26,7 @@ import (
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/bash"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/fstools"
+	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/search"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/spill"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/todo"
@@ -37,9 +38,21 @@ type Config struct {
 	// WorkspaceRoot is the absolute directory file tools are confined to.
 	// Required; it must exist.
 	WorkspaceRoot string
-	// Unconfined lets file tools reach any path (still resolved against the
-	// session's cwd). Off by default.
+	// Unconfined makes danger-full-access the default of calls that carry
+	// no sandbox policy (file tools then reach any path). Off by default.
 	Unconfined bool
+	// DefaultMode is the sandbox mode of calls that carry no policy (an
+	// agent always sends one); empty means workspace-write.
+	DefaultMode sandbox.Mode
+	// DefaultNetworkOff turns the network off for calls that carry no
+	// policy.
+	DefaultNetworkOff bool
+	// Limits are the per-call resource limits; zero fields take the
+	// sandbox defaults.
+	Limits sandbox.Limits
+	// ToolEnv names host environment variables passed through to tool
+	// processes (besides PATH, HOME, LANG and co.).
+	ToolEnv []string
 	// SpillDir holds capped outputs; empty means a fresh private temporary
 	// directory removed by Close.
 	SpillDir string
@@ -47,7 +60,7 @@ type Config struct {
 	MaxArgumentBytes int
 	// KillGrace is the TERM→KILL grace of bash kills; zero means 3 s.
 	KillGrace time.Duration
-	// Environ is the environment bash starts from before scrubbing; nil
+	// Environ is the host environment the tool allow-list picks from; nil
 	// means os.Environ().
 	Environ []string
 	// Now stamps background tasks; nil means time.Now.
@@ -64,9 +77,12 @@ type Service struct {
 	spill      *spill.Dir
 	ownSpill   bool
 	root       string
+	realRoot   string
 	log        *slog.Logger
 	unconfined bool
 	srvOpts    []grpc.ServerOption
+	sandbox    *sandbox.Sandbox
+	defPolicy  sandbox.Policy
 }
 
 // New validates cfg and builds the service.
@@ -84,7 +100,18 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("toolhost: workspace root %s is not a directory", root)
 	}
-	s := &Service{root: root, log: logger, unconfined: cfg.Unconfined, srvOpts: cfg.ServerOptions}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("toolhost: workspace root: %w", err)
+	}
+	s := &Service{root: root, realRoot: realRoot, log: logger, unconfined: cfg.Unconfined, srvOpts: cfg.ServerOptions}
+	s.defPolicy = sandbox.Policy{Mode: cfg.DefaultMode, Network: !cfg.DefaultNetworkOff}
+	switch {
+	case cfg.Unconfined:
+		s.defPolicy.Mode = sandbox.DangerFullAccess
+	case s.defPolicy.Mode == "":
+		s.defPolicy.Mode = sandbox.WorkspaceWrite
+	}
 	spillDir := cfg.SpillDir
 	if spillDir == "" {
 		d, err := os.MkdirTemp("", "dsh-toolhost-spill-")
@@ -102,16 +129,25 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	if environ == nil {
 		environ = os.Environ()
 	}
-	conf := &fstools.Confiner{Root: root, ReadOnly: []string{sp.Root()}, Unconfined: cfg.Unconfined}
-	x := &bash.Executor{Spill: sp, Env: bash.ScrubEnv(environ), Grace: cfg.KillGrace}
+	s.sandbox, err = sandbox.New(sandbox.Config{
+		HostRoot: realRoot, SpillRoot: sp.Root(), Limits: cfg.Limits, Environ: environ, ToolEnv: cfg.ToolEnv, Logger: logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("toolhost: %w", err)
+	}
+	conf := &fstools.Confiner{Root: root, ReadOnly: []string{sp.Root()}, Unconfined: cfg.Unconfined, Scope: s.scope}
+	x := &bash.Executor{Spill: sp, Env: sandbox.Environ(environ, cfg.ToolEnv), Grace: cfg.KillGrace, Sandbox: s.sandbox, Limits: s.sandbox.Limits()}
 	s.tasks = bash.NewTasks(cfg.Now)
-	tools := append(bash.New(x, s.tasks).Tools(), fstools.New(conf).Tools()...)
+	shell := bash.New(x, s.tasks)
+	shell.Resolve = s.effective
+	tools := append(shell.Tools(), fstools.New(conf).Tools()...)
 	tools = append(tools, search.New(conf, sp).Tools()...)
 	tools = append(tools, todo.Tool())
 	s.host, err = toolsdk.NewHost(toolsdk.HostConfig{
 		Logger:           logger,
 		MaxArgumentBytes: cfg.MaxArgumentBytes,
 		CheckContext:     s.checkContext,
+		SandboxSupport:   s.support(),
 	}, tools...)
 	if err != nil {
 		return nil, fmt.Errorf("toolhost: %w", err)
@@ -119,8 +155,9 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	return s, nil
 }
 
-// checkContext refuses a call whose workspace root lies outside the host's:
-// a session may narrow its confinement, never widen it.
+// checkContext refuses a call whose workspace root lies outside the host's,
+// lexically or once symlinks are resolved: a session may narrow its
+// confinement, never widen it.
 func (s *Service) checkContext(tc *toolsv1.ToolContext) error {
 	wr := tc.GetWorkspaceRoot()
 	if wr == "" || s.unconfined {
@@ -130,8 +167,53 @@ func (s *Service) checkContext(tc *toolsv1.ToolContext) error {
 	if wr != s.root && !isWithin(wr, s.root) {
 		return fmt.Errorf("execution.context.workspace_root %s is outside this host's workspace %s", wr, s.root)
 	}
+	real, err := filepath.EvalSymlinks(wr)
+	if err != nil {
+		return fmt.Errorf("execution.context.workspace_root %s: %v", wr, err)
+	}
+	if real != s.realRoot && !isWithin(real, s.realRoot) {
+		return fmt.Errorf("execution.context.workspace_root %s resolves to %s, outside this host's workspace %s", wr, real, s.realRoot)
+	}
 	return nil
 }
+
+// support is what the host declares: it enforces every policy it is sent
+// when the sandbox works on this machine.
+func (s *Service) support() toolsv1.SandboxSupport {
+	if s.sandbox.Support().Unavailable != nil {
+		return toolsv1.SandboxSupport_SANDBOX_SUPPORT_UNSPECIFIED
+	}
+	return toolsv1.SandboxSupport_SANDBOX_SUPPORT_ENFORCED
+}
+
+// effective resolves a call's confinement: its policy over the host's
+// default, its real workspace root, its own spill directory.
+func (s *Service) effective(call *toolsdk.Call) (sandbox.Effective, error) {
+	eff := sandbox.Effective{Policy: sandbox.FromProto(call.Sandbox, s.defPolicy), Root: s.realRoot, SpillDir: s.spill.SessionDir(call.SessionID)}
+	if call.WorkspaceRoot != "" {
+		real, err := filepath.EvalSymlinks(filepath.Clean(call.WorkspaceRoot))
+		if err != nil {
+			return eff, toolsdk.NewError("SandboxError", "SANDBOX_UNAVAILABLE", fmt.Sprintf("workspace root %s: %v", call.WorkspaceRoot, err), err)
+		}
+		eff.Root = real
+	}
+	return eff, nil
+}
+
+// scope is the file tools' view of a call's confinement.
+func (s *Service) scope(call *toolsdk.Call) (fstools.Scope, error) {
+	eff, err := s.effective(call)
+	if err != nil {
+		return fstools.Scope{}, err
+	}
+	return fstools.Scope{
+		Mode: string(eff.Mode), Unconfined: !eff.Mode.Confined(), ReadOnly: eff.Mode == sandbox.ReadOnly,
+		Root: eff.Root, Read: []string{eff.SpillDir},
+	}, nil
+}
+
+// Sandbox reports what the machine offers (for banners and tests).
+func (s *Service) Sandbox() sandbox.Support { return s.sandbox.Support() }
 
 func isWithin(p, root string) bool {
 	rel, err := filepath.Rel(root, p)
@@ -150,6 +232,7 @@ func (s *Service) WorkspaceRoot() string { return s.root }
 // Close kills background tasks and removes a self-made spill directory.
 func (s *Service) Close() error {
 	s.tasks.Close()
+	_ = s.sandbox.Close()
 	if s.ownSpill {
 		if err := os.RemoveAll(s.spill.Root()); err != nil {
 			return fmt.Errorf("toolhost: remove spill dir: %w", err)
@@ -157,3 +240,17 @@ func (s *Service) Close() error {
 	}
 	return nil
 }
+
+// The sandbox vocabulary for binaries that embed the toolhost (cmd/dsh).
+type (
+	// SandboxMode is a file-effect confinement mode.
+	SandboxMode = sandbox.Mode
+	// Limits are the per-call resource limits.
+	Limits = sandbox.Limits
+)
+
+// ParseSandboxMode parses read-only, workspace-write or danger-full-access.
+func ParseSandboxMode(s string) (SandboxMode, error) { return sandbox.ParseMode(s) }
+
+// ParseNetwork parses "on" or "off" and reports whether it is off.
+func ParseNetwork(s string) (off bool, err error) { return sandbox.ParseNetwork(s) }

@@ -3,10 +3,10 @@ package toolhost_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/proctest"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk/toolhostconformance"
 	"github.com/dsh-dev/dsh/services/toolhost"
@@ -114,7 +115,7 @@ func TestFileRoundTripOverGRPC(t *testing.T) {
 		t.Errorf("file %q", b)
 	}
 	os.Symlink("/etc", filepath.Join(h.Workspace, "etc"))
-	if _, r, _ = h.Execute(ctx, "s", "read", args(map[string]any{"file_path": "etc/passwd"})); r.GetError().GetCode() != "FS_PERMISSION_DENIED" {
+	if _, r, _ = h.Execute(ctx, "s", "read", args(map[string]any{"file_path": "etc/passwd"})); r.GetError().GetCode() != "FS_SANDBOX_DENIED" {
 		t.Errorf("symlink escape: %s", text(r))
 	}
 	if _, r, _ = h.Execute(ctx, "s", "grep", args(map[string]any{"pattern": "gam+a"})); !strings.Contains(text(r), "Line 2: gamma") {
@@ -150,11 +151,11 @@ func TestBashStreamsThenResult(t *testing.T) {
 func TestCancelRunningBashKillsProcessGroup(t *testing.T) {
 	t.Parallel()
 	h := toolhosttest.Start(t)
-	pidfile := filepath.Join(h.Workspace, "pid")
+	marker := fmt.Sprintf("dsh-cancel-test-%d", time.Now().UnixNano())
 	ctx, cancel := context.WithCancel(t.Context())
 	st, err := h.Client.Execute(ctx, &toolsv1.ExecuteRequest{Execution: &toolsv1.ToolExecution{
 		CallId: "c", Name: "bash", Context: h.Context("s"),
-		Arguments: args(map[string]any{"command": "sleep 300 & echo $! > " + pidfile + "; echo started; wait", "description": "x"}),
+		Arguments: args(map[string]any{"command": "(exec -a " + marker + " sleep 300) & echo started; wait", "description": "x"}),
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -163,32 +164,17 @@ func TestCancelRunningBashKillsProcessGroup(t *testing.T) {
 	if err != nil || m.GetOutput().GetText() != "started\n" {
 		t.Fatalf("first message %v, %v", m, err)
 	}
-	b, _ := os.ReadFile(pidfile)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	cancel()
 	if _, err := st.Recv(); status.Code(err) != codes.Canceled {
 		t.Errorf("after cancel: %v", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
+	for pids := proctest.Living(marker); len(pids) > 0; pids = proctest.Living(marker) {
 		if time.Now().After(deadline) {
-			t.Fatalf("grandchild %d survived the cancelled call", pid)
+			t.Fatalf("grandchild %v survived the cancelled call", pids)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // polling other processes
 	}
-}
-
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return !(i >= 0 && len(s) > i+2 && s[i+2] == 'Z')
 }
 
 func TestBadRequests(t *testing.T) {
@@ -244,27 +230,26 @@ func TestCloseKillsBackgroundTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pidfile := filepath.Join(dir, "pid")
+	// A confined call's $$ is a pid of its own namespace: find the task by
+	// a marker in its command line instead.
+	marker := fmt.Sprintf("dsh-close-test-%d", time.Now().UnixNano())
 	r := svc.Host().Run(t.Context(), &toolsv1.ToolExecution{Name: "bash", Context: &toolsv1.ToolContext{SessionId: "s", Cwd: dir},
-		Arguments: args(map[string]any{"command": "echo $$ > " + pidfile + "; sleep 300", "description": "x", "run_in_background": true})}, nil)
+		Arguments: args(map[string]any{"command": "exec -a " + marker + " sleep 300", "description": "x", "run_in_background": true})}, nil)
 	if text(r) != "started background task bash-1" {
 		t.Fatal(text(r))
 	}
-	var pid int
 	deadline := time.Now().Add(10 * time.Second)
-	for pid == 0 && time.Now().Before(deadline) {
-		b, _ := os.ReadFile(pidfile)
-		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		time.Sleep(10 * time.Millisecond)
+	for len(proctest.Living(marker)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling another process
 	}
-	if !alive(pid) {
+	if len(proctest.Living(marker)) == 0 {
 		t.Fatal("task not running")
 	}
 	if err := svc.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if alive(pid) {
-		t.Errorf("task %d survived Close", pid)
+	if pids := proctest.Living(marker); len(pids) > 0 {
+		t.Errorf("task %v survived Close", pids)
 	}
 }
 

@@ -33,6 +33,12 @@ type HostConfig struct {
 	// ServerOptions are added to the gRPC server Serve builds: TLS
 	// credentials and the peer check (internal/auth.ServerFlags).
 	ServerOptions []grpc.ServerOption
+	// SandboxSupport is declared in ListTools and WatchTools: ENFORCED
+	// only when the host's tools confine every call to its
+	// ToolContext.sandbox policy. The zero value says they do not, and an
+	// agent then refuses confined sessions on this host unless told to
+	// allow unenforced hosts.
+	SandboxSupport toolsv1.SandboxSupport
 }
 
 // Host serves a live set of tools as the dsh.tools.v1.ToolHost gRPC service.
@@ -164,7 +170,7 @@ func cloneDescriptor(d *toolsv1.ToolDescriptor) *toolsv1.ToolDescriptor {
 // ListTools returns the current tool set and its revision.
 func (h *Host) ListTools(context.Context, *toolsv1.ListToolsRequest) (*toolsv1.ListToolsResponse, error) {
 	tools, rev, _ := h.snapshot()
-	return &toolsv1.ListToolsResponse{Tools: tools, Revision: rev}, nil
+	return &toolsv1.ListToolsResponse{Tools: tools, Revision: rev, SandboxSupport: h.cfg.SandboxSupport}, nil
 }
 
 // WatchTools sends a snapshot now and after every change. Changes that land
@@ -173,7 +179,7 @@ func (h *Host) WatchTools(_ *toolsv1.WatchToolsRequest, stream grpc.ServerStream
 	ctx := stream.Context()
 	for {
 		tools, rev, changed := h.snapshot()
-		if err := stream.Send(&toolsv1.WatchToolsResponse{Tools: tools, Revision: rev}); err != nil {
+		if err := stream.Send(&toolsv1.WatchToolsResponse{Tools: tools, Revision: rev, SandboxSupport: h.cfg.SandboxSupport}); err != nil {
 			return err
 		}
 		select {
@@ -354,7 +360,7 @@ func (h *Host) invoke(ctx context.Context, t Tool, call *Call) (r Result, presen
 }
 
 func (h *Host) buildResult(r Result) (*toolsv1.ToolExecutionResult, error) {
-	res := &toolsv1.ToolExecutionResult{Content: r.Content, AdditionalContexts: r.Contexts}
+	res := &toolsv1.ToolExecutionResult{Content: r.Content, AdditionalContexts: r.Contexts, Enforcement: r.Enforcement}
 	if res.Content == nil {
 		res.Content = []*llmv1.ContentBlock{}
 	}

@@ -65,6 +65,10 @@ type Call struct {
 	WorkspaceRoot string
 	// Turn and Step locate the call in the session.
 	Turn, Step int32
+	// Sandbox is the call's effective confinement as the agent resolved it
+	// (mode, network; the root is WorkspaceRoot); nil when the caller sent
+	// none. A host that enforces it declares HostConfig.SandboxSupport.
+	Sandbox *toolsv1.SandboxPolicy
 
 	output func(stream, text string)
 }
@@ -85,6 +89,7 @@ func NewCall(exec *toolsv1.ToolExecution, output func(stream, text string)) *Cal
 	if tc := exec.GetContext(); tc != nil {
 		c.SessionID, c.Cwd, c.WorkspaceRoot = tc.GetSessionId(), tc.GetCwd(), tc.GetWorkspaceRoot()
 		c.Turn, c.Step = tc.GetTurn(), tc.GetStep()
+		c.Sandbox = tc.GetSandbox()
 	}
 	return c
 }
@@ -103,6 +108,8 @@ type Result struct {
 	Contexts []*toolsv1.HookContext
 	// View, when set, is the completed card, overriding PresentResult.
 	View *toolsv1.ToolResultView
+	// Enforcement says how much of the call's sandbox policy was enforced.
+	Enforcement toolsv1.SandboxEnforcement
 }
 
 // Text is a Result of one text block.

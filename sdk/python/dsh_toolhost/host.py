@@ -45,7 +45,7 @@ import grpc
 from dsh_toolhost.gen.dsh.tools.v1 import tools_pb2, tools_pb2_grpc
 from dsh_toolhost.gen.grpc.health.v1 import health_pb2, health_pb2_grpc
 from dsh_toolhost.interceptor import Interceptor, InterceptorServicer
-from dsh_toolhost.tool import Output, Tool, ToolContext, parse_arguments, run_call
+from dsh_toolhost.tool import Output, Tool, ToolContext, parse_arguments, run_call, sandbox_from_proto
 
 __all__ = ["ToolHost", "Server", "serve", "HealthServicer", "TLSConfigError"]
 
@@ -56,8 +56,13 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
     """A live set of tools served over gRPC. Safe for concurrent use; tools may
     be added or removed while serving (watchers get a new snapshot)."""
 
-    def __init__(self, tools: Iterable[Tool] = (), *, max_argument_bytes: int = 1 << 20):
+    def __init__(self, tools: Iterable[Tool] = (), *, max_argument_bytes: int = 1 << 20,
+                 enforce_sandbox: bool = False):
+        """enforce_sandbox declares that these tools confine every call to its
+        ToolContext.sandbox policy (SANDBOX_SUPPORT_ENFORCED); leave it off
+        unless they really do."""
         self.max_argument_bytes = max_argument_bytes
+        self.sandbox_support = tools_pb2.SANDBOX_SUPPORT_ENFORCED if enforce_sandbox else tools_pb2.SANDBOX_SUPPORT_UNSPECIFIED
         self._lock = threading.Condition()
         self._tools: dict[str, Tool] = {}
         self._revision = 1
@@ -106,7 +111,7 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
     # RPCs -----------------------------------------------------------------
     def ListTools(self, request, context):
         tools, rev = self.snapshot()
-        return tools_pb2.ListToolsResponse(tools=tools, revision=rev)
+        return tools_pb2.ListToolsResponse(tools=tools, revision=rev, sandbox_support=self.sandbox_support)
 
     def WatchTools(self, request, context):
         wake = lambda: self._notify()  # noqa: E731
@@ -120,7 +125,7 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
                     return
                 tools = [t.descriptor() for t in self._tools.values()]
                 sent = self._revision
-            yield tools_pb2.WatchToolsResponse(tools=tools, revision=sent)
+            yield tools_pb2.WatchToolsResponse(tools=tools, revision=sent, sandbox_support=self.sandbox_support)
 
     def _notify(self) -> None:
         with self._lock:
@@ -169,7 +174,8 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
         t = self.get(ex.name)
         c = ex.context
         ctx = ToolContext(call_id=ex.call_id, tool_name=ex.name, session_id=c.session_id, cwd=c.cwd,
-                          workspace_root=c.workspace_root, turn=c.turn, step=c.step)
+                          workspace_root=c.workspace_root, turn=c.turn, step=c.step,
+                          sandbox=sandbox_from_proto(c.sandbox if c.HasField("sandbox") else None))
         events: "queue.Queue" = queue.Queue()
         done = object()
 

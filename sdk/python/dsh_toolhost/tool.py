@@ -81,6 +81,29 @@ class Result:
 
 
 @dataclass
+class SandboxPolicy:
+    """A call's confinement as the agent resolved it: mode is "read-only",
+    "workspace-write", "danger-full-access" (or "" when unset); network is
+    "on", "off" (or ""). A host that does not declare enforce_sandbox=True
+    is not expected to enforce it, and agents refuse confined calls on it
+    unless their deployment allows unenforced hosts."""
+
+    mode: str = ""
+    network: str = ""
+
+
+_MODES = {1: "read-only", 2: "workspace-write", 3: "danger-full-access"}
+_NETWORK = {1: "on", 2: "off"}
+
+
+def sandbox_from_proto(p) -> Optional[SandboxPolicy]:
+    """The SandboxPolicy of a ToolContext message (None when absent)."""
+    if p is None or (p.mode == 0 and p.network == 0):
+        return None
+    return SandboxPolicy(mode=_MODES.get(p.mode, ""), network=_NETWORK.get(p.network, ""))
+
+
+@dataclass
 class ToolContext:
     """The context of one call, as the agent sent it."""
 
@@ -91,6 +114,7 @@ class ToolContext:
     workspace_root: str = ""
     turn: int = 0
     step: int = 0
+    sandbox: Optional[SandboxPolicy] = None
     cancelled: threading.Event = field(default_factory=threading.Event)
     _emit: Callable[[Output], None] = field(default=lambda o: None, repr=False)
 

@@ -11,7 +11,7 @@ import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from dsh_toolhost import (Interceptor, Output, Result, Server, ToolContext, ToolError, ToolHost, allow,  # noqa: E402
+from dsh_toolhost import (Interceptor, Output, Result, SandboxPolicy, Server, ToolContext, ToolError, ToolHost, allow,  # noqa: E402
                           block, deny, generic_call, raw_tool, tool)
 from dsh_toolhost.conformance import conformance_tools  # noqa: E402
 from dsh_toolhost.gen.dsh.tools.v1 import tools_pb2, tools_pb2_grpc  # noqa: E402
@@ -92,6 +92,28 @@ class HostTest(unittest.TestCase):
         self.assertTrue(msgs and msgs[-1].WhichOneof("event") == "result", msgs)
         self.assertEqual([m.WhichOneof("event") for m in msgs[:-1]], ["output"] * (len(msgs) - 1))
         return [m.output for m in msgs[:-1]], msgs[-1].result
+
+    def test_sandbox_policy_and_support(self):
+        # Hosts declare no enforcement by default; a tool sees the call's policy.
+        self.assertEqual(self.stub.ListTools(tools_pb2.ListToolsRequest()).sandbox_support,
+                         tools_pb2.SANDBOX_SUPPORT_UNSPECIFIED)
+        seen = []
+
+        @tool
+        def policy_probe(ctx: ToolContext) -> str:
+            """Report the sandbox policy."""
+            seen.append(ctx.sandbox)
+            return "ok"
+        self.host.add(policy_probe)
+        req = call("policy_probe", {})
+        req.execution.context.sandbox.mode = tools_pb2.SANDBOX_MODE_READ_ONLY
+        req.execution.context.sandbox.network = tools_pb2.NETWORK_ACCESS_OFF
+        list(self.stub.Execute(req, timeout=10))
+        list(self.stub.Execute(call("policy_probe", {}), timeout=10))
+        self.assertEqual(seen, [SandboxPolicy(mode="read-only", network="off"), None])
+        enforcing = ToolHost([], enforce_sandbox=True)
+        self.assertEqual(enforcing.ListTools(tools_pb2.ListToolsRequest(), None).sandbox_support,
+                         tools_pb2.SANDBOX_SUPPORT_ENFORCED)
 
     def test_list_and_schema(self):
         resp = self.stub.ListTools(tools_pb2.ListToolsRequest())

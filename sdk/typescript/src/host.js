@@ -42,8 +42,14 @@ export class ToolHost {
   #watchers = new Set()
   #closed = false
 
-  constructor(tools = [], { maxArgumentBytes = 1 << 20 } = {}) {
+  /**
+   * enforcesSandbox declares that these tools confine every call to its
+   * context.sandbox policy (SANDBOX_SUPPORT_ENFORCED); leave it off unless
+   * they really do: agents then refuse confined calls on this host.
+   */
+  constructor(tools = [], { maxArgumentBytes = 1 << 20, enforcesSandbox = false } = {}) {
     this.maxArgumentBytes = maxArgumentBytes
+    this.sandboxSupport = enforcesSandbox ? 'SANDBOX_SUPPORT_ENFORCED' : 'SANDBOX_SUPPORT_UNSPECIFIED'
     for (const t of tools) this.#add(t)
   }
 
@@ -89,7 +95,7 @@ export class ToolHost {
   }
 
   snapshot() {
-    return { tools: [...this.#tools.values()].map(descriptor), revision: String(this.#revision) }
+    return { tools: [...this.#tools.values()].map(descriptor), revision: String(this.#revision), sandboxSupport: this.sandboxSupport }
   }
 
   #changed() {

@@ -70,6 +70,8 @@ export interface ToolRunContext {
   sessionId: string
   cwd: string
   workspaceRoot: string
+  /** The call's confinement as the agent resolved it; null when none was sent. */
+  sandbox: { mode: 'read-only' | 'workspace-write' | 'danger-full-access' | ''; network: 'on' | 'off' | '' } | null
   turn: number
   step: number
   /** Aborts when the caller cancels the RPC. */
@@ -135,7 +137,9 @@ export function validateArgs(spec: SchemaSpec, args: unknown): string[]
 export function text(s: string): { type: 'text'; text: string }
 
 export class ToolHost {
-  constructor(tools?: ToolDefinition<any>[], opts?: { maxArgumentBytes?: number })
+  constructor(tools?: ToolDefinition<any>[], opts?: { maxArgumentBytes?: number; enforcesSandbox?: boolean })
+  /** SANDBOX_SUPPORT_ENFORCED when constructed with enforcesSandbox, else SANDBOX_SUPPORT_UNSPECIFIED. */
+  readonly sandboxSupport: string
   add(tool: ToolDefinition<any>): void
   remove(name: string): boolean
   get(name: string): ToolDefinition<any> | undefined

@@ -196,6 +196,7 @@ async function runCallAuthor(t, execution, { signal, emit }) {
     sessionId: c.sessionId ?? '',
     cwd: c.cwd ?? '',
     workspaceRoot: c.workspaceRoot ?? '',
+    sandbox: sandboxPolicy(c.sandbox),
     turn: c.turn ?? 0,
     step: c.step ?? 0,
     signal,
@@ -226,4 +227,15 @@ export function toProtoResult(r) {
   if (r.meta !== undefined) out.meta = JSON.stringify(r.meta)
   if (r.view) out.view = r.view
   return out
+}
+
+const MODES = { SANDBOX_MODE_READ_ONLY: 'read-only', SANDBOX_MODE_WORKSPACE_WRITE: 'workspace-write', SANDBOX_MODE_DANGER_FULL_ACCESS: 'danger-full-access' }
+const NETWORK = { NETWORK_ACCESS_ON: 'on', NETWORK_ACCESS_OFF: 'off' }
+
+/** A call's sandbox policy as plain strings, or null when the agent sent none. */
+export function sandboxPolicy(p) {
+  if (!p) return null
+  const mode = MODES[p.mode] ?? ''
+  const network = NETWORK[p.network] ?? ''
+  return mode || network ? { mode, network } : null
 }

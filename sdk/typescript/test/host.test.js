@@ -16,11 +16,13 @@ const typedFail = defineTool({ name: 'typed_fail', execute: () => { throw new To
 const syncThrow = defineTool({ name: 'sync_throw', execute: () => { throw 'a string' } })
 const emitter = defineTool({ name: 'emitter', execute: async (_a, ctx) => { ctx.emit('out\n'); ctx.emit('err\n', 'stderr'); return 'done' } })
 const badReturn = defineTool({ name: 'bad_return', execute: async () => [{ nope: 1 }] })
+const policySeen = []
+const policyProbe = defineTool({ name: 'policy_probe', execute: async (_a, ctx) => { policySeen.push(ctx.sandbox); return 'ok' } })
 const raw = rawTool({ name: 'raw', parameters: { type: 'object', properties: { a: { type: 'string' } } }, execute: async (a) => JSON.stringify(a) })
 
 let srv, client, stub
 before(async () => {
-  const host = new ToolHost([boom, typedFail, syncThrow, emitter, badReturn, raw])
+  const host = new ToolHost([boom, typedFail, syncThrow, emitter, badReturn, raw, policyProbe])
   for (const t of conformanceTools(host)) host.add(t)
   srv = new Server({ host })
   const addr = await srv.listen('127.0.0.1:0')
@@ -63,6 +65,21 @@ test('list and schema', async () => {
   assert.deepEqual(p.required, ['text'])
   assert.deepEqual(p.properties.opts.required, ['flag'])
   assert.equal(r.tools.find((t) => t.schema.name === 'raw').validatesArguments, false)
+})
+
+test('sandbox policy reaches tools; hosts declare no enforcement by default', async () => {
+  assert.equal((await unary('ListTools', {})).sandboxSupport, 'SANDBOX_SUPPORT_UNSPECIFIED')
+  assert.equal(new ToolHost([], { enforcesSandbox: true }).snapshot().sandboxSupport, 'SANDBOX_SUPPORT_ENFORCED')
+  const req = exec('policy_probe', {})
+  req.execution.context.sandbox = { mode: 'SANDBOX_MODE_READ_ONLY', network: 'NETWORK_ACCESS_OFF' }
+  await new Promise((resolve, reject) => {
+    const s = client.Execute(req)
+    s.on('data', () => {})
+    s.on('error', reject)
+    s.on('end', resolve)
+  })
+  await run('policy_probe', {})
+  assert.deepEqual(policySeen, [{ mode: 'read-only', network: 'off' }, null])
 })
 
 test('results', async (t) => {

@@ -63,6 +63,9 @@ func run() error {
 	procItems := flag.Int("process-max-queued", envInt("DSH_PROCESS_MAX_QUEUED", 10000), "queued sends and steers of all sessions together; 0 unbounded (env DSH_PROCESS_MAX_QUEUED)")
 	procBytes := flag.Int64("process-max-queued-bytes", int64(envInt("DSH_PROCESS_MAX_QUEUED_BYTES", 1<<30)), "bytes of queued content of all sessions together; 0 unbounded (env DSH_PROCESS_MAX_QUEUED_BYTES)")
 	debug := flag.Bool("debug", env("DSH_DEBUG", "") != "", "check the log invariants and the request equation on every request (env DSH_DEBUG)")
+	sbMode := flag.String("sandbox-mode", env("DSH_SANDBOX_MODE", "workspace-write"), "default sandbox of sessions: read-only, workspace-write or danger-full-access (env DSH_SANDBOX_MODE)")
+	sbNet := flag.String("sandbox-network", env("DSH_SANDBOX_NETWORK", "on"), "default network of tool processes: on or off (env DSH_SANDBOX_NETWORK)")
+	allowUnenforced := flag.Bool("allow-unenforced-hosts", false, "let confined sessions call tools on hosts that do not enforce sandbox policies")
 	var nc events.Conn
 	nc.RegisterFlags(flag.CommandLine, os.Getenv)
 	var srvFlags auth.ServerFlags
@@ -76,6 +79,10 @@ func run() error {
 		toolhosts = list{env("DSH_TOOLHOST", "127.0.0.1:7702")}
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	sandbox, err := agent.ParseSandbox(*sbMode, *sbNet)
+	if err != nil {
+		return err
+	}
 	cwd, err := os.Getwd()
 	if err != nil {
 		return err
@@ -99,9 +106,9 @@ func run() error {
 	sc := agent.ServerConfig{
 		ServerOptions: srvOpts, DialOptions: dialOpts,
 		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, Synchronous: *sqliteSync,
-		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd, Approval: appr,
+		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd, Approval: appr, Sandbox: sandbox,
 			MaxQueuedItems: *maxItems, MaxQueuedBytes: *maxBytes, ProcessMaxQueuedItems: *procItems, ProcessMaxQueuedBytes: *procBytes},
-		NATS: nc,
+		NATS: nc, AllowUnenforcedHosts: *allowUnenforced,
 	}
 	for _, h := range hookFlags {
 		r, err := agent.ParseRemote(h)

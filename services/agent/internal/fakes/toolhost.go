@@ -29,6 +29,8 @@ type ToolHost struct {
 	revision int64
 	changed  chan struct{}
 	executed []string
+	// Support is the sandbox support the host declares.
+	Support toolsv1.SandboxSupport
 }
 
 // NewToolHost returns a host serving tools.
@@ -84,14 +86,14 @@ func (h *ToolHost) snapshot() ([]*toolsv1.ToolDescriptor, int64, <-chan struct{}
 // ListTools returns the tool set.
 func (h *ToolHost) ListTools(context.Context, *toolsv1.ListToolsRequest) (*toolsv1.ListToolsResponse, error) {
 	tools, rev, _ := h.snapshot()
-	return &toolsv1.ListToolsResponse{Tools: tools, Revision: rev}, nil
+	return &toolsv1.ListToolsResponse{Tools: tools, Revision: rev, SandboxSupport: h.Support}, nil
 }
 
 // WatchTools streams snapshots.
 func (h *ToolHost) WatchTools(_ *toolsv1.WatchToolsRequest, stream grpc.ServerStreamingServer[toolsv1.WatchToolsResponse]) error {
 	for {
 		tools, rev, changed := h.snapshot()
-		if err := stream.Send(&toolsv1.WatchToolsResponse{Tools: tools, Revision: rev}); err != nil {
+		if err := stream.Send(&toolsv1.WatchToolsResponse{Tools: tools, Revision: rev, SandboxSupport: h.Support}); err != nil {
 			return err
 		}
 		select {

@@ -65,6 +65,9 @@ type Config struct {
 	Approval interface {
 		Policy() sessionv1.ApprovalPolicy
 	}
+	// Sandbox is the deployment's default confinement (mode and network
+	// set); a session's options and sandbox/mode events override it.
+	Sandbox *toolsv1.SandboxPolicy
 }
 
 // Item is one inbox entry (a send or a steer).
@@ -124,6 +127,7 @@ type Agent struct {
 	headerLogged bool
 	prefix       []*llmv1.Message
 	prefixSet    bool
+	sandbox      sandboxFold
 }
 
 // New returns an agent over log. It does not start the driver; call Start.

@@ -38,10 +38,11 @@ type batchCall struct {
 func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.ToolCallBlock) error {
 	calls := make([]*batchCall, len(blocks))
 	execs := make([]*toolsv1.ToolExecution, len(blocks))
+	sandbox := a.effectiveSandbox()
 	for i, b := range blocks {
 		execs[i] = &toolsv1.ToolExecution{CallId: b.GetId(), Name: b.GetName(), Arguments: b.GetArguments(),
 			Context: &toolsv1.ToolContext{SessionId: a.ID(), Cwd: a.h.GetCwd(),
-				WorkspaceRoot: a.h.GetOptions().GetWorkspaceRoot(), Turn: turn, Step: step, Tenant: a.h.GetTenant()}}
+				WorkspaceRoot: a.h.GetOptions().GetWorkspaceRoot(), Turn: turn, Step: step, Tenant: a.h.GetTenant(), Sandbox: sandbox}}
 		calls[i] = &batchCall{ex: execs[i], mode: toolsv1.ExecutionMode_EXECUTION_MODE_EXCLUSIVE}
 	}
 	if a.cfg.Tools != nil && ctx.Err() == nil {

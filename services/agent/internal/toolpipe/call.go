@@ -26,6 +26,7 @@ const (
 	CodeHostUnavailable       = "TOOL_HOST_UNAVAILABLE"
 	CodeHostProtocol          = "TOOL_HOST_PROTOCOL_ERROR"
 	CodeCheckpointFailed      = "CHECKPOINT_FAILED"
+	CodeSandboxUnavailable    = "SANDBOX_UNAVAILABLE"
 )
 
 func text(s string) *llmv1.ContentBlock {
@@ -132,6 +133,10 @@ func (c *Call) Dispatch(ctx context.Context, checkpoint func(context.Context) er
 	hs, _ := c.p.lookup(c.hosts, c.ex.GetName())
 	if hs == nil {
 		c.result = ErrorResult("unknown tool: "+c.ex.GetName(), "ToolNotFoundError", CodeUnknownTool)
+		return
+	}
+	if r := c.p.refuseUnenforced(hs, c.ex); r != nil {
+		c.result = r
 		return
 	}
 	if checkpoint != nil {
@@ -330,4 +335,25 @@ func (ic Interceptor) postLink(log *slog.Logger) hooks.Link[*PostIn, *toolsv1.Po
 		a.AdditionalContexts = append(mine.GetAccept().GetAdditionalContexts(), a.AdditionalContexts...)
 		return &toolsv1.PostToolDecision{Kind: &toolsv1.PostToolDecision_Accept{Accept: a}}, nil
 	}
+}
+
+// refuseUnenforced fails closed: a confined call on a host that does not
+// declare enforcement is not dispatched unless the deployment allows it.
+func (p *Pipeline) refuseUnenforced(hs *hostState, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+	if p.cfg.AllowUnenforced {
+		return nil
+	}
+	switch ex.GetContext().GetSandbox().GetMode() {
+	case toolsv1.SandboxMode_SANDBOX_MODE_READ_ONLY, toolsv1.SandboxMode_SANDBOX_MODE_WORKSPACE_WRITE:
+	default:
+		return nil
+	}
+	p.mu.RLock()
+	support := hs.support
+	p.mu.RUnlock()
+	if support == toolsv1.SandboxSupport_SANDBOX_SUPPORT_ENFORCED {
+		return nil
+	}
+	return ErrorResult(fmt.Sprintf("the command was not run: tool host %s does not enforce sandbox policies and this session is confined (%s); "+
+		"the deployment can allow it with --allow-unenforced-hosts", hs.host.Name, ex.GetContext().GetSandbox().GetMode()), "SandboxError", CodeSandboxUnavailable)
 }

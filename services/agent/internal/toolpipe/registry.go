@@ -94,12 +94,17 @@ type Config struct {
 	// BackoffMin and BackoffMax bound the WatchTools reconnect backoff.
 	BackoffMin, BackoffMax time.Duration
 	Logger                 *slog.Logger
+	// AllowUnenforced lets confined calls (read-only, workspace-write) run
+	// on hosts that declare they do not enforce sandbox policies; off, such
+	// calls get SANDBOX_UNAVAILABLE results without being dispatched.
+	AllowUnenforced bool
 }
 
 type hostState struct {
 	host     Host
 	tools    map[string]*toolsv1.ToolDescriptor
 	revision int64
+	support  toolsv1.SandboxSupport
 }
 
 // Pipeline is the merged registry and the staged pipeline. Pre and Post are
@@ -165,7 +170,10 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	errs := make([]error, len(p.hosts))
 	for i, hs := range p.hosts {
 		if hs.host.Local != nil {
-			p.setTools(hs, hs.host.Local.Tools(), 1)
+			// Agent-side tools touch no files and start no processes:
+			// nothing for a sandbox to confine, so they serve confined
+			// sessions.
+			p.setTools(hs, hs.host.Local.Tools(), 1, toolsv1.SandboxSupport_SANDBOX_SUPPORT_ENFORCED)
 			continue
 		}
 		wg.Go(func() {
@@ -176,7 +184,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 				errs[i] = err
 				return
 			}
-			p.setTools(hs, resp.GetTools(), resp.GetRevision())
+			p.setTools(hs, resp.GetTools(), resp.GetRevision(), resp.GetSandboxSupport())
 		})
 	}
 	wg.Wait()
@@ -206,7 +214,7 @@ func (p *Pipeline) Close() {
 	p.wg.Wait()
 }
 
-func (p *Pipeline) setTools(hs *hostState, tools []*toolsv1.ToolDescriptor, rev int64) {
+func (p *Pipeline) setTools(hs *hostState, tools []*toolsv1.ToolDescriptor, rev int64, support toolsv1.SandboxSupport) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m := make(map[string]*toolsv1.ToolDescriptor, len(tools))
@@ -215,7 +223,7 @@ func (p *Pipeline) setTools(hs *hostState, tools []*toolsv1.ToolDescriptor, rev 
 			m[n] = t
 		}
 	}
-	hs.tools, hs.revision = m, rev
+	hs.tools, hs.revision, hs.support = m, rev, support
 }
 
 // rebuild recomputes the name→owner index in host order. With strict, a
@@ -254,7 +262,7 @@ func (p *Pipeline) watch(ctx context.Context, hs *hostState) {
 					break
 				}
 				backoff = p.cfg.BackoffMin
-				p.setTools(hs, resp.GetTools(), resp.GetRevision())
+				p.setTools(hs, resp.GetTools(), resp.GetRevision(), resp.GetSandboxSupport())
 				_ = p.rebuild(false)
 			}
 		}

@@ -279,3 +279,43 @@ func TestMalformedHostStreamsFailTheCallNotTheHost(t *testing.T) {
 		}
 	}
 }
+
+// TestConfinedCallsNeedAnEnforcingHost: a confined call on a host that does
+// not declare enforcement is refused with SANDBOX_UNAVAILABLE and never
+// reaches the host, unless the deployment allows unenforced hosts.
+func TestConfinedCallsNeedAnEnforcingHost(t *testing.T) {
+	t.Parallel()
+	ro := &toolsv1.SandboxPolicy{Mode: toolsv1.SandboxMode_SANDBOX_MODE_READ_ONLY}
+	ww := &toolsv1.SandboxPolicy{Mode: toolsv1.SandboxMode_SANDBOX_MODE_WORKSPACE_WRITE}
+	danger := &toolsv1.SandboxPolicy{Mode: toolsv1.SandboxMode_SANDBOX_MODE_DANGER_FULL_ACCESS}
+	tests := []struct {
+		name    string
+		support toolsv1.SandboxSupport
+		policy  *toolsv1.SandboxPolicy
+		allow   bool
+		refused bool
+	}{
+		{"enforcing host, workspace-write", toolsv1.SandboxSupport_SANDBOX_SUPPORT_ENFORCED, ww, false, false},
+		{"unenforcing host, read-only", toolsv1.SandboxSupport_SANDBOX_SUPPORT_UNSPECIFIED, ro, false, true},
+		{"unenforcing host, workspace-write", toolsv1.SandboxSupport_SANDBOX_SUPPORT_UNSPECIFIED, ww, false, true},
+		{"unenforcing host, allowed", toolsv1.SandboxSupport_SANDBOX_SUPPORT_UNSPECIFIED, ww, true, false},
+		{"unenforcing host, danger-full-access", toolsv1.SandboxSupport_SANDBOX_SUPPORT_UNSPECIFIED, danger, false, false},
+		{"unenforcing host, no policy", toolsv1.SandboxSupport_SANDBOX_SUPPORT_UNSPECIFIED, nil, false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			host := fakes.NewToolHost(fakes.Tool{Name: "echo"})
+			host.Support = tc.support
+			p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, serveHost(t, host))}}, AllowUnenforced: tc.allow})
+			ex := &toolsv1.ToolExecution{CallId: "c1", Name: "echo", Arguments: `{}`, Context: &toolsv1.ToolContext{SessionId: "s", Cwd: "/w", Sandbox: tc.policy}}
+			c := p.Begin(t.Context(), nil, ex)
+			c.Dispatch(t.Context(), nil)
+			r := c.Finish(t.Context())
+			refused := codeOf(r) == toolpipe.CodeSandboxUnavailable
+			if refused != tc.refused || refused == (len(host.Executed()) == 1) {
+				t.Errorf("result %v, executed %v; want refused=%v", r, host.Executed(), tc.refused)
+			}
+		})
+	}
+}

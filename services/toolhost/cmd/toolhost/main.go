@@ -13,11 +13,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/toolhost"
+	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox"
 	"github.com/dsh-dev/dsh/services/toolhost/policy"
 	"google.golang.org/grpc"
 )
@@ -44,12 +46,29 @@ func run() error {
 	listen := flag.String("listen", env("DSH_LISTEN", "127.0.0.1:7702"), "host:port to serve on (env DSH_LISTEN)")
 	workspace := flag.String("workspace", env("DSH_WORKSPACE", cwd), "directory file tools are confined to (env DSH_WORKSPACE)")
 	policyFile := flag.String("policy", env("DSH_TOOLHOST_POLICY", ""), "bash command-policy file; also serves dsh.tools.v1.ToolInterceptor (env DSH_TOOLHOST_POLICY)")
-	unconfined := flag.Bool("unconfined", false, "let file tools reach paths outside the workspace")
+	unconfined := flag.Bool("unconfined", false, "run calls that carry no sandbox policy as danger-full-access (an agent always sends one)")
 	maxArgs := flag.Int("max-argument-bytes", 1<<20, "largest accepted argument text of one call")
 	var srvFlags auth.ServerFlags
 	srvFlags.RegisterFlags(flag.CommandLine, os.Getenv)
 	srvFlags.RegisterPeerFlag(flag.CommandLine, os.Getenv)
+	mode := flag.String("sandbox-mode", env("DSH_SANDBOX_MODE", "workspace-write"), "sandbox mode of calls that carry no policy: read-only, workspace-write or danger-full-access (env DSH_SANDBOX_MODE)")
+	network := flag.String("sandbox-network", env("DSH_SANDBOX_NETWORK", "on"), "network of calls that carry no policy: on or off (env DSH_SANDBOX_NETWORK)")
+	var toolEnv stringList
+	flag.Var(&toolEnv, "tool-env", "host environment variable passed through to tool processes (repeatable; PATH, HOME, LANG, TERM, TMPDIR are managed)")
+	var lim sandbox.Limits
+	flag.Uint64Var(&lim.CPUSeconds, "limit-cpu", sandbox.DefaultCPUSeconds, "CPU seconds per tool process")
+	flag.Uint64Var(&lim.MemoryBytes, "limit-memory", sandbox.DefaultMemoryBytes, "address space bytes per tool process")
+	flag.Uint64Var(&lim.Processes, "limit-procs", sandbox.DefaultProcesses, "processes and threads per call")
+	flag.Uint64Var(&lim.FileBytes, "limit-file-size", sandbox.DefaultFileBytes, "largest file a tool process may write, in bytes")
 	flag.Parse()
+	defMode, err := sandbox.ParseMode(*mode)
+	if err != nil {
+		return fmt.Errorf("--sandbox-mode: %w", err)
+	}
+	netOff, err := sandbox.ParseNetwork(*network)
+	if err != nil {
+		return fmt.Errorf("--sandbox-network: %w", err)
+	}
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	srvOpts, err := srvFlags.ServerOptions(auth.Options{Listen: *listen, Logger: log})
@@ -60,7 +79,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	svc, err := toolhost.New(toolhost.Config{WorkspaceRoot: root, Unconfined: *unconfined, MaxArgumentBytes: *maxArgs, ServerOptions: srvOpts}, log)
+	svc, err := toolhost.New(toolhost.Config{
+		WorkspaceRoot: root, Unconfined: *unconfined, MaxArgumentBytes: *maxArgs, ServerOptions: srvOpts,
+		DefaultMode: defMode, DefaultNetworkOff: netOff, Limits: lim, ToolEnv: toolEnv,
+	}, log)
 	if err != nil {
 		return err
 	}
@@ -93,4 +115,14 @@ func run() error {
 	}()
 	log.Info("toolhost starting", "workspace", root, "addr", lis.Addr().String())
 	return svc.Serve(ctx, lis, extra...)
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
 }

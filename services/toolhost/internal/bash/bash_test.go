@@ -16,6 +16,7 @@ import (
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/bash"
+	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/spill"
 )
 
@@ -33,7 +34,7 @@ func newEnv(t *testing.T, environ ...string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := &bash.Executor{Spill: sp, Env: bash.ScrubEnv(append(environ, "PATH="+os.Getenv("PATH"))), Grace: 300 * time.Millisecond}
+	x := &bash.Executor{Spill: sp, Env: sandbox.Environ(append(environ, "PATH="+os.Getenv("PATH")), []string{"PASSED_THROUGH"}), Grace: 300 * time.Millisecond}
 	tasks := bash.NewTasks(nil)
 	t.Cleanup(tasks.Close)
 	h, err := toolsdk.NewHost(toolsdk.HostConfig{}, bash.New(x, tasks).Tools()...)
@@ -138,17 +139,19 @@ func TestBashSpawnFailureIsError(t *testing.T) {
 	}
 }
 
-func TestBashEnvScrubbed(t *testing.T) {
+// TestBashEnvAllowList: the shell sees the allow-list and the deployment's
+// pass-throughs, never the rest of the host environment.
+func TestBashEnvAllowList(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "MY_API_KEY=k", "GITHUB_TOKEN=t", "AWS_SECRET_ACCESS_KEY=s", "DB_PASSWORD=p", "DSH_AMBIENT=1", "PLAIN=visible", "TERM=xterm")
+	e := newEnv(t, "MY_API_KEY=k", "GITHUB_TOKEN=t", "AWS_SECRET_ACCESS_KEY=s", "DB_PASSWORD=p", "DSH_AMBIENT=1", "PLAIN=invisible", "TERM=xterm", "PASSED_THROUGH=visible")
 	r := e.bash(bash.Args{Command: "env | sort", Description: "x"})
 	got := text(r)
-	for _, bad := range []string{"MY_API_KEY", "GITHUB_TOKEN", "AWS_SECRET", "DB_PASSWORD", "DSH_AMBIENT", "TERM=xterm"} {
+	for _, bad := range []string{"MY_API_KEY", "GITHUB_TOKEN", "AWS_SECRET", "DB_PASSWORD", "DSH_AMBIENT", "TERM=xterm", "PLAIN"} {
 		if strings.Contains(got, bad) {
 			t.Errorf("%s leaked into the shell:\n%s", bad, got)
 		}
 	}
-	for _, want := range []string{"PLAIN=visible", "DSH_SHELL=1", "DSH_SESSION_ID=s", "NO_COLOR=1", "TERM=dumb", "PAGER=cat"} {
+	for _, want := range []string{"PASSED_THROUGH=visible", "DSH_SHELL=1", "DSH_SESSION_ID=s", "NO_COLOR=1", "TERM=dumb", "PAGER=cat"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %s:\n%s", want, got)
 		}
@@ -288,5 +291,43 @@ func TestBackgroundTasks(t *testing.T) {
 	waitGone(t, pid)
 	if k := e.run(t.Context(), "s", "task_kill", bash.TaskKillArgs{TaskID: "bash-1"}, nil); !strings.Contains(text(k), "already finished") {
 		t.Errorf("second kill: %q", text(k))
+	}
+}
+
+// TestBashFailsClosedWithoutASandbox: when no launcher can confine, a
+// confined call is a SANDBOX_UNAVAILABLE error and nothing runs; only
+// danger-full-access would be allowed to proceed.
+func TestBashFailsClosedWithoutASandbox(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	sb, err := sandbox.New(sandbox.Config{HostRoot: dir, Exe: filepath.Join(dir, "no-launcher")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	if sb.Support().Unavailable == nil {
+		t.Fatal("a missing launcher was reported usable")
+	}
+	x := &bash.Executor{Sandbox: sb, Grace: 300 * time.Millisecond}
+	tasks := bash.NewTasks(nil)
+	t.Cleanup(tasks.Close)
+	sh := bash.New(x, tasks)
+	sh.Resolve = func(*toolsdk.Call) (sandbox.Effective, error) {
+		return sandbox.Effective{Policy: sandbox.Policy{Mode: sandbox.WorkspaceWrite, Network: true}, Root: dir}, nil
+	}
+	h, err := toolsdk.NewHost(toolsdk.HostConfig{}, sh.Tools()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(dir, "ran")
+	for _, bg := range []bool{false, true} {
+		b, _ := json.Marshal(bash.Args{Command: "touch " + marker, Description: "x", RunInBackground: bg})
+		r := h.Run(t.Context(), &toolsv1.ToolExecution{CallId: "c", Name: "bash", Arguments: string(b), Context: &toolsv1.ToolContext{SessionId: "s", Cwd: dir}}, nil)
+		if r.GetError().GetCode() != "SANDBOX_UNAVAILABLE" || !r.GetIsError() {
+			t.Errorf("background=%v: %s", bg, text(r))
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran unconfined")
 	}
 }

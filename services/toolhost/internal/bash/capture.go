@@ -1,6 +1,7 @@
 package bash
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -9,14 +10,21 @@ import (
 
 // capture collects one output stream: the whole stream in memory until it
 // passes max bytes, then only its tail; from that moment the full stream is
-// also spilled to a private file (up to maxSpill bytes, past which the spill
-// is discarded). Live chunks go to onData cut at UTF-8 boundaries.
+// also spilled to a private file (its first maxSpill bytes; the file is kept
+// and marked capped past that). Live chunks go to onData cut at UTF-8
+// boundaries, at most maxLive bytes of them: a flood never reaches the
+// caller whole, the result's tail and the spill file carry the rest.
 type capture struct {
 	mu       sync.Mutex
 	max      int
 	maxSpill int64
+	maxLive  int64
 	newSpill func() (*os.File, error)
 	onData   func(string)
+
+	liveSent   int64
+	liveCapped bool
+	spillCap   bool // the spill file holds only the first maxSpill bytes
 
 	buf       []byte // everything (≤ max) or the tail
 	total     int64  // bytes ever written
@@ -33,9 +41,13 @@ func (c *capture) Write(p []byte) (int, error) {
 	if c.spill == nil && !c.spillGone && len(c.buf)+len(p) > c.max {
 		c.openSpill()
 	}
-	if c.spill != nil {
-		if c.spillSize+int64(len(p)) > c.maxSpill {
-			c.dropSpill()
+	if c.spill != nil && !c.spillCap {
+		if room := c.maxSpill - c.spillSize; int64(len(p)) > room {
+			if _, err := c.spill.Write(p[:room]); err != nil {
+				c.dropSpill()
+			} else {
+				c.spillSize, c.spillCap = c.maxSpill, true
+			}
 		} else if _, err := c.spill.Write(p); err != nil {
 			c.dropSpill()
 		} else {
@@ -46,11 +58,18 @@ func (c *capture) Write(p []byte) (int, error) {
 	if len(c.buf) > 2*c.max {
 		c.buf = append([]byte(nil), c.buf[len(c.buf)-c.max:]...)
 	}
-	if c.onData != nil {
+	if c.onData != nil && !c.liveCapped {
+		if c.maxLive > 0 && c.liveSent+int64(len(c.live)+len(p)) > c.maxLive {
+			c.liveCapped = true
+			c.live = nil
+			c.onData(fmt.Sprintf("\n[live output capped at %d bytes; the result carries the tail and the spill file all of it]\n", c.maxLive))
+			return len(p), nil
+		}
 		c.live = append(c.live, p...)
 		n := completeUTF8(c.live)
 		if n > 0 {
 			c.onData(strings.ToValidUTF8(string(c.live[:n]), "\uFFFD"))
+			c.liveSent += int64(n)
 			c.live = append(c.live[:0], c.live[n:]...)
 		}
 	}
@@ -89,7 +108,7 @@ func (c *capture) dropSpill() {
 func (c *capture) finish() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.onData != nil && len(c.live) > 0 {
+	if c.onData != nil && !c.liveCapped && len(c.live) > 0 {
 		c.onData(strings.ToValidUTF8(string(c.live), "\uFFFD"))
 		c.live = nil
 	}
@@ -105,8 +124,11 @@ type Output struct {
 	// Truncated says Text is only the tail.
 	Truncated bool
 	// SpillPath holds the full stream when Truncated; empty when the spill
-	// was unavailable or over its size cap.
+	// was unavailable.
 	SpillPath string
+	// SpillCapped says SpillPath holds only the stream's first bytes (the
+	// spill cap).
+	SpillCapped bool
 }
 
 func (c *capture) output() Output {
@@ -120,7 +142,7 @@ func (c *capture) output() Output {
 	if o.Truncated {
 		b = trimLeadingContinuation(b)
 		if c.spill != nil && !c.spillGone {
-			o.SpillPath = c.spill.Name()
+			o.SpillPath, o.SpillCapped = c.spill.Name(), c.spillCap
 		}
 	}
 	o.Text = strings.ToValidUTF8(string(b), "\uFFFD")

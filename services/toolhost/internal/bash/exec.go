@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/spill"
 )
 
@@ -22,7 +24,9 @@ const (
 	MaxTimeout       = 10 * time.Minute
 	DefaultGrace     = 3 * time.Second
 	DefaultMaxOutput = 64000
-	DefaultMaxSpill  = 64 << 20
+	DefaultMaxSpill  = 1 << 30
+	// DefaultMaxLive caps the live output streamed to the caller per stream.
+	DefaultMaxLive = 1 << 20
 )
 
 // Executor runs commands as fresh non-login `bash -c` processes, each the
@@ -37,14 +41,22 @@ const (
 type Executor struct {
 	// Spill stores full outputs that pass MaxOutput; nil disables spilling.
 	Spill *spill.Dir
-	// Env is the scrubbed base environment (see ScrubEnv).
+	// Env is the base environment of unconfined spawns (an allow-list, see
+	// sandbox.Environ); a Sandbox builds its own from the same list.
 	Env []string
+	// Sandbox confines every spawn (launcher, namespaces, Landlock,
+	// limits); nil spawns bash directly (tests and benchmarks only).
+	Sandbox *sandbox.Sandbox
+	// Limits are the sandbox's limits, named in the limit markers.
+	Limits sandbox.Limits
 	// Grace is the TERM→KILL and pipe-drain grace; zero means 3 s.
 	Grace time.Duration
 	// MaxOutput caps each stream kept in memory; zero means 64000 bytes.
 	MaxOutput int
-	// MaxSpill caps each spill file; zero means 64 MiB.
+	// MaxSpill caps each spill file; zero means 1 GiB.
 	MaxSpill int64
+	// MaxLive caps the live output of each stream; zero means 1 MiB.
+	MaxLive int64
 }
 
 // Spec is one command run.
@@ -58,6 +70,11 @@ type Spec struct {
 	SessionID, CallID string
 	// OnOutput receives live output ("stdout" / "stderr"); may be nil.
 	OnOutput func(stream, text string)
+	// Policy, Root and SpillDir confine the run when the executor has a
+	// Sandbox: the mode and network, the session's real workspace root,
+	// and its own spill directory (readable).
+	Policy         sandbox.Policy
+	Root, SpillDir string
 }
 
 // Exit is how a process ended.
@@ -79,6 +96,16 @@ type Process struct {
 	exit           Exit
 	killOnce       sync.Once
 	killed         chan struct{}
+	run            *sandbox.Run
+}
+
+// Confinement is how the process was confined: the enforcement and the
+// containment ("" for an unconfined spawn).
+func (p *Process) Confinement() (toolsv1.SandboxEnforcement, string) {
+	if p.run == nil {
+		return toolsv1.SandboxEnforcement_SANDBOX_ENFORCEMENT_UNSPECIFIED, ""
+	}
+	return p.run.Enforcement, p.run.Containment
 }
 
 // ErrStart is the spawn failure class (bad workdir, missing shell).
@@ -103,7 +130,11 @@ func (x *Executor) Start(spec Spec) (*Process, error) {
 		return nil, fmt.Errorf("%w: working directory %s does not exist or is not a directory", ErrStart, spec.Dir)
 	}
 	newCapture := func(stream string) *capture {
-		c := &capture{max: maxOut, maxSpill: maxSpill}
+		maxLive := x.MaxLive
+		if maxLive <= 0 {
+			maxLive = DefaultMaxLive
+		}
+		c := &capture{max: maxOut, maxSpill: maxSpill, maxLive: maxLive}
 		if x.Spill != nil {
 			c.newSpill = func() (*os.File, error) { return x.Spill.Create(spec.SessionID, spec.CallID+"-"+stream+".log") }
 		}
@@ -123,15 +154,44 @@ func (x *Executor) Start(spec Spec) (*Process, error) {
 		outW.Close()
 		return nil, fmt.Errorf("%w: %v", ErrStart, err)
 	}
-	cmd := exec.Command("bash", "-c", spec.Command)
-	cmd.Dir = spec.Dir
-	cmd.Env = append(append([]string{}, x.Env...), spec.Env...)
+	var cmd *exec.Cmd
+	if x.Sandbox != nil {
+		p.run, err = x.Sandbox.Command(sandbox.Call{
+			Policy: spec.Policy, Root: spec.Root, SpillDir: spec.SpillDir,
+			Command: spec.Command, Dir: spec.Dir, Env: spec.Env,
+		})
+		if err != nil {
+			outR.Close()
+			outW.Close()
+			errR.Close()
+			errW.Close()
+			return nil, err
+		}
+		cmd = p.run.Cmd
+	} else {
+		cmd = exec.Command("bash", "-c", spec.Command)
+		cmd.Dir = spec.Dir
+		cmd.Env = append(append([]string{}, x.Env...), spec.Env...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
 	outW.Close()
 	errW.Close()
+	if err == nil && p.run != nil {
+		if err = p.run.Started(); err != nil {
+			// The launcher reported its setup failure and exits by itself.
+			_ = cmd.Wait()
+			p.run.Finish()
+			outR.Close()
+			errR.Close()
+			return nil, err
+		}
+	}
 	if err != nil {
+		if p.run != nil {
+			p.run.Finish()
+		}
 		outR.Close()
 		errR.Close()
 		return nil, fmt.Errorf("%w: %v", ErrStart, err)
@@ -143,6 +203,16 @@ func (x *Executor) Start(spec Spec) (*Process, error) {
 	go func() {
 		err := cmd.Wait()
 		p.exit = exitOf(cmd.ProcessState, err)
+		if p.run != nil {
+			// Every process of the call is gone once the launcher is.
+			p.run.Finish()
+			if code, sig, ok := p.run.Result(); ok {
+				p.exit = Exit{Code: &code}
+				if sig != 0 {
+					p.exit = Exit{Signal: unix.SignalName(sig)}
+				}
+			}
+		}
 		pipes := make(chan struct{})
 		go func() { drained.Wait(); close(pipes) }()
 		select {
@@ -228,6 +298,10 @@ type RunResult struct {
 	// Timeout is the effective time limit.
 	Timeout        time.Duration
 	Stdout, Stderr Output
+	// Enforcement and Containment say how the run was confined
+	// (Containment is empty for an unconfined spawn).
+	Enforcement toolsv1.SandboxEnforcement
+	Containment string
 }
 
 // Run runs a command to completion or until timeout or ctx ends, killing its
@@ -254,5 +328,13 @@ func (x *Executor) Run(ctx context.Context, spec Spec, timeout time.Duration) (R
 	}
 	res.Exit = p.exit
 	res.Stdout, res.Stderr = p.Stdout(), p.Stderr()
+	res.Enforcement, res.Containment = p.Confinement()
 	return res, nil
+}
+
+func (x *Executor) maxSpill() int64 {
+	if x.MaxSpill > 0 {
+		return x.MaxSpill
+	}
+	return DefaultMaxSpill
 }

@@ -21,12 +21,16 @@ import (
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
+	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox"
 )
 
 // Shell is the bash tool family.
 type Shell struct {
 	x     *Executor
 	tasks *Tasks
+	// Resolve gives a call's confinement; nil runs every call with the
+	// zero Effective (only meaningful without a Sandbox).
+	Resolve func(*toolsdk.Call) (sandbox.Effective, error)
 }
 
 // New returns the tool family over an executor and a task registry.
@@ -47,12 +51,13 @@ type Args struct {
 }
 
 type bashMeta struct {
-	ExitCode    *int     `json:"exit_code,omitempty"`
-	Signal      string   `json:"signal,omitempty"`
-	TimedOut    bool     `json:"timed_out,omitempty"`
-	SpillPaths  []string `json:"spill_paths,omitempty"`
-	TaskID      string   `json:"task_id,omitempty"`
-	Description string   `json:"description,omitempty"`
+	Sandbox     *sandboxMeta `json:"sandbox,omitempty"`
+	ExitCode    *int         `json:"exit_code,omitempty"`
+	Signal      string       `json:"signal,omitempty"`
+	TimedOut    bool         `json:"timed_out,omitempty"`
+	SpillPaths  []string     `json:"spill_paths,omitempty"`
+	TaskID      string       `json:"task_id,omitempty"`
+	Description string       `json:"description,omitempty"`
 }
 
 func (s *Shell) bashTool() toolsdk.Tool {
@@ -90,7 +95,16 @@ func (s *Shell) bashTool() toolsdk.Tool {
 	)
 }
 
-func (s *Shell) spec(call *toolsdk.Call, a Args) Spec {
+// sandboxMeta is how a call was confined, for programs and tests.
+type sandboxMeta struct {
+	Mode        string `json:"mode"`
+	Network     bool   `json:"network"`
+	Enforcement string `json:"enforcement"`
+	Containment string `json:"containment,omitempty"`
+	Denied      bool   `json:"denied,omitempty"`
+}
+
+func (s *Shell) spec(call *toolsdk.Call, a Args) (Spec, error) {
 	dir := call.Cwd
 	if a.Workdir != "" {
 		dir = a.Workdir
@@ -98,15 +112,26 @@ func (s *Shell) spec(call *toolsdk.Call, a Args) Spec {
 			dir = filepath.Join(call.Cwd, dir)
 		}
 	}
-	return Spec{
+	spec := Spec{
 		Command: a.Command, Dir: filepath.Clean(dir),
 		Env:       []string{"DSH_SHELL=1", "DSH_SESSION_ID=" + call.SessionID},
 		SessionID: call.SessionID, CallID: call.ID,
 	}
+	if s.Resolve != nil {
+		eff, err := s.Resolve(call)
+		if err != nil {
+			return Spec{}, err
+		}
+		spec.Policy, spec.Root, spec.SpillDir = eff.Policy, eff.Root, eff.SpillDir
+	}
+	return spec, nil
 }
 
 func (s *Shell) bash(ctx context.Context, call *toolsdk.Call, a Args) (toolsdk.Result, error) {
-	spec := s.spec(call, a)
+	spec, err := s.spec(call, a)
+	if err != nil {
+		return toolsdk.Result{}, err
+	}
 	if a.RunInBackground {
 		p, err := s.x.Start(spec)
 		if err != nil {
@@ -128,6 +153,9 @@ func (s *Shell) bash(ctx context.Context, call *toolsdk.Call, a Args) (toolsdk.R
 	timeout = min(timeout, MaxTimeout)
 	spec.OnOutput = call.Output
 	r, err := s.x.Run(ctx, spec, timeout)
+	if errors.Is(err, sandbox.ErrUnavailable) {
+		return toolsdk.Result{}, unavailable(err)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return toolsdk.Result{}, ctx.Err()
@@ -149,7 +177,18 @@ func (s *Shell) bash(ctx context.Context, call *toolsdk.Call, a Args) (toolsdk.R
 				spills = append(spills, path)
 			}
 			fmt.Fprintf(&b, "\n[output truncated; full output: %s]", path)
+			if o.SpillCapped {
+				fmt.Fprintf(&b, "\n[the file holds the first %d bytes only]", s.x.maxSpill())
+			}
 		}
+	}
+	var sm *sandboxMeta
+	if r.Containment != "" {
+		sm = &sandboxMeta{Mode: string(spec.Policy.Mode), Network: spec.Policy.Network, Enforcement: enforcementName(r.Enforcement), Containment: r.Containment}
+		sm.Denied = s.markers(&b, spec.Policy, r)
+	}
+	if len(spills) > 0 {
+		b.WriteString("\n[read the full output with the read tool (offset and limit page through it) or grep it by path]")
 	}
 	if r.TimedOut {
 		fmt.Fprintf(&b, "\n[timed out after %dms]", r.Timeout.Milliseconds())
@@ -161,7 +200,8 @@ func (s *Shell) bash(ctx context.Context, call *toolsdk.Call, a Args) (toolsdk.R
 		fmt.Fprintf(&b, "\n[exit code: %d]", *r.Code)
 	}
 	res := toolsdk.Text(b.String())
-	res.Meta = bashMeta{ExitCode: r.Code, Signal: r.Signal, TimedOut: r.TimedOut, SpillPaths: spills, Description: a.Description}
+	res.Meta = bashMeta{ExitCode: r.Code, Signal: r.Signal, TimedOut: r.TimedOut, SpillPaths: spills, Description: a.Description, Sandbox: sm}
+	res.Enforcement = r.Enforcement
 	return res, nil
 }
 
@@ -182,7 +222,15 @@ func writeStreams(b *strings.Builder, stdout, stderr, empty string) {
 	}
 }
 
+func unavailable(err error) error {
+	return toolsdk.NewError("SandboxError", "SANDBOX_UNAVAILABLE",
+		"the command was not run: its sandbox cannot be enforced on this host ("+strings.TrimPrefix(err.Error(), sandbox.ErrUnavailable.Error()+": ")+")", err)
+}
+
 func spawnError(err error) error {
+	if errors.Is(err, sandbox.ErrUnavailable) {
+		return unavailable(err)
+	}
 	msg := err.Error()
 	if errors.Is(err, ErrStart) {
 		msg = strings.TrimPrefix(msg, ErrStart.Error()+": ")

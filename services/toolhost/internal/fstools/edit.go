@@ -45,7 +45,7 @@ func (f *FS) edit(ctx context.Context, call *toolsdk.Call, a EditArgs) (toolsdk.
 	if len(bad) > 0 {
 		return toolsdk.Result{}, &toolsdk.ArgsError{Violations: bad}
 	}
-	t, err := f.conf.Resolve(call.Cwd, call.WorkspaceRoot, a.FilePath, true)
+	t, err := f.conf.ResolveCall(call, a.FilePath, true)
 	if err != nil {
 		return toolsdk.Result{}, err
 	}

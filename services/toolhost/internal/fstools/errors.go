@@ -13,6 +13,7 @@ const (
 	CodeNotText          = "FS_NOT_TEXT"
 	CodeNotRegularFile   = "FS_NOT_REGULAR_FILE"
 	CodePermissionDenied = "FS_PERMISSION_DENIED"
+	CodeSandboxDenied    = "FS_SANDBOX_DENIED"
 	CodeIOError          = "FS_IO_ERROR"
 	CodeStaleVersion     = "FS_STALE_VERSION"
 	CodeNotObserved      = "FS_NOT_OBSERVED"

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 )
 
 // Confiner resolves tool paths against the session's cwd and confines them
@@ -21,6 +23,9 @@ type Confiner struct {
 	ReadOnly []string
 	// Unconfined disables confinement (paths still resolve against cwd).
 	Unconfined bool
+	// Scope, when set, gives each call's confinement from its sandbox
+	// policy (ResolveCall); Root, ReadOnly and Unconfined are then unused.
+	Scope func(*toolsdk.Call) (Scope, error)
 
 	once sync.Once
 	real map[string]string // resolved Root and ReadOnly, computed once
@@ -40,6 +45,70 @@ func (c *Confiner) realRoot(r string) (string, error) {
 		return rp, nil
 	}
 	return realPath(filepath.Clean(r))
+}
+
+// Scope is one call's file-tool confinement, the in-process twin of the
+// launcher's Landlock rules.
+type Scope struct {
+	// Mode names the sandbox mode in messages.
+	Mode string
+	// Unconfined (danger-full-access): any path.
+	Unconfined bool
+	// ReadOnly: every write is FS_SANDBOX_DENIED.
+	ReadOnly bool
+	// Root is the session's real workspace root; Read are extra readable
+	// real roots (the session's spill directory).
+	Root string
+	Read []string
+}
+
+// ResolveCall resolves p for a call under its scope (Scope set), else as
+// Resolve with the call's workspace root. Paths outside the scope are
+// FS_SANDBOX_DENIED, checked on the fully symlink-resolved path.
+func (c *Confiner) ResolveCall(call *toolsdk.Call, p string, write bool) (Target, error) {
+	if c.Scope == nil {
+		return c.Resolve(call.Cwd, call.WorkspaceRoot, p, write)
+	}
+	sc, err := c.Scope(call)
+	if err != nil {
+		return Target{}, err
+	}
+	t, err := target(call.Cwd, p)
+	if err != nil || sc.Unconfined {
+		return t, err
+	}
+	if write && sc.ReadOnly {
+		return Target{}, fsError(CodeSandboxDenied, "%s: writes are denied under %s mode", t.Display, sc.Mode)
+	}
+	roots := []string{sc.Root}
+	if !write {
+		roots = append(roots, sc.Read...)
+	}
+	for _, r := range roots {
+		if within(t.Real, r) {
+			return t, nil
+		}
+	}
+	if within(t.Display, sc.Root) {
+		return Target{}, fsError(CodeSandboxDenied, "%s resolves through a symlink to %s, outside the workspace %s (%s mode)", t.Display, t.Real, sc.Root, sc.Mode)
+	}
+	return Target{}, fsError(CodeSandboxDenied, "%s is outside the workspace %s (%s mode)", t.Display, sc.Root, sc.Mode)
+}
+
+func target(cwd, p string) (Target, error) {
+	if p == "" {
+		return Target{}, fsError(CodeNotFound, "empty path")
+	}
+	abs := p
+	if !filepath.IsAbs(abs) {
+		abs = filepath.Join(cwd, p)
+	}
+	abs = filepath.Clean(abs)
+	real, err := realPath(abs)
+	if err != nil {
+		return Target{}, fsError(CodeIOError, "resolve %s: %v", abs, err)
+	}
+	return Target{Display: abs, Real: real}, nil
 }
 
 // Target is a resolved path.

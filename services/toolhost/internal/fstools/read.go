@@ -79,7 +79,7 @@ func (f *FS) read(ctx context.Context, call *toolsdk.Call, a ReadArgs) (toolsdk.
 	if limit == 0 || limit > ReadLimit {
 		limit = ReadLimit
 	}
-	t, err := f.conf.Resolve(call.Cwd, call.WorkspaceRoot, a.FilePath, false)
+	t, err := f.conf.ResolveCall(call, a.FilePath, false)
 	if err != nil {
 		return toolsdk.Result{}, err
 	}

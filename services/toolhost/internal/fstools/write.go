@@ -71,7 +71,7 @@ func (f *FS) writeTool() toolsdk.Tool {
 }
 
 func (f *FS) write(ctx context.Context, call *toolsdk.Call, a WriteArgs) (toolsdk.Result, error) {
-	t, err := f.conf.Resolve(call.Cwd, call.WorkspaceRoot, a.FilePath, true)
+	t, err := f.conf.ResolveCall(call, a.FilePath, true)
 	if err != nil {
 		return toolsdk.Result{}, err
 	}

@@ -208,7 +208,7 @@ func (s *Search) root(call *toolsdk.Call, p string) (fstools.Target, error) {
 	if p == "" {
 		p = call.Cwd
 	}
-	return s.conf.Resolve(call.Cwd, call.WorkspaceRoot, p, false)
+	return s.conf.ResolveCall(call, p, false)
 }
 
 func (s *Search) glob(ctx context.Context, call *toolsdk.Call, a GlobArgs) (toolsdk.Result, error) {

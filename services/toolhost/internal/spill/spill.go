@@ -39,10 +39,16 @@ func (d *Dir) Root() string { return d.root }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
+// SessionDir is the directory of a session's spill files (it may not
+// exist yet).
+func (d *Dir) SessionDir(sessionID string) string {
+	sum := sha256.Sum256([]byte(sessionID))
+	return filepath.Join(d.root, "session-"+hex.EncodeToString(sum[:8]))
+}
+
 // Create opens a new private file for a session; name is a hint only.
 func (d *Dir) Create(sessionID, name string) (*os.File, error) {
-	sum := sha256.Sum256([]byte(sessionID))
-	dir := filepath.Join(d.root, "session-"+hex.EncodeToString(sum[:8]))
+	dir := d.SessionDir(sessionID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create spill session dir: %w", err)
 	}

@@ -1,0 +1,339 @@
+package sandbox
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox/launcher"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+)
+
+// Config configures a host's sandbox.
+type Config struct {
+	// HostRoot is the host's --workspace: every session's root lies under
+	// it, and its contents are hidden from a call except its own root.
+	HostRoot string
+	// SpillRoot is the host's spill directory (hidden except the call's
+	// own session directory, which is readable).
+	SpillRoot string
+	// Limits are the per-call resource limits (defaults filled).
+	Limits Limits
+	// Environ is the host environment the allow-list picks from; nil means
+	// os.Environ().
+	Environ []string
+	// ToolEnv names extra host variables passed through to tools.
+	ToolEnv []string
+	// Exe is the launcher binary; empty means /proc/self/exe (this binary,
+	// whose init hook serves the launcher).
+	Exe string
+	// Logger receives the startup report.
+	Logger *slog.Logger
+}
+
+// Support is what this machine offers, probed once at New.
+type Support struct {
+	// LandlockABI is the kernel's Landlock ABI (0: none).
+	LandlockABI int
+	// Namespaces says each call gets its own PID and mount namespace.
+	Namespaces bool
+	// NetNamespace says network-off calls get an empty network namespace.
+	NetNamespace bool
+	// PidsCgroup is "v2", "v1" or "" (RLIMIT_NPROC only).
+	PidsCgroup string
+	// Unavailable says why confined modes cannot run (nil: they can).
+	Unavailable error
+}
+
+// Containment names how leftover processes are killed.
+func (s Support) Containment() string {
+	if s.Namespaces {
+		return "pid-namespace"
+	}
+	return "subreaper"
+}
+
+// Sandbox builds confined commands for one host.
+type Sandbox struct {
+	cfg     Config
+	hidden  []string
+	tmpRoot string
+	support Support
+	pids    *pidsCgroups
+}
+
+// New probes the machine and prepares the host's temporary area. It fails
+// only on setup errors; a machine that cannot confine is reported in
+// Support (and logged as a WARN), and confined calls then fail closed.
+func New(cfg Config) (*Sandbox, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Environ == nil {
+		cfg.Environ = os.Environ()
+	}
+	if cfg.Exe == "" {
+		cfg.Exe = "/proc/self/exe"
+	}
+	cfg.Limits = cfg.Limits.WithDefaults()
+	s := &Sandbox{cfg: cfg}
+	tmp, err := os.MkdirTemp("", "dsh-toolhost-tmp-")
+	if err != nil {
+		return nil, fmt.Errorf("sandbox temp area: %w", err)
+	}
+	s.tmpRoot = tmp
+	for _, p := range []string{cfg.HostRoot, cfg.SpillRoot, tmp} {
+		if p == "" {
+			continue
+		}
+		if rp, err := filepath.EvalSymlinks(p); err == nil {
+			s.hidden = append(s.hidden, rp)
+		}
+	}
+	s.support.LandlockABI, _ = llsys.LandlockGetABIVersion()
+	if pc, err := newPidsCgroups(); err == nil {
+		s.pids = pc
+		s.support.PidsCgroup = "v" + strconv.Itoa(pc.version)
+	} else {
+		cfg.Logger.Info("sandbox: no pids cgroup; the process limit is RLIMIT_NPROC only (root ignores it)", "why", err)
+	}
+	s.probe()
+	s.report()
+	return s, nil
+}
+
+// probe runs the launcher once with each backend, best first.
+func (s *Sandbox) probe() {
+	try := func(ns, net bool) error {
+		s.support.Namespaces, s.support.NetNamespace = ns, net
+		return s.run("true", Policy{Mode: ReadOnly, Network: !net})
+	}
+	if s.support.LandlockABI < 1 {
+		s.support.Unavailable = errors.New("the kernel offers no Landlock (CONFIG_SECURITY_LANDLOCK, lsm=landlock)")
+	}
+	switch {
+	case try(true, true) == nil:
+	case try(true, false) == nil:
+	default:
+		err := try(false, false)
+		if err != nil && s.support.Unavailable == nil {
+			s.support.Unavailable = err
+		}
+	}
+}
+
+// run starts a probe command to completion.
+func (s *Sandbox) run(command string, p Policy) error {
+	dir := s.tmpRoot
+	r, err := s.Command(Call{Policy: p, Root: dir, Dir: dir, Command: command})
+	if err != nil {
+		return err
+	}
+	if err := r.Cmd.Start(); err != nil {
+		r.abandon()
+		return fmt.Errorf("%w: start launcher: %v", ErrUnavailable, err)
+	}
+	err = r.Started()
+	_ = r.Cmd.Wait()
+	r.Finish()
+	return err
+}
+
+func (s *Sandbox) report() {
+	sp := s.support
+	attrs := []any{"landlock_abi", sp.LandlockABI, "containment", sp.Containment(), "netns", sp.NetNamespace, "pids_cgroup", sp.PidsCgroup,
+		"limits", fmt.Sprintf("cpu=%ds mem=%d procs=%d fsize=%d", s.cfg.Limits.CPUSeconds, s.cfg.Limits.MemoryBytes, s.cfg.Limits.Processes, s.cfg.Limits.FileBytes)}
+	if sp.Unavailable != nil {
+		s.cfg.Logger.Warn("sandbox unavailable: confined calls (read-only, workspace-write) will fail with SANDBOX_UNAVAILABLE", append(attrs, "why", sp.Unavailable)...)
+		return
+	}
+	s.cfg.Logger.Info("sandbox ready", attrs...)
+}
+
+// Limits are the per-call limits in force.
+func (s *Sandbox) Limits() Limits { return s.cfg.Limits }
+
+// Support is what New found.
+func (s *Sandbox) Support() Support { return s.support }
+
+// Enforcement is how much of p a call gets.
+func (s *Sandbox) Enforcement(p Policy) toolsv1.SandboxEnforcement {
+	if !p.Mode.Confined() || s.support.Unavailable != nil {
+		return toolsv1.SandboxEnforcement_SANDBOX_ENFORCEMENT_UNSPECIFIED
+	}
+	// ABI 3 governs truncation, ABI 2 cross-directory links and renames;
+	// network off is whole only in an empty network namespace (Landlock
+	// before ABI 10 governs TCP only).
+	if s.support.LandlockABI < 3 || (!p.Network && !s.support.NetNamespace) {
+		return toolsv1.SandboxEnforcement_SANDBOX_ENFORCEMENT_PARTIAL
+	}
+	return toolsv1.SandboxEnforcement_SANDBOX_ENFORCEMENT_FULL
+}
+
+// Close removes the temporary area and the cgroups.
+func (s *Sandbox) Close() error {
+	if s.pids != nil {
+		s.pids.close()
+	}
+	return os.RemoveAll(s.tmpRoot)
+}
+
+// Call is one command to confine.
+type Call struct {
+	Policy Policy
+	// Root is the session's absolute workspace root (symlinks resolved).
+	Root string
+	// SpillDir is the session's own spill directory, readable by the call.
+	SpillDir string
+	// Command runs with bash -c in Dir.
+	Command, Dir string
+	// Env is appended to the allow-listed environment.
+	Env []string
+}
+
+// Run is a prepared confined command: set Stdout/Stderr, Start it, call
+// Started, Wait, then Finish.
+type Run struct {
+	Cmd         *exec.Cmd
+	Enforcement toolsv1.SandboxEnforcement
+	// Containment names how leftovers die (pid-namespace, subreaper).
+	Containment string
+
+	statusR, statusW *os.File
+	status           *bufio.Reader
+	cgroup, tmp      string
+	result           string
+}
+
+// Command prepares a call. A confined policy on a machine that cannot
+// enforce it is ErrUnavailable.
+func (s *Sandbox) Command(c Call) (*Run, error) {
+	if c.Policy.Mode.Confined() && s.support.Unavailable != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, s.support.Unavailable)
+	}
+	r := &Run{Enforcement: s.Enforcement(c.Policy), Containment: s.support.Containment()}
+	tmp, err := os.MkdirTemp(s.tmpRoot, "call-")
+	if err != nil {
+		return nil, fmt.Errorf("call temp dir: %w", err)
+	}
+	r.tmp = tmp
+	lc := launcher.Config{
+		Landlock: c.Policy.Mode.Confined(), Network: c.Policy.Network,
+		Argv: []string{"bash", "-c", c.Command}, Dir: c.Dir,
+		Hidden: s.hidden, PIDNS: s.support.Namespaces, DropCaps: true, Limits: s.cfg.Limits,
+	}
+	if c.SpillDir != "" {
+		if err := os.MkdirAll(c.SpillDir, 0o700); err == nil {
+			lc.Read = append(lc.Read, c.SpillDir)
+		}
+	}
+	switch c.Policy.Mode {
+	case WorkspaceWrite:
+		lc.Write = []string{c.Root, tmp}
+	default:
+		lc.Read = append(lc.Read, c.Root)
+	}
+	if s.pids != nil {
+		cg, err := s.pids.create(s.cfg.Limits.Processes)
+		if err != nil {
+			r.abandon()
+			return nil, fmt.Errorf("%w: call cgroup: %v", ErrUnavailable, err)
+		}
+		r.cgroup, lc.Cgroup = cg, cg
+	}
+	arg, err := json.Marshal(lc)
+	if err != nil {
+		r.abandon()
+		return nil, err
+	}
+	r.statusR, r.statusW, err = os.Pipe()
+	if err != nil {
+		r.abandon()
+		return nil, err
+	}
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	if s.support.Namespaces {
+		attr.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS
+		if !c.Policy.Network && s.support.NetNamespace {
+			attr.Cloneflags |= syscall.CLONE_NEWNET
+		}
+	}
+	env := Environ(s.cfg.Environ, s.cfg.ToolEnv, append([]string{"TMPDIR=" + tmp}, c.Env...)...)
+	r.Cmd = &exec.Cmd{
+		Path: s.cfg.Exe, Args: []string{launcher.Arg0, string(arg)}, Env: env, Dir: c.Dir,
+		ExtraFiles: []*os.File{r.statusW}, SysProcAttr: attr,
+	}
+	return r, nil
+}
+
+// Started waits for the launcher's setup report (call it after Start).
+// An error means the command never ran.
+func (r *Run) Started() error {
+	r.statusW.Close()
+	r.statusW = nil
+	r.status = bufio.NewReader(r.statusR)
+	line, _ := r.status.ReadString('\n')
+	line = strings.TrimSpace(line)
+	switch {
+	case line == "ok":
+		return nil
+	case strings.HasPrefix(line, "error: "):
+		return fmt.Errorf("%w: %s", ErrUnavailable, strings.TrimPrefix(line, "error: "))
+	}
+	return fmt.Errorf("%w: the launcher died during setup", ErrUnavailable)
+}
+
+// Finish reads the shell's end from the launcher and removes the call's
+// temporary directory and cgroup. Call it after Wait returned (every
+// process of the call is gone by then).
+func (r *Run) Finish() {
+	if r.status != nil {
+		rest, _ := r.status.ReadString('\n')
+		r.result = strings.TrimSpace(rest)
+	}
+	r.abandon()
+}
+
+// Result is the shell's own end as the launcher saw it: the exit code, or
+// the signal that killed it; ok is false when the launcher itself was
+// killed first (then the process state speaks).
+func (r *Run) Result() (code int, sig syscall.Signal, ok bool) {
+	kind, n, found := strings.Cut(r.result, " ")
+	v, err := strconv.Atoi(n)
+	if !found || err != nil {
+		return 0, 0, false
+	}
+	switch kind {
+	case "exit":
+		return v, 0, true
+	case "signal":
+		return 0, syscall.Signal(v), true
+	}
+	return 0, 0, false
+}
+
+func (r *Run) abandon() {
+	for _, f := range []*os.File{r.statusR, r.statusW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	r.statusR, r.statusW = nil, nil
+	if r.cgroup != "" {
+		remove(r.cgroup)
+		r.cgroup = ""
+	}
+	if r.tmp != "" {
+		os.RemoveAll(r.tmp)
+		r.tmp = ""
+	}
+}
