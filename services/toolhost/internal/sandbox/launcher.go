@@ -229,7 +229,9 @@ func (s *Sandbox) Command(c Call) (*Run, error) {
 	lc := launcher.Config{
 		Landlock: c.Policy.Mode.Confined(), Network: c.Policy.Network,
 		Argv: []string{"bash", "-c", c.Command}, Dir: c.Dir,
-		Hidden: s.hidden, PIDNS: s.support.Namespaces, DropCaps: true, Limits: s.cfg.Limits,
+		// A non-root host holds no capabilities to drop (and may not touch
+		// the bounding set); root drops them or fails closed.
+		Hidden: s.hidden, PIDNS: s.support.Namespaces, DropCaps: os.Geteuid() == 0, Limits: s.cfg.Limits,
 	}
 	if c.SpillDir != "" {
 		if err := os.MkdirAll(c.SpillDir, 0o700); err == nil {
