@@ -199,12 +199,12 @@ func (s *Server) logTail() string {
 // DSN returns the connection string of database db on this server.
 func (s *Server) DSN(db string) string { return s.base + " dbname=" + db }
 
-// Stop shuts the server down (fast shutdown, SIGKILL after 10 s) and
-// removes its directory.
+// Stop shuts the server down (immediate shutdown: its data is thrown away,
+// so no shutdown checkpoint; SIGKILL after 10 s) and removes its directory.
 func (s *Server) Stop() error {
 	var err error
 	if s.cmd != nil && s.cmd.Process != nil {
-		s.cmd.Process.Signal(syscall.SIGINT)
+		s.cmd.Process.Signal(syscall.SIGQUIT)
 		select {
 		case <-s.done:
 		case <-time.After(10 * time.Second):
@@ -254,17 +254,26 @@ func Main(m *testing.M) int {
 // skips the test when no server can run here (see the package doc).
 func Database(t testing.TB) string {
 	t.Helper()
+	Require(t)
 	dsn, err := DatabaseFor(t.Context(), t.Name()+"\x00"+strconv.FormatInt(time.Now().UnixNano(), 10))
-	if errors.Is(err, errNoServer) {
-		if _, berr := BinDir(); berr != nil {
-			t.Skipf("PostgreSQL tests skipped: %v; set %s=1 to make this a failure", berr, EnvRequire)
-		}
-		t.Fatal("pgtest: no server: call os.Exit(pgtest.Main(m)) from TestMain")
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	return dsn
+}
+
+// Require skips the test when the PostgreSQL binaries are missing (and
+// DSH_REQUIRE_POSTGRES is unset, else Main already failed), and fails it
+// when Main did not start a server.
+func Require(t testing.TB) {
+	t.Helper()
+	if Available() {
+		return
+	}
+	if _, err := BinDir(); err != nil {
+		t.Skipf("PostgreSQL tests skipped: %v; set %s=1 to make this a failure", err, EnvRequire)
+	}
+	t.Fatal("pgtest: no server: call os.Exit(pgtest.Main(m)) from TestMain")
 }
 
 var errNoServer = errors.New("pgtest: no PostgreSQL server for this test binary")
