@@ -56,6 +56,8 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return status.Error(codes.FailedPrecondition, "session is disposed: "+err.Error())
 	case errors.Is(err, persistence.ErrExists):
 		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, persistence.ErrFenced):
+		return status.Error(codes.Unavailable, "the session moved to another replica; retry: "+err.Error())
 	case errors.Is(err, ErrClosing):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -16,6 +16,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/persistence/jsonlstore"
+	"github.com/dsh-dev/dsh/internal/persistence/pgstore"
 	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
 	"github.com/dsh-dev/dsh/services/agent/internal/gateway"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
@@ -80,8 +81,11 @@ type ServerConfig struct {
 	// Hooks are remote AgentHooks services; Interceptors remote
 	// ToolInterceptors.
 	Hooks, Interceptors []Remote
-	// Store is "sqlite" (default) or "jsonl"; DataDir holds it.
+	// Store is "sqlite" (default), "jsonl" (both in DataDir) or "postgres"
+	// (the database at PostgresDSN).
 	Store, DataDir string
+	// PostgresDSN is the connection string of the "postgres" store.
+	PostgresDSN string
 	// Synchronous is the SQLite synchronous level ("FULL" or "NORMAL").
 	Synchronous string
 	Service     Config
@@ -246,7 +250,13 @@ func openStore(ctx context.Context, sc ServerConfig) (persistence.Store, error) 
 			return nil, fmt.Errorf("open jsonl store: %w", err)
 		}
 		return st, nil
+	case "postgres":
+		st, err := pgstore.Open(ctx, pgstore.Config{DSN: sc.PostgresDSN})
+		if err != nil {
+			return nil, fmt.Errorf("open postgres store: %w", err)
+		}
+		return st, nil
 	default:
-		return nil, fmt.Errorf("unknown store %q: use sqlite or jsonl", sc.Store)
+		return nil, fmt.Errorf("unknown store %q: use sqlite, jsonl or postgres", sc.Store)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/natstest"
+	"github.com/dsh-dev/dsh/internal/pgtest"
 )
 
 // binDir holds the binaries built once by TestMain.
@@ -55,7 +56,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Main(m) // a PostgreSQL server for the postgres-store tests
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -191,13 +192,16 @@ type stack struct {
 	gateway, toolhost, agent      *proc
 	gatewayAddr, toolhostAddr     string
 	agentAddr, dataDir, workspace string
+	agentEnv                      []string // added to the agent's environment
 	conn                          *grpc.ClientConn
 	client                        agentv1.AgentServiceClient
 }
 
-func startStack(t *testing.T) *stack {
+// startStack starts NATS, the gateway, the toolhost and the agent, whose
+// environment gets agentEnv (e.g. DSH_STORE=postgres) on top of cleanEnv.
+func startStack(t *testing.T, agentEnv ...string) *stack {
 	t.Helper()
-	s := &stack{t: t, nats: natstest.Start(t), dataDir: t.TempDir(), workspace: t.TempDir()}
+	s := &stack{t: t, nats: natstest.Start(t), dataDir: t.TempDir(), workspace: t.TempDir(), agentEnv: agentEnv}
 	s.gatewayAddr, s.toolhostAddr, s.agentAddr = freeAddr(t), freeAddr(t), freeAddr(t)
 	s.gateway = start(t, "llmgateway", cleanEnv("DSH_SCRIPT="+script), "--listen", s.gatewayAddr)
 	s.toolhost = start(t, "toolhost", cleanEnv(), "--listen", s.toolhostAddr, "--workspace", s.workspace)
@@ -221,7 +225,7 @@ func dialAgent(t *testing.T, s *stack) *grpc.ClientConn {
 }
 
 func (s *stack) startAgent() {
-	s.agent = start(s.t, "agent", cleanEnv(), "--listen", s.agentAddr, "--gateway", s.gatewayAddr,
+	s.agent = start(s.t, "agent", cleanEnv(s.agentEnv...), "--listen", s.agentAddr, "--gateway", s.gatewayAddr,
 		"--toolhost", "builtin="+s.toolhostAddr, "--data", s.dataDir, "--nats", s.nats.URL())
 	waitServing(s.t, s.agentAddr, s.agent)
 }
