@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dsh-dev/dsh/internal/persistence"
+	"github.com/dsh-dev/dsh/services/agent/internal/cluster"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
 )
 
@@ -45,7 +46,10 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	}
 	var inv *InvalidError
 	var full *loop.QueueFullError
+	var elsewhere *cluster.OwnedElsewhereError
 	switch {
+	case errors.As(err, &elsewhere):
+		return status.Error(codes.Unavailable, elsewhere.Error()+"; send the call there")
 	case errors.As(err, &full):
 		return status.Error(codes.ResourceExhausted, full.Error())
 	case errors.As(err, &inv):

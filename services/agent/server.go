@@ -16,7 +16,6 @@ import (
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/persistence/jsonlstore"
-	"github.com/dsh-dev/dsh/internal/persistence/pgstore"
 	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
 	"github.com/dsh-dev/dsh/services/agent/internal/gateway"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
@@ -84,8 +83,12 @@ type ServerConfig struct {
 	// Store is "sqlite" (default), "jsonl" (both in DataDir) or "postgres"
 	// (the database at PostgresDSN).
 	Store, DataDir string
-	// PostgresDSN is the connection string of the "postgres" store.
-	PostgresDSN string
+	// PostgresDSN is the connection string of the "postgres" store. On it
+	// the agent is one replica of many: it owns a session through a lease
+	// (see internal/cluster) advertising Advertise (default Listen) for
+	// LeaseTTL (default 10 s).
+	PostgresDSN, Advertise string
+	LeaseTTL               time.Duration
 	// Synchronous is the SQLite synchronous level ("FULL" or "NORMAL").
 	Synchronous string
 	Service     Config
@@ -109,7 +112,16 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	store, err := openStore(ctx, sc)
+	var (
+		store persistence.Store
+		rep   *replica // nil unless on the shared postgres store
+		err   error
+	)
+	if sc.Store == "postgres" {
+		store, rep, err = openReplica(ctx, sc, logger)
+	} else {
+		store, err = openStore(ctx, sc)
+	}
 	if err != nil {
 		return err
 	}
@@ -180,7 +192,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 			return fmt.Errorf("nats: %w", err)
 		}
 		sc.Service.Sink = pub
-		if hs, err := store.List(ctx); err == nil {
+		if rep != nil {
+			rep.pub.Store(pub) // a replica catches a session up when it claims it
+		} else if hs, err := store.List(ctx); err == nil {
 			ids := make([]string, len(hs))
 			for i, h := range hs {
 				ids[i] = h.GetId()
@@ -194,12 +208,18 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if rep != nil {
+		rep.svc.Store(svc)
+	}
 	lis := sc.Listener
 	if lis == nil {
 		lis, err = net.Listen("tcp", sc.Listen)
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", sc.Listen, err)
 		}
+	}
+	if rep != nil && sc.Advertise == "" {
+		rep.mgr.SetAddress(lis.Addr().String())
 	}
 	srv := grpcserver.New(grpcserver.Config{Logger: logger})
 	svc.Register(srv.Server)
@@ -222,6 +242,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	closeErr := svc.Close(cctx)
+	if rep != nil {
+		// After the turns ended: hand the sessions over at once.
+		closeErr = errors.Join(closeErr, rep.mgr.Close(cctx))
+	}
 	if pub != nil {
 		closeErr = errors.Join(closeErr, pub.Close(cctx))
 	}
@@ -248,12 +272,6 @@ func openStore(ctx context.Context, sc ServerConfig) (persistence.Store, error) 
 		st, err := jsonlstore.Open(jsonlstore.Config{Root: filepath.Join(dir, "sessions")})
 		if err != nil {
 			return nil, fmt.Errorf("open jsonl store: %w", err)
-		}
-		return st, nil
-	case "postgres":
-		st, err := pgstore.Open(ctx, pgstore.Config{DSN: sc.PostgresDSN})
-		if err != nil {
-			return nil, fmt.Errorf("open postgres store: %w", err)
 		}
 		return st, nil
 	default:

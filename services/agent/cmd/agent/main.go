@@ -48,6 +48,8 @@ func run() error {
 	store := flag.String("store", env("DSH_STORE", "sqlite"), "session store: sqlite, jsonl (both under --data) or postgres (env DSH_STORE)")
 	pgDSN := flag.String("postgres-dsn", env("DSH_POSTGRES_DSN", ""), "PostgreSQL connection string of --store postgres, e.g. postgres://dsh@db:5432/dsh (env DSH_POSTGRES_DSN; prefer the env var: flags show in ps)")
 	sqliteSync := flag.String("sqlite-sync", env("DSH_SQLITE_SYNC", "FULL"), "SQLite synchronous level: FULL (survives power loss) or NORMAL (survives a process crash; faster) (env DSH_SQLITE_SYNC)")
+	advertise := flag.String("advertise", env("DSH_ADVERTISE", ""), "with --store postgres: the address other replicas reach this one at, stored in its session leases (default: the bound --listen address) (env DSH_ADVERTISE)")
+	leaseTTL := flag.Duration("lease-ttl", envDuration("DSH_LEASE_TTL", 10*time.Second), "with --store postgres: how long a session's lease outlives its last renewal (renewed every third of it); a dead replica's sessions move after this (env DSH_LEASE_TTL)")
 	data := flag.String("data", env("DSH_DATA", "."), "data directory (env DSH_DATA)")
 	idle := flag.Duration("idle-unload", envDuration("DSH_IDLE_UNLOAD", 10*time.Minute), "unload sessions idle this long; 0 never (env DSH_IDLE_UNLOAD)")
 	parallel := flag.Int("max-parallel-tools", 10, "parallel-safe tool calls that may overlap")
@@ -68,7 +70,7 @@ func run() error {
 		return err
 	}
 	sc := agent.ServerConfig{
-		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, PostgresDSN: *pgDSN, Synchronous: *sqliteSync,
+		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, PostgresDSN: *pgDSN, Advertise: *advertise, LeaseTTL: *leaseTTL, Synchronous: *sqliteSync,
 		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd,
 			MaxQueuedItems: *maxItems, MaxQueuedBytes: *maxBytes, ProcessMaxQueuedItems: *procItems, ProcessMaxQueuedBytes: *procBytes},
 		NATS: nc,

@@ -43,9 +43,14 @@ type Config struct {
 	// TTL is the lease lifetime (default DefaultTTL); Renew the renewal
 	// period (default TTL/3).
 	TTL, Renew time.Duration
-	// OnLost is called (from the renewal loop) when a held lease turned
-	// out to be lost: the caller must drop the session and stop its turn.
+	// OnLost is called (on its own goroutine: it may be reported from
+	// inside an append) when a held lease turned out to be lost: the caller
+	// must drop the session and stop its turn.
 	OnLost func(id string, err error)
+	// OnClaim, when set, is called after every successful claim (the agent
+	// has the event fan-out catch up what a previous owner left
+	// unpublished).
+	OnClaim func(id string)
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -95,7 +100,10 @@ func New(leases Leases, cfg Config) *Manager {
 // the caller loads the session, which repairs what a previous owner left
 // open, or creates it.
 func (m *Manager) Acquire(ctx context.Context, id string) (pgstore.Lease, error) {
-	l, err := m.leases.Claim(ctx, id, m.cfg.Address, m.cfg.TTL)
+	m.mu.Lock()
+	addr := m.cfg.Address
+	m.mu.Unlock()
+	l, err := m.leases.Claim(ctx, id, addr, m.cfg.TTL)
 	var held *pgstore.HeldError
 	if errors.As(err, &held) {
 		return pgstore.Lease{}, &OwnedElsewhereError{SessionID: id, Owner: held.Lease.Owner, Address: held.Lease.Address}
@@ -106,7 +114,18 @@ func (m *Manager) Acquire(ctx context.Context, id string) (pgstore.Lease, error)
 	m.mu.Lock()
 	m.held[id] = l.Epoch
 	m.mu.Unlock()
+	if m.cfg.OnClaim != nil {
+		m.cfg.OnClaim(id)
+	}
 	return l, nil
+}
+
+// SetAddress sets the address later claims advertise (a replica that
+// listens on port 0 learns it after the Manager exists).
+func (m *Manager) SetAddress(addr string) {
+	m.mu.Lock()
+	m.cfg.Address = addr
+	m.mu.Unlock()
 }
 
 // Holds reports whether this replica believes it holds the session's lease
@@ -166,7 +185,7 @@ func (m *Manager) lost(id string, err error) {
 	}
 	m.log.Warn("cluster: lost a session's lease; dropping it", "session", id, "error", err)
 	if m.cfg.OnLost != nil {
-		m.cfg.OnLost(id, err)
+		go m.cfg.OnLost(id, err)
 	}
 }
 
