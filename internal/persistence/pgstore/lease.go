@@ -149,32 +149,3 @@ func (s *Store) forget(id string, epoch int64) {
 	}
 	s.mu.Unlock()
 }
-
-// checkFence, inside an append transaction of a fenced store, locks the
-// session's lease row (a competing claim waits for this transaction) and
-// refuses with persistence.ErrFenced unless it still names this replica at
-// the epoch it claimed.
-func (s *Store) checkFence(ctx context.Context, tx pgx.Tx, id string) error {
-	if s.owner == "" {
-		return nil
-	}
-	epoch, ok := s.heldEpoch(id)
-	if !ok {
-		return fmt.Errorf("session %q: this replica holds no lease: %w", id, persistence.ErrFenced)
-	}
-	var (
-		owner string
-		cur   int64
-	)
-	err := tx.QueryRow(ctx, `SELECT owner, epoch FROM dsh_leases WHERE session_id = $1 FOR SHARE`, id).Scan(&owner, &cur)
-	if errors.Is(err, pgx.ErrNoRows) {
-		owner, cur = "", 0
-	} else if err != nil {
-		return fmt.Errorf("session %q: fence: %w", id, err)
-	}
-	if owner != s.owner || cur != epoch {
-		s.forget(id, epoch)
-		return fmt.Errorf("session %q: lease epoch %d of this replica was superseded by epoch %d of %q: %w", id, epoch, cur, owner, persistence.ErrFenced)
-	}
-	return nil
-}

@@ -59,7 +59,7 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 		if err != nil {
 			return nil, nil, fmt.Errorf("session %q: repair: %w", id, err)
 		}
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.appendRows(ctx, tx, id, rows) })
+		err = s.appendRows(ctx, id, nil, rows)
 		var seqErr *persistence.SeqError
 		if errors.As(err, &seqErr) && attempt < 3 {
 			continue // the log grew after the read: read it again

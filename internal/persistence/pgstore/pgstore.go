@@ -11,10 +11,11 @@
 //
 // # Delivery
 //
-// Every Append is one transaction: materialise the sessions row of a lazily
-// created session, check the fence (when the store is fenced), advance
+// Every Append is one statement, so one transaction and one round trip: the
+// SQL function dsh_append checks the fence (when the store is fenced),
+// materialises the sessions row of a lazily created session, advances
 // next_seq only if it still equals the batch's first seq (*SeqError
-// otherwise), insert every row with one statement, commit. With the
+// otherwise) and inserts every row. With the
 // server's default synchronous_commit=on the commit is flushed to the
 // server's WAL before Append returns; any failure rolls the whole batch
 // back.
@@ -22,8 +23,8 @@
 // # Fencing
 //
 // A Store opened with an Owner is fenced: it appends to a session only
-// while it holds that session's lease at the epoch it claimed (Claim). The
-// append transaction reads the lease row FOR SHARE, so a competing Claim
+// while it holds that session's lease at the epoch it claimed (Claim).
+// dsh_append reads the lease row FOR SHARE, so a competing Claim
 // (which bumps the epoch) waits for it, and an append that starts after the
 // claim sees the new epoch and fails with persistence.ErrFenced, writing
 // nothing. The lease's expiry only decides when another replica may claim;
@@ -35,9 +36,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 
@@ -154,64 +157,6 @@ func (s *Store) Create(ctx context.Context, h *sessionv1.SessionHeader) error {
 	return nil
 }
 
-// Append durably appends one batch in one transaction.
-func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.SessionEvent) error {
-	if len(events) == 0 {
-		return ctx.Err()
-	}
-	if err := s.checkOpen(ctx); err != nil {
-		return err
-	}
-	rows, err := encodeRows(id, events[0].GetSeq(), events)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	h := s.pending[id]
-	s.mu.Unlock()
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if h != nil {
-			if err := materialize(ctx, tx, h); err != nil {
-				return err
-			}
-		}
-		return s.appendRows(ctx, tx, id, rows)
-	})
-	if err != nil {
-		return err
-	}
-	if h != nil {
-		s.mu.Lock()
-		if s.pending[id] == h {
-			delete(s.pending, id)
-		}
-		s.mu.Unlock()
-	}
-	return nil
-}
-
-func materialize(ctx context.Context, tx pgx.Tx, h *sessionv1.SessionHeader) error {
-	hb, err := persistence.MarshalHeader(h)
-	if err != nil {
-		return fmt.Errorf("session %q: header: %w", h.GetId(), err)
-	}
-	var seedLength *int64
-	if h.SeedLength != nil {
-		v := h.GetSeedLength()
-		seedLength = &v
-	}
-	tag, err := tx.Exec(ctx, `INSERT INTO dsh_sessions (id, version, created_at, cwd, parent_session, seed_length, delegation_depth, header, next_seq)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0) ON CONFLICT (id) DO NOTHING`,
-		h.GetId(), h.GetVersion(), h.GetCreatedAt(), h.GetCwd(), h.GetParentSession(), seedLength, h.GetDelegationDepth(), string(hb))
-	if err != nil {
-		return fmt.Errorf("session %q: %w", h.GetId(), err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("session %q: %w", h.GetId(), persistence.ErrExists)
-	}
-	return nil
-}
-
 // batch is the stored form of a batch, column by column.
 type batch struct {
 	first int64
@@ -258,34 +203,87 @@ func encodeRows(id string, next int64, events []*sessionv1.SessionEvent) (*batch
 	return b, nil
 }
 
-// appendRows checks the fence, advances next_seq from the batch's first seq
-// and inserts the rows, inside tx.
-func (s *Store) appendRows(ctx context.Context, tx pgx.Tx, id string, b *batch) error {
-	if err := s.checkFence(ctx, tx, id); err != nil {
+// Append durably appends one batch in one transaction (one statement,
+// one round trip: see dsh_append in schema.go).
+func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.SessionEvent) error {
+	if len(events) == 0 {
+		return ctx.Err()
+	}
+	if err := s.checkOpen(ctx); err != nil {
 		return err
 	}
-	n := int64(len(b.seqs))
-	tag, err := tx.Exec(ctx, `UPDATE dsh_sessions SET next_seq = next_seq + $3 WHERE id = $1 AND next_seq = $2`, id, b.first, n)
+	rows, err := encodeRows(id, events[0].GetSeq(), events)
 	if err != nil {
-		return fmt.Errorf("session %q: %w", id, err)
+		return err
 	}
-	if tag.RowsAffected() == 0 {
-		var next int64
-		err := tx.QueryRow(ctx, `SELECT next_seq FROM dsh_sessions WHERE id = $1`, id).Scan(&next)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("session %q: %w", id, err)
-		}
-		return &persistence.SeqError{SessionID: id, Index: 0, Want: next, Got: b.first}
+	s.mu.Lock()
+	h := s.pending[id]
+	s.mu.Unlock()
+	if err := s.appendRows(ctx, id, h, rows); err != nil {
+		return err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO dsh_events (session_id, seq, type, time, pb)
-		SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::bytea[])`,
-		id, b.seqs, b.types, b.times, b.pbs); err != nil {
-		return fmt.Errorf("session %q: insert seqs %d..%d: %w", id, b.first, b.first+n-1, err)
+	if h != nil {
+		s.mu.Lock()
+		if s.pending[id] == h {
+			delete(s.pending, id)
+		}
+		s.mu.Unlock()
 	}
 	return nil
+}
+
+// appendRows stores a batch with dsh_append: the fence of a fenced store,
+// the sessions row of h (a pending session; nil otherwise), the seq check
+// and the rows, in one transaction.
+func (s *Store) appendRows(ctx context.Context, id string, h *sessionv1.SessionHeader, b *batch) error {
+	var epoch int64
+	if s.owner != "" {
+		var ok bool
+		if epoch, ok = s.heldEpoch(id); !ok {
+			return fmt.Errorf("session %q: this replica holds no lease: %w", id, persistence.ErrFenced)
+		}
+	}
+	var (
+		header, cwd, parent *string
+		version, depth      int32
+		createdAt           int64
+		seedLength          *int64
+	)
+	if h != nil {
+		hb, err := persistence.MarshalHeader(h)
+		if err != nil {
+			return fmt.Errorf("session %q: header: %w", id, err)
+		}
+		hs, c, p := string(hb), h.GetCwd(), h.GetParentSession()
+		header, cwd, parent = &hs, &c, &p
+		version, depth, createdAt = h.GetVersion(), h.GetDelegationDepth(), h.GetCreatedAt()
+		if h.SeedLength != nil {
+			v := h.GetSeedLength()
+			seedLength = &v
+		}
+	}
+	_, err := s.pool.Exec(ctx, `SELECT dsh_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		id, b.first, s.owner, epoch, header, version, createdAt, cwd, parent, seedLength, depth, b.seqs, b.types, b.times, b.pbs)
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "DSHFE":
+			s.forget(id, epoch)
+			return fmt.Errorf("session %q: %s: %w", id, pgErr.Message, persistence.ErrFenced)
+		case "DSHEX":
+			return fmt.Errorf("session %q: %w", id, persistence.ErrExists)
+		case "DSHNF":
+			return fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+		case "DSHSQ":
+			if next, perr := strconv.ParseInt(pgErr.Message, 10, 64); perr == nil {
+				return &persistence.SeqError{SessionID: id, Index: 0, Want: next, Got: b.first}
+			}
+		}
+	}
+	return fmt.Errorf("session %q: append seqs %d..%d: %w", id, b.first, b.first+int64(len(b.seqs))-1, err)
 }
 
 // Discard forgets a created but never appended session.

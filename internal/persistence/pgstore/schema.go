@@ -46,6 +46,46 @@ CREATE TABLE dsh_leases (
 	epoch      bigint NOT NULL,                 -- +1 at every claim; fences appends
 	expires_at timestamptz NOT NULL
 );
+-- dsh_append stores one batch in the caller's (implicit) transaction, in
+-- one round trip: the fence (when p_owner is set: the lease row, locked FOR
+-- SHARE, must name p_owner at p_epoch), the sessions row of a lazily
+-- created session (when p_header is set), the seq check, the rows. Failures
+-- raise SQLSTATEs the store maps to its typed errors: DSHFE fenced, DSHEX
+-- exists, DSHNF not found, DSHSQ seq mismatch (message: the stored next seq).
+CREATE FUNCTION dsh_append(p_id text, p_first bigint, p_owner text, p_epoch bigint,
+	p_header text, p_version integer, p_created_at bigint, p_cwd text, p_parent text, p_seed_length bigint, p_depth integer,
+	p_seqs bigint[], p_types text[], p_times bigint[], p_pbs bytea[]) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	cur_owner text;
+	cur_epoch bigint;
+	stored    bigint;
+BEGIN
+	IF p_owner <> '' THEN
+		SELECT owner, epoch INTO cur_owner, cur_epoch FROM dsh_leases WHERE session_id = p_id FOR SHARE;
+		IF NOT FOUND OR cur_owner <> p_owner OR cur_epoch <> p_epoch THEN
+			RAISE EXCEPTION USING ERRCODE = 'DSHFE',
+				MESSAGE = format('lease epoch %s was superseded by epoch %s of replica %L', p_epoch, coalesce(cur_epoch, 0), coalesce(cur_owner, ''));
+		END IF;
+	END IF;
+	IF p_header IS NOT NULL THEN
+		INSERT INTO dsh_sessions (id, version, created_at, cwd, parent_session, seed_length, delegation_depth, header, next_seq)
+			VALUES (p_id, p_version, p_created_at, p_cwd, p_parent, p_seed_length, p_depth, p_header, 0)
+			ON CONFLICT (id) DO NOTHING;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION USING ERRCODE = 'DSHEX', MESSAGE = 'session exists';
+		END IF;
+	END IF;
+	UPDATE dsh_sessions SET next_seq = next_seq + cardinality(p_seqs) WHERE id = p_id AND next_seq = p_first;
+	IF NOT FOUND THEN
+		SELECT next_seq INTO stored FROM dsh_sessions WHERE id = p_id;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION USING ERRCODE = 'DSHNF', MESSAGE = 'session not found';
+		END IF;
+		RAISE EXCEPTION USING ERRCODE = 'DSHSQ', MESSAGE = stored::text;
+	END IF;
+	INSERT INTO dsh_events (session_id, seq, type, time, pb)
+		SELECT p_id, * FROM unnest(p_seqs, p_types, p_times, p_pbs);
+END $$;
 -- A log for people, without a second copy per row: the columns plus the
 -- payload size (dsh sessions dump renders whole events as JSON).
 CREATE VIEW dsh_event_log AS
