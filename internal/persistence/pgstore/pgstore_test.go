@@ -248,3 +248,29 @@ func TestCheckStorageFindsTampering(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkFencedAppend measures appends of a replica (a fenced store:
+// every append also checks the lease's epoch).
+func BenchmarkFencedAppend(b *testing.B) {
+	persistencetest.BenchAppend(b, func(b *testing.B, dir string) persistence.Store {
+		pgtest.Require(b)
+		dsn, err := pgtest.DatabaseFor(b.Context(), dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := pgstore.Open(b.Context(), pgstore.Config{DSN: dsn, Owner: "bench-replica"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Claim(b.Context(), "bench", "127.0.0.1:7700", time.Hour); err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}, 1, 100)
+}
+
+// BenchmarkParallelSessions: 16 sessions appending turns of 20 events at
+// once (PostgreSQL shares WAL flushes between concurrent commits).
+func BenchmarkParallelSessions(b *testing.B) {
+	persistencetest.BenchParallel(b, func(b *testing.B, dir string) persistence.Store { return open(b, dir) }, 16, 20)
+}
