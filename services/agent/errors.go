@@ -49,7 +49,7 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	var elsewhere *cluster.OwnedElsewhereError
 	switch {
 	case errors.As(err, &elsewhere):
-		return status.Error(codes.Unavailable, elsewhere.Error()+"; send the call there")
+		return elsewhere.Status().Err() // the Forwarder reads its ErrorInfo
 	case errors.As(err, &full):
 		return status.Error(codes.ResourceExhausted, full.Error())
 	case errors.As(err, &inv):

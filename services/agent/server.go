@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/internal/events"
@@ -17,6 +19,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/persistence/jsonlstore"
 	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
+	"github.com/dsh-dev/dsh/services/agent/internal/cluster"
 	"github.com/dsh-dev/dsh/services/agent/internal/gateway"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
@@ -221,7 +224,13 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	if rep != nil && sc.Advertise == "" {
 		rep.mgr.SetAddress(lis.Addr().String())
 	}
-	srv := grpcserver.New(grpcserver.Config{Logger: logger})
+	var opts []grpc.ServerOption
+	if rep != nil {
+		fwd := cluster.NewForwarder(func(addr string) (*grpc.ClientConn, error) { return grpcserver.Dial(addr) }, logger)
+		defer fwd.Close()
+		opts = append(opts, grpc.ChainUnaryInterceptor(fwd.Unary()), grpc.ChainStreamInterceptor(fwd.Stream()))
+	}
+	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: opts})
 	svc.Register(srv.Server)
 	srvCtx, stopSrv := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSrv()

@@ -50,7 +50,7 @@ func storedLog(ctx context.Context, t *testing.T, s *stack, id string) []*sessio
 
 // TestReplicasHandOff runs two, then three agent processes on one
 // PostgreSQL database. The owner of a session serves it; another replica
-// refuses it with UNAVAILABLE naming the owner's address; a graceful stop
+// forwards its calls to the owner (unary and streaming); a graceful stop
 // releases the lease so the other replica continues the session at once;
 // after a kill -9 the next replica claims the session once the lease
 // expired. JetStream ends with every event exactly once, in order.
@@ -64,17 +64,24 @@ func TestReplicasHandOff(t *testing.T) {
 	first := a.runTurn(ctx, id, 0, "run the two commands")
 	checkTurn(t, first, 0)
 
-	// B does not serve A's session: it says where it is.
-	_, err := b.client.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: id})
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), a.agentAddr) {
-		t.Fatalf("GetSession on a non-owner = %v; want UNAVAILABLE naming %s", err, a.agentAddr)
+	// B forwards calls for A's session to A: a unary call, and a whole
+	// turn (Send, and StreamEvents relayed message by message).
+	got, err := b.client.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: id})
+	if err != nil || got.GetSession().GetNextSeq() != int64(len(first)) {
+		t.Fatalf("GetSession through a non-owner = %v, %v; want the session at seq %d", got, err, len(first))
+	}
+	viaB := b.runTurn(ctx, id, int64(len(first)), "through b")
+	checkTurn(t, viaB, int64(len(first)))
+	all := append(append([]*sessionv1.SessionEvent(nil), first...), viaB...)
+	if strings.Contains(b.agent.out.String(), "session loaded") {
+		t.Fatalf("B loaded A's session instead of forwarding:\n%s", b.agent.out.String())
 	}
 
 	// A stops gracefully: its lease is released, B takes over at once.
 	a.agent.stop(t)
-	second := b.runTurn(ctx, id, int64(len(first)), "again")
-	checkTurn(t, second, int64(len(first)))
-	all := append(append([]*sessionv1.SessionEvent(nil), first...), second...)
+	second := b.runTurn(ctx, id, int64(len(all)), "again")
+	checkTurn(t, second, int64(len(all)))
+	all = append(all, second...)
 
 	// B dies (kill -9) holding the lease; C claims the session once the
 	// lease expired, and goes on.
