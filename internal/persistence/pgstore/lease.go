@@ -76,28 +76,51 @@ func (s *Store) Claim(ctx context.Context, id, address string, ttl time.Duration
 	return l, nil
 }
 
-// Renew extends a held lease by ttl from now. It fails with
-// persistence.ErrFenced when the lease moved to another epoch (and this
-// store stops appending to the session).
-func (s *Store) Renew(ctx context.Context, id string, ttl time.Duration) (time.Time, error) {
+// RenewHeld extends the leases of sessions by ttl from now, in one
+// statement. It returns those whose lease is lost (moved to another epoch,
+// or already found lost by a fenced append): this store does not append to
+// them. A lease that expired with nobody claiming it is renewed (its epoch
+// did not move).
+func (s *Store) RenewHeld(ctx context.Context, sessions []string, ttl time.Duration) (lost []string, err error) {
 	if err := s.leaseOp(ctx); err != nil {
-		return time.Time{}, err
+		return nil, err
 	}
-	epoch, ok := s.heldEpoch(id)
-	if !ok {
-		return time.Time{}, fmt.Errorf("session %q: renew a lease this replica never claimed: %w", id, persistence.ErrFenced)
+	s.mu.Lock()
+	ids := make([]string, 0, len(sessions))
+	epochs := make([]int64, 0, len(sessions))
+	for _, id := range sessions {
+		if e, ok := s.held[id]; ok {
+			ids, epochs = append(ids, id), append(epochs, e)
+		} else {
+			lost = append(lost, id)
+		}
 	}
-	var exp time.Time
-	err := s.pool.QueryRow(ctx, `UPDATE dsh_leases SET expires_at = now() + $4 * interval '1 microsecond'
-		WHERE session_id = $1 AND owner = $2 AND epoch = $3 RETURNING expires_at`, id, s.owner, epoch, ttl.Microseconds()).Scan(&exp)
-	if errors.Is(err, pgx.ErrNoRows) {
-		s.forget(id, epoch)
-		return time.Time{}, fmt.Errorf("session %q: lease lost (epoch %d): %w", id, epoch, persistence.ErrFenced)
+	s.mu.Unlock()
+	if len(ids) == 0 {
+		return lost, nil
 	}
+	rows, err := s.pool.Query(ctx, `UPDATE dsh_leases AS l SET expires_at = now() + $4 * interval '1 microsecond'
+		FROM unnest($1::text[], $2::bigint[]) AS h(id, epoch)
+		WHERE l.session_id = h.id AND l.owner = $3 AND l.epoch = h.epoch
+		RETURNING l.session_id`, ids, epochs, s.owner, ttl.Microseconds())
 	if err != nil {
-		return time.Time{}, fmt.Errorf("session %q: renew: %w", id, err)
+		return nil, fmt.Errorf("pgstore: renew leases: %w", err)
 	}
-	return exp, nil
+	renewed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return lost, fmt.Errorf("pgstore: renew leases: %w", err)
+	}
+	ok := make(map[string]bool, len(renewed))
+	for _, id := range renewed {
+		ok[id] = true
+	}
+	for i, id := range ids {
+		if !ok[id] {
+			s.forget(id, epochs[i])
+			lost = append(lost, id)
+		}
+	}
+	return lost, nil
 }
 
 // Release gives a held lease up (it expires now, keeping its epoch so that

@@ -27,7 +27,7 @@ import (
 // Leases is the lease table (pgstore.Store with an Owner implements it).
 type Leases interface {
 	Claim(ctx context.Context, id, address string, ttl time.Duration) (pgstore.Lease, error)
-	Renew(ctx context.Context, id string, ttl time.Duration) (time.Time, error)
+	RenewHeld(ctx context.Context, ids []string, ttl time.Duration) (lost []string, err error)
 	Release(ctx context.Context, id string) error
 	Lookup(ctx context.Context, id string) (pgstore.Lease, error)
 }
@@ -146,10 +146,10 @@ func (m *Manager) Release(ctx context.Context, id string) error {
 	return m.leases.Release(ctx, id)
 }
 
-// RenewAll renews every held lease once. A lease found lost is dropped and
-// reported to OnLost; other failures (the database unreachable) are
-// returned and retried at the next period, the lease still held until its
-// fence says otherwise.
+// RenewAll renews every held lease once (one statement for all of them).
+// A lease found lost is dropped and reported to OnLost; a failure (the
+// database unreachable) is returned and retried at the next period, the
+// leases still held until their fence says otherwise.
 func (m *Manager) RenewAll(ctx context.Context) error {
 	m.mu.Lock()
 	ids := make([]string, 0, len(m.held))
@@ -157,18 +157,14 @@ func (m *Manager) RenewAll(ctx context.Context) error {
 		ids = append(ids, id)
 	}
 	m.mu.Unlock()
-	var errs []error
-	for _, id := range ids {
-		_, err := m.leases.Renew(ctx, id, m.cfg.TTL)
-		switch {
-		case err == nil:
-		case errors.Is(err, persistence.ErrFenced):
-			m.lost(id, err)
-		default:
-			errs = append(errs, err)
-		}
+	if len(ids) == 0 {
+		return nil
 	}
-	return errors.Join(errs...)
+	lost, err := m.leases.RenewHeld(ctx, ids, m.cfg.TTL)
+	for _, id := range lost {
+		m.lost(id, fmt.Errorf("session %q: lease lost: %w", id, persistence.ErrFenced))
+	}
+	return err
 }
 
 // Lost records that the session's lease is gone (an append or renewal was
