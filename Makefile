@@ -54,9 +54,11 @@ vet: ## go vet.
 
 .PHONY: test
 test: setup check test-go test-sdk ## Everything: install what is missing, checks, the Go suite with -race, the SDK suites.
+# setup installed postgresql, so the PostgreSQL store's tests must run, not skip.
+test: export DSH_REQUIRE_POSTGRES = 1
 
 .PHONY: setup
-setup: ## Install what the tests need and is missing (Debian python3-grpcio/protobuf, protoc, npm deps).
+setup: ## Install what the tests need and is missing (Debian python3-grpcio/protobuf, protoc, postgresql, npm deps).
 	scripts/setup-polyglot.sh
 
 .PHONY: test-go

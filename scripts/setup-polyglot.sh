@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # setup-polyglot.sh installs what the Python and TypeScript toolhost SDKs need:
 # Debian's grpcio/protobuf for /usr/bin/python3, protoc + grpc_python_plugin
-# (for the stub drift check), and the npm dependencies of sdk/typescript.
+# (for the stub drift check), the npm dependencies of sdk/typescript, and
+# Debian's postgresql (internal/pgtest starts a throwaway server from its
+# binaries for the PostgreSQL store's tests; the tests fail rather than skip
+# when DSH_REQUIRE_POSTGRES is set).
 # Idempotent: it installs only what is missing and runs `apt-get update` only
 # when a package cannot be found in the current lists.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-debs=(python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc)
+debs=(python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc postgresql)
 
 missing=()
 for p in "${debs[@]}"; do

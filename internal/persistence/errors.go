@@ -17,6 +17,7 @@ const (
 	CodeInvalidHeader  = "INVALID_SESSION_HEADER"
 	CodeCursor         = "CURSOR_AHEAD_OF_LOG"
 	CodeClosed         = "STORE_CLOSED"
+	CodeFenced         = "SESSION_OWNERSHIP_LOST"
 )
 
 // codeError is a sentinel with a stable code. Callers match it with
@@ -46,6 +47,11 @@ var (
 	ErrInvalidHeader error = &codeError{CodeInvalidHeader, "invalid session header"}
 	// ErrClosed: the store was closed.
 	ErrClosed error = &codeError{CodeClosed, "store closed"}
+	// ErrFenced: a store shared by several replicas refused a write because
+	// this replica does not hold the session's lease at the epoch it
+	// acquired (another replica claimed it since). Nothing was written; the
+	// caller must drop the session and stop its turn.
+	ErrFenced error = &codeError{CodeFenced, "session is owned by another replica"}
 )
 
 // SeqError reports an append batch whose seqs do not continue the stored log:

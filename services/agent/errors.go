@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/services/agent/internal/approval"
+	"github.com/dsh-dev/dsh/services/agent/internal/cluster"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
 )
 
@@ -47,7 +48,10 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	var inv *InvalidError
 	var full *loop.QueueFullError
 	var badAnswer *approval.InvalidAnswerError
+	var elsewhere *cluster.OwnedElsewhereError
 	switch {
+	case errors.As(err, &elsewhere):
+		return elsewhere.Status().Err() // the Forwarder reads its ErrorInfo
 	case errors.As(err, &full):
 		return status.Error(codes.ResourceExhausted, full.Error())
 	case errors.As(err, &inv):
@@ -64,6 +68,8 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return status.Error(codes.FailedPrecondition, "session is disposed: "+err.Error())
 	case errors.Is(err, persistence.ErrExists):
 		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, persistence.ErrFenced):
+		return status.Error(codes.Unavailable, "the session moved to another replica; retry: "+err.Error())
 	case errors.Is(err, ErrClosing):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

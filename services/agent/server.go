@@ -23,6 +23,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
 	"github.com/dsh-dev/dsh/services/agent/internal/agenttools"
 	"github.com/dsh-dev/dsh/services/agent/internal/approval"
+	"github.com/dsh-dev/dsh/services/agent/internal/cluster"
 	"github.com/dsh-dev/dsh/services/agent/internal/gateway"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
@@ -87,8 +88,15 @@ type ServerConfig struct {
 	// ToolInterceptors; Approvers remote Approver services (consulted in
 	// order before a person is asked).
 	Hooks, Interceptors, Approvers []Remote
-	// Store is "sqlite" (default) or "jsonl"; DataDir holds it.
+	// Store is "sqlite" (default), "jsonl" (both in DataDir) or "postgres"
+	// (the database at PostgresDSN).
 	Store, DataDir string
+	// PostgresDSN is the connection string of the "postgres" store. On it
+	// the agent is one replica of many: it owns a session through a lease
+	// (see internal/cluster) advertising Advertise (default Listen) for
+	// LeaseTTL (default 10 s).
+	PostgresDSN, Advertise string
+	LeaseTTL               time.Duration
 	// Synchronous is the SQLite synchronous level ("FULL" or "NORMAL").
 	Synchronous string
 	Service     Config
@@ -126,7 +134,16 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	store, err := openStore(ctx, sc)
+	var (
+		store persistence.Store
+		rep   *replica // nil unless on the shared postgres store
+		err   error
+	)
+	if sc.Store == "postgres" {
+		store, rep, err = openReplica(ctx, sc, logger)
+	} else {
+		store, err = openStore(ctx, sc)
+	}
 	if err != nil {
 		return err
 	}
@@ -218,7 +235,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 			return fmt.Errorf("nats: %w", err)
 		}
 		sc.Service.Sink = pub
-		if hs, err := store.List(ctx); err == nil {
+		if rep != nil {
+			rep.pub.Store(pub) // a replica catches a session up when it claims it
+		} else if hs, err := store.List(ctx); err == nil {
 			pub.CatchUp(hs...)
 		}
 	}
@@ -227,6 +246,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		Prompt: &hooks.Prompt{ToolGuidance: "Use the tools when they help; call independent read-only tools together."}}, logger)
 	if err != nil {
 		return err
+	}
+	if rep != nil {
+		rep.svc.Store(svc)
 	}
 	lis := sc.Listener
 	if lis == nil {
@@ -240,7 +262,19 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		authn = auth.None{}
 	}
 	edge := auth.NewEdge(auth.EdgeConfig{Authn: authn, Authz: sc.Authz, Logger: logger})
-	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: append(slices.Clone(sc.ServerOptions), edge.ServerOptions()...)})
+	if rep != nil && sc.Advertise == "" {
+		rep.mgr.SetAddress(lis.Addr().String())
+	}
+	// Authenticate and authorize first; a call for a session another
+	// replica owns is then forwarded with its metadata (the owner checks
+	// the principal again, tenancy included).
+	opts := append(slices.Clone(sc.ServerOptions), edge.ServerOptions()...)
+	if rep != nil {
+		fwd := cluster.NewForwarder(func(addr string) (*grpc.ClientConn, error) { return grpcserver.Dial(addr, sc.DialOptions...) }, logger)
+		defer fwd.Close()
+		opts = append(opts, grpc.ChainUnaryInterceptor(fwd.Unary()), grpc.ChainStreamInterceptor(fwd.Stream()))
+	}
+	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: opts})
 	svc.Register(srv.Server)
 	srvCtx, stopSrv := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSrv()
@@ -261,6 +295,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	closeErr := svc.Close(cctx)
+	if rep != nil {
+		// After the turns ended: hand the sessions over at once.
+		closeErr = errors.Join(closeErr, rep.mgr.Close(cctx))
+	}
 	if pub != nil {
 		closeErr = errors.Join(closeErr, pub.Close(cctx))
 	}
@@ -290,6 +328,6 @@ func openStore(ctx context.Context, sc ServerConfig) (persistence.Store, error) 
 		}
 		return st, nil
 	default:
-		return nil, fmt.Errorf("unknown store %q: use sqlite or jsonl", sc.Store)
+		return nil, fmt.Errorf("unknown store %q: use sqlite, jsonl or postgres", sc.Store)
 	}
 }

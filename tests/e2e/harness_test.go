@@ -31,6 +31,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/natstest"
+	"github.com/dsh-dev/dsh/internal/pgtest"
 )
 
 // binDir holds the binaries built once by TestMain.
@@ -55,7 +56,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Main(m) // a PostgreSQL server for the postgres-store tests
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -198,9 +199,11 @@ type stack struct {
 	agentArgs, agentEnv []string
 }
 
-func startStack(t *testing.T) *stack {
+// startStack starts NATS, the gateway, the toolhost and the agent, whose
+// environment gets agentEnv (e.g. DSH_STORE=postgres) on top of cleanEnv.
+func startStack(t *testing.T, agentEnv ...string) *stack {
 	t.Helper()
-	return startStackWith(t, &stack{nats: natstest.Start(t)})
+	return startStackWith(t, &stack{nats: natstest.Start(t), agentEnv: agentEnv})
 }
 
 // startStackWith starts the services of s (whose nats and agent options

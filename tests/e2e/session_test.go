@@ -12,6 +12,7 @@ import (
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/pgtest"
 	"github.com/dsh-dev/dsh/internal/session"
 )
 
@@ -63,9 +64,22 @@ func checkSame(t *testing.T, what string, got, want []*sessionv1.SessionEvent) {
 
 func TestSessionEndToEnd(t *testing.T) {
 	t.Parallel()
+	endToEnd(t, startStack(t))
+}
+
+// TestSessionEndToEndPostgres runs the same scenario with the agent on the
+// PostgreSQL store (chosen through the environment: DSH_STORE,
+// DSH_POSTGRES_DSN).
+func TestSessionEndToEndPostgres(t *testing.T) {
+	t.Parallel()
+	endToEnd(t, startStack(t, "DSH_STORE=postgres", "DSH_POSTGRES_DSN="+pgtest.Database(t)))
+}
+
+// endToEnd runs a multi-step turn, checks the API stream, JetStream and the
+// derived messages, restarts the agent and runs a second turn.
+func endToEnd(t *testing.T, s *stack) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	s := startStack(t)
 	id := s.createSession(ctx)
 
 	// One multi-step, tool-using turn through the API.
@@ -86,19 +100,7 @@ func TestSessionEndToEnd(t *testing.T) {
 	// Restart the agent: the persisted log comes back unchanged.
 	s.agent.stop(t)
 	s.startAgent()
-	stream, err := s.client.StreamEvents(ctx, &agentv1.StreamEventsRequest{SessionId: id, NoFollow: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var replay []*sessionv1.SessionEvent
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			break
-		}
-		replay = append(replay, resp.GetEvent())
-	}
-	checkSame(t, "events after restart", replay, first)
+	checkSame(t, "events after restart", storedLog(ctx, t, s, id), first)
 
 	// The session goes on after the restart, and JetStream still ends with
 	// every event exactly once, in order.

@@ -209,3 +209,9 @@ func TestFailedAppendRollsBack(t *testing.T) {
 		t.Fatalf("Load: %d events, %v; want %d", len(got), err, len(evs))
 	}
 }
+
+// BenchmarkParallelSessions: 16 sessions appending turns of 20 events at
+// once, through SQLite's single writer (compare pgstore's).
+func BenchmarkParallelSessions(b *testing.B) {
+	persistencetest.BenchParallel(b, func(b *testing.B, dir string) persistence.Store { return open(b, dir) }, 16, 20)
+}

@@ -53,8 +53,11 @@ func run() error {
 	approvalPolicy := flag.String("approval", env("DSH_APPROVAL", "on-request"), "default approval policy of sessions that set none: never, on-request or always (env DSH_APPROVAL)")
 	flag.Var(&ruleFlags, "approval-rule", "deployment approval rule TOOL[(PATTERN)]=allow|ask|deny, repeatable, evaluated after each session's rules; replaces the defaults bash=ask, write=ask, edit=ask (\"*=allow\" asks for nothing)")
 	approvalTimeout := flag.Duration("approval-timeout", envDuration("DSH_APPROVAL_TIMEOUT", 15*time.Minute), "settle an approval or question nobody answered as unavailable after this long; 0 waits forever (env DSH_APPROVAL_TIMEOUT)")
-	store := flag.String("store", env("DSH_STORE", "sqlite"), "session store: sqlite or jsonl (env DSH_STORE)")
+	store := flag.String("store", env("DSH_STORE", "sqlite"), "session store: sqlite, jsonl (both under --data) or postgres (env DSH_STORE)")
+	pgDSN := flag.String("postgres-dsn", env("DSH_POSTGRES_DSN", ""), "PostgreSQL connection string of --store postgres, e.g. postgres://dsh@db:5432/dsh (env DSH_POSTGRES_DSN; prefer the env var: flags show in ps)")
 	sqliteSync := flag.String("sqlite-sync", env("DSH_SQLITE_SYNC", "FULL"), "SQLite synchronous level: FULL (survives power loss) or NORMAL (survives a process crash; faster) (env DSH_SQLITE_SYNC)")
+	advertise := flag.String("advertise", env("DSH_ADVERTISE", ""), "with --store postgres: the address other replicas reach this one at, stored in its session leases (default: the bound --listen address) (env DSH_ADVERTISE)")
+	leaseTTL := flag.Duration("lease-ttl", envDuration("DSH_LEASE_TTL", 10*time.Second), "with --store postgres: how long a session's lease outlives its last renewal (renewed every third of it); a dead replica's sessions move after this (env DSH_LEASE_TTL)")
 	data := flag.String("data", env("DSH_DATA", "."), "data directory (env DSH_DATA)")
 	idle := flag.Duration("idle-unload", envDuration("DSH_IDLE_UNLOAD", 10*time.Minute), "unload sessions idle this long; 0 never (env DSH_IDLE_UNLOAD)")
 	parallel := flag.Int("max-parallel-tools", 10, "parallel-safe tool calls that may overlap")
@@ -105,7 +108,7 @@ func run() error {
 	}
 	sc := agent.ServerConfig{
 		ServerOptions: srvOpts, DialOptions: dialOpts,
-		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, Synchronous: *sqliteSync,
+		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, PostgresDSN: *pgDSN, Advertise: *advertise, LeaseTTL: *leaseTTL, Synchronous: *sqliteSync,
 		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd, Approval: appr, Sandbox: sandbox,
 			MaxQueuedItems: *maxItems, MaxQueuedBytes: *maxBytes, ProcessMaxQueuedItems: *procItems, ProcessMaxQueuedBytes: *procBytes},
 		NATS: nc, AllowUnenforcedHosts: *allowUnenforced,

@@ -1,0 +1,29 @@
+package agent
+
+import (
+	"context"
+	"time"
+)
+
+// Drop removes a session from memory at once, whatever it is doing: its
+// turn is stopped and its queued prompts are dropped (logged). A replica
+// calls it when it lost the session's lease (cluster.Config.OnLost):
+// another replica owns the log now, this one's appends are fenced, and the
+// next request for the session claims or forwards it again. It reports
+// whether the session was live.
+func (s *Service) Drop(ctx context.Context, id string) bool {
+	s.mu.Lock()
+	l, ok := s.live[id]
+	if ok {
+		delete(s.live, id)
+	}
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	s.log.Warn("dropping a session owned by another replica now", "session", l.id, "unflushed", l.log.Len()-l.durableSeq())
+	s.retire(ctx, l)
+	return true
+}

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+
+	"github.com/dsh-dev/dsh/internal/events"
+	"github.com/dsh-dev/dsh/internal/persistence"
+	"github.com/dsh-dev/dsh/internal/persistence/pgstore"
+	"github.com/dsh-dev/dsh/services/agent/internal/cluster"
+)
+
+// replica is the cluster side of an agent on the shared PostgreSQL store:
+// its lease manager, and the service and publisher the manager's callbacks
+// reach once they exist.
+type replica struct {
+	id  string
+	mgr *cluster.Manager
+	svc atomic.Pointer[Service]
+	pub atomic.Pointer[events.Publisher]
+}
+
+// openReplica opens the fenced PostgreSQL store of a replica and starts
+// renewing its leases: sessions are claimed when created or loaded,
+// dropped when their lease is lost, and released on shutdown.
+func openReplica(ctx context.Context, sc ServerConfig, logger *slog.Logger) (persistence.Store, *replica, error) {
+	r := &replica{id: replicaID()}
+	st, err := pgstore.Open(ctx, pgstore.Config{DSN: sc.PostgresDSN, Owner: r.id, Logger: logger})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open postgres store: %w", err)
+	}
+	addr := sc.Advertise
+	if addr == "" {
+		addr = sc.Listen
+	}
+	r.mgr = cluster.New(st, cluster.Config{Address: addr, TTL: sc.LeaseTTL, Logger: logger,
+		OnLost: func(id string, _ error) {
+			if svc := r.svc.Load(); svc != nil {
+				svc.Drop(context.Background(), id)
+			}
+		},
+		OnClaim: func(id string) {
+			p := r.pub.Load()
+			if p == nil {
+				return
+			}
+			// The publisher needs the tenant for the subject: the header.
+			h, err := st.ReadHeader(ctx, id)
+			if err != nil {
+				logger.Warn("catch-up after a claim: reading the header failed; the session publishes on its next event", "session", id, "err", err)
+				return
+			}
+			p.CatchUp(h)
+		},
+	})
+	r.mgr.Start()
+	logger.Info("replica on the shared PostgreSQL store", "replica", r.id, "advertise", addr)
+	return cluster.NewStore(st, r.mgr), r, nil
+}
+
+// replicaID is unique per process: host name, pid and 48 random bits.
+func replicaID() string {
+	host, _ := os.Hostname()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}

@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/pgtest"
+	"github.com/dsh-dev/dsh/internal/session"
+)
+
+// readLog reads a session's stored log through replica r (forwarded to
+// the owner, or claimed by r when the owner's lease expired).
+func readLog(ctx context.Context, r *stack, id string) ([]*sessionv1.SessionEvent, error) {
+	stream, err := r.client.StreamEvents(ctx, &agentv1.StreamEventsRequest{SessionId: id, NoFollow: true})
+	if err != nil {
+		return nil, err
+	}
+	var evs []*sessionv1.SessionEvent
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return evs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, resp.GetEvent())
+	}
+}
+
+// promptTurn returns the turn whose user/message is text, and whether a
+// turn/end closed it.
+func promptTurn(evs []*sessionv1.SessionEvent, text string) (turn int32, ended bool) {
+	var cur int32
+	for _, ev := range evs {
+		if ts := ev.GetTurnStart(); ts != nil {
+			cur = ts.GetTurn()
+		}
+		if um := ev.GetUserMessage(); um != nil && turn == 0 {
+			for _, b := range um.GetContent() {
+				if b.GetText().GetText() == text {
+					turn = cur
+				}
+			}
+		}
+		if te := ev.GetTurnEnd(); te != nil && turn != 0 && te.GetTurn() == turn {
+			return turn, true
+		}
+	}
+	return turn, false
+}
+
+// drive gets prompt text run to the end of its turn in session id,
+// through whichever replica answers, surviving replica deaths: after a
+// failure it reads the log; a prompt the log holds is done once its turn
+// ended (completed, or interrupted by a new owner's repair: reported), a
+// prompt the log lacks was lost with its replica's memory and is sent
+// again.
+func drive(ctx context.Context, reps []*stack, rng *rand.Rand, id, text string, retries *atomic.Int64) error {
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			retries.Add(1)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("prompt %q: %w", text, ctx.Err())
+		}
+		r := reps[rng.IntN(len(reps))]
+		evs, err := readLog(ctx, r, id)
+		if err != nil {
+			time.Sleep(100 * time.Millisecond) // the owner died; its lease expires within the TTL
+			continue
+		}
+		turn, ended := promptTurn(evs, text)
+		if ended {
+			return nil
+		}
+		if turn == 0 {
+			if _, err := r.client.Send(ctx, &agentv1.SendRequest{SessionId: id, Content: textBlocks(text)}); err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+		}
+		// Follow the log until the prompt's turn ends or the stream breaks.
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		stream, err := r.client.StreamEvents(wctx, &agentv1.StreamEventsRequest{SessionId: id, FromSeq: int64(len(evs))})
+		for err == nil {
+			var resp *agentv1.StreamEventsResponse
+			if resp, err = stream.Recv(); err == nil {
+				evs = append(evs, resp.GetEvent())
+				if _, ended := promptTurn(evs, text); ended {
+					cancel()
+					return nil
+				}
+			}
+		}
+		cancel()
+	}
+}
+
+// TestChaosReplicas: three agent processes on one PostgreSQL database,
+// sessions running multi-step tool-using turns through random replicas,
+// while a random replica is killed with SIGKILL (and restarted) every
+// second or so. Every prompt ends up in its session's log with its turn
+// ended, every log passes the invariant checker, and JetStream holds every
+// event of every log exactly once, in order.
+func TestChaosReplicas(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("short")
+	}
+	const (
+		sessions = 6
+		prompts  = 4
+		kills    = 6
+	)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	first := startStack(t, "DSH_STORE=postgres", "DSH_POSTGRES_DSN="+pgtest.Database(t), "DSH_LEASE_TTL=1s")
+	reps := []*stack{first, first.replica(), first.replica()}
+	ids := make([]string, sessions)
+	for i := range ids {
+		ids[i] = reps[i%len(reps)].createSession(ctx)
+	}
+
+	var (
+		wg      sync.WaitGroup
+		retries atomic.Int64
+	)
+	errs := make([]error, sessions)
+	for i, id := range ids {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 42))
+			for p := range prompts {
+				if err := drive(ctx, reps, rng, id, fmt.Sprintf("%s prompt %d", id, p), &retries); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	killed := 0
+	for killed < kills {
+		select {
+		case <-done:
+		case <-time.After(time.Duration(800+rng.IntN(800)) * time.Millisecond):
+		}
+		r := reps[rng.IntN(len(reps))]
+		if err := r.agent.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-r.agent.done
+		killed++
+		r.startAgent() // a new process on the same address
+		select {
+		case <-done:
+			killed = kills
+		default:
+		}
+	}
+	<-done
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d kills; the clients retried %d times", kills, retries.Load())
+
+	for _, id := range ids {
+		// A prompt sent twice (its Send failed after the owner had queued
+		// it) may still be running: wait until the session is idle.
+		var log []*sessionv1.SessionEvent
+		var err error
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			_, err = reps[0].client.WaitIdle(ctx, &agentv1.WaitIdleRequest{SessionId: id})
+			if err == nil {
+				log, err = readLog(ctx, reps[0], id)
+			}
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("session %s: %v", id, err)
+		}
+		if err := session.CheckLog(log); err != nil {
+			t.Fatalf("session %s: invalid log after %d kills: %v", id, kills, err)
+		}
+		for p := range prompts {
+			if _, ended := promptTurn(log, fmt.Sprintf("%s prompt %d", id, p)); !ended {
+				t.Fatalf("session %s: prompt %d has no ended turn", id, p)
+			}
+		}
+		checkSame(t, "jetstream events of "+id, jetStreamEvents(t, first.nats.URL(), id, len(log)), log)
+		interrupted := 0
+		for _, ev := range log {
+			if ev.GetTurnEnd().GetReason().GetInterrupted() != nil {
+				interrupted++
+			}
+		}
+		t.Logf("session %s: %d events, %d interrupted turn ends", id, len(log), interrupted)
+	}
+}
