@@ -45,6 +45,11 @@ func run() error {
 	policyFile := flag.String("policy", env("DSH_TOOLHOST_POLICY", ""), "bash command-policy file; also serves dsh.tools.v1.ToolInterceptor (env DSH_TOOLHOST_POLICY)")
 	unconfined := flag.Bool("unconfined", false, "let file tools reach paths outside the workspace")
 	maxArgs := flag.Int("max-argument-bytes", 1<<20, "largest accepted argument text of one call")
+	home, _ := os.UserHomeDir()
+	dshHome := flag.String("dsh-home", env("DSH_HOME", filepath.Join(home, ".dsh")), "dsh's home; its skills/ folder is a skill root (env DSH_HOME; empty: none)")
+	agentsHome := flag.String("agents-home", env("DSH_AGENTS_HOME", filepath.Join(home, ".agents")), "the shared agents home; its skills/ folder is a skill root (env DSH_AGENTS_HOME; empty: none)")
+	var skillDirs []string
+	flag.Func("skill-dir", "an extra skill root (repeatable)", func(v string) error { skillDirs = append(skillDirs, v); return nil })
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -52,7 +57,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	svc, err := toolhost.New(toolhost.Config{WorkspaceRoot: root, Unconfined: *unconfined, MaxArgumentBytes: *maxArgs}, log)
+	svc, err := toolhost.New(toolhost.Config{WorkspaceRoot: root, Unconfined: *unconfined, MaxArgumentBytes: *maxArgs,
+		DshHome: *dshHome, AgentsHome: *agentsHome, SkillDirs: skillDirs}, log)
 	if err != nil {
 		return err
 	}
