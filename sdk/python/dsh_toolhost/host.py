@@ -42,8 +42,12 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
     """A live set of tools served over gRPC. Safe for concurrent use; tools may
     be added or removed while serving (watchers get a new snapshot)."""
 
-    def __init__(self, tools: Iterable[Tool] = (), *, max_argument_bytes: int = 1 << 20):
+    def __init__(self, tools: Iterable[Tool] = (), *, max_argument_bytes: int = 1 << 20, workspace_context=None):
+        """``workspace_context(cwd) -> GetWorkspaceContextResponse`` answers
+        GetWorkspaceContext for a host that owns a workspace; without it the
+        host owns none and answers an empty context."""
         self.max_argument_bytes = max_argument_bytes
+        self.workspace_context = workspace_context
         self._lock = threading.Condition()
         self._tools: dict[str, Tool] = {}
         self._revision = 1
@@ -111,6 +115,14 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
     def _notify(self) -> None:
         with self._lock:
             self._lock.notify_all()
+
+    def GetWorkspaceContext(self, request, context):
+        cwd = request.cwd
+        if not cwd or not os.path.isabs(cwd):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cwd {json.dumps(cwd)} must be an absolute path")
+        if self.workspace_context is None:
+            return tools_pb2.GetWorkspaceContextResponse()
+        return self.workspace_context(os.path.normpath(cwd))
 
     def PrepareCalls(self, request, context):
         out = []

@@ -30,8 +30,14 @@ export class ToolHost {
   #watchers = new Set()
   #closed = false
 
-  constructor(tools = [], { maxArgumentBytes = 1 << 20 } = {}) {
+  /**
+   * workspaceContext(cwd) → GetWorkspaceContextResponse (or a promise of it)
+   * answers GetWorkspaceContext for a host that owns a workspace; without it
+   * the host owns none and answers an empty context.
+   */
+  constructor(tools = [], { maxArgumentBytes = 1 << 20, workspaceContext } = {}) {
     this.maxArgumentBytes = maxArgumentBytes
+    this.workspaceContext = workspaceContext
     for (const t of tools) this.#add(t)
   }
 
@@ -104,6 +110,17 @@ export class ToolHost {
         call.on('cancelled', () => this.#watchers.delete(w))
         call.on('close', () => this.#watchers.delete(w))
         call.write(this.snapshot())
+      },
+      GetWorkspaceContext: (call, cb) => {
+        const cwd = call.request.cwd ?? ''
+        if (!cwd || !path.isAbsolute(cwd)) {
+          cb({ code: grpc.status.INVALID_ARGUMENT, details: `cwd ${JSON.stringify(cwd)} must be an absolute path` })
+          return
+        }
+        if (!this.workspaceContext) return cb(null, {})
+        Promise.resolve()
+          .then(() => this.workspaceContext(path.normalize(cwd)))
+          .then((resp) => cb(null, resp), (e) => cb({ code: grpc.status.INTERNAL, details: `workspace context: ${e instanceof Error ? e.message : String(e)}` }))
       },
       PrepareCalls: (call, cb) => {
         const calls = (call.request.executions ?? []).map((ex) => {

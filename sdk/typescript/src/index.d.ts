@@ -135,7 +135,7 @@ export function validateArgs(spec: SchemaSpec, args: unknown): string[]
 export function text(s: string): { type: 'text'; text: string }
 
 export class ToolHost {
-  constructor(tools?: ToolDefinition<any>[], opts?: { maxArgumentBytes?: number })
+  constructor(tools?: ToolDefinition<any>[], opts?: { maxArgumentBytes?: number; workspaceContext?: (cwd: string) => any })
   add(tool: ToolDefinition<any>): void
   remove(name: string): boolean
   get(name: string): ToolDefinition<any> | undefined
