@@ -45,6 +45,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
+	"github.com/dsh-dev/dsh/services/agent/internal/title"
 )
 
 // Store is the persistence the service uses (a subset of
@@ -106,6 +107,8 @@ type Deps struct {
 	Tools     loop.Tools     // nil: no tools
 	Hooks     *hooks.Set     // nil: no hooks
 	Prompt    loop.SystemPrompt
+	Workspace loop.Workspace // nil: no workspace context
+	Titles    *title.Titler  // nil: sessions are not titled
 }
 
 // Service is the agent service.
@@ -173,6 +176,8 @@ type liveSession struct {
 	subMu sync.Mutex
 	subs  map[chan struct{}]struct{}
 
+	stopTitle func()
+
 	// Guarded by Service.mu.
 	refs     int
 	lastUsed time.Time
@@ -184,7 +189,7 @@ func (s *Service) open(ctx context.Context, log *session.Log, durable int64, sou
 	l.durable.Store(durable)
 	log.Observe(func(*sessionv1.SessionEvent) { l.notify() })
 	l.agent = loop.New(loop.Config{
-		LLM: s.deps.LLM, Tools: s.deps.Tools, Hooks: s.deps.Hooks, Prompt: s.deps.Prompt,
+		LLM: s.deps.LLM, Tools: s.deps.Tools, Hooks: s.deps.Hooks, Prompt: s.deps.Prompt, Workspace: s.deps.Workspace,
 		Flush: l.flush, MaxParallelToolCalls: s.cfg.MaxParallelToolCalls, Debug: s.cfg.Debug, Logger: s.log,
 		Limits: loop.QueueLimits{MaxItems: s.cfg.MaxQueuedItems, MaxBytes: s.cfg.MaxQueuedBytes, Process: s.budget},
 		OnStatus: func(st agentv1.AgentStatus) {
@@ -193,6 +198,12 @@ func (s *Service) open(ctx context.Context, log *session.Log, durable int64, sou
 			}
 		},
 	}, log)
+	l.stopTitle = func() {}
+	if s.deps.Titles != nil {
+		l.stopTitle = s.deps.Titles.Watch(log, func(ev *sessionv1.SessionEvent) error {
+			return l.agent.AppendOutOfBand(ev, session.PluginSource("session-title"))
+		})
+	}
 	l.agent.Start(ctx, source)
 	return l
 }
@@ -361,6 +372,7 @@ func (l *liveSession) unloadable() bool {
 
 // retire disposes a live session's agent and flushes it.
 func (s *Service) retire(ctx context.Context, l *liveSession) {
+	l.stopTitle()
 	dropped, err := l.agent.Dispose(ctx)
 	if err != nil {
 		s.log.Error("dispose session", "session", l.id, "err", err)
@@ -407,6 +419,9 @@ func (s *Service) Close(ctx context.Context) error {
 		wg.Go(func() { _ = l.agent.WaitIdle(drainCtx) })
 	}
 	wg.Wait()
+	if s.deps.Titles != nil {
+		s.deps.Titles.Close()
+	}
 	close(s.closed)
 	errs := make([]error, len(lives))
 	for i, l := range lives {

@@ -49,7 +49,7 @@ func benchAgent(b *testing.B, gwAddr, thAddr, dir, sync string) (agentv1.AgentSe
 	done := make(chan error, 1)
 	go func() {
 		done <- agent.Run(ctx, agent.ServerConfig{Listener: lis, Gateway: gwAddr, Toolhosts: []string{"fake=" + thAddr},
-			DataDir: dir, Synchronous: sync, Service: agent.Config{DefaultCwd: "/work"}}, slog.New(slog.DiscardHandler))
+			DataDir: dir, Synchronous: sync, Service: agent.Config{DefaultCwd: "/work"}, NoTitles: true}, slog.New(slog.DiscardHandler))
 	}()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

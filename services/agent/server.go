@@ -19,6 +19,8 @@ import (
 	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
 	"github.com/dsh-dev/dsh/services/agent/internal/gateway"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+	"github.com/dsh-dev/dsh/services/agent/internal/prompt"
+	"github.com/dsh-dev/dsh/services/agent/internal/title"
 	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
 )
 
@@ -95,6 +97,33 @@ type ServerConfig struct {
 	ShutdownTimeout time.Duration
 	// Ready, when set, receives the bound address once serving.
 	Ready func(addr string)
+	// PromptSections is a YAML or JSON file of system-prompt configuration
+	// (sections, variables, persona, tool order); empty for the defaults.
+	PromptSections string
+	// TitleProvider and TitleModel route session-title calls (a small
+	// model); empty means each session's own route. NoTitles turns titles
+	// off.
+	TitleProvider, TitleModel string
+	NoTitles                  bool
+}
+
+// defaultToolGuidance is the tool guidance section when the deployment
+// sets none.
+const defaultToolGuidance = "Use the tools when they help; call independent read-only tools together."
+
+// buildPrompt reads the deployment's prompt configuration.
+func buildPrompt(sc ServerConfig) (*prompt.Assembler, error) {
+	var cfg prompt.Config
+	if sc.PromptSections != "" {
+		var err error
+		if cfg, err = prompt.LoadConfig(sc.PromptSections); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ToolGuidance == "" {
+		cfg.ToolGuidance = defaultToolGuidance
+	}
+	return prompt.New(cfg)
 }
 
 // Run wires the agent process (store, gateway client, toolhost registry,
@@ -118,7 +147,12 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	defer gwConn.Close()
 	gw := gateway.New(gwConn)
 
+	pr, err := buildPrompt(sc)
+	if err != nil {
+		return err
+	}
 	var hosts []toolpipe.Host
+	var wsHosts []prompt.Host
 	seen := map[string]bool{}
 	for _, th := range sc.Toolhosts {
 		name, addr, ok := strings.Cut(th, "=")
@@ -135,6 +169,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		}
 		defer conn.Close()
 		hosts = append(hosts, toolpipe.Host{Name: name, Client: toolsv1.NewToolHostClient(conn)})
+		wsHosts = append(wsHosts, prompt.Host{Name: name, Client: hosts[len(hosts)-1].Client})
 	}
 	var ics []toolpipe.Interceptor
 	for _, r := range sc.Interceptors {
@@ -185,8 +220,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		}
 	}
 
+	titles := title.New(gw, title.Config{Provider: sc.TitleProvider, Model: sc.TitleModel, Disabled: sc.NoTitles}, logger)
+	defer titles.Close()
 	svc, err := New(sc.Service, Deps{Store: store, LLM: gw, Providers: gw, Tools: toolsOf(pipe), Hooks: hk,
-		Prompt: &hooks.Prompt{ToolGuidance: "Use the tools when they help; call independent read-only tools together."}}, logger)
+		Prompt: pr, Workspace: &prompt.Workspaces{Hosts: wsHosts, Logger: logger}, Titles: titles}, logger)
 	if err != nil {
 		return err
 	}

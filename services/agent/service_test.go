@@ -88,7 +88,7 @@ func (e *env) start() {
 	go func() {
 		e.done <- agent.Run(ctx, agent.ServerConfig{
 			Listener: lis, Gateway: e.gwAddr, Toolhosts: []string{"fake=" + e.thAddr}, DataDir: e.dir,
-			Synchronous: "NORMAL", Service: e.cfg, Retry: &retry, ShutdownTimeout: e.shutdownTimeout(), NATS: e.nats,
+			Synchronous: "NORMAL", Service: e.cfg, Retry: &retry, ShutdownTimeout: e.shutdownTimeout(), NATS: e.nats, NoTitles: true,
 		}, slog.New(slog.DiscardHandler))
 	}()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

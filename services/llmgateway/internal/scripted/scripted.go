@@ -18,6 +18,9 @@
 // the adapter instance, so a retry of the same request can get a different
 // answer (a scripted RATE_LIMIT, then success).
 //
+// A session-title call (purpose TITLE) is answered apart from the steps:
+// with Script.Title, else the first words of its last user message.
+//
 // # A step's stream
 //
 // Reasoning, then text, then tool calls, each streamed in small deltas
@@ -52,6 +55,10 @@ type Script struct {
 	Sequential bool `json:"sequential,omitempty"`
 	// Models is the advisory catalogue; default one model "scripted".
 	Models []provider.Model `json:"models,omitempty"`
+	// Title answers every session-title call (purpose TITLE); empty means
+	// the first words of the request's last user message. Title calls never
+	// consume a step.
+	Title string `json:"title,omitempty"`
 }
 
 // Step is one scripted model response.
@@ -217,8 +224,40 @@ func (a *Adapter) Models() []provider.Model { return a.script.Models }
 // content, so it takes images too.
 func (a *Adapter) Validate(*llmv1.GenerateRequest) error { return nil }
 
+// titleWords is how many words a default scripted title takes.
+const titleWords = 6
+
+// title answers a purpose-TITLE call: the script's Title, or the first
+// words of the last user-authored message.
+func (a *Adapter) title(req *llmv1.GenerateRequest) Step {
+	if a.script.Title != "" {
+		return Step{Text: a.script.Title}
+	}
+	msgs := req.GetMessages()
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if !userAuthored(msgs[i]) {
+			continue
+		}
+		var sb strings.Builder
+		for _, b := range msgs[i].GetContent() {
+			sb.WriteString(b.GetText().GetText() + " ")
+		}
+		words := strings.Fields(sb.String())
+		if len(words) > titleWords {
+			words = words[:titleWords]
+		}
+		if len(words) > 0 {
+			return Step{Text: strings.Join(words, " ")}
+		}
+	}
+	return Step{Text: "Untitled session"}
+}
+
 // pick returns the step for req.
 func (a *Adapter) pick(req *llmv1.GenerateRequest) (Step, error) {
+	if req.GetPurpose() == llmv1.Purpose_PURPOSE_TITLE {
+		return a.title(req), nil
+	}
 	steps := a.script.Steps
 	var idx int
 	if a.script.Sequential {
