@@ -447,6 +447,7 @@ func (l *liveSession) snapshot() *agentv1.Session {
 	if t, ok := l.log.OpenTurn(); ok {
 		out.OpenTurn = &t
 	}
+	out.Title = title.Latest(l.log.Events())
 	return out
 }
 

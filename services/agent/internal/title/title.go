@@ -146,6 +146,16 @@ func (t *Titler) title(log *session.Log, appendFn func(*sessionv1.SessionEvent) 
 	return true, nil
 }
 
+// Latest is the title of the last session/title event (latest wins), or "".
+func Latest(evs []*sessionv1.SessionEvent) string {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if t := evs[i].GetSessionTitle(); t != nil {
+			return t.GetTitle()
+		}
+	}
+	return ""
+}
+
 // HumanText is the text of a human user/message (the display content when
 // contexts were baked in), or "".
 func HumanText(um *sessionv1.UserMessage) string {
