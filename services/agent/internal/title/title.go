@@ -85,6 +85,9 @@ func (t *Titler) Close() {
 	t.wg.Wait()
 }
 
+// Wait waits for the calls running now (tests and orderly shutdowns).
+func (t *Titler) Wait() { t.wg.Wait() }
+
 // Watch titles the session of log once: after a completed turn, when the
 // log has a human prompt and no title yet. appendFn appends out of band.
 // The returned stop ends the watch.
