@@ -171,8 +171,12 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 		}()
 	}
 
-	scr.println(fmt.Sprintf("session %s · %s/%s · Ctrl-C cancels a turn, Ctrl-D exits, /help",
-		id, s.GetHeader().GetOptions().GetProvider(), s.GetHeader().GetOptions().GetModel()))
+	title := ""
+	if s.GetTitle() != "" {
+		title = " · " + s.GetTitle()
+	}
+	scr.println(fmt.Sprintf("session %s%s · %s/%s · Ctrl-C cancels a turn, Ctrl-D exits, /help",
+		id, title, s.GetHeader().GetOptions().GetProvider(), s.GetHeader().GetOptions().GetModel()))
 	busy := s.GetStatus() == agentv1.AgentStatus_AGENT_STATUS_RUNNING
 	if !busy {
 		scr.prompt()
@@ -185,7 +189,9 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				return &exitError{code: 1, msg: fmt.Sprintf("event stream ended: %v", <-errc)}
 			}
 			scr.event(ev)
-			switch ev.GetPayload().(type) {
+			switch p := ev.GetPayload().(type) {
+			case *sessionv1.SessionEvent_SessionTitle:
+				scr.println("title: " + p.SessionTitle.GetTitle())
 			case *sessionv1.SessionEvent_TurnStart:
 				busy = true
 			case *sessionv1.SessionEvent_TurnEnd:

@@ -210,13 +210,16 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--toolhost-listen: %w", err)
 	}
-	thStop, err := startToolhost(ctx, cwd, f.data, thLis, logger)
+	th, thStop, err := startToolhost(ctx, e, cwd, f.data, thLis, logger)
 	if err != nil {
 		thLis.Close()
 		return nil, fmt.Errorf("toolhost: %w", err)
 	}
 	cleanups = append(cleanups, thStop)
 	phase("toolhost built")
+	summary := workspaceSummary(th, cwd, logFile.Name(), logger)
+	fmt.Fprintln(e.stderr, summary)
+	logger.Info(summary)
 
 	// Agent.
 	agLis, err := listen(f.agentAddr, defaultAgentAddr)

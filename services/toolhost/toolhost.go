@@ -159,6 +159,12 @@ func (s *Service) workspaceContext(_ context.Context, cwd string) (*toolsv1.GetW
 	return resp, err
 }
 
+// WorkspaceContext is the workspace context of cwd, as GetWorkspaceContext
+// answers it (errors.Is(err, workspace.ErrOutside) for a cwd outside).
+func (s *Service) WorkspaceContext(cwd string) (*toolsv1.GetWorkspaceContextResponse, error) {
+	return s.workspace.Context(cwd)
+}
+
 // Register registers the ToolHost service on a gRPC server.
 func (s *Service) Register(gs grpc.ServiceRegistrar) { s.host.Register(gs) }
 

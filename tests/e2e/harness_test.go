@@ -220,9 +220,11 @@ func dialAgent(t *testing.T, s *stack) *grpc.ClientConn {
 	return conn
 }
 
+// startAgent runs the agent binary. Titles are off: these tests compare
+// snapshots of the log, which an asynchronous title turn would race.
 func (s *stack) startAgent() {
 	s.agent = start(s.t, "agent", cleanEnv(), "--listen", s.agentAddr, "--gateway", s.gatewayAddr,
-		"--toolhost", "builtin="+s.toolhostAddr, "--data", s.dataDir, "--nats", s.nats.URL())
+		"--toolhost", "builtin="+s.toolhostAddr, "--data", s.dataDir, "--nats", s.nats.URL(), "--no-titles")
 	waitServing(s.t, s.agentAddr, s.agent)
 }
 

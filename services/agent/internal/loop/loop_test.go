@@ -24,8 +24,8 @@ import (
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
 	"github.com/dsh-dev/dsh/services/agent/internal/gateway"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
-	"github.com/dsh-dev/dsh/services/agent/internal/prompt"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
+	"github.com/dsh-dev/dsh/services/agent/internal/prompt"
 	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
 )
 
