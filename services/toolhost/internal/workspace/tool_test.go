@@ -38,6 +38,7 @@ func TestSkillTool(t *testing.T) {
 			text: `Error: skill "human" is only for humans to invoke (disable-model-invocation)`},
 		{name: "cwd outside", cwd: "outside", args: `{"name":"x"}`, code: workspace.CodeBadCwd},
 		{name: "missing name", cwd: "ws", args: `{}`, code: "INVALID_ARGS"},
+		{name: "path as a name", cwd: "ws", args: `{"name":"../../outside/.agents/skills/x"}`, code: workspace.CodeUnknownSkill},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -19,7 +19,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 
 // tree writes files (path → content; a value "->target" makes a symlink,
 // "/" a directory) under a fresh root and returns the root.
-func tree(t *testing.T, files map[string]string) string {
+func tree(t testing.TB, files map[string]string) string {
 	t.Helper()
 	root := t.TempDir()
 	for p, c := range files {
@@ -282,4 +282,47 @@ func FuzzParseFrontmatter(f *testing.F) {
 			t.Fatalf("body longer than input: %q %v", body, fm)
 		}
 	})
+}
+
+// TestSkillRootSymlinkOut: a project skill root that is a symlink out of
+// the workspace is not read (its skills would let a repository smuggle in
+// files from elsewhere on the host).
+func TestSkillRootSymlinkOut(t *testing.T) {
+	t.Parallel()
+	outer := tree(t, map[string]string{
+		"ws/.git/HEAD":            "x",
+		"ws/.agents/skills":       "->$ROOT/elsewhere",
+		"elsewhere/leak/SKILL.md": "---\ndescription: outside\n---\nsecret",
+	})
+	r, err := workspace.New(workspace.Config{Root: filepath.Join(outer, "ws")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := r.Context(filepath.Join(outer, "ws"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetSkills()) != 0 || len(resp.GetSkillErrors()) != 1 || !strings.Contains(resp.GetSkillErrors()[0].GetMessage(), "resolves outside the workspace") {
+		t.Errorf("context %v", resp)
+	}
+	if _, err := r.LoadSkill(filepath.Join(outer, "ws"), "leak"); err == nil {
+		t.Error("the skill tool loaded a skill from outside the workspace")
+	}
+}
+
+func BenchmarkContext(b *testing.B) {
+	root := tree(b, map[string]string{
+		".git/HEAD": "x", "AGENTS.md": strings.Repeat("rule\n", 2000), "a/b/CLAUDE.md": "more rules",
+		".agents/skills/one/SKILL.md": skillA, ".agents/skills/two.md": "---\ndescription: two\n---\nx", ".dsh/skills/three.md": "---\ndescription: three\n---\nx",
+	})
+	r, err := workspace.New(workspace.Config{Root: root})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cwd := filepath.Join(root, "a", "b")
+	for b.Loop() {
+		if _, err := r.Context(cwd); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
