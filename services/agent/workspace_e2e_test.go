@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
+
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
@@ -146,4 +148,32 @@ func toolText(blocks []*llmv1.ContentBlock) string {
 		b.WriteString(c.GetText().GetText())
 	}
 	return b.String()
+}
+
+// TestUnknownTemplateVariableFailsTurn: a persona naming an unknown
+// variable fails the turn before any request, naming the variable.
+func TestUnknownTemplateVariableFailsTurn(t *testing.T) {
+	t.Parallel()
+	gw := &fakes.Gateway{} // no script: any request would fail the test differently
+	host := toolhosttest.Start(t)
+	p := startAgent(t, backend{gwAddr: fakes.Serve(t, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) }), thAddr: host.Addr}, t.TempDir())
+	ctx := t.Context()
+	if _, err := p.client.CreateSession(ctx, &agentv1.CreateSessionRequest{SessionId: "v", Cwd: host.Workspace,
+		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m1", Persona: "You serve {{tenant_name}}."}}); err != nil {
+		t.Fatal(err)
+	}
+	events := follow(t, ctx, p.client, "v")
+	if _, err := p.client.Send(ctx, &agentv1.SendRequest{SessionId: "v", Content: []*llmv1.ContentBlock{session.Text("hi")}}); err != nil {
+		t.Fatal(err)
+	}
+	evs := until(t, events, "turn 1 to end", turnEnd(1))
+	for _, ev := range evs {
+		if ev.GetRequestHeader() != nil || ev.GetStepStart() != nil {
+			t.Errorf("a request was prepared: %v", ev)
+		}
+	}
+	msg := evs[len(evs)-1].GetTurnEnd().GetReason().GetError().GetMessage()
+	if !strings.Contains(msg, `unknown template variable "tenant_name"`) {
+		t.Errorf("turn end %v", evs[len(evs)-1])
+	}
 }

@@ -132,6 +132,7 @@ type Agent struct {
 	prefix       []*llmv1.Message
 	prefixSet    bool
 	ws           *toolsv1.GetWorkspaceContextResponse
+	sections     []prompt.Section // this turn's agent/prompt-sections
 }
 
 // New returns an agent over log. It does not start the driver; call Start.

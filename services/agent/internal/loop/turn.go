@@ -165,6 +165,12 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 	if err := a.refreshWorkspace(ctx); err != nil {
 		return err
 	}
+	sections, err := a.hk.PromptSections.Run(ctx, &hooks.PromptSections{Subject: a.subj, Turn: turn},
+		func(context.Context, *hooks.PromptSections) ([]prompt.Section, error) { return nil, nil })
+	if err != nil {
+		return fmt.Errorf("agent/prompt-sections: %w", err)
+	}
+	a.sections = sections
 
 	var prior []*llmv1.LlmFailure
 	var stepSpan trace.Span
@@ -395,7 +401,7 @@ func (a *Agent) assemble() (string, []*llmv1.ToolSchema, []*llmv1.Message, error
 	o := a.h.GetOptions()
 	asm, err := a.cfg.Prompt.Assemble(prompt.Input{
 		Provider: o.GetProvider(), Model: o.GetModel(), Cwd: a.h.GetCwd(),
-		Persona: o.GetPersona(), SystemPrompt: o.GetSystemPrompt(), Tools: tools, Workspace: a.ws,
+		Persona: o.GetPersona(), SystemPrompt: o.GetSystemPrompt(), Tools: tools, Workspace: a.ws, Sections: a.sections,
 	})
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("assemble system prompt: %w", err)

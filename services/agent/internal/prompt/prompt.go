@@ -140,6 +140,10 @@ type Input struct {
 	Tools []*llmv1.ToolSchema
 	// Workspace is the toolhosts' context of the cwd; nil for none.
 	Workspace *toolsv1.GetWorkspaceContextResponse
+	// Sections come from the agent/prompt-sections hooks: each is added, or
+	// replaces the same-named section (built-in ones included); an empty
+	// text drops it.
+	Sections []Section
 }
 
 // Assembly is an assembled request prefix.
@@ -192,6 +196,7 @@ func (a *Assembler) sections(in Input, haveTools bool) []Section {
 	secs = append(secs,
 		Section{Name: SectionWorkspace, Order: OrderWorkspace, Text: Instructions(in.Workspace), Literal: true},
 		Section{Name: SectionSession, Order: OrderSession, Text: in.SystemPrompt})
+	secs = Override(secs, in.Sections)
 	sort.SliceStable(secs, func(i, j int) bool { return secs[i].Order < secs[j].Order })
 	return secs
 }
@@ -216,6 +221,21 @@ func (a *Assembler) render(in Input, haveTools bool) (string, error) {
 		}
 	}
 	return strings.Join(parts, "\n\n"), nil
+}
+
+// Override returns base with each of over replacing the same-named section
+// in place, or appended when base has none of that name.
+func Override(base, over []Section) []Section {
+	out := slices.Clone(base)
+	for _, o := range over {
+		i := slices.IndexFunc(out, func(s Section) bool { return s.Name == o.Name })
+		if i >= 0 {
+			out[i] = o
+		} else {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // orderTools applies the tool order; without one, tools are lexicographic.

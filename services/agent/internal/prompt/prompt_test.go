@@ -326,3 +326,24 @@ func TestWorkspacesMerge(t *testing.T) {
 		t.Errorf("cancelled read: %v", err)
 	}
 }
+
+// TestHookSections: sections from agent/prompt-sections replace built-in
+// ones by name, are added otherwise, and an empty text drops a section.
+func TestHookSections(t *testing.T) {
+	t.Parallel()
+	a, err := prompt.New(prompt.Config{Persona: "Deployment persona."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asm, err := a.Assemble(prompt.Input{Provider: "p", Model: "m", Cwd: "/w", Sections: []prompt.Section{
+		{Name: prompt.SectionIdentity, Order: prompt.OrderIdentity, Text: "Hook identity on {{model}}."},
+		{Name: prompt.SectionPersona, Text: ""},
+		{Name: "hook:extra", Order: 120, Text: "{{literal}} stays", Literal: true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "Hook identity on m.\n\n{{literal}} stays"; asm.System != want {
+		t.Errorf("system %q, want %q", asm.System, want)
+	}
+}
