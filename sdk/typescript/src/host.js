@@ -23,6 +23,12 @@ import { interceptorService } from './interceptor.js'
 
 const TOOLHOST_SERVICE = 'dsh.tools.v1.ToolHost'
 
+/** path.normalize without a trailing slash (Go's filepath.Clean). */
+const cleanPath = (p) => {
+  const c = path.normalize(p)
+  return c.length > 1 && c.endsWith('/') ? c.slice(0, -1) : c
+}
+
 /** A live set of tools; add/remove while serving and watchers get a new snapshot. */
 export class ToolHost {
   #tools = new Map()
@@ -119,7 +125,7 @@ export class ToolHost {
         }
         if (!this.workspaceContext) return cb(null, {})
         Promise.resolve()
-          .then(() => this.workspaceContext(path.normalize(cwd)))
+          .then(() => this.workspaceContext(cleanPath(cwd)))
           .then((resp) => cb(null, resp), (e) => cb({ code: grpc.status.INTERNAL, details: `workspace context: ${e instanceof Error ? e.message : String(e)}` }))
       },
       PrepareCalls: (call, cb) => {
