@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -345,5 +346,25 @@ func TestHookSections(t *testing.T) {
 	}
 	if want := "Hook identity on m.\n\n{{literal}} stays"; asm.System != want {
 		t.Errorf("system %q, want %q", asm.System, want)
+	}
+}
+
+// BenchmarkAssemble is the per-step cost of assembly with a workspace
+// context and 20 tools.
+func BenchmarkAssemble(b *testing.B) {
+	a, err := prompt.New(prompt.Config{Persona: "You work for {{team}}.", Variables: map[string]string{"team": "core"},
+		ToolOrder: []string{"t05", prompt.UnlistedTools}, ToolGuidance: "Use tools."})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ts []string
+	for i := range 20 {
+		ts = append(ts, fmt.Sprintf("t%02d", 19-i))
+	}
+	in := prompt.Input{Provider: "p", Model: "m", Cwd: "/repo", Tools: tools(ts...), Workspace: ws, SystemPrompt: "Session text."}
+	for b.Loop() {
+		if _, err := a.Assemble(in); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
