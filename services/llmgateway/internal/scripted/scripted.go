@@ -7,7 +7,8 @@
 // By default the adapter is stateless: the step is chosen from the request
 // alone, so the same request always gets the same answer. A message is
 // user-authored when it has the user role and holds at least one block that
-// is not a tool result. The step index is the number of assistant messages
+// is not a tool result nor a text starting with <system-reminder> (a
+// session prefix). The step index is the number of assistant messages
 // after the last user-authored message (all of them when there is none): the
 // first call of a turn gets step 0, the call after its tool results step 1,
 // and so on. With Turns, the turn index is the number of user-authored
@@ -294,12 +295,15 @@ func position(msgs []*llmv1.Message) (turn, step int) {
 	return max(turn, 0), step
 }
 
+// userAuthored: a user message with a block that is neither a tool result
+// nor a <system-reminder> (the agent's session prefix, such as the skill
+// catalog, is not a turn of its own).
 func userAuthored(m *llmv1.Message) bool {
 	if m.GetRole() != llmv1.Role_ROLE_USER {
 		return false
 	}
 	for _, b := range m.GetContent() {
-		if b.GetToolResult() == nil {
+		if b.GetToolResult() == nil && !strings.HasPrefix(b.GetText().GetText(), "<system-reminder>") {
 			return true
 		}
 	}

@@ -65,6 +65,7 @@ func TestStepRule(t *testing.T) {
 		{"two tool rounds", []*llmv1.Message{user("a"), assistant(), toolResult("c", "x"), assistant(), toolResult("d", "y")}, 0, 2},
 		{"second turn", []*llmv1.Message{user("a"), assistant(), user("b")}, 1, 0},
 		{"no user message", []*llmv1.Message{assistant(), assistant()}, 0, 2},
+		{"a session-prefix reminder is no turn", []*llmv1.Message{user("<system-reminder>\nskills\n</system-reminder>"), user("a"), assistant(), user("b")}, 1, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
