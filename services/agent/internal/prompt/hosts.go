@@ -64,7 +64,13 @@ func (w *Workspaces) Context(ctx context.Context, cwd string, hosts []string) (*
 			continue
 		case err != nil:
 			if w.Logger != nil {
-				w.Logger.Warn("workspace context unavailable", "toolhost", h.Name, "cwd", cwd, "err", err)
+				// A cwd outside the host's workspace is a standing fact of the
+				// session, not news every turn.
+				level := slog.LevelWarn
+				if status.Code(err) == codes.InvalidArgument {
+					level = slog.LevelDebug
+				}
+				w.Logger.Log(ctx, level, "workspace context unavailable", "toolhost", h.Name, "cwd", cwd, "err", err)
 			}
 			out.Notices = append(out.Notices, &toolsv1.WorkspaceNotice{Message: fmt.Sprintf("toolhost %s: workspace context unavailable: %v", h.Name, status.Convert(err).Message())})
 			versions = append(versions, h.Name+":error")
