@@ -27,6 +27,12 @@ import (
 // DefaultIdentity is the harness identity section (order -100).
 const DefaultIdentity = "You are dsh, a coding agent running as {{provider}}/{{model}} in {{cwd}}."
 
+// ApprovalNeverText is the section of a session whose approval policy is
+// never.
+const ApprovalNeverText = "Approval policy: never. Tool calls that need a person's approval are refused " +
+	"without asking anyone, and questions to the user cannot be answered: prefer actions that need no " +
+	"approval, and when you would ask, decide yourself and say what you assumed."
+
 // UnlistedTools is the rest entry of a tool order.
 const UnlistedTools = "<unlisted-tools>"
 
@@ -36,12 +42,14 @@ const (
 	SectionPersona      = "deployment:persona"
 	SectionToolGuidance = "tools:guidance"
 	SectionWorkspace    = "workspace:instructions"
+	SectionApproval     = "approval:never"
 	SectionSession      = "session:system"
 
 	OrderIdentity     = -100
 	OrderPersona      = 0
 	OrderToolGuidance = 100
 	OrderWorkspace    = 200
+	OrderApproval     = 900
 	OrderSession      = 1000
 )
 
@@ -91,7 +99,7 @@ type Assembler struct {
 // with exactly one UnlistedTools entry and no repeated name.
 func New(cfg Config) (*Assembler, error) {
 	var errs []error
-	seen := map[string]bool{SectionIdentity: true, SectionPersona: true, SectionToolGuidance: true, SectionWorkspace: true, SectionSession: true}
+	seen := map[string]bool{SectionIdentity: true, SectionPersona: true, SectionToolGuidance: true, SectionWorkspace: true, SectionApproval: true, SectionSession: true}
 	for _, s := range cfg.Sections {
 		if s.Name == "" {
 			errs = append(errs, errors.New("a prompt section has no name"))
@@ -140,6 +148,9 @@ type Input struct {
 	Tools []*llmv1.ToolSchema
 	// Workspace is the toolhosts' context of the cwd; nil for none.
 	Workspace *toolsv1.GetWorkspaceContextResponse
+	// ApprovalNever says that the session's approval policy is never
+	// (semantics.md §7.3: the prompt states what that means).
+	ApprovalNever bool
 	// Sections come from the agent/prompt-sections hooks: each is added, or
 	// replaces the same-named section (built-in ones included); an empty
 	// text drops it.
@@ -191,6 +202,9 @@ func (a *Assembler) sections(in Input, haveTools bool) []Section {
 	}
 	if haveTools && a.cfg.ToolGuidance != "" {
 		secs = append(secs, Section{Name: SectionToolGuidance, Order: OrderToolGuidance, Text: a.cfg.ToolGuidance})
+	}
+	if in.ApprovalNever {
+		secs = append(secs, Section{Name: SectionApproval, Order: OrderApproval, Text: ApprovalNeverText, Literal: true})
 	}
 	secs = append(secs, a.cfg.Sections...)
 	secs = append(secs,

@@ -138,6 +138,7 @@ func TestAssembleGolden(t *testing.T) {
 				{Name: "empty", Order: 300, Text: "   "},
 			},
 		}, prompt.Input{Provider: "p", Model: "m", Cwd: "/repo", SystemPrompt: "Session text.", Tools: tools("read"), Workspace: ws}},
+		{"approval never", prompt.Config{}, prompt.Input{Provider: "p", Model: "m", Cwd: "/w", ApprovalNever: true, SystemPrompt: "Last."}},
 		{"session persona without tools", prompt.Config{Identity: "-", ToolGuidance: "unused without tools"},
 			prompt.Input{Provider: "p", Model: "m", Cwd: "/w", Persona: "You are Ada on {{model}}."}},
 	}
