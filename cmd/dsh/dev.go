@@ -29,6 +29,7 @@ type devFlags struct {
 	asJSON                                       bool
 	provider, model                              string
 	agentAddr, gatewayAddr, toolhostAddr, natsAd string
+	promptSections                               string
 }
 
 func runDev(ctx context.Context, e *env, args []string) error {
@@ -44,6 +45,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.gatewayAddr, "gateway-listen", defaultGatewayAddr, "LLM gateway address")
 	fs.StringVar(&f.toolhostAddr, "toolhost-listen", defaultToolhostAddr, "toolhost address")
 	fs.StringVar(&f.natsAd, "nats-listen", "127.0.0.1:4222", "embedded NATS address")
+	fs.StringVar(&f.promptSections, "prompt-sections", e.getenv("DSH_PROMPT_SECTIONS"), "YAML/JSON file of system-prompt sections, variables, persona and tool order (env DSH_PROMPT_SECTIONS)")
 	reasoning := reasoningFlag(e, fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -236,9 +238,10 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 			// The agent publishes every durable event to the embedded NATS
 			// (internal/events) and catches up on sessions a previous run
 			// left unpublished.
-			NATS:    events.Conn{URL: natsURL, Name: "dsh dev agent"},
-			Service: agent.Config{DefaultCwd: cwd},
-			Ready:   func(addr string) { ready <- addr },
+			NATS:           events.Conn{URL: natsURL, Name: "dsh dev agent"},
+			Service:        agent.Config{DefaultCwd: cwd},
+			Ready:          func(addr string) { ready <- addr },
+			PromptSections: f.promptSections,
 		}, logger)
 	}()
 	cleanups = append(cleanups, func() {
