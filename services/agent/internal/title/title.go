@@ -58,6 +58,8 @@ type Titler struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	mu     sync.Mutex // orders wg.Add against Close's Wait
+	closed bool
 	wg     sync.WaitGroup
 }
 
@@ -79,10 +81,24 @@ func New(llm LLM, cfg Config, logger *slog.Logger) *Titler {
 	return &Titler{llm: llm, cfg: cfg, log: logger, ctx: ctx, cancel: cancel}
 }
 
-// Close cancels running calls and waits for them.
+// Close cancels running calls, waits for them and starts no more.
 func (t *Titler) Close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
 	t.cancel()
 	t.wg.Wait()
+}
+
+// begin registers a call unless the Titler is closed.
+func (t *Titler) begin() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Add(1)
+	return true
 }
 
 // Wait waits for the calls running now (tests and orderly shutdowns).
@@ -100,7 +116,10 @@ func (t *Titler) Watch(log *session.Log, appendFn func(*sessionv1.SessionEvent) 
 		if done.Load() || ev.GetTurnEnd().GetReason().GetCompleted() == nil || !busy.CompareAndSwap(false, true) {
 			return
 		}
-		t.wg.Add(1)
+		if !t.begin() {
+			busy.Store(false)
+			return
+		}
 		go func() {
 			defer t.wg.Done()
 			defer busy.Store(false)
