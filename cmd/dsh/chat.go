@@ -189,9 +189,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				return &exitError{code: 1, msg: fmt.Sprintf("event stream ended: %v", <-errc)}
 			}
 			scr.event(ev)
-			switch p := ev.GetPayload().(type) {
-			case *sessionv1.SessionEvent_SessionTitle:
-				scr.println("title: " + p.SessionTitle.GetTitle())
+			switch ev.GetPayload().(type) {
 			case *sessionv1.SessionEvent_TurnStart:
 				busy = true
 			case *sessionv1.SessionEvent_TurnEnd:
