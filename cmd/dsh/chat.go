@@ -201,8 +201,12 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 		}()
 	}
 
-	scr.println(fmt.Sprintf("session %s · %s/%s · Ctrl-C cancels a turn, Ctrl-D exits, /help",
-		id, s.GetHeader().GetOptions().GetProvider(), s.GetHeader().GetOptions().GetModel()))
+	title := ""
+	if s.GetTitle() != "" {
+		title = " · " + s.GetTitle()
+	}
+	scr.println(fmt.Sprintf("session %s%s · %s/%s · Ctrl-C cancels a turn, Ctrl-D exits, /help",
+		id, title, s.GetHeader().GetOptions().GetProvider(), s.GetHeader().GetOptions().GetModel()))
 	busy := s.GetStatus() == agentv1.AgentStatus_AGENT_STATUS_RUNNING
 	ask := newAsker(c, id, scr, s.GetPending())
 	if ask.active() {

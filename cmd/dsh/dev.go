@@ -35,6 +35,7 @@ type devFlags struct {
 	yes                                          bool
 	sandboxMode, sandboxNetwork                  string
 	allowUnenforced                              bool
+	promptSections                               string
 }
 
 func runDev(ctx context.Context, e *env, args []string) error {
@@ -55,6 +56,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.sandboxMode, "sandbox-mode", envOr(e, "DSH_SANDBOX_MODE", "workspace-write"), "sandbox of tool calls: read-only, workspace-write or danger-full-access (env DSH_SANDBOX_MODE)")
 	fs.StringVar(&f.sandboxNetwork, "sandbox-network", envOr(e, "DSH_SANDBOX_NETWORK", "on"), "network of tool processes: on or off (env DSH_SANDBOX_NETWORK)")
 	fs.BoolVar(&f.allowUnenforced, "allow-unenforced-hosts", false, "let confined sessions call tools on hosts that do not enforce sandbox policies")
+	fs.StringVar(&f.promptSections, "prompt-sections", e.getenv("DSH_PROMPT_SECTIONS"), "YAML/JSON file of system-prompt sections, variables, persona and tool order (env DSH_PROMPT_SECTIONS)")
 	reasoning := reasoningFlag(e, fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -246,13 +248,16 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 		return nil, fmt.Errorf("--toolhost-listen: %w", err)
 	}
 	sandbox, _ := agent.ParseSandbox(f.sandboxMode, f.sandboxNetwork)
-	th, thStop, err := startToolhost(ctx, cwd, f.data, thLis, logger)
+	th, thStop, err := startToolhost(ctx, e, cwd, f.data, thLis, logger)
 	if err != nil {
 		thLis.Close()
 		return nil, fmt.Errorf("toolhost: %w", err)
 	}
 	cleanups = append(cleanups, thStop)
 	phase("toolhost built")
+	summary := workspaceSummary(th, cwd, logFile.Name(), logger)
+	fmt.Fprintln(e.stderr, summary)
+	logger.Info(summary)
 
 	// Agent.
 	agLis, err := listen(f.agentAddr, defaultAgentAddr)
@@ -276,6 +281,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 				Approval: agent.ApprovalConfig{Rules: agent.DefaultApprovalRules(), Timeout: 15 * time.Minute}},
 			AllowUnenforcedHosts: f.allowUnenforced,
 			Ready:                func(addr string) { ready <- addr },
+			PromptSections:       f.promptSections,
 		}, logger)
 	}()
 	cleanups = append(cleanups, func() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -13,9 +14,14 @@ import (
 )
 
 // startToolhost serves the built-in toolhost with workspace as its root;
-// the returned func stops the server, then kills background tasks.
-func startToolhost(ctx context.Context, workspace, data string, lis net.Listener, logger *slog.Logger) (*toolhost.Service, func(), error) {
-	th, err := toolhost.New(toolhost.Config{WorkspaceRoot: workspace, SpillDir: filepath.Join(data, "spill")}, logger)
+// the returned func stops the server, then kills background tasks. Skills
+// come from the project and from $DSH_HOME (default ~/.dsh) and
+// ~/.agents.
+func startToolhost(ctx context.Context, e *env, workspace, data string, lis net.Listener, logger *slog.Logger) (*toolhost.Service, func(), error) {
+	home, _ := os.UserHomeDir()
+	dshHome, agentsHome := envOr(e, "DSH_HOME", filepath.Join(home, ".dsh")), envOr(e, "DSH_AGENTS_HOME", filepath.Join(home, ".agents"))
+	th, err := toolhost.New(toolhost.Config{WorkspaceRoot: workspace, SpillDir: filepath.Join(data, "spill"),
+		DshHome: dshHome, AgentsHome: agentsHome}, logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -46,4 +52,30 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// workspaceSummary is the start-up line about what the workspace gives the
+// model: instruction files and skills found, and how many files were
+// skipped or cut (each logged with its reason).
+func workspaceSummary(th *toolhost.Service, cwd, logPath string, logger *slog.Logger) string {
+	wc, err := th.WorkspaceContext(cwd)
+	if err != nil {
+		return fmt.Sprintf("workspace: no context (%v)", err)
+	}
+	line := fmt.Sprintf("workspace: %s, %s", plural(len(wc.GetInstructions()), "instruction file"), plural(len(wc.GetSkills()), "skill"))
+	notices := append(wc.GetNotices(), wc.GetSkillErrors()...)
+	for _, n := range notices {
+		logger.Warn("workspace file skipped or cut", "path", n.GetPath(), "reason", n.GetMessage())
+	}
+	if len(notices) > 0 {
+		line += fmt.Sprintf(" (%s skipped or cut; reasons in %s)", plural(len(notices), "file"), logPath)
+	}
+	return line
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

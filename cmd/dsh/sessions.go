@@ -71,7 +71,7 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 				h := s.GetHeader()
 				rows = append(rows, []string{h.GetId(), statusName(s.GetStatus()),
 					time.UnixMilli(h.GetCreatedAt()).Local().Format("2006-01-02 15:04"),
-					h.GetOptions().GetProvider() + "/" + h.GetOptions().GetModel(), h.GetCwd()})
+					h.GetOptions().GetProvider() + "/" + h.GetOptions().GetModel(), s.GetTitle(), h.GetCwd()})
 			}
 			token = resp.GetNextPageToken()
 			if token == "" {
@@ -79,7 +79,7 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 			}
 		}
 		if !*asJSON {
-			table(out, []string{"ID", "STATUS", "CREATED", "MODEL", "CWD"}, rows)
+			table(out, []string{"ID", "STATUS", "CREATED", "MODEL", "TITLE", "CWD"}, rows)
 		}
 	case "show":
 		resp, err := c.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: id})
@@ -94,6 +94,9 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(out, "id:       %s\nstatus:   %s\ncreated:  %s\nmodel:    %s/%s\ncwd:      %s\nevents:   %d\n",
 			h.GetId(), statusName(s.GetStatus()), time.UnixMilli(h.GetCreatedAt()).Local().Format(time.RFC3339),
 			h.GetOptions().GetProvider(), h.GetOptions().GetModel(), h.GetCwd(), s.GetNextSeq())
+		if s.GetTitle() != "" {
+			fmt.Fprintf(out, "title:    %s\n", s.GetTitle())
+		}
 		if h.GetParentSession() != "" {
 			fmt.Fprintf(out, "parent:   %s\n", h.GetParentSession())
 		}

@@ -50,6 +50,7 @@ import (
 	"github.com/dsh-dev/dsh/services/agent/internal/approval"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
+	"github.com/dsh-dev/dsh/services/agent/internal/title"
 	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
 )
 
@@ -121,6 +122,8 @@ type Deps struct {
 	Tools     loop.Tools     // nil: no tools
 	Hooks     *hooks.Set     // nil: no hooks
 	Prompt    loop.SystemPrompt
+	Workspace loop.Workspace // nil: no workspace context
+	Titles    *title.Titler  // nil: sessions are not titled
 	// Approvers are remote Approver services consulted before a person.
 	Approvers []approval.Remote
 }
@@ -252,6 +255,8 @@ type liveSession struct {
 	subMu sync.Mutex
 	subs  map[chan struct{}]struct{}
 
+	stopTitle func()
+
 	// Guarded by Service.mu.
 	refs     int
 	lastUsed time.Time
@@ -264,7 +269,7 @@ func (s *Service) open(ctx context.Context, log *session.Log, durable int64, sou
 	log.Observe(func(*sessionv1.SessionEvent) { l.notify() })
 	l.gate = approval.NewGate(s.appr, log, l.flush)
 	l.agent = loop.New(loop.Config{
-		LLM: s.deps.LLM, Tools: s.deps.Tools, Hooks: s.deps.Hooks, Prompt: s.deps.Prompt,
+		LLM: s.deps.LLM, Tools: s.deps.Tools, Hooks: s.deps.Hooks, Prompt: s.deps.Prompt, Workspace: s.deps.Workspace,
 		Flush: l.flush, MaxParallelToolCalls: s.cfg.MaxParallelToolCalls, Debug: s.cfg.Debug, Logger: s.log, Approval: l.gate,
 		Limits: loop.QueueLimits{MaxItems: s.cfg.MaxQueuedItems, MaxBytes: s.cfg.MaxQueuedBytes, Process: s.budget}, Sandbox: s.cfg.Sandbox,
 		OnStatus: func(st agentv1.AgentStatus) {
@@ -273,6 +278,16 @@ func (s *Service) open(ctx context.Context, log *session.Log, durable int64, sou
 			}
 		},
 	}, log)
+	l.stopTitle = func() {}
+	if s.deps.Titles != nil {
+		// Record joins the open turn or writes a zero-step turn, flushed
+		// (semantics.md §7.11: appendOutOfBand); the title call has no
+		// request context.
+		l.stopTitle = s.deps.Titles.Watch(log, func(ev *sessionv1.SessionEvent) error {
+			_, err := l.agent.Record(context.Background(), titleTrigger(), ev)
+			return err
+		})
+	}
 	l.agent.Start(ctx, source)
 	return l
 }
@@ -519,6 +534,7 @@ func (l *liveSession) unloadable() bool {
 
 // retire disposes a live session's agent and flushes it.
 func (s *Service) retire(ctx context.Context, l *liveSession) {
+	l.stopTitle()
 	dropped, err := l.agent.Dispose(ctx)
 	if err != nil {
 		s.log.Error("dispose session", "session", l.id, "err", err)
@@ -565,6 +581,9 @@ func (s *Service) Close(ctx context.Context) error {
 		wg.Go(func() { _ = l.agent.WaitIdle(drainCtx) })
 	}
 	wg.Wait()
+	if s.deps.Titles != nil {
+		s.deps.Titles.Close()
+	}
 	close(s.closed)
 	errs := make([]error, len(lives))
 	for i, l := range lives {

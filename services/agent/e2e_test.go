@@ -26,6 +26,7 @@ type backend struct {
 	gwAddr, thAddr  string
 	provider, model string
 	cwd             string
+	titles          bool // session titles on (off by default: a title call would consume a scripted fake response)
 }
 
 // agentProc is an in-process agent (agent.Run) on a loopback port.
@@ -45,7 +46,7 @@ func startAgent(t *testing.T, b backend, dir string) *agentProc {
 	p := &agentProc{cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		p.done <- agent.Run(ctx, agent.ServerConfig{Listener: lis, Gateway: b.gwAddr, Toolhosts: []string{"main=" + b.thAddr},
-			DataDir: dir, Service: agent.Config{Debug: true}, ShutdownTimeout: 10 * time.Second}, slog.New(slog.DiscardHandler))
+			DataDir: dir, Service: agent.Config{Debug: true}, ShutdownTimeout: 10 * time.Second, NoTitles: !b.titles}, slog.New(slog.DiscardHandler))
 	}()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

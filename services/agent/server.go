@@ -26,6 +26,8 @@ import (
 	"github.com/dsh-dev/dsh/services/agent/internal/cluster"
 	"github.com/dsh-dev/dsh/services/agent/internal/gateway"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+	"github.com/dsh-dev/dsh/services/agent/internal/prompt"
+	"github.com/dsh-dev/dsh/services/agent/internal/title"
 	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
 )
 
@@ -124,6 +126,33 @@ type ServerConfig struct {
 	// AllowUnenforcedHosts lets confined sessions call tools on hosts that
 	// declare they do not enforce sandbox policies.
 	AllowUnenforcedHosts bool
+	// PromptSections is a YAML or JSON file of system-prompt configuration
+	// (sections, variables, persona, tool order); empty for the defaults.
+	PromptSections string
+	// TitleProvider and TitleModel route session-title calls (a small
+	// model); empty means each session's own route. NoTitles turns titles
+	// off.
+	TitleProvider, TitleModel string
+	NoTitles                  bool
+}
+
+// defaultToolGuidance is the tool guidance section when the deployment
+// sets none.
+const defaultToolGuidance = "Use the tools when they help; call independent read-only tools together."
+
+// buildPrompt reads the deployment's prompt configuration.
+func buildPrompt(sc ServerConfig) (*prompt.Assembler, error) {
+	var cfg prompt.Config
+	if sc.PromptSections != "" {
+		var err error
+		if cfg, err = prompt.LoadConfig(sc.PromptSections); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ToolGuidance == "" {
+		cfg.ToolGuidance = defaultToolGuidance
+	}
+	return prompt.New(cfg)
 }
 
 // Run wires the agent process (store, gateway client, toolhost registry,
@@ -156,6 +185,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	defer gwConn.Close()
 	gw := gateway.New(gwConn)
 
+	pr, err := buildPrompt(sc)
+	if err != nil {
+		return err
+	}
 	// The agent-side tools are one more host of the same registry.
 	var svc *Service
 	hosts := []toolpipe.Host{{Name: agenttools.HostName, Local: &agenttools.Host{Askers: func(id string) agenttools.Asker {
@@ -165,6 +198,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		return svc.askerOf(id)
 	}}}}
 	seen := map[string]bool{agenttools.HostName: true}
+	var wsHosts []prompt.Host
 	for _, th := range sc.Toolhosts {
 		name, addr, ok := strings.Cut(th, "=")
 		if !ok {
@@ -180,6 +214,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		}
 		defer conn.Close()
 		hosts = append(hosts, toolpipe.Host{Name: name, Client: toolsv1.NewToolHostClient(conn)})
+		wsHosts = append(wsHosts, prompt.Host{Name: name, Client: hosts[len(hosts)-1].Client})
 	}
 	var ics []toolpipe.Interceptor
 	for _, r := range sc.Interceptors {
@@ -242,8 +277,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		}
 	}
 
+	titles := title.New(gw, title.Config{Provider: sc.TitleProvider, Model: sc.TitleModel, Disabled: sc.NoTitles}, logger)
+	defer titles.Close()
 	svc, err = New(sc.Service, Deps{Store: store, LLM: gw, Providers: gw, Tools: toolsOf(pipe), Hooks: hk, Approvers: approvers,
-		Prompt: &hooks.Prompt{ToolGuidance: "Use the tools when they help; call independent read-only tools together."}}, logger)
+		Prompt: pr, Workspace: &prompt.Workspaces{Hosts: wsHosts, Logger: logger}, Titles: titles}, logger)
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,7 @@ func (e *env) start() {
 	go func() {
 		e.done <- agent.Run(ctx, agent.ServerConfig{
 			Listener: lis, Gateway: e.gwAddr, Toolhosts: []string{"fake=" + e.thAddr}, DataDir: e.dir,
-			Synchronous: "NORMAL", Service: e.cfg, Retry: &retry, ShutdownTimeout: e.shutdownTimeout(), NATS: e.nats,
+			Synchronous: "NORMAL", Service: e.cfg, Retry: &retry, ShutdownTimeout: e.shutdownTimeout(), NATS: e.nats, NoTitles: true,
 			Auth: e.authn, Approvers: e.approvers, Interceptors: e.interceptors,
 		}, slog.New(slog.DiscardHandler))
 	}()

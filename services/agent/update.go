@@ -60,11 +60,19 @@ const (
 
 var updatePaths = []string{pathProvider, pathModel, pathApproval, pathRules, pathSandbox, pathTitle}
 
+// pluginTrigger is the plugin trigger typ of a zero-step turn that records
+// settings events while the session is idle.
+func pluginTrigger(typ string) *sessionv1.TurnTrigger {
+	return &sessionv1.TurnTrigger{Kind: &sessionv1.TurnTrigger_Extension{Extension: &llmv1.Extension{Type: typ, Json: "{}"}}}
+}
+
 // updateTrigger is the trigger of the zero-step turn that records a change
 // made while the session is idle.
-func updateTrigger() *sessionv1.TurnTrigger {
-	return &sessionv1.TurnTrigger{Kind: &sessionv1.TurnTrigger_Extension{Extension: &llmv1.Extension{Type: "session/update", Json: "{}"}}}
-}
+func updateTrigger() *sessionv1.TurnTrigger { return pluginTrigger("session/update") }
+
+// titleTrigger is the trigger of the zero-step turn that records a
+// generated title while the session is idle.
+func titleTrigger() *sessionv1.TurnTrigger { return pluginTrigger("session/title") }
 
 // UpdateSession changes a session's mutable settings; each change is a
 // logged event, effective at the next step.

@@ -1,5 +1,5 @@
 // Package toolhost is dsh's built-in toolhost: the coding tools (bash and its
-// background-task tools, read, write, edit, glob, grep, todo_write) served
+// background-task tools, read, write, edit, glob, grep, todo_write, skill) served
 // over the dsh.tools.v1.ToolHost gRPC service with the Go tool SDK.
 //
 // File tools are confined to the workspace root (the host's, or the call's
@@ -15,6 +15,7 @@
 package toolhost
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,7 +31,10 @@ import (
 	"github.com/dsh-dev/dsh/services/toolhost/internal/search"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/spill"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/todo"
+	"github.com/dsh-dev/dsh/services/toolhost/internal/workspace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Config configures the built-in toolhost.
@@ -68,6 +72,10 @@ type Config struct {
 	// ServerOptions are added to the gRPC server Serve builds: TLS
 	// credentials and the peer check (internal/auth.ServerFlags).
 	ServerOptions []grpc.ServerOption
+	// DshHome and AgentsHome, when set, add their skills/ folders as skill
+	// roots (ranks 400 and 500); SkillDirs are extra roots (rank 300).
+	DshHome, AgentsHome string
+	SkillDirs           []string
 }
 
 // Service is the built-in toolhost.
@@ -83,6 +91,7 @@ type Service struct {
 	srvOpts    []grpc.ServerOption
 	sandbox    *sandbox.Sandbox
 	defPolicy  sandbox.Policy
+	workspace  *workspace.Reader
 }
 
 // New validates cfg and builds the service.
@@ -143,11 +152,17 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	tools := append(shell.Tools(), fstools.New(conf).Tools()...)
 	tools = append(tools, search.New(conf, sp).Tools()...)
 	tools = append(tools, todo.Tool())
+	wcfg := workspace.Config{Root: root, Unconfined: cfg.Unconfined, DshHome: cfg.DshHome, AgentsHome: cfg.AgentsHome, CustomSkillDirs: cfg.SkillDirs}
+	if s.workspace, err = workspace.New(wcfg); err != nil {
+		return nil, fmt.Errorf("toolhost: %w", err)
+	}
+	tools = append(tools, s.workspace.Tool())
 	s.host, err = toolsdk.NewHost(toolsdk.HostConfig{
 		Logger:           logger,
 		MaxArgumentBytes: cfg.MaxArgumentBytes,
 		CheckContext:     s.checkContext,
 		SandboxSupport:   s.support(),
+		WorkspaceContext: s.workspaceContext,
 	}, tools...)
 	if err != nil {
 		return nil, fmt.Errorf("toolhost: %w", err)
@@ -218,6 +233,22 @@ func (s *Service) Sandbox() sandbox.Support { return s.sandbox.Support() }
 func isWithin(p, root string) bool {
 	rel, err := filepath.Rel(root, p)
 	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../")
+}
+
+// workspaceContext answers GetWorkspaceContext; a cwd outside the
+// workspace is INVALID_ARGUMENT.
+func (s *Service) workspaceContext(_ context.Context, cwd string) (*toolsv1.GetWorkspaceContextResponse, error) {
+	resp, err := s.workspace.Context(cwd)
+	if errors.Is(err, workspace.ErrOutside) {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return resp, err
+}
+
+// WorkspaceContext is the workspace context of cwd, as GetWorkspaceContext
+// answers it (errors.Is(err, workspace.ErrOutside) for a cwd outside).
+func (s *Service) WorkspaceContext(cwd string) (*toolsv1.GetWorkspaceContextResponse, error) {
+	return s.workspace.Context(cwd)
 }
 
 // Register registers the ToolHost service on a gRPC server.

@@ -48,7 +48,7 @@ func TestListTools(t *testing.T) {
 			t.Errorf("%s descriptor: %v", d.GetSchema().GetName(), d)
 		}
 	}
-	want := []string{"bash", "task_output", "task_list", "task_kill", "read", "write", "edit", "glob", "grep", "todo_write"}
+	want := []string{"bash", "task_output", "task_list", "task_kill", "read", "write", "edit", "glob", "grep", "todo_write", "skill"}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("tools (-want +got):\n%s", diff)
 	}

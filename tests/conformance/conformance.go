@@ -2,9 +2,9 @@
 // toolhosts: one Go test harness that dials any host over gRPC and checks the
 // dsh.tools.v1.ToolHost contract — listing, schema shape, argument
 // validation, unknown tools, throwing tools, cancellation, streamed output,
-// presentation views, concurrent calls and WatchTools. Every Execute stream
-// is classified by internal/toolstream, so a malformed one fails the suite as
-// TOOL_HOST_PROTOCOL_ERROR.
+// presentation views, concurrent calls, WatchTools and GetWorkspaceContext.
+// Every Execute stream is classified by internal/toolstream, so a malformed
+// one fails the suite as TOOL_HOST_PROTOCOL_ERROR.
 //
 // # The conformance tools
 //
@@ -112,6 +112,7 @@ func Run(t *testing.T, dial func() (*grpc.ClientConn, error), opts Options) {
 		t.Run("Views", s.views)
 		t.Run("Concurrent", s.concurrent)
 		t.Run("WatchAfterAdd", s.watchAfterAdd)
+		t.Run("WorkspaceContext", s.workspaceContext)
 	})
 }
 
@@ -571,5 +572,28 @@ func (s *suite) watchAfterAdd(t *testing.T) {
 	}
 	if res, _ := s.call(t, s.name(dyn), `{}`); text(res.GetContent()) != "dynamic "+dyn {
 		t.Errorf("%s = %q, want %q", s.name(dyn), text(res.GetContent()), "dynamic "+dyn)
+	}
+}
+
+// workspaceContext: every host answers GetWorkspaceContext; one that owns no
+// workspace (every example host) answers an empty context, and a relative
+// cwd is INVALID_ARGUMENT everywhere.
+func (s *suite) workspaceContext(t *testing.T) {
+	t.Parallel()
+	resp, err := s.client.GetWorkspaceContext(t.Context(), &toolsv1.GetWorkspaceContextRequest{Cwd: s.opts.Context.GetCwd()})
+	if err != nil {
+		t.Fatalf("GetWorkspaceContext: %v", err)
+	}
+	if !resp.GetOwnsWorkspace() {
+		empty := &toolsv1.GetWorkspaceContextResponse{}
+		if diff := cmp.Diff(empty, resp, protocmp.Transform()); diff != "" {
+			t.Errorf("a host that owns no workspace answered (-want +got):\n%s", diff)
+		}
+	}
+	for _, cwd := range []string{"", "relative/dir"} {
+		_, err := s.client.GetWorkspaceContext(t.Context(), &toolsv1.GetWorkspaceContextRequest{Cwd: cwd})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("GetWorkspaceContext(cwd %q) = %v, want INVALID_ARGUMENT", cwd, err)
+		}
 	}
 }

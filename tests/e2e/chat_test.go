@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -118,9 +119,18 @@ func devArgs(data string, extra ...string) []string {
 func TestChatInPseudoTerminal(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	// A workspace with instructions and a skill: dsh dev says what it found.
+	for p, body := range map[string]string{"AGENTS.md": "Be brief.\n", ".agents/skills/demo/SKILL.md": "---\ndescription: A demo skill.\n---\nSteps.\n"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cmd := exec.Command(filepath.Join(binDir, "dsh"), devArgs(filepath.Join(dir, ".dsh"))...)
 	cmd.Dir = dir
-	cmd.Env = cleanEnv("DSH_SCRIPT="+script, "TERM=xterm-256color")
+	cmd.Env = cleanEnv("DSH_SCRIPT="+script, "TERM=xterm-256color", "DSH_HOME="+filepath.Join(dir, "nohome"), "DSH_AGENTS_HOME="+filepath.Join(dir, "nohome"))
 	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 60, Cols: 160})
 	if err != nil {
 		t.Fatal(err)
@@ -160,18 +170,22 @@ func TestChatInPseudoTerminal(t *testing.T) {
 	screen := term.waitFor(t, "the end of the turn", func(s string) bool {
 		return strings.Contains(s, "tokens:") && strings.HasSuffix(strings.TrimRight(s, " "), "›")
 	})
+	// The session is titled after its first turn (the scripted provider's
+	// deterministic title: the prompt's first words).
+	screen = term.waitFor(t, "the session title", func(s string) bool { return strings.Contains(s, "title: run the two commands") })
 	for _, want := range []string{
-		"nats      nats://127.0.0.1:", // the addresses are printed
-		"model     scripted/scripted", // and the model
-		"✻ I will run two commands.",  // reasoning
-		"Running the first command.",  // streamed text
-		"⏺ $ echo one",                // a terminal card
-		"  │ one",                     // its output
-		"  ╰ exit 0",                  // its exit status
-		"⏺ $ echo two",                // the second step's card
-		"  $ echo one",                // the approval card shows the command
-		"why: the rule",               // and why it asks
-		"↳ allowed by user",           // the answers
+		"workspace: 1 instruction file, 1 skill", // the workspace context found
+		"nats      nats://127.0.0.1:",            // the addresses are printed
+		"model     scripted/scripted",            // and the model
+		"✻ I will run two commands.",             // reasoning
+		"Running the first command.",             // streamed text
+		"⏺ $ echo one",                           // a terminal card
+		"  │ one",                                // its output
+		"  ╰ exit 0",                             // its exit status
+		"⏺ $ echo two",                           // the second step's card
+		"  $ echo one",                           // the approval card shows the command
+		"why: the rule",                          // and why it asks
+		"↳ allowed by user",                      // the answers
 		"↳ allowed for this session by user",
 		"Both ran. Last output:", // the answer
 		"tokens: ",               // usage after the turn

@@ -233,10 +233,12 @@ func dialAgent(t *testing.T, s *stack) *grpc.ClientConn {
 	return conn
 }
 
+// startAgent runs the agent binary. Titles are off: these tests compare
+// snapshots of the log, which an asynchronous title turn would race.
 func (s *stack) startAgent() {
 	args := append([]string{"--listen", s.agentAddr, "--gateway", s.gatewayAddr,
 		"--toolhost", "builtin=" + s.toolhostAddr, "--data", s.dataDir, "--nats", s.nats.URL(),
-		"--approval-rule", "*=allow"}, s.agentArgs...) // nobody answers approvals here
+		"--approval-rule", "*=allow", "--no-titles"}, s.agentArgs...) // nobody answers approvals here
 	s.agent = start(s.t, "agent", cleanEnv(s.agentEnv...), args...)
 	waitServing(s.t, s.agentAddr, s.agent)
 }

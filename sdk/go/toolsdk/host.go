@@ -39,6 +39,11 @@ type HostConfig struct {
 	// agent then refuses confined sessions on this host unless told to
 	// allow unenforced hosts.
 	SandboxSupport toolsv1.SandboxSupport
+	// WorkspaceContext answers GetWorkspaceContext for a host that owns a
+	// workspace; the cwd it sees is absolute and clean. A returned gRPC
+	// status error is passed through, any other error is INTERNAL. nil: the
+	// host owns no workspace and answers an empty context.
+	WorkspaceContext func(ctx context.Context, cwd string) (*toolsv1.GetWorkspaceContextResponse, error)
 }
 
 // Host serves a live set of tools as the dsh.tools.v1.ToolHost gRPC service.

@@ -57,12 +57,16 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
     be added or removed while serving (watchers get a new snapshot)."""
 
     def __init__(self, tools: Iterable[Tool] = (), *, max_argument_bytes: int = 1 << 20,
-                 enforce_sandbox: bool = False):
+                 enforce_sandbox: bool = False, workspace_context=None):
         """enforce_sandbox declares that these tools confine every call to its
         ToolContext.sandbox policy (SANDBOX_SUPPORT_ENFORCED); leave it off
-        unless they really do."""
+        unless they really do. ``workspace_context(cwd) ->
+        GetWorkspaceContextResponse`` answers GetWorkspaceContext for a host
+        that owns a workspace; without it the host owns none and answers an
+        empty context."""
         self.max_argument_bytes = max_argument_bytes
         self.sandbox_support = tools_pb2.SANDBOX_SUPPORT_ENFORCED if enforce_sandbox else tools_pb2.SANDBOX_SUPPORT_UNSPECIFIED
+        self.workspace_context = workspace_context
         self._lock = threading.Condition()
         self._tools: dict[str, Tool] = {}
         self._revision = 1
@@ -130,6 +134,14 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
     def _notify(self) -> None:
         with self._lock:
             self._lock.notify_all()
+
+    def GetWorkspaceContext(self, request, context):
+        cwd = request.cwd
+        if not cwd or not os.path.isabs(cwd):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cwd {json.dumps(cwd)} must be an absolute path")
+        if self.workspace_context is None:
+            return tools_pb2.GetWorkspaceContextResponse()
+        return self.workspace_context(os.path.normpath(cwd))
 
     def PrepareCalls(self, request, context):
         out = []

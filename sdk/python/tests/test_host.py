@@ -269,6 +269,33 @@ class InterceptorTest(unittest.TestCase):
         self.assertFalse(stub.PostExecute(tools_pb2.PostExecuteRequest(execution=ok, result=res)).HasField("decision"))
 
 
+class WorkspaceContextTest(unittest.TestCase):
+    def serve(self, host):
+        srv = Server(host).start()
+        self.addCleanup(srv.stop, 0.5)
+        ch = grpc.insecure_channel(srv.address)
+        self.addCleanup(ch.close)
+        return tools_pb2_grpc.ToolHostStub(ch)
+
+    def test_empty_without_a_workspace(self):
+        stub = self.serve(ToolHost())
+        self.assertEqual(stub.GetWorkspaceContext(tools_pb2.GetWorkspaceContextRequest(cwd="/w")),
+                         tools_pb2.GetWorkspaceContextResponse())
+        with self.assertRaises(grpc.RpcError) as e:
+            stub.GetWorkspaceContext(tools_pb2.GetWorkspaceContextRequest(cwd="rel"))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+
+    def test_hook_answers_with_a_clean_cwd(self):
+        seen = []
+
+        def ctx(cwd):
+            seen.append(cwd)
+            return tools_pb2.GetWorkspaceContextResponse(owns_workspace=True, project_root=cwd)
+        stub = self.serve(ToolHost(workspace_context=ctx))
+        r = stub.GetWorkspaceContext(tools_pb2.GetWorkspaceContextRequest(cwd="/w/./a/"))
+        self.assertEqual((r.owns_workspace, r.project_root, seen), (True, "/w/a", ["/w/a"]))
+
+
 class ServeProcessTest(unittest.TestCase):
     def test_sigterm_graceful(self):
         p = subprocess.Popen([sys.executable, os.path.join(HERE, "..", "examples", "csvhost.py")],

@@ -35,6 +35,12 @@ import { interceptorService } from './interceptor.js'
 
 const TOOLHOST_SERVICE = 'dsh.tools.v1.ToolHost'
 
+/** path.normalize without a trailing slash (Go's filepath.Clean). */
+const cleanPath = (p) => {
+  const c = path.normalize(p)
+  return c.length > 1 && c.endsWith('/') ? c.slice(0, -1) : c
+}
+
 /** A live set of tools; add/remove while serving and watchers get a new snapshot. */
 export class ToolHost {
   #tools = new Map()
@@ -46,10 +52,14 @@ export class ToolHost {
    * enforcesSandbox declares that these tools confine every call to its
    * context.sandbox policy (SANDBOX_SUPPORT_ENFORCED); leave it off unless
    * they really do: agents then refuse confined calls on this host.
+   * workspaceContext(cwd) → GetWorkspaceContextResponse (or a promise of it)
+   * answers GetWorkspaceContext for a host that owns a workspace; without it
+   * the host owns none and answers an empty context.
    */
-  constructor(tools = [], { maxArgumentBytes = 1 << 20, enforcesSandbox = false } = {}) {
+  constructor(tools = [], { maxArgumentBytes = 1 << 20, enforcesSandbox = false, workspaceContext } = {}) {
     this.maxArgumentBytes = maxArgumentBytes
     this.sandboxSupport = enforcesSandbox ? 'SANDBOX_SUPPORT_ENFORCED' : 'SANDBOX_SUPPORT_UNSPECIFIED'
+    this.workspaceContext = workspaceContext
     for (const t of tools) this.#add(t)
   }
 
@@ -122,6 +132,17 @@ export class ToolHost {
         call.on('cancelled', () => this.#watchers.delete(w))
         call.on('close', () => this.#watchers.delete(w))
         call.write(this.snapshot())
+      },
+      GetWorkspaceContext: (call, cb) => {
+        const cwd = call.request.cwd ?? ''
+        if (!cwd || !path.isAbsolute(cwd)) {
+          cb({ code: grpc.status.INVALID_ARGUMENT, details: `cwd ${JSON.stringify(cwd)} must be an absolute path` })
+          return
+        }
+        if (!this.workspaceContext) return cb(null, {})
+        Promise.resolve()
+          .then(() => this.workspaceContext(cleanPath(cwd)))
+          .then((resp) => cb(null, resp), (e) => cb({ code: grpc.status.INTERNAL, details: `workspace context: ${e instanceof Error ? e.message : String(e)}` }))
       },
       PrepareCalls: (call, cb) => {
         const calls = (call.request.executions ?? []).map((ex) => {

@@ -137,7 +137,7 @@ export function validateArgs(spec: SchemaSpec, args: unknown): string[]
 export function text(s: string): { type: 'text'; text: string }
 
 export class ToolHost {
-  constructor(tools?: ToolDefinition<any>[], opts?: { maxArgumentBytes?: number; enforcesSandbox?: boolean })
+  constructor(tools?: ToolDefinition<any>[], opts?: { maxArgumentBytes?: number; enforcesSandbox?: boolean; workspaceContext?: (cwd: string) => any })
   /** SANDBOX_SUPPORT_ENFORCED when constructed with enforcesSandbox, else SANDBOX_SUPPORT_UNSPECIFIED. */
   readonly sandboxSupport: string
   add(tool: ToolDefinition<any>): void

@@ -245,3 +245,19 @@ test('serve: prints its address and stops on SIGTERM', async () => {
     p.kill('SIGKILL')
   }
 })
+
+test('GetWorkspaceContext: empty without a workspace, the hook answers otherwise', async () => {
+  assert.equal((await unary('GetWorkspaceContext', { cwd: '/w' })).ownsWorkspace, false)
+  await assert.rejects(unary('GetWorkspaceContext', { cwd: 'rel' }), (e) => e.code === grpc.status.INVALID_ARGUMENT)
+  const seen = []
+  const owning = new Server({ host: new ToolHost([], { workspaceContext: async (cwd) => (seen.push(cwd), { ownsWorkspace: true, projectRoot: cwd }) }) })
+  const addr = await owning.listen('127.0.0.1:0')
+  const c = new protos.tools.ToolHost(addr, grpc.credentials.createInsecure())
+  try {
+    const r = await new Promise((resolve, reject) => c.GetWorkspaceContext({ cwd: '/w/./a/' }, (e, x) => (e ? reject(e) : resolve(x))))
+    assert.deepEqual([r.ownsWorkspace, r.projectRoot, seen], [true, '/w/a', ['/w/a']])
+  } finally {
+    c.close()
+    await owning.stop(200)
+  }
+})

@@ -183,6 +183,8 @@ func (r *Renderer) Event(ev *sessionv1.SessionEvent) {
 		r.todos(p.TodoWrite)
 	case *sessionv1.SessionEvent_TurnEnd:
 		r.turnEnd(p.TurnEnd)
+	case *sessionv1.SessionEvent_SessionTitle:
+		r.line(r.style(sDim, "· title: "+oneLine(p.SessionTitle.GetTitle(), 200)))
 	case *sessionv1.SessionEvent_Extension:
 		r.line(r.style(sDim, "· "+session.TypeName(ev)))
 	}

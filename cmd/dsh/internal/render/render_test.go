@@ -42,6 +42,8 @@ func ev(p any) *sessionv1.SessionEvent {
 		e.Payload = &sessionv1.SessionEvent_TodoWrite{TodoWrite: v}
 	case *sessionv1.StepStart:
 		e.Payload = &sessionv1.SessionEvent_StepStart{StepStart: v}
+	case *sessionv1.SessionTitle:
+		e.Payload = &sessionv1.SessionEvent_SessionTitle{SessionTitle: v}
 	default:
 		panic("unknown payload")
 	}
@@ -94,6 +96,10 @@ func scenarios() map[string][]*sessionv1.SessionEvent {
 			ev(&sessionv1.AssistantMessage{Turn: 1, Step: 3, Content: []*llmv1.ContentBlock{text("Fixed the typo in a.go.")},
 				Usage: &llmv1.TokenUsage{InputTokens: 1300, OutputTokens: 12, CacheReadTokens: proto.Int64(1200)}}),
 			ev(&sessionv1.TurnEnd{Turn: 1, Reason: completed}),
+			// The generated title arrives in a zero-step turn of its own.
+			ev(&sessionv1.TurnStart{Turn: 2}),
+			ev(&sessionv1.SessionTitle{Title: "Fix the typo", Source: "model"}),
+			ev(&sessionv1.TurnEnd{Turn: 2, Reason: completed}),
 		},
 		"failed_turn": {
 			ev(&sessionv1.TurnStart{Turn: 2}),

@@ -77,6 +77,10 @@ func run() error {
 	authFlags.RegisterFlags(flag.CommandLine, os.Getenv)
 	var clientTLS auth.ClientTLS
 	clientTLS.RegisterFlags(flag.CommandLine, os.Getenv)
+	promptSections := flag.String("prompt-sections", env("DSH_PROMPT_SECTIONS", ""), "YAML/JSON file of system-prompt sections, variables, persona and tool order (env DSH_PROMPT_SECTIONS)")
+	titleProvider := flag.String("title-provider", env("DSH_TITLE_PROVIDER", ""), "provider route of session-title calls; empty: the session's (env DSH_TITLE_PROVIDER)")
+	titleModel := flag.String("title-model", env("DSH_TITLE_MODEL", ""), "small model of session-title calls; empty: the session's (env DSH_TITLE_MODEL)")
+	noTitles := flag.Bool("no-titles", false, "do not title sessions with a model call")
 	flag.Parse()
 	if len(toolhosts) == 0 {
 		toolhosts = list{env("DSH_TOOLHOST", "127.0.0.1:7702")}
@@ -111,7 +115,7 @@ func run() error {
 		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, PostgresDSN: *pgDSN, Advertise: *advertise, LeaseTTL: *leaseTTL, Synchronous: *sqliteSync,
 		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd, Approval: appr, Sandbox: sandbox,
 			MaxQueuedItems: *maxItems, MaxQueuedBytes: *maxBytes, ProcessMaxQueuedItems: *procItems, ProcessMaxQueuedBytes: *procBytes},
-		NATS: nc, AllowUnenforcedHosts: *allowUnenforced,
+		NATS: nc, AllowUnenforcedHosts: *allowUnenforced, PromptSections: *promptSections, TitleProvider: *titleProvider, TitleModel: *titleModel, NoTitles: *noTitles,
 	}
 	for _, h := range hookFlags {
 		r, err := agent.ParseRemote(h)

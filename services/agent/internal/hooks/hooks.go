@@ -26,6 +26,7 @@ import (
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/services/agent/internal/prompt"
 )
 
 // Next delegates to the rest of a chain.
@@ -185,6 +186,13 @@ type TurnStop struct {
 	Turn int32
 }
 
+// PromptSections is the input of agent/prompt-sections: a turn's extra
+// system-prompt sections (added, or replacing same-named ones).
+type PromptSections struct {
+	Subject
+	Turn int32
+}
+
 // SessionStart is the input of agent/session-start.
 type SessionStart struct {
 	Subject
@@ -205,6 +213,7 @@ type Set struct {
 	TurnContinuation Chain[*Continuation, *agentv1.ContinuationDecision]
 	TurnStop         Stoppers
 	SessionStart     Listeners[*SessionStart]
+	PromptSections   Chain[*PromptSections, []prompt.Section]
 }
 
 // Decision helpers.

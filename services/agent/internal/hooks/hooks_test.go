@@ -13,66 +13,6 @@ import (
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 )
 
-func TestRender(t *testing.T) {
-	t.Parallel()
-	vars := map[string]string{"provider": "deepseek", "model": "v4", "cwd": "/w", "empty": ""}
-	tests := []struct {
-		in, want string
-		err      bool
-	}{
-		{"plain", "plain", false},
-		{"{{provider}}/{{ model }}", "deepseek/v4", false},
-		{"in {{cwd}}", "in /w", false},
-		{"lone {{ brace", "lone {{ brace", false},
-		{"{{unknown}}", "", true},
-		{"{{empty}}", "", true},
-		{"{{not a name}}", "", true},
-		{"{{}}", "", true},
-		{"{{provider}} {{", "deepseek {{", false},
-	}
-	for _, tc := range tests {
-		got, err := hooks.Render(tc.in, vars)
-		if (err != nil) != tc.err || got != tc.want {
-			t.Errorf("Render(%q) = %q, %v; want %q, err %v", tc.in, got, err, tc.want, tc.err)
-		}
-	}
-}
-
-func FuzzRender(f *testing.F) {
-	for _, s := range []string{"", "{{provider}}", "{{", "}}{{x}}", "a {{ model }} b {{cwd}}", "{{{{}}}}"} {
-		f.Add(s)
-	}
-	vars := map[string]string{"provider": "p", "model": "m", "cwd": "/c"}
-	f.Fuzz(func(t *testing.T, s string) {
-		out, err := hooks.Render(s, vars)
-		if err == nil && !strings.Contains(s, "{{") && out != s {
-			t.Fatalf("a template without groups changed: %q -> %q", s, out)
-		}
-	})
-}
-
-func TestPromptAssemble(t *testing.T) {
-	t.Parallel()
-	p := &hooks.Prompt{Persona: "Be terse.", ToolGuidance: "Use tools.", Sections: []hooks.Section{{Name: "late", Order: 500, Text: "Late section."}}}
-	in := hooks.AssembleInput{Provider: "p", Model: "m", Cwd: "/w", SystemPrompt: "Session extra.", Tools: []*llmv1.ToolSchema{{Name: "t"}}}
-	got, err := p.Assemble(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "You are dsh, a coding agent running as p/m in /w.\n\nBe terse.\n\nUse tools.\n\nLate section.\n\nSession extra."
-	if got != want {
-		t.Errorf("got %q\nwant %q", got, want)
-	}
-	in.Persona, in.Tools = "You are Ada on {{model}}.", nil
-	if got, _ := p.Assemble(in); !strings.HasPrefix(got, "You are Ada on m.\n\nBe terse.\n\nLate") {
-		t.Errorf("persona/no tools: %q", got)
-	}
-	in.Cwd = ""
-	if _, err := p.Assemble(hooks.AssembleInput{Provider: "p", Model: "m"}); err == nil {
-		t.Error("an empty cwd used by the identity must fail assembly")
-	}
-}
-
 func TestRetryPolicy(t *testing.T) {
 	t.Parallel()
 	ra := func(ms int64) *int64 { return &ms }

@@ -12,6 +12,7 @@ import (
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/services/agent/internal/prompt"
 )
 
 // Remote joins a remote AgentHooks service to a Set. Each call has Timeout
@@ -71,6 +72,7 @@ func (r *Remote) Install(s *Set) {
 	s.RequestError.Use(r.requestError)
 	s.TurnContinuation.Use(r.turnContinuation)
 	s.TurnStop.Use(r.turnStop)
+	s.PromptSections.Use(r.promptSections)
 	s.PreStep.Use(func(ctx context.Context, in *Step) ([]*toolsv1.HookContext, error) {
 		if r.skip("pre-step") {
 			return nil, nil
@@ -98,6 +100,36 @@ func (r *Remote) Install(s *Set) {
 		resp, err := r.Client.SessionStart(cctx, &agentv1.SessionStartRequest{SessionId: in.SessionID, Source: in.Source})
 		return r.contexts("session-start", resp.GetContexts(), err)
 	})
+}
+
+// promptSections merges the remote's sections over the earlier links'; a
+// failure fails the turn closed, or keeps the earlier sections open.
+func (r *Remote) promptSections(ctx context.Context, in *PromptSections, next Next[*PromptSections, []prompt.Section]) ([]prompt.Section, error) {
+	cur, err := next(ctx, in)
+	if err != nil || r.skip("prompt-sections") {
+		return cur, err
+	}
+	req := &agentv1.PromptSectionsRequest{SessionId: in.SessionID, Cwd: in.Cwd, Turn: in.Turn}
+	for _, s := range cur {
+		req.Current = append(req.Current, &agentv1.PromptSection{Name: s.Name, Order: s.Order, Text: s.Text, Literal: s.Literal})
+	}
+	cctx, cancel := r.call(ctx)
+	defer cancel()
+	resp, err := r.Client.PromptSections(cctx, req)
+	if err != nil {
+		if !r.failed("prompt-sections", err) || r.FailOpen {
+			return cur, nil
+		}
+		return nil, r.errorf("prompt-sections", err)
+	}
+	add := make([]prompt.Section, 0, len(resp.GetSections()))
+	for _, s := range resp.GetSections() {
+		if s.GetName() == "" {
+			return nil, r.errorf("prompt-sections", fmt.Errorf("a returned section has no name"))
+		}
+		add = append(add, prompt.Section{Name: s.GetName(), Order: s.GetOrder(), Text: s.GetText(), Literal: s.GetLiteral()})
+	}
+	return prompt.Override(cur, add), nil
 }
 
 func (r *Remote) contexts(point string, cs []*toolsv1.HookContext, err error) ([]*toolsv1.HookContext, error) {

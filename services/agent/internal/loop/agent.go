@@ -16,6 +16,7 @@ import (
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+	"github.com/dsh-dev/dsh/services/agent/internal/prompt"
 )
 
 // Tools is the tool seam the loop consumes (the toolpipe registry and
@@ -34,9 +35,16 @@ type ToolCall interface {
 	Finish(ctx context.Context) *toolsv1.ToolExecutionResult
 }
 
-// SystemPrompt assembles the system prompt of a request.
+// SystemPrompt assembles the system prompt, the tool order and the default
+// session prefix of a request.
 type SystemPrompt interface {
-	Assemble(in hooks.AssembleInput) (string, error)
+	Assemble(in prompt.Input) (prompt.Assembly, error)
+}
+
+// Workspace reads the workspace context of a session's cwd from its
+// toolhosts (the version tells a changed context).
+type Workspace interface {
+	Context(ctx context.Context, cwd string, hosts []string) (*toolsv1.GetWorkspaceContextResponse, error)
 }
 
 // Config configures an Agent.
@@ -45,6 +53,10 @@ type Config struct {
 	Tools  Tools        // nil: no tools
 	Hooks  *hooks.Set   // nil: every point takes its default
 	Prompt SystemPrompt // nil: no system prompt
+	// Workspace is read at the start of every turn; a changed version
+	// re-assembles the prompt and the prefix (a new request/header). nil:
+	// no workspace context.
+	Workspace Workspace
 	// Flush makes everything appended so far durable. nil: no durability.
 	Flush func(ctx context.Context) error
 	// MaxParallelToolCalls bounds overlapping parallel-safe calls; default 10.
@@ -128,6 +140,8 @@ type Agent struct {
 	prefix       []*llmv1.Message
 	prefixSet    bool
 	sandbox      sandboxFold
+	ws           *toolsv1.GetWorkspaceContextResponse
+	sections     []prompt.Section // this turn's agent/prompt-sections
 }
 
 // New returns an agent over log. It does not start the driver; call Start.

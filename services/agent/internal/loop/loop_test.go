@@ -25,6 +25,7 @@ import (
 	"github.com/dsh-dev/dsh/services/agent/internal/gateway"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
+	"github.com/dsh-dev/dsh/services/agent/internal/prompt"
 	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
 )
 
@@ -97,7 +98,7 @@ func newHarness(t *testing.T, tools []fakes.Tool, opts ...option) *harness {
 		LLM:    &checkedLLM{h: h, inner: gateway.New(dial(t, gwAddr))},
 		Tools:  pipeTools{pipe},
 		Hooks:  h.hooks,
-		Prompt: &hooks.Prompt{},
+		Prompt: mustPrompt(t, prompt.Config{}),
 		Flush: func(context.Context) error {
 			h.flushes.Add(1)
 			h.durable.Store(log.Len())
@@ -646,4 +647,13 @@ func withSlowRemoteHook(failOpen bool) option {
 		addr := fakes.Serve(h.t, func(s *grpc.Server) { agentv1.RegisterAgentHooksServer(s, slowHooks{}) })
 		(&hooks.Remote{Name: "policy", Client: agentv1.NewAgentHooksClient(dial(h.t, addr)), Timeout: 50 * time.Millisecond, FailOpen: failOpen}).Install(h.hooks)
 	}
+}
+
+func mustPrompt(t testing.TB, cfg prompt.Config) *prompt.Assembler {
+	t.Helper()
+	p, err := prompt.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

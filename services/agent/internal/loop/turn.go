@@ -16,6 +16,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+	"github.com/dsh-dev/dsh/services/agent/internal/prompt"
 )
 
 // turnState is what runTurn's body leaves for the close path.
@@ -161,6 +162,16 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 		return err
 	}
 
+	if err := a.refreshWorkspace(ctx); err != nil {
+		return err
+	}
+	sections, err := a.hk.PromptSections.Run(ctx, &hooks.PromptSections{Subject: a.subj, Turn: turn},
+		func(context.Context, *hooks.PromptSections) ([]prompt.Section, error) { return nil, nil })
+	if err != nil {
+		return fmt.Errorf("agent/prompt-sections: %w", err)
+	}
+	a.sections = sections
+
 	var prior []*llmv1.LlmFailure
 	var stepSpan trace.Span
 	endStep := func() {
@@ -175,7 +186,7 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 		if _, err := a.drainSteering(turn); err != nil {
 			return err
 		}
-		system, tools, err := a.assemble()
+		system, tools, defaultPrefix, err := a.assemble()
 		if err != nil {
 			return err
 		}
@@ -183,7 +194,7 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 			return err
 		}
 		if !a.prefixSet {
-			prefix, err := a.hk.SessionPrefix.Run(ctx, &hooks.SessionPrefix{Subject: a.subj},
+			prefix, err := a.hk.SessionPrefix.Run(ctx, &hooks.SessionPrefix{Subject: a.subj, Prefix: defaultPrefix},
 				func(_ context.Context, in *hooks.SessionPrefix) ([]*llmv1.Message, error) { return in.Prefix, nil })
 			if err != nil {
 				return fmt.Errorf("agent/session-prefix: %w", err)
@@ -377,25 +388,48 @@ func (a *Agent) drainSteering(turn int32) (int, error) {
 
 func (a *Agent) visibleHosts() []string { return a.h.GetOptions().GetToolhosts() }
 
-// assemble returns the system prompt and the visible tools.
-func (a *Agent) assemble() (string, []*llmv1.ToolSchema, error) {
+// assemble returns the system prompt, the visible tools in their order and
+// the default session prefix.
+func (a *Agent) assemble() (string, []*llmv1.ToolSchema, []*llmv1.Message, error) {
 	var tools []*llmv1.ToolSchema
 	if a.cfg.Tools != nil {
 		tools = a.cfg.Tools.Schemas(a.visibleHosts())
 	}
 	if a.cfg.Prompt == nil {
-		return "", tools, nil
+		return "", tools, nil, nil
 	}
 	o := a.log.Settings().Options
-	sys, err := a.cfg.Prompt.Assemble(hooks.AssembleInput{
+	asm, err := a.cfg.Prompt.Assemble(prompt.Input{
 		Provider: o.GetProvider(), Model: o.GetModel(), Cwd: a.h.GetCwd(),
-		Persona: o.GetPersona(), SystemPrompt: o.GetSystemPrompt(), Tools: tools,
+		Persona: o.GetPersona(), SystemPrompt: o.GetSystemPrompt(), Tools: tools, Workspace: a.ws, Sections: a.sections,
 		ApprovalNever: a.cfg.Approval != nil && a.cfg.Approval.Policy() == sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER,
 	})
 	if err != nil {
-		return "", nil, fmt.Errorf("assemble system prompt: %w", err)
+		return "", nil, nil, fmt.Errorf("assemble system prompt: %w", err)
 	}
-	return sys, tools, nil
+	return asm.System, asm.Tools, asm.Prefix, nil
+}
+
+// refreshWorkspace re-reads the workspace context at a turn's start; a
+// changed version drops the cached prefix so the next step assembles (and
+// logs, as a new request/header) the new context. A failed read keeps the
+// last context: a broken toolhost never fails a turn.
+func (a *Agent) refreshWorkspace(ctx context.Context) error {
+	if a.cfg.Workspace == nil {
+		return nil
+	}
+	ws, err := a.cfg.Workspace.Context(ctx, a.h.GetCwd(), a.visibleHosts())
+	if err != nil {
+		if cerr := checkpoint(ctx); cerr != nil {
+			return cerr
+		}
+		a.lg.Warn("workspace context unavailable; keeping the last one", "session", a.ID(), "err", err)
+		return nil
+	}
+	if a.ws == nil || ws.GetVersion() != a.ws.GetVersion() {
+		a.ws, a.prefixSet = ws, false
+	}
+	return nil
 }
 
 func cloneMessages(ms []*llmv1.Message) []*llmv1.Message {

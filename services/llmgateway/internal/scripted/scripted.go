@@ -7,7 +7,8 @@
 // By default the adapter is stateless: the step is chosen from the request
 // alone, so the same request always gets the same answer. A message is
 // user-authored when it has the user role and holds at least one block that
-// is not a tool result. The step index is the number of assistant messages
+// is not a tool result nor a text starting with <system-reminder> (a
+// session prefix). The step index is the number of assistant messages
 // after the last user-authored message (all of them when there is none): the
 // first call of a turn gets step 0, the call after its tool results step 1,
 // and so on. With Turns, the turn index is the number of user-authored
@@ -17,6 +18,9 @@
 // With Sequential, steps are instead consumed in call order by a counter of
 // the adapter instance, so a retry of the same request can get a different
 // answer (a scripted RATE_LIMIT, then success).
+//
+// A session-title call (purpose TITLE) is answered apart from the steps:
+// with Script.Title, else the first words of its last user message.
 //
 // # A step's stream
 //
@@ -52,6 +56,10 @@ type Script struct {
 	Sequential bool `json:"sequential,omitempty"`
 	// Models is the advisory catalogue; default one model "scripted".
 	Models []provider.Model `json:"models,omitempty"`
+	// Title answers every session-title call (purpose TITLE); empty means
+	// the first words of the request's last user message. Title calls never
+	// consume a step.
+	Title string `json:"title,omitempty"`
 }
 
 // Step is one scripted model response.
@@ -217,8 +225,40 @@ func (a *Adapter) Models() []provider.Model { return a.script.Models }
 // content, so it takes images too.
 func (a *Adapter) Validate(*llmv1.GenerateRequest) error { return nil }
 
+// titleWords is how many words a default scripted title takes.
+const titleWords = 6
+
+// title answers a purpose-TITLE call: the script's Title, or the first
+// words of the last user-authored message.
+func (a *Adapter) title(req *llmv1.GenerateRequest) Step {
+	if a.script.Title != "" {
+		return Step{Text: a.script.Title}
+	}
+	msgs := req.GetMessages()
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if !userAuthored(msgs[i]) {
+			continue
+		}
+		var sb strings.Builder
+		for _, b := range msgs[i].GetContent() {
+			sb.WriteString(b.GetText().GetText() + " ")
+		}
+		words := strings.Fields(sb.String())
+		if len(words) > titleWords {
+			words = words[:titleWords]
+		}
+		if len(words) > 0 {
+			return Step{Text: strings.Join(words, " ")}
+		}
+	}
+	return Step{Text: "Untitled session"}
+}
+
 // pick returns the step for req.
 func (a *Adapter) pick(req *llmv1.GenerateRequest) (Step, error) {
+	if req.GetPurpose() == llmv1.Purpose_PURPOSE_TITLE {
+		return a.title(req), nil
+	}
 	steps := a.script.Steps
 	var idx int
 	if a.script.Sequential {
@@ -255,12 +295,15 @@ func position(msgs []*llmv1.Message) (turn, step int) {
 	return max(turn, 0), step
 }
 
+// userAuthored: a user message with a block that is neither a tool result
+// nor a <system-reminder> (the agent's session prefix, such as the skill
+// catalog, is not a turn of its own).
 func userAuthored(m *llmv1.Message) bool {
 	if m.GetRole() != llmv1.Role_ROLE_USER {
 		return false
 	}
 	for _, b := range m.GetContent() {
-		if b.GetToolResult() == nil {
+		if b.GetToolResult() == nil && !strings.HasPrefix(b.GetText().GetText(), "<system-reminder>") {
 			return true
 		}
 	}

@@ -65,6 +65,7 @@ func TestStepRule(t *testing.T) {
 		{"two tool rounds", []*llmv1.Message{user("a"), assistant(), toolResult("c", "x"), assistant(), toolResult("d", "y")}, 0, 2},
 		{"second turn", []*llmv1.Message{user("a"), assistant(), user("b")}, 1, 0},
 		{"no user message", []*llmv1.Message{assistant(), assistant()}, 0, 2},
+		{"a session-prefix reminder is no turn", []*llmv1.Message{user("<system-reminder>\nskills\n</system-reminder>"), user("a"), assistant(), user("b")}, 1, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,4 +136,41 @@ func TestConformance(t *testing.T) {
 		}
 		return providertest.Subject{Adapter: New(s), Request: req(user("x"))}
 	})
+}
+
+// TestTitle: a purpose-TITLE call is answered apart from the steps (a
+// sequential script's counter is not consumed) and deterministically.
+func TestTitle(t *testing.T) {
+	t.Parallel()
+	titled := func(r *llmv1.GenerateRequest) *llmv1.GenerateRequest {
+		r.Purpose = llmv1.Purpose_PURPOSE_TITLE
+		return r
+	}
+	textOf := func(chunks []*llmv1.StreamChunk) string {
+		var b strings.Builder
+		for _, c := range chunks {
+			b.WriteString(c.GetBlockEnd().GetBlock().GetText().GetText())
+		}
+		return b.String()
+	}
+	seq := New(Script{Sequential: true, Steps: []Step{{Text: "one"}, {Text: "two"}}})
+	tests := []struct {
+		name string
+		a    *Adapter
+		req  *llmv1.GenerateRequest
+		want string
+	}{
+		{"default: first words", seq, titled(req(user("please fix the flaky login test in ci today"))), "please fix the flaky login test"},
+		{"script title", New(Script{Title: "Fixed title", Steps: []Step{{Text: "x"}}}), titled(req(user("anything"))), "Fixed title"},
+		{"no user text", seq, titled(req()), "Untitled session"},
+	}
+	for _, tt := range tests {
+		got := textOf(providertest.Collect(t, t.Context(), tt.a, tt.req))
+		if got != tt.want {
+			t.Errorf("%s: title %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	if got := textOf(providertest.Collect(t, t.Context(), seq, req(user("hi")))); got != "one" {
+		t.Errorf("a title call consumed a sequential step: first step answered %q", got)
+	}
 }

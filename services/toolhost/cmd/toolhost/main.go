@@ -60,6 +60,11 @@ func run() error {
 	flag.Uint64Var(&lim.MemoryBytes, "limit-memory", sandbox.DefaultMemoryBytes, "address space bytes per tool process")
 	flag.Uint64Var(&lim.Processes, "limit-procs", sandbox.DefaultProcesses, "processes and threads per call")
 	flag.Uint64Var(&lim.FileBytes, "limit-file-size", sandbox.DefaultFileBytes, "largest file a tool process may write, in bytes")
+	home, _ := os.UserHomeDir()
+	dshHome := flag.String("dsh-home", env("DSH_HOME", filepath.Join(home, ".dsh")), "dsh's home; its skills/ folder is a skill root (env DSH_HOME; empty: none)")
+	agentsHome := flag.String("agents-home", env("DSH_AGENTS_HOME", filepath.Join(home, ".agents")), "the shared agents home; its skills/ folder is a skill root (env DSH_AGENTS_HOME; empty: none)")
+	var skillDirs stringList
+	flag.Var(&skillDirs, "skill-dir", "an extra skill root (repeatable)")
 	flag.Parse()
 	defMode, err := sandbox.ParseMode(*mode)
 	if err != nil {
@@ -82,6 +87,7 @@ func run() error {
 	svc, err := toolhost.New(toolhost.Config{
 		WorkspaceRoot: root, Unconfined: *unconfined, MaxArgumentBytes: *maxArgs, ServerOptions: srvOpts,
 		DefaultMode: defMode, DefaultNetworkOff: netOff, Limits: lim, ToolEnv: toolEnv,
+		DshHome: *dshHome, AgentsHome: *agentsHome, SkillDirs: skillDirs,
 	}, log)
 	if err != nil {
 		return err

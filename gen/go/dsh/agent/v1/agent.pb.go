@@ -3539,6 +3539,202 @@ func (x *SessionStartResponse) GetContexts() []*v12.HookContext {
 	return nil
 }
 
+// PromptSection is one system-prompt section (semantics.md §7.9).
+type PromptSection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique name; a section named like a built-in one
+	// ("harness:identity", "deployment:persona", "tools:guidance",
+	// "workspace:instructions", "session:system") replaces it.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Sections sort ascending by order.
+	Order float64 `protobuf:"fixed64,2,opt,name=order,proto3" json:"order,omitempty"`
+	// The text: a {{name}} template unless literal; empty drops the section.
+	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	// Use the text as is (no interpolation).
+	Literal       bool `protobuf:"varint,4,opt,name=literal,proto3" json:"literal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptSection) Reset() {
+	*x = PromptSection{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptSection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptSection) ProtoMessage() {}
+
+func (x *PromptSection) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptSection.ProtoReflect.Descriptor instead.
+func (*PromptSection) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *PromptSection) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PromptSection) GetOrder() float64 {
+	if x != nil {
+		return x.Order
+	}
+	return 0
+}
+
+func (x *PromptSection) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *PromptSection) GetLiteral() bool {
+	if x != nil {
+		return x.Literal
+	}
+	return false
+}
+
+// PromptSectionsRequest asks a hook for a turn's extra system-prompt
+// sections.
+type PromptSectionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Its working directory.
+	Cwd string `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// The turn about to make requests.
+	Turn int32 `protobuf:"varint,3,opt,name=turn,proto3" json:"turn,omitempty"`
+	// The sections earlier links returned.
+	Current       []*PromptSection `protobuf:"bytes,4,rep,name=current,proto3" json:"current,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptSectionsRequest) Reset() {
+	*x = PromptSectionsRequest{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptSectionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptSectionsRequest) ProtoMessage() {}
+
+func (x *PromptSectionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptSectionsRequest.ProtoReflect.Descriptor instead.
+func (*PromptSectionsRequest) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *PromptSectionsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *PromptSectionsRequest) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *PromptSectionsRequest) GetTurn() int32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+func (x *PromptSectionsRequest) GetCurrent() []*PromptSection {
+	if x != nil {
+		return x.Current
+	}
+	return nil
+}
+
+// PromptSectionsResponse answers PromptSections.
+type PromptSectionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sections to add, or to replace the same-named ones (in current or
+	// built in).
+	Sections      []*PromptSection `protobuf:"bytes,1,rep,name=sections,proto3" json:"sections,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptSectionsResponse) Reset() {
+	*x = PromptSectionsResponse{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptSectionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptSectionsResponse) ProtoMessage() {}
+
+func (x *PromptSectionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptSectionsResponse.ProtoReflect.Descriptor instead.
+func (*PromptSectionsResponse) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *PromptSectionsResponse) GetSections() []*PromptSection {
+	if x != nil {
+		return x.Sections
+	}
+	return nil
+}
+
 var File_dsh_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_dsh_agent_v1_agent_proto_rawDesc = "" +
@@ -3748,7 +3944,20 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\"M\n" +
 	"\x14SessionStartResponse\x125\n" +
-	"\bcontexts\x18\x01 \x03(\v2\x19.dsh.tools.v1.HookContextR\bcontexts*\x92\x01\n" +
+	"\bcontexts\x18\x01 \x03(\v2\x19.dsh.tools.v1.HookContextR\bcontexts\"g\n" +
+	"\rPromptSection\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05order\x18\x02 \x01(\x01R\x05order\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\x12\x18\n" +
+	"\aliteral\x18\x04 \x01(\bR\aliteral\"\x93\x01\n" +
+	"\x15PromptSectionsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x12\n" +
+	"\x04turn\x18\x03 \x01(\x05R\x04turn\x125\n" +
+	"\acurrent\x18\x04 \x03(\v2\x1b.dsh.agent.v1.PromptSectionR\acurrent\"Q\n" +
+	"\x16PromptSectionsResponse\x127\n" +
+	"\bsections\x18\x01 \x03(\v2\x1b.dsh.agent.v1.PromptSectionR\bsections*\x92\x01\n" +
 	"\vAgentStatus\x12\x1c\n" +
 	"\x18AGENT_STATUS_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11AGENT_STATUS_IDLE\x10\x01\x12\x18\n" +
@@ -3785,7 +3994,7 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\aRespond\x12\x1c.dsh.agent.v1.RespondRequest\x1a\x1d.dsh.agent.v1.RespondResponse\x12X\n" +
 	"\rUpdateSession\x12\".dsh.agent.v1.UpdateSessionRequest\x1a#.dsh.agent.v1.UpdateSessionResponse2R\n" +
 	"\bApprover\x12F\n" +
-	"\aApprove\x12\x1c.dsh.agent.v1.ApproveRequest\x1a\x1d.dsh.agent.v1.ApproveResponse2\xd2\x04\n" +
+	"\aApprove\x12\x1c.dsh.agent.v1.ApproveRequest\x1a\x1d.dsh.agent.v1.ApproveResponse2\xaf\x05\n" +
 	"\n" +
 	"AgentHooks\x12U\n" +
 	"\fPromptSubmit\x12!.dsh.agent.v1.PromptSubmitRequest\x1a\".dsh.agent.v1.PromptSubmitResponse\x12U\n" +
@@ -3794,7 +4003,8 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\bTurnStop\x12\x1d.dsh.agent.v1.TurnStopRequest\x1a\x1e.dsh.agent.v1.TurnStopResponse\x12F\n" +
 	"\aPreStep\x12\x1c.dsh.agent.v1.PreStepRequest\x1a\x1d.dsh.agent.v1.PreStepResponse\x12I\n" +
 	"\bPostStep\x12\x1d.dsh.agent.v1.PostStepRequest\x1a\x1e.dsh.agent.v1.PostStepResponse\x12U\n" +
-	"\fSessionStart\x12!.dsh.agent.v1.SessionStartRequest\x1a\".dsh.agent.v1.SessionStartResponseB\xa4\x01\n" +
+	"\fSessionStart\x12!.dsh.agent.v1.SessionStartRequest\x1a\".dsh.agent.v1.SessionStartResponse\x12[\n" +
+	"\x0ePromptSections\x12#.dsh.agent.v1.PromptSectionsRequest\x1a$.dsh.agent.v1.PromptSectionsResponseB\xa4\x01\n" +
 	"\x10com.dsh.agent.v1B\n" +
 	"AgentProtoP\x01Z2github.com/dsh-dev/dsh/gen/go/dsh/agent/v1;agentv1\xa2\x02\x03DAX\xaa\x02\fDsh.Agent.V1\xca\x02\fDsh\\Agent\\V1\xe2\x02\x18Dsh\\Agent\\V1\\GPBMetadata\xea\x02\x0eDsh::Agent::V1b\x06proto3"
 
@@ -3811,7 +4021,7 @@ func file_dsh_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_dsh_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_dsh_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_dsh_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_dsh_agent_v1_agent_proto_goTypes = []any{
 	(AgentStatus)(0),                 // 0: dsh.agent.v1.AgentStatus
 	(CancelCause)(0),                 // 1: dsh.agent.v1.CancelCause
@@ -3873,125 +4083,132 @@ var file_dsh_agent_v1_agent_proto_goTypes = []any{
 	(*PostStepResponse)(nil),         // 57: dsh.agent.v1.PostStepResponse
 	(*SessionStartRequest)(nil),      // 58: dsh.agent.v1.SessionStartRequest
 	(*SessionStartResponse)(nil),     // 59: dsh.agent.v1.SessionStartResponse
-	(*v1.SessionHeader)(nil),         // 60: dsh.session.v1.SessionHeader
-	(*v1.SessionOptions)(nil),        // 61: dsh.session.v1.SessionOptions
-	(*v1.ApprovalAsked)(nil),         // 62: dsh.session.v1.ApprovalAsked
-	(*v1.QuestionAsked)(nil),         // 63: dsh.session.v1.QuestionAsked
-	(*v11.ContentBlock)(nil),         // 64: dsh.llm.v1.ContentBlock
-	(*v11.MessageSource)(nil),        // 65: dsh.llm.v1.MessageSource
-	(*v12.HookContext)(nil),          // 66: dsh.tools.v1.HookContext
-	(*v1.SessionEvent)(nil),          // 67: dsh.session.v1.SessionEvent
-	(*v11.Message)(nil),              // 68: dsh.llm.v1.Message
-	(*v1.QuestionAnswer)(nil),        // 69: dsh.session.v1.QuestionAnswer
-	(*fieldmaskpb.FieldMask)(nil),    // 70: google.protobuf.FieldMask
-	(*v12.ToolExecution)(nil),        // 71: dsh.tools.v1.ToolExecution
-	(*v11.LlmFailure)(nil),           // 72: dsh.llm.v1.LlmFailure
+	(*PromptSection)(nil),            // 60: dsh.agent.v1.PromptSection
+	(*PromptSectionsRequest)(nil),    // 61: dsh.agent.v1.PromptSectionsRequest
+	(*PromptSectionsResponse)(nil),   // 62: dsh.agent.v1.PromptSectionsResponse
+	(*v1.SessionHeader)(nil),         // 63: dsh.session.v1.SessionHeader
+	(*v1.SessionOptions)(nil),        // 64: dsh.session.v1.SessionOptions
+	(*v1.ApprovalAsked)(nil),         // 65: dsh.session.v1.ApprovalAsked
+	(*v1.QuestionAsked)(nil),         // 66: dsh.session.v1.QuestionAsked
+	(*v11.ContentBlock)(nil),         // 67: dsh.llm.v1.ContentBlock
+	(*v11.MessageSource)(nil),        // 68: dsh.llm.v1.MessageSource
+	(*v12.HookContext)(nil),          // 69: dsh.tools.v1.HookContext
+	(*v1.SessionEvent)(nil),          // 70: dsh.session.v1.SessionEvent
+	(*v11.Message)(nil),              // 71: dsh.llm.v1.Message
+	(*v1.QuestionAnswer)(nil),        // 72: dsh.session.v1.QuestionAnswer
+	(*fieldmaskpb.FieldMask)(nil),    // 73: google.protobuf.FieldMask
+	(*v12.ToolExecution)(nil),        // 74: dsh.tools.v1.ToolExecution
+	(*v11.LlmFailure)(nil),           // 75: dsh.llm.v1.LlmFailure
 }
 var file_dsh_agent_v1_agent_proto_depIdxs = []int32{
-	60, // 0: dsh.agent.v1.Session.header:type_name -> dsh.session.v1.SessionHeader
+	63, // 0: dsh.agent.v1.Session.header:type_name -> dsh.session.v1.SessionHeader
 	0,  // 1: dsh.agent.v1.Session.status:type_name -> dsh.agent.v1.AgentStatus
 	5,  // 2: dsh.agent.v1.Session.pending:type_name -> dsh.agent.v1.PendingRequest
-	61, // 3: dsh.agent.v1.Session.effective_options:type_name -> dsh.session.v1.SessionOptions
-	62, // 4: dsh.agent.v1.PendingRequest.approval:type_name -> dsh.session.v1.ApprovalAsked
-	63, // 5: dsh.agent.v1.PendingRequest.question:type_name -> dsh.session.v1.QuestionAsked
-	61, // 6: dsh.agent.v1.CreateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
+	64, // 3: dsh.agent.v1.Session.effective_options:type_name -> dsh.session.v1.SessionOptions
+	65, // 4: dsh.agent.v1.PendingRequest.approval:type_name -> dsh.session.v1.ApprovalAsked
+	66, // 5: dsh.agent.v1.PendingRequest.question:type_name -> dsh.session.v1.QuestionAsked
+	64, // 6: dsh.agent.v1.CreateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
 	4,  // 7: dsh.agent.v1.CreateSessionResponse.session:type_name -> dsh.agent.v1.Session
 	4,  // 8: dsh.agent.v1.GetSessionResponse.session:type_name -> dsh.agent.v1.Session
 	4,  // 9: dsh.agent.v1.ListSessionsResponse.sessions:type_name -> dsh.agent.v1.Session
 	4,  // 10: dsh.agent.v1.ForkSessionResponse.session:type_name -> dsh.agent.v1.Session
-	64, // 11: dsh.agent.v1.SendRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	65, // 12: dsh.agent.v1.SendRequest.source:type_name -> dsh.llm.v1.MessageSource
-	66, // 13: dsh.agent.v1.SendRequest.contexts:type_name -> dsh.tools.v1.HookContext
+	67, // 11: dsh.agent.v1.SendRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	68, // 12: dsh.agent.v1.SendRequest.source:type_name -> dsh.llm.v1.MessageSource
+	69, // 13: dsh.agent.v1.SendRequest.contexts:type_name -> dsh.tools.v1.HookContext
 	0,  // 14: dsh.agent.v1.SendResponse.status:type_name -> dsh.agent.v1.AgentStatus
-	64, // 15: dsh.agent.v1.SteerRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	65, // 16: dsh.agent.v1.SteerRequest.source:type_name -> dsh.llm.v1.MessageSource
-	66, // 17: dsh.agent.v1.SteerRequest.contexts:type_name -> dsh.tools.v1.HookContext
+	67, // 15: dsh.agent.v1.SteerRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	68, // 16: dsh.agent.v1.SteerRequest.source:type_name -> dsh.llm.v1.MessageSource
+	69, // 17: dsh.agent.v1.SteerRequest.contexts:type_name -> dsh.tools.v1.HookContext
 	0,  // 18: dsh.agent.v1.SteerResponse.status:type_name -> dsh.agent.v1.AgentStatus
-	64, // 19: dsh.agent.v1.InjectRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	65, // 20: dsh.agent.v1.InjectRequest.source:type_name -> dsh.llm.v1.MessageSource
+	67, // 19: dsh.agent.v1.InjectRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	68, // 20: dsh.agent.v1.InjectRequest.source:type_name -> dsh.llm.v1.MessageSource
 	1,  // 21: dsh.agent.v1.CancelRequest.cause:type_name -> dsh.agent.v1.CancelCause
 	4,  // 22: dsh.agent.v1.WaitIdleResponse.session:type_name -> dsh.agent.v1.Session
-	67, // 23: dsh.agent.v1.StreamEventsResponse.event:type_name -> dsh.session.v1.SessionEvent
-	68, // 24: dsh.agent.v1.GetMessagesResponse.messages:type_name -> dsh.llm.v1.Message
+	70, // 23: dsh.agent.v1.StreamEventsResponse.event:type_name -> dsh.session.v1.SessionEvent
+	71, // 24: dsh.agent.v1.GetMessagesResponse.messages:type_name -> dsh.llm.v1.Message
 	2,  // 25: dsh.agent.v1.ApprovalResponse.decision:type_name -> dsh.agent.v1.ApprovalDecision
-	69, // 26: dsh.agent.v1.QuestionResponse.answers:type_name -> dsh.session.v1.QuestionAnswer
+	72, // 26: dsh.agent.v1.QuestionResponse.answers:type_name -> dsh.session.v1.QuestionAnswer
 	28, // 27: dsh.agent.v1.RespondRequest.approval:type_name -> dsh.agent.v1.ApprovalResponse
 	29, // 28: dsh.agent.v1.RespondRequest.question:type_name -> dsh.agent.v1.QuestionResponse
-	61, // 29: dsh.agent.v1.UpdateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
-	70, // 30: dsh.agent.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
+	64, // 29: dsh.agent.v1.UpdateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
+	73, // 30: dsh.agent.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
 	4,  // 31: dsh.agent.v1.UpdateSessionResponse.session:type_name -> dsh.agent.v1.Session
-	71, // 32: dsh.agent.v1.ApproveRequest.execution:type_name -> dsh.tools.v1.ToolExecution
+	74, // 32: dsh.agent.v1.ApproveRequest.execution:type_name -> dsh.tools.v1.ToolExecution
 	3,  // 33: dsh.agent.v1.ApproveResponse.verdict:type_name -> dsh.agent.v1.ApproverVerdict
-	64, // 34: dsh.agent.v1.PromptAllow.content:type_name -> dsh.llm.v1.ContentBlock
-	66, // 35: dsh.agent.v1.PromptAllow.additional_contexts:type_name -> dsh.tools.v1.HookContext
+	67, // 34: dsh.agent.v1.PromptAllow.content:type_name -> dsh.llm.v1.ContentBlock
+	69, // 35: dsh.agent.v1.PromptAllow.additional_contexts:type_name -> dsh.tools.v1.HookContext
 	36, // 36: dsh.agent.v1.PromptDecision.allow:type_name -> dsh.agent.v1.PromptAllow
 	37, // 37: dsh.agent.v1.PromptDecision.block:type_name -> dsh.agent.v1.PromptBlock
-	64, // 38: dsh.agent.v1.ContinueReason.content:type_name -> dsh.llm.v1.ContentBlock
-	65, // 39: dsh.agent.v1.ContinueReason.source:type_name -> dsh.llm.v1.MessageSource
+	67, // 38: dsh.agent.v1.ContinueReason.content:type_name -> dsh.llm.v1.ContentBlock
+	68, // 39: dsh.agent.v1.ContinueReason.source:type_name -> dsh.llm.v1.MessageSource
 	39, // 40: dsh.agent.v1.ContinueTurn.reason:type_name -> dsh.agent.v1.ContinueReason
 	41, // 41: dsh.agent.v1.ContinuationDecision.stop:type_name -> dsh.agent.v1.StopTurn
 	40, // 42: dsh.agent.v1.ContinuationDecision.continue:type_name -> dsh.agent.v1.ContinueTurn
 	44, // 43: dsh.agent.v1.RequestErrorDecision.fail:type_name -> dsh.agent.v1.FailRequest
 	43, // 44: dsh.agent.v1.RequestErrorDecision.retry:type_name -> dsh.agent.v1.RetryRequest
-	64, // 45: dsh.agent.v1.PromptSubmitRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	65, // 46: dsh.agent.v1.PromptSubmitRequest.source:type_name -> dsh.llm.v1.MessageSource
+	67, // 45: dsh.agent.v1.PromptSubmitRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	68, // 46: dsh.agent.v1.PromptSubmitRequest.source:type_name -> dsh.llm.v1.MessageSource
 	38, // 47: dsh.agent.v1.PromptSubmitRequest.current:type_name -> dsh.agent.v1.PromptDecision
 	38, // 48: dsh.agent.v1.PromptSubmitResponse.decision:type_name -> dsh.agent.v1.PromptDecision
-	72, // 49: dsh.agent.v1.RequestErrorRequest.failure:type_name -> dsh.llm.v1.LlmFailure
-	72, // 50: dsh.agent.v1.RequestErrorRequest.prior_failures:type_name -> dsh.llm.v1.LlmFailure
+	75, // 49: dsh.agent.v1.RequestErrorRequest.failure:type_name -> dsh.llm.v1.LlmFailure
+	75, // 50: dsh.agent.v1.RequestErrorRequest.prior_failures:type_name -> dsh.llm.v1.LlmFailure
 	45, // 51: dsh.agent.v1.RequestErrorResponse.decision:type_name -> dsh.agent.v1.RequestErrorDecision
 	42, // 52: dsh.agent.v1.TurnContinuationRequest.current:type_name -> dsh.agent.v1.ContinuationDecision
 	42, // 53: dsh.agent.v1.TurnContinuationResponse.decision:type_name -> dsh.agent.v1.ContinuationDecision
-	66, // 54: dsh.agent.v1.PreStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
-	66, // 55: dsh.agent.v1.PostStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
-	66, // 56: dsh.agent.v1.SessionStartResponse.contexts:type_name -> dsh.tools.v1.HookContext
-	6,  // 57: dsh.agent.v1.AgentService.CreateSession:input_type -> dsh.agent.v1.CreateSessionRequest
-	8,  // 58: dsh.agent.v1.AgentService.GetSession:input_type -> dsh.agent.v1.GetSessionRequest
-	10, // 59: dsh.agent.v1.AgentService.ListSessions:input_type -> dsh.agent.v1.ListSessionsRequest
-	12, // 60: dsh.agent.v1.AgentService.ForkSession:input_type -> dsh.agent.v1.ForkSessionRequest
-	14, // 61: dsh.agent.v1.AgentService.Send:input_type -> dsh.agent.v1.SendRequest
-	16, // 62: dsh.agent.v1.AgentService.Steer:input_type -> dsh.agent.v1.SteerRequest
-	18, // 63: dsh.agent.v1.AgentService.Inject:input_type -> dsh.agent.v1.InjectRequest
-	20, // 64: dsh.agent.v1.AgentService.Cancel:input_type -> dsh.agent.v1.CancelRequest
-	22, // 65: dsh.agent.v1.AgentService.WaitIdle:input_type -> dsh.agent.v1.WaitIdleRequest
-	24, // 66: dsh.agent.v1.AgentService.StreamEvents:input_type -> dsh.agent.v1.StreamEventsRequest
-	26, // 67: dsh.agent.v1.AgentService.GetMessages:input_type -> dsh.agent.v1.GetMessagesRequest
-	30, // 68: dsh.agent.v1.AgentService.Respond:input_type -> dsh.agent.v1.RespondRequest
-	32, // 69: dsh.agent.v1.AgentService.UpdateSession:input_type -> dsh.agent.v1.UpdateSessionRequest
-	34, // 70: dsh.agent.v1.Approver.Approve:input_type -> dsh.agent.v1.ApproveRequest
-	46, // 71: dsh.agent.v1.AgentHooks.PromptSubmit:input_type -> dsh.agent.v1.PromptSubmitRequest
-	48, // 72: dsh.agent.v1.AgentHooks.RequestError:input_type -> dsh.agent.v1.RequestErrorRequest
-	50, // 73: dsh.agent.v1.AgentHooks.TurnContinuation:input_type -> dsh.agent.v1.TurnContinuationRequest
-	52, // 74: dsh.agent.v1.AgentHooks.TurnStop:input_type -> dsh.agent.v1.TurnStopRequest
-	54, // 75: dsh.agent.v1.AgentHooks.PreStep:input_type -> dsh.agent.v1.PreStepRequest
-	56, // 76: dsh.agent.v1.AgentHooks.PostStep:input_type -> dsh.agent.v1.PostStepRequest
-	58, // 77: dsh.agent.v1.AgentHooks.SessionStart:input_type -> dsh.agent.v1.SessionStartRequest
-	7,  // 78: dsh.agent.v1.AgentService.CreateSession:output_type -> dsh.agent.v1.CreateSessionResponse
-	9,  // 79: dsh.agent.v1.AgentService.GetSession:output_type -> dsh.agent.v1.GetSessionResponse
-	11, // 80: dsh.agent.v1.AgentService.ListSessions:output_type -> dsh.agent.v1.ListSessionsResponse
-	13, // 81: dsh.agent.v1.AgentService.ForkSession:output_type -> dsh.agent.v1.ForkSessionResponse
-	15, // 82: dsh.agent.v1.AgentService.Send:output_type -> dsh.agent.v1.SendResponse
-	17, // 83: dsh.agent.v1.AgentService.Steer:output_type -> dsh.agent.v1.SteerResponse
-	19, // 84: dsh.agent.v1.AgentService.Inject:output_type -> dsh.agent.v1.InjectResponse
-	21, // 85: dsh.agent.v1.AgentService.Cancel:output_type -> dsh.agent.v1.CancelResponse
-	23, // 86: dsh.agent.v1.AgentService.WaitIdle:output_type -> dsh.agent.v1.WaitIdleResponse
-	25, // 87: dsh.agent.v1.AgentService.StreamEvents:output_type -> dsh.agent.v1.StreamEventsResponse
-	27, // 88: dsh.agent.v1.AgentService.GetMessages:output_type -> dsh.agent.v1.GetMessagesResponse
-	31, // 89: dsh.agent.v1.AgentService.Respond:output_type -> dsh.agent.v1.RespondResponse
-	33, // 90: dsh.agent.v1.AgentService.UpdateSession:output_type -> dsh.agent.v1.UpdateSessionResponse
-	35, // 91: dsh.agent.v1.Approver.Approve:output_type -> dsh.agent.v1.ApproveResponse
-	47, // 92: dsh.agent.v1.AgentHooks.PromptSubmit:output_type -> dsh.agent.v1.PromptSubmitResponse
-	49, // 93: dsh.agent.v1.AgentHooks.RequestError:output_type -> dsh.agent.v1.RequestErrorResponse
-	51, // 94: dsh.agent.v1.AgentHooks.TurnContinuation:output_type -> dsh.agent.v1.TurnContinuationResponse
-	53, // 95: dsh.agent.v1.AgentHooks.TurnStop:output_type -> dsh.agent.v1.TurnStopResponse
-	55, // 96: dsh.agent.v1.AgentHooks.PreStep:output_type -> dsh.agent.v1.PreStepResponse
-	57, // 97: dsh.agent.v1.AgentHooks.PostStep:output_type -> dsh.agent.v1.PostStepResponse
-	59, // 98: dsh.agent.v1.AgentHooks.SessionStart:output_type -> dsh.agent.v1.SessionStartResponse
-	78, // [78:99] is the sub-list for method output_type
-	57, // [57:78] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	69, // 54: dsh.agent.v1.PreStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
+	69, // 55: dsh.agent.v1.PostStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
+	69, // 56: dsh.agent.v1.SessionStartResponse.contexts:type_name -> dsh.tools.v1.HookContext
+	60, // 57: dsh.agent.v1.PromptSectionsRequest.current:type_name -> dsh.agent.v1.PromptSection
+	60, // 58: dsh.agent.v1.PromptSectionsResponse.sections:type_name -> dsh.agent.v1.PromptSection
+	6,  // 59: dsh.agent.v1.AgentService.CreateSession:input_type -> dsh.agent.v1.CreateSessionRequest
+	8,  // 60: dsh.agent.v1.AgentService.GetSession:input_type -> dsh.agent.v1.GetSessionRequest
+	10, // 61: dsh.agent.v1.AgentService.ListSessions:input_type -> dsh.agent.v1.ListSessionsRequest
+	12, // 62: dsh.agent.v1.AgentService.ForkSession:input_type -> dsh.agent.v1.ForkSessionRequest
+	14, // 63: dsh.agent.v1.AgentService.Send:input_type -> dsh.agent.v1.SendRequest
+	16, // 64: dsh.agent.v1.AgentService.Steer:input_type -> dsh.agent.v1.SteerRequest
+	18, // 65: dsh.agent.v1.AgentService.Inject:input_type -> dsh.agent.v1.InjectRequest
+	20, // 66: dsh.agent.v1.AgentService.Cancel:input_type -> dsh.agent.v1.CancelRequest
+	22, // 67: dsh.agent.v1.AgentService.WaitIdle:input_type -> dsh.agent.v1.WaitIdleRequest
+	24, // 68: dsh.agent.v1.AgentService.StreamEvents:input_type -> dsh.agent.v1.StreamEventsRequest
+	26, // 69: dsh.agent.v1.AgentService.GetMessages:input_type -> dsh.agent.v1.GetMessagesRequest
+	30, // 70: dsh.agent.v1.AgentService.Respond:input_type -> dsh.agent.v1.RespondRequest
+	32, // 71: dsh.agent.v1.AgentService.UpdateSession:input_type -> dsh.agent.v1.UpdateSessionRequest
+	34, // 72: dsh.agent.v1.Approver.Approve:input_type -> dsh.agent.v1.ApproveRequest
+	46, // 73: dsh.agent.v1.AgentHooks.PromptSubmit:input_type -> dsh.agent.v1.PromptSubmitRequest
+	48, // 74: dsh.agent.v1.AgentHooks.RequestError:input_type -> dsh.agent.v1.RequestErrorRequest
+	50, // 75: dsh.agent.v1.AgentHooks.TurnContinuation:input_type -> dsh.agent.v1.TurnContinuationRequest
+	52, // 76: dsh.agent.v1.AgentHooks.TurnStop:input_type -> dsh.agent.v1.TurnStopRequest
+	54, // 77: dsh.agent.v1.AgentHooks.PreStep:input_type -> dsh.agent.v1.PreStepRequest
+	56, // 78: dsh.agent.v1.AgentHooks.PostStep:input_type -> dsh.agent.v1.PostStepRequest
+	58, // 79: dsh.agent.v1.AgentHooks.SessionStart:input_type -> dsh.agent.v1.SessionStartRequest
+	61, // 80: dsh.agent.v1.AgentHooks.PromptSections:input_type -> dsh.agent.v1.PromptSectionsRequest
+	7,  // 81: dsh.agent.v1.AgentService.CreateSession:output_type -> dsh.agent.v1.CreateSessionResponse
+	9,  // 82: dsh.agent.v1.AgentService.GetSession:output_type -> dsh.agent.v1.GetSessionResponse
+	11, // 83: dsh.agent.v1.AgentService.ListSessions:output_type -> dsh.agent.v1.ListSessionsResponse
+	13, // 84: dsh.agent.v1.AgentService.ForkSession:output_type -> dsh.agent.v1.ForkSessionResponse
+	15, // 85: dsh.agent.v1.AgentService.Send:output_type -> dsh.agent.v1.SendResponse
+	17, // 86: dsh.agent.v1.AgentService.Steer:output_type -> dsh.agent.v1.SteerResponse
+	19, // 87: dsh.agent.v1.AgentService.Inject:output_type -> dsh.agent.v1.InjectResponse
+	21, // 88: dsh.agent.v1.AgentService.Cancel:output_type -> dsh.agent.v1.CancelResponse
+	23, // 89: dsh.agent.v1.AgentService.WaitIdle:output_type -> dsh.agent.v1.WaitIdleResponse
+	25, // 90: dsh.agent.v1.AgentService.StreamEvents:output_type -> dsh.agent.v1.StreamEventsResponse
+	27, // 91: dsh.agent.v1.AgentService.GetMessages:output_type -> dsh.agent.v1.GetMessagesResponse
+	31, // 92: dsh.agent.v1.AgentService.Respond:output_type -> dsh.agent.v1.RespondResponse
+	33, // 93: dsh.agent.v1.AgentService.UpdateSession:output_type -> dsh.agent.v1.UpdateSessionResponse
+	35, // 94: dsh.agent.v1.Approver.Approve:output_type -> dsh.agent.v1.ApproveResponse
+	47, // 95: dsh.agent.v1.AgentHooks.PromptSubmit:output_type -> dsh.agent.v1.PromptSubmitResponse
+	49, // 96: dsh.agent.v1.AgentHooks.RequestError:output_type -> dsh.agent.v1.RequestErrorResponse
+	51, // 97: dsh.agent.v1.AgentHooks.TurnContinuation:output_type -> dsh.agent.v1.TurnContinuationResponse
+	53, // 98: dsh.agent.v1.AgentHooks.TurnStop:output_type -> dsh.agent.v1.TurnStopResponse
+	55, // 99: dsh.agent.v1.AgentHooks.PreStep:output_type -> dsh.agent.v1.PreStepResponse
+	57, // 100: dsh.agent.v1.AgentHooks.PostStep:output_type -> dsh.agent.v1.PostStepResponse
+	59, // 101: dsh.agent.v1.AgentHooks.SessionStart:output_type -> dsh.agent.v1.SessionStartResponse
+	62, // 102: dsh.agent.v1.AgentHooks.PromptSections:output_type -> dsh.agent.v1.PromptSectionsResponse
+	81, // [81:103] is the sub-list for method output_type
+	59, // [59:81] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_dsh_agent_v1_agent_proto_init() }
@@ -4028,7 +4245,7 @@ func file_dsh_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsh_agent_v1_agent_proto_rawDesc), len(file_dsh_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   56,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

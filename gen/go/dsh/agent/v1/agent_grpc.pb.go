@@ -737,6 +737,7 @@ const (
 	AgentHooks_PreStep_FullMethodName          = "/dsh.agent.v1.AgentHooks/PreStep"
 	AgentHooks_PostStep_FullMethodName         = "/dsh.agent.v1.AgentHooks/PostStep"
 	AgentHooks_SessionStart_FullMethodName     = "/dsh.agent.v1.AgentHooks/SessionStart"
+	AgentHooks_PromptSections_FullMethodName   = "/dsh.agent.v1.AgentHooks/PromptSections"
 )
 
 // AgentHooksClient is the client API for AgentHooks service.
@@ -761,6 +762,9 @@ type AgentHooksClient interface {
 	PostStep(ctx context.Context, in *PostStepRequest, opts ...grpc.CallOption) (*PostStepResponse, error)
 	// SessionStart is a listener of agent/session-start.
 	SessionStart(ctx context.Context, in *SessionStartRequest, opts ...grpc.CallOption) (*SessionStartResponse, error)
+	// PromptSections is a link of agent/prompt-sections: it adds or replaces
+	// system-prompt sections for a turn.
+	PromptSections(ctx context.Context, in *PromptSectionsRequest, opts ...grpc.CallOption) (*PromptSectionsResponse, error)
 }
 
 type agentHooksClient struct {
@@ -841,6 +845,16 @@ func (c *agentHooksClient) SessionStart(ctx context.Context, in *SessionStartReq
 	return out, nil
 }
 
+func (c *agentHooksClient) PromptSections(ctx context.Context, in *PromptSectionsRequest, opts ...grpc.CallOption) (*PromptSectionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PromptSectionsResponse)
+	err := c.cc.Invoke(ctx, AgentHooks_PromptSections_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentHooksServer is the server API for AgentHooks service.
 // All implementations must embed UnimplementedAgentHooksServer
 // for forward compatibility.
@@ -863,6 +877,9 @@ type AgentHooksServer interface {
 	PostStep(context.Context, *PostStepRequest) (*PostStepResponse, error)
 	// SessionStart is a listener of agent/session-start.
 	SessionStart(context.Context, *SessionStartRequest) (*SessionStartResponse, error)
+	// PromptSections is a link of agent/prompt-sections: it adds or replaces
+	// system-prompt sections for a turn.
+	PromptSections(context.Context, *PromptSectionsRequest) (*PromptSectionsResponse, error)
 	mustEmbedUnimplementedAgentHooksServer()
 }
 
@@ -893,6 +910,9 @@ func (UnimplementedAgentHooksServer) PostStep(context.Context, *PostStepRequest)
 }
 func (UnimplementedAgentHooksServer) SessionStart(context.Context, *SessionStartRequest) (*SessionStartResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SessionStart not implemented")
+}
+func (UnimplementedAgentHooksServer) PromptSections(context.Context, *PromptSectionsRequest) (*PromptSectionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PromptSections not implemented")
 }
 func (UnimplementedAgentHooksServer) mustEmbedUnimplementedAgentHooksServer() {}
 func (UnimplementedAgentHooksServer) testEmbeddedByValue()                    {}
@@ -1041,6 +1061,24 @@ func _AgentHooks_SessionStart_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentHooks_PromptSections_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PromptSectionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentHooksServer).PromptSections(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentHooks_PromptSections_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentHooksServer).PromptSections(ctx, req.(*PromptSectionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentHooks_ServiceDesc is the grpc.ServiceDesc for AgentHooks service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1075,6 +1113,10 @@ var AgentHooks_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SessionStart",
 			Handler:    _AgentHooks_SessionStart_Handler,
+		},
+		{
+			MethodName: "PromptSections",
+			Handler:    _AgentHooks_PromptSections_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

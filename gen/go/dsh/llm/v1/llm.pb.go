@@ -159,6 +159,8 @@ const (
 	Purpose_PURPOSE_UNSPECIFIED Purpose = 0
 	// A compaction (summary) call; adapters may mark it in transport metadata.
 	Purpose_PURPOSE_COMPACTION Purpose = 1
+	// A session-title call (a cheap model names the conversation).
+	Purpose_PURPOSE_TITLE Purpose = 2
 )
 
 // Enum value maps for Purpose.
@@ -166,10 +168,12 @@ var (
 	Purpose_name = map[int32]string{
 		0: "PURPOSE_UNSPECIFIED",
 		1: "PURPOSE_COMPACTION",
+		2: "PURPOSE_TITLE",
 	}
 	Purpose_value = map[string]int32{
 		"PURPOSE_UNSPECIFIED": 0,
 		"PURPOSE_COMPACTION":  1,
+		"PURPOSE_TITLE":       2,
 	}
 )
 
@@ -3227,10 +3231,11 @@ const file_dsh_llm_v1_llm_proto_rawDesc = "" +
 	"\x14BLOCK_TYPE_TOOL_CALL\x10\x03\x12\x1a\n" +
 	"\x16BLOCK_TYPE_TOOL_RESULT\x10\x04\x12\x14\n" +
 	"\x10BLOCK_TYPE_IMAGE\x10\x05\x12\x18\n" +
-	"\x14BLOCK_TYPE_EXTENSION\x10\x0f*:\n" +
+	"\x14BLOCK_TYPE_EXTENSION\x10\x0f*M\n" +
 	"\aPurpose\x12\x17\n" +
 	"\x13PURPOSE_UNSPECIFIED\x10\x00\x12\x16\n" +
-	"\x12PURPOSE_COMPACTION\x10\x012\xd4\x02\n" +
+	"\x12PURPOSE_COMPACTION\x10\x01\x12\x11\n" +
+	"\rPURPOSE_TITLE\x10\x022\xd4\x02\n" +
 	"\n" +
 	"LlmGateway\x12G\n" +
 	"\bGenerate\x12\x1b.dsh.llm.v1.GenerateRequest\x1a\x1c.dsh.llm.v1.GenerateResponse0\x01\x12T\n" +

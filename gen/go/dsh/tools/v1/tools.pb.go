@@ -2917,6 +2917,510 @@ func (x *PostExecuteResponse) GetDecision() *PostToolDecision {
 	return nil
 }
 
+// GetWorkspaceContextRequest asks for the workspace context of a directory.
+type GetWorkspaceContextRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Absolute working directory of the session (required); it must lie inside
+	// the host's workspace root.
+	Cwd           string `protobuf:"bytes,1,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWorkspaceContextRequest) Reset() {
+	*x = GetWorkspaceContextRequest{}
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWorkspaceContextRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWorkspaceContextRequest) ProtoMessage() {}
+
+func (x *GetWorkspaceContextRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWorkspaceContextRequest.ProtoReflect.Descriptor instead.
+func (*GetWorkspaceContextRequest) Descriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *GetWorkspaceContextRequest) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+// InstructionFile is one workspace instruction file (AGENTS.md, or CLAUDE.md
+// where a directory has no AGENTS.md).
+type InstructionFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Absolute path of the file.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The text, possibly truncated (UTF-8).
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// Whether content was cut to the per-file or total cap.
+	Truncated bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// Size of the file on disk in bytes.
+	SizeBytes     int64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstructionFile) Reset() {
+	*x = InstructionFile{}
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstructionFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstructionFile) ProtoMessage() {}
+
+func (x *InstructionFile) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstructionFile.ProtoReflect.Descriptor instead.
+func (*InstructionFile) Descriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *InstructionFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *InstructionFile) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *InstructionFile) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *InstructionFile) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+// SkillResourceBase says where a skill's resources (scripts, references)
+// live, relative paths in its instructions resolve against it.
+type SkillResourceBase struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The location.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*SkillResourceBase_Directory
+	//	*SkillResourceBase_Url
+	//	*SkillResourceBase_Opaque
+	Kind          isSkillResourceBase_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillResourceBase) Reset() {
+	*x = SkillResourceBase{}
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillResourceBase) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillResourceBase) ProtoMessage() {}
+
+func (x *SkillResourceBase) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillResourceBase.ProtoReflect.Descriptor instead.
+func (*SkillResourceBase) Descriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SkillResourceBase) GetKind() isSkillResourceBase_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *SkillResourceBase) GetDirectory() string {
+	if x != nil {
+		if x, ok := x.Kind.(*SkillResourceBase_Directory); ok {
+			return x.Directory
+		}
+	}
+	return ""
+}
+
+func (x *SkillResourceBase) GetUrl() string {
+	if x != nil {
+		if x, ok := x.Kind.(*SkillResourceBase_Url); ok {
+			return x.Url
+		}
+	}
+	return ""
+}
+
+func (x *SkillResourceBase) GetOpaque() string {
+	if x != nil {
+		if x, ok := x.Kind.(*SkillResourceBase_Opaque); ok {
+			return x.Opaque
+		}
+	}
+	return ""
+}
+
+type isSkillResourceBase_Kind interface {
+	isSkillResourceBase_Kind()
+}
+
+type SkillResourceBase_Directory struct {
+	// A directory on the host (a bundle's folder).
+	Directory string `protobuf:"bytes,1,opt,name=directory,proto3,oneof"`
+}
+
+type SkillResourceBase_Url struct {
+	// A URL.
+	Url string `protobuf:"bytes,2,opt,name=url,proto3,oneof"`
+}
+
+type SkillResourceBase_Opaque struct {
+	// A description for the model when the location is neither.
+	Opaque string `protobuf:"bytes,3,opt,name=opaque,proto3,oneof"`
+}
+
+func (*SkillResourceBase_Directory) isSkillResourceBase_Kind() {}
+
+func (*SkillResourceBase_Url) isSkillResourceBase_Kind() {}
+
+func (*SkillResourceBase_Opaque) isSkillResourceBase_Kind() {}
+
+// SkillSummary is one entry of the skill catalog (semantics.md §7.8).
+type SkillSummary struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Kebab-case name, unique within the catalog.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What the skill does (frontmatter description).
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// When to use it (frontmatter when_to_use / when-to-use), optional.
+	WhenToUse string `protobuf:"bytes,3,opt,name=when_to_use,json=whenToUse,proto3" json:"when_to_use,omitempty"`
+	// The model may not load it through the skill tool (listed for humans).
+	DisableModelInvocation bool `protobuf:"varint,4,opt,name=disable_model_invocation,json=disableModelInvocation,proto3" json:"disable_model_invocation,omitempty"`
+	// Which root it came from: project-dsh, project-agents, custom, dsh-home,
+	// agents-home.
+	Source string `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
+	// The provider that listed it ("local" for the file roots).
+	Provider string `protobuf:"bytes,6,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Where its resources live.
+	ResourceBase *SkillResourceBase `protobuf:"bytes,7,opt,name=resource_base,json=resourceBase,proto3" json:"resource_base,omitempty"`
+	// Absolute path of its SKILL.md or <name>.md.
+	Path string `protobuf:"bytes,8,opt,name=path,proto3" json:"path,omitempty"`
+	// Rank of the root (lower wins a duplicate name).
+	Rank          int32 `protobuf:"varint,9,opt,name=rank,proto3" json:"rank,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillSummary) Reset() {
+	*x = SkillSummary{}
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillSummary) ProtoMessage() {}
+
+func (x *SkillSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillSummary.ProtoReflect.Descriptor instead.
+func (*SkillSummary) Descriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *SkillSummary) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SkillSummary) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *SkillSummary) GetWhenToUse() string {
+	if x != nil {
+		return x.WhenToUse
+	}
+	return ""
+}
+
+func (x *SkillSummary) GetDisableModelInvocation() bool {
+	if x != nil {
+		return x.DisableModelInvocation
+	}
+	return false
+}
+
+func (x *SkillSummary) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *SkillSummary) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *SkillSummary) GetResourceBase() *SkillResourceBase {
+	if x != nil {
+		return x.ResourceBase
+	}
+	return nil
+}
+
+func (x *SkillSummary) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SkillSummary) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+// WorkspaceNotice is something skipped, cut or rejected while reading the
+// workspace context, said so a person can act on it.
+type WorkspaceNotice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file concerned (absolute), when there is one.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// What happened and why.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkspaceNotice) Reset() {
+	*x = WorkspaceNotice{}
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkspaceNotice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkspaceNotice) ProtoMessage() {}
+
+func (x *WorkspaceNotice) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkspaceNotice.ProtoReflect.Descriptor instead.
+func (*WorkspaceNotice) Descriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *WorkspaceNotice) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WorkspaceNotice) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// GetWorkspaceContextResponse is a directory's workspace context.
+type GetWorkspaceContextResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The project root: the nearest ancestor of cwd with .git, else cwd.
+	ProjectRoot string `protobuf:"bytes,1,opt,name=project_root,json=projectRoot,proto3" json:"project_root,omitempty"`
+	// Instruction files from the project root down to cwd (outermost first).
+	Instructions []*InstructionFile `protobuf:"bytes,2,rep,name=instructions,proto3" json:"instructions,omitempty"`
+	// The skill catalog sorted by name (duplicates resolved by rank).
+	Skills []*SkillSummary `protobuf:"bytes,3,rep,name=skills,proto3" json:"skills,omitempty"`
+	// Instruction files skipped or cut (not UTF-8, too big, symlinks out of
+	// the workspace).
+	Notices []*WorkspaceNotice `protobuf:"bytes,4,rep,name=notices,proto3" json:"notices,omitempty"`
+	// Skills that were found but not offered (malformed frontmatter, bad
+	// name, duplicates shadowed by a lower rank).
+	SkillErrors []*WorkspaceNotice `protobuf:"bytes,5,rep,name=skill_errors,json=skillErrors,proto3" json:"skill_errors,omitempty"`
+	// Opaque version of everything above: it changes whenever any file read
+	// changes, so a caller can tell a stale context without comparing it.
+	Version string `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
+	// Whether this host owns a workspace (false: everything above is empty).
+	OwnsWorkspace bool `protobuf:"varint,7,opt,name=owns_workspace,json=ownsWorkspace,proto3" json:"owns_workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWorkspaceContextResponse) Reset() {
+	*x = GetWorkspaceContextResponse{}
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWorkspaceContextResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWorkspaceContextResponse) ProtoMessage() {}
+
+func (x *GetWorkspaceContextResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWorkspaceContextResponse.ProtoReflect.Descriptor instead.
+func (*GetWorkspaceContextResponse) Descriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *GetWorkspaceContextResponse) GetProjectRoot() string {
+	if x != nil {
+		return x.ProjectRoot
+	}
+	return ""
+}
+
+func (x *GetWorkspaceContextResponse) GetInstructions() []*InstructionFile {
+	if x != nil {
+		return x.Instructions
+	}
+	return nil
+}
+
+func (x *GetWorkspaceContextResponse) GetSkills() []*SkillSummary {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
+func (x *GetWorkspaceContextResponse) GetNotices() []*WorkspaceNotice {
+	if x != nil {
+		return x.Notices
+	}
+	return nil
+}
+
+func (x *GetWorkspaceContextResponse) GetSkillErrors() []*WorkspaceNotice {
+	if x != nil {
+		return x.SkillErrors
+	}
+	return nil
+}
+
+func (x *GetWorkspaceContextResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *GetWorkspaceContextResponse) GetOwnsWorkspace() bool {
+	if x != nil {
+		return x.OwnsWorkspace
+	}
+	return false
+}
+
 var File_dsh_tools_v1_tools_proto protoreflect.FileDescriptor
 
 const file_dsh_tools_v1_tools_proto_rawDesc = "" +
@@ -3070,7 +3574,41 @@ const file_dsh_tools_v1_tools_proto_rawDesc = "" +
 	"\texecution\x18\x01 \x01(\v2\x1b.dsh.tools.v1.ToolExecutionR\texecution\x129\n" +
 	"\x06result\x18\x02 \x01(\v2!.dsh.tools.v1.ToolExecutionResultR\x06result\"Q\n" +
 	"\x13PostExecuteResponse\x12:\n" +
-	"\bdecision\x18\x01 \x01(\v2\x1e.dsh.tools.v1.PostToolDecisionR\bdecision*w\n" +
+	"\bdecision\x18\x01 \x01(\v2\x1e.dsh.tools.v1.PostToolDecisionR\bdecision\".\n" +
+	"\x1aGetWorkspaceContextRequest\x12\x10\n" +
+	"\x03cwd\x18\x01 \x01(\tR\x03cwd\"|\n" +
+	"\x0fInstructionFile\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\"i\n" +
+	"\x11SkillResourceBase\x12\x1e\n" +
+	"\tdirectory\x18\x01 \x01(\tH\x00R\tdirectory\x12\x12\n" +
+	"\x03url\x18\x02 \x01(\tH\x00R\x03url\x12\x18\n" +
+	"\x06opaque\x18\x03 \x01(\tH\x00R\x06opaqueB\x06\n" +
+	"\x04kind\"\xc0\x02\n" +
+	"\fSkillSummary\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x1e\n" +
+	"\vwhen_to_use\x18\x03 \x01(\tR\twhenToUse\x128\n" +
+	"\x18disable_model_invocation\x18\x04 \x01(\bR\x16disableModelInvocation\x12\x16\n" +
+	"\x06source\x18\x05 \x01(\tR\x06source\x12\x1a\n" +
+	"\bprovider\x18\x06 \x01(\tR\bprovider\x12D\n" +
+	"\rresource_base\x18\a \x01(\v2\x1f.dsh.tools.v1.SkillResourceBaseR\fresourceBase\x12\x12\n" +
+	"\x04path\x18\b \x01(\tR\x04path\x12\x12\n" +
+	"\x04rank\x18\t \x01(\x05R\x04rank\"?\n" +
+	"\x0fWorkspaceNotice\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xf3\x02\n" +
+	"\x1bGetWorkspaceContextResponse\x12!\n" +
+	"\fproject_root\x18\x01 \x01(\tR\vprojectRoot\x12A\n" +
+	"\finstructions\x18\x02 \x03(\v2\x1d.dsh.tools.v1.InstructionFileR\finstructions\x122\n" +
+	"\x06skills\x18\x03 \x03(\v2\x1a.dsh.tools.v1.SkillSummaryR\x06skills\x127\n" +
+	"\anotices\x18\x04 \x03(\v2\x1d.dsh.tools.v1.WorkspaceNoticeR\anotices\x12@\n" +
+	"\fskill_errors\x18\x05 \x03(\v2\x1d.dsh.tools.v1.WorkspaceNoticeR\vskillErrors\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\tR\aversion\x12%\n" +
+	"\x0eowns_workspace\x18\a \x01(\bR\rownsWorkspace*w\n" +
 	"\x11ConcurrencySafety\x12\"\n" +
 	"\x1eCONCURRENCY_SAFETY_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CONCURRENCY_SAFETY_ALWAYS\x10\x01\x12\x1f\n" +
@@ -3108,13 +3646,14 @@ const file_dsh_tools_v1_tools_proto_rawDesc = "" +
 	"\x15TOOL_CALL_KIND_SEARCH\x10\x05\x12\x1a\n" +
 	"\x16TOOL_CALL_KIND_EXECUTE\x10\x06\x12\x18\n" +
 	"\x14TOOL_CALL_KIND_FETCH\x10\a\x12\x18\n" +
-	"\x14TOOL_CALL_KIND_OTHER\x10\b2\xcc\x02\n" +
+	"\x14TOOL_CALL_KIND_OTHER\x10\b2\xb8\x03\n" +
 	"\bToolHost\x12L\n" +
 	"\tListTools\x12\x1e.dsh.tools.v1.ListToolsRequest\x1a\x1f.dsh.tools.v1.ListToolsResponse\x12Q\n" +
 	"\n" +
 	"WatchTools\x12\x1f.dsh.tools.v1.WatchToolsRequest\x1a .dsh.tools.v1.WatchToolsResponse0\x01\x12U\n" +
 	"\fPrepareCalls\x12!.dsh.tools.v1.PrepareCallsRequest\x1a\".dsh.tools.v1.PrepareCallsResponse\x12H\n" +
-	"\aExecute\x12\x1c.dsh.tools.v1.ExecuteRequest\x1a\x1d.dsh.tools.v1.ExecuteResponse0\x012\xb6\x01\n" +
+	"\aExecute\x12\x1c.dsh.tools.v1.ExecuteRequest\x1a\x1d.dsh.tools.v1.ExecuteResponse0\x01\x12j\n" +
+	"\x13GetWorkspaceContext\x12(.dsh.tools.v1.GetWorkspaceContextRequest\x1a).dsh.tools.v1.GetWorkspaceContextResponse2\xb6\x01\n" +
 	"\x0fToolInterceptor\x12O\n" +
 	"\n" +
 	"PreExecute\x12\x1f.dsh.tools.v1.PreExecuteRequest\x1a .dsh.tools.v1.PreExecuteResponse\x12R\n" +
@@ -3135,82 +3674,88 @@ func file_dsh_tools_v1_tools_proto_rawDescGZIP() []byte {
 }
 
 var file_dsh_tools_v1_tools_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_dsh_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_dsh_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_dsh_tools_v1_tools_proto_goTypes = []any{
-	(ConcurrencySafety)(0),       // 0: dsh.tools.v1.ConcurrencySafety
-	(ExecutionMode)(0),           // 1: dsh.tools.v1.ExecutionMode
-	(SandboxMode)(0),             // 2: dsh.tools.v1.SandboxMode
-	(NetworkAccess)(0),           // 3: dsh.tools.v1.NetworkAccess
-	(SandboxEnforcement)(0),      // 4: dsh.tools.v1.SandboxEnforcement
-	(SandboxSupport)(0),          // 5: dsh.tools.v1.SandboxSupport
-	(ContextPlacement)(0),        // 6: dsh.tools.v1.ContextPlacement
-	(ToolCallKind)(0),            // 7: dsh.tools.v1.ToolCallKind
-	(*ToolDescriptor)(nil),       // 8: dsh.tools.v1.ToolDescriptor
-	(*SandboxPolicy)(nil),        // 9: dsh.tools.v1.SandboxPolicy
-	(*ToolContext)(nil),          // 10: dsh.tools.v1.ToolContext
-	(*ToolExecution)(nil),        // 11: dsh.tools.v1.ToolExecution
-	(*ToolErrorInfo)(nil),        // 12: dsh.tools.v1.ToolErrorInfo
-	(*HookContext)(nil),          // 13: dsh.tools.v1.HookContext
-	(*FileLocation)(nil),         // 14: dsh.tools.v1.FileLocation
-	(*FileDiff)(nil),             // 15: dsh.tools.v1.FileDiff
-	(*GenericCallView)(nil),      // 16: dsh.tools.v1.GenericCallView
-	(*TerminalCallView)(nil),     // 17: dsh.tools.v1.TerminalCallView
-	(*DiffCallView)(nil),         // 18: dsh.tools.v1.DiffCallView
-	(*ToolCallView)(nil),         // 19: dsh.tools.v1.ToolCallView
-	(*GenericResultView)(nil),    // 20: dsh.tools.v1.GenericResultView
-	(*TerminalResultView)(nil),   // 21: dsh.tools.v1.TerminalResultView
-	(*DiffResultView)(nil),       // 22: dsh.tools.v1.DiffResultView
-	(*ToolResultView)(nil),       // 23: dsh.tools.v1.ToolResultView
-	(*ToolExecutionResult)(nil),  // 24: dsh.tools.v1.ToolExecutionResult
-	(*ToolOutput)(nil),           // 25: dsh.tools.v1.ToolOutput
-	(*ListToolsRequest)(nil),     // 26: dsh.tools.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),    // 27: dsh.tools.v1.ListToolsResponse
-	(*WatchToolsRequest)(nil),    // 28: dsh.tools.v1.WatchToolsRequest
-	(*WatchToolsResponse)(nil),   // 29: dsh.tools.v1.WatchToolsResponse
-	(*PreparedCall)(nil),         // 30: dsh.tools.v1.PreparedCall
-	(*PrepareCallsRequest)(nil),  // 31: dsh.tools.v1.PrepareCallsRequest
-	(*PrepareCallsResponse)(nil), // 32: dsh.tools.v1.PrepareCallsResponse
-	(*ExecuteRequest)(nil),       // 33: dsh.tools.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),      // 34: dsh.tools.v1.ExecuteResponse
-	(*PreAllow)(nil),             // 35: dsh.tools.v1.PreAllow
-	(*PreDeny)(nil),              // 36: dsh.tools.v1.PreDeny
-	(*PreAsk)(nil),               // 37: dsh.tools.v1.PreAsk
-	(*PreToolDecision)(nil),      // 38: dsh.tools.v1.PreToolDecision
-	(*PostAccept)(nil),           // 39: dsh.tools.v1.PostAccept
-	(*PostBlock)(nil),            // 40: dsh.tools.v1.PostBlock
-	(*PostToolDecision)(nil),     // 41: dsh.tools.v1.PostToolDecision
-	(*PreExecuteRequest)(nil),    // 42: dsh.tools.v1.PreExecuteRequest
-	(*PreExecuteResponse)(nil),   // 43: dsh.tools.v1.PreExecuteResponse
-	(*PostExecuteRequest)(nil),   // 44: dsh.tools.v1.PostExecuteRequest
-	(*PostExecuteResponse)(nil),  // 45: dsh.tools.v1.PostExecuteResponse
-	(*v1.ToolSchema)(nil),        // 46: dsh.llm.v1.ToolSchema
-	(*v1.ContentBlock)(nil),      // 47: dsh.llm.v1.ContentBlock
-	(*v1.MessageSource)(nil),     // 48: dsh.llm.v1.MessageSource
+	(ConcurrencySafety)(0),              // 0: dsh.tools.v1.ConcurrencySafety
+	(ExecutionMode)(0),                  // 1: dsh.tools.v1.ExecutionMode
+	(SandboxMode)(0),                    // 2: dsh.tools.v1.SandboxMode
+	(NetworkAccess)(0),                  // 3: dsh.tools.v1.NetworkAccess
+	(SandboxEnforcement)(0),             // 4: dsh.tools.v1.SandboxEnforcement
+	(SandboxSupport)(0),                 // 5: dsh.tools.v1.SandboxSupport
+	(ContextPlacement)(0),               // 6: dsh.tools.v1.ContextPlacement
+	(ToolCallKind)(0),                   // 7: dsh.tools.v1.ToolCallKind
+	(*ToolDescriptor)(nil),              // 8: dsh.tools.v1.ToolDescriptor
+	(*SandboxPolicy)(nil),               // 9: dsh.tools.v1.SandboxPolicy
+	(*ToolContext)(nil),                 // 10: dsh.tools.v1.ToolContext
+	(*ToolExecution)(nil),               // 11: dsh.tools.v1.ToolExecution
+	(*ToolErrorInfo)(nil),               // 12: dsh.tools.v1.ToolErrorInfo
+	(*HookContext)(nil),                 // 13: dsh.tools.v1.HookContext
+	(*FileLocation)(nil),                // 14: dsh.tools.v1.FileLocation
+	(*FileDiff)(nil),                    // 15: dsh.tools.v1.FileDiff
+	(*GenericCallView)(nil),             // 16: dsh.tools.v1.GenericCallView
+	(*TerminalCallView)(nil),            // 17: dsh.tools.v1.TerminalCallView
+	(*DiffCallView)(nil),                // 18: dsh.tools.v1.DiffCallView
+	(*ToolCallView)(nil),                // 19: dsh.tools.v1.ToolCallView
+	(*GenericResultView)(nil),           // 20: dsh.tools.v1.GenericResultView
+	(*TerminalResultView)(nil),          // 21: dsh.tools.v1.TerminalResultView
+	(*DiffResultView)(nil),              // 22: dsh.tools.v1.DiffResultView
+	(*ToolResultView)(nil),              // 23: dsh.tools.v1.ToolResultView
+	(*ToolExecutionResult)(nil),         // 24: dsh.tools.v1.ToolExecutionResult
+	(*ToolOutput)(nil),                  // 25: dsh.tools.v1.ToolOutput
+	(*ListToolsRequest)(nil),            // 26: dsh.tools.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),           // 27: dsh.tools.v1.ListToolsResponse
+	(*WatchToolsRequest)(nil),           // 28: dsh.tools.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),          // 29: dsh.tools.v1.WatchToolsResponse
+	(*PreparedCall)(nil),                // 30: dsh.tools.v1.PreparedCall
+	(*PrepareCallsRequest)(nil),         // 31: dsh.tools.v1.PrepareCallsRequest
+	(*PrepareCallsResponse)(nil),        // 32: dsh.tools.v1.PrepareCallsResponse
+	(*ExecuteRequest)(nil),              // 33: dsh.tools.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),             // 34: dsh.tools.v1.ExecuteResponse
+	(*PreAllow)(nil),                    // 35: dsh.tools.v1.PreAllow
+	(*PreDeny)(nil),                     // 36: dsh.tools.v1.PreDeny
+	(*PreAsk)(nil),                      // 37: dsh.tools.v1.PreAsk
+	(*PreToolDecision)(nil),             // 38: dsh.tools.v1.PreToolDecision
+	(*PostAccept)(nil),                  // 39: dsh.tools.v1.PostAccept
+	(*PostBlock)(nil),                   // 40: dsh.tools.v1.PostBlock
+	(*PostToolDecision)(nil),            // 41: dsh.tools.v1.PostToolDecision
+	(*PreExecuteRequest)(nil),           // 42: dsh.tools.v1.PreExecuteRequest
+	(*PreExecuteResponse)(nil),          // 43: dsh.tools.v1.PreExecuteResponse
+	(*PostExecuteRequest)(nil),          // 44: dsh.tools.v1.PostExecuteRequest
+	(*PostExecuteResponse)(nil),         // 45: dsh.tools.v1.PostExecuteResponse
+	(*GetWorkspaceContextRequest)(nil),  // 46: dsh.tools.v1.GetWorkspaceContextRequest
+	(*InstructionFile)(nil),             // 47: dsh.tools.v1.InstructionFile
+	(*SkillResourceBase)(nil),           // 48: dsh.tools.v1.SkillResourceBase
+	(*SkillSummary)(nil),                // 49: dsh.tools.v1.SkillSummary
+	(*WorkspaceNotice)(nil),             // 50: dsh.tools.v1.WorkspaceNotice
+	(*GetWorkspaceContextResponse)(nil), // 51: dsh.tools.v1.GetWorkspaceContextResponse
+	(*v1.ToolSchema)(nil),               // 52: dsh.llm.v1.ToolSchema
+	(*v1.ContentBlock)(nil),             // 53: dsh.llm.v1.ContentBlock
+	(*v1.MessageSource)(nil),            // 54: dsh.llm.v1.MessageSource
 }
 var file_dsh_tools_v1_tools_proto_depIdxs = []int32{
-	46, // 0: dsh.tools.v1.ToolDescriptor.schema:type_name -> dsh.llm.v1.ToolSchema
+	52, // 0: dsh.tools.v1.ToolDescriptor.schema:type_name -> dsh.llm.v1.ToolSchema
 	0,  // 1: dsh.tools.v1.ToolDescriptor.concurrency:type_name -> dsh.tools.v1.ConcurrencySafety
 	2,  // 2: dsh.tools.v1.SandboxPolicy.mode:type_name -> dsh.tools.v1.SandboxMode
 	3,  // 3: dsh.tools.v1.SandboxPolicy.network:type_name -> dsh.tools.v1.NetworkAccess
 	9,  // 4: dsh.tools.v1.ToolContext.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
 	10, // 5: dsh.tools.v1.ToolExecution.context:type_name -> dsh.tools.v1.ToolContext
-	47, // 6: dsh.tools.v1.HookContext.content:type_name -> dsh.llm.v1.ContentBlock
-	48, // 7: dsh.tools.v1.HookContext.source:type_name -> dsh.llm.v1.MessageSource
+	53, // 6: dsh.tools.v1.HookContext.content:type_name -> dsh.llm.v1.ContentBlock
+	54, // 7: dsh.tools.v1.HookContext.source:type_name -> dsh.llm.v1.MessageSource
 	6,  // 8: dsh.tools.v1.HookContext.placement:type_name -> dsh.tools.v1.ContextPlacement
 	7,  // 9: dsh.tools.v1.GenericCallView.kind:type_name -> dsh.tools.v1.ToolCallKind
-	47, // 10: dsh.tools.v1.GenericCallView.content:type_name -> dsh.llm.v1.ContentBlock
+	53, // 10: dsh.tools.v1.GenericCallView.content:type_name -> dsh.llm.v1.ContentBlock
 	14, // 11: dsh.tools.v1.GenericCallView.locations:type_name -> dsh.tools.v1.FileLocation
 	15, // 12: dsh.tools.v1.DiffCallView.diffs:type_name -> dsh.tools.v1.FileDiff
 	14, // 13: dsh.tools.v1.DiffCallView.locations:type_name -> dsh.tools.v1.FileLocation
 	16, // 14: dsh.tools.v1.ToolCallView.generic:type_name -> dsh.tools.v1.GenericCallView
 	17, // 15: dsh.tools.v1.ToolCallView.terminal:type_name -> dsh.tools.v1.TerminalCallView
 	18, // 16: dsh.tools.v1.ToolCallView.diff:type_name -> dsh.tools.v1.DiffCallView
-	47, // 17: dsh.tools.v1.GenericResultView.content:type_name -> dsh.llm.v1.ContentBlock
+	53, // 17: dsh.tools.v1.GenericResultView.content:type_name -> dsh.llm.v1.ContentBlock
 	15, // 18: dsh.tools.v1.DiffResultView.diffs:type_name -> dsh.tools.v1.FileDiff
 	20, // 19: dsh.tools.v1.ToolResultView.generic:type_name -> dsh.tools.v1.GenericResultView
 	21, // 20: dsh.tools.v1.ToolResultView.terminal:type_name -> dsh.tools.v1.TerminalResultView
 	22, // 21: dsh.tools.v1.ToolResultView.diff:type_name -> dsh.tools.v1.DiffResultView
-	47, // 22: dsh.tools.v1.ToolExecutionResult.content:type_name -> dsh.llm.v1.ContentBlock
+	53, // 22: dsh.tools.v1.ToolExecutionResult.content:type_name -> dsh.llm.v1.ContentBlock
 	12, // 23: dsh.tools.v1.ToolExecutionResult.error:type_name -> dsh.tools.v1.ToolErrorInfo
 	13, // 24: dsh.tools.v1.ToolExecutionResult.additional_contexts:type_name -> dsh.tools.v1.HookContext
 	23, // 25: dsh.tools.v1.ToolExecutionResult.view:type_name -> dsh.tools.v1.ToolResultView
@@ -3229,9 +3774,9 @@ var file_dsh_tools_v1_tools_proto_depIdxs = []int32{
 	35, // 38: dsh.tools.v1.PreToolDecision.allow:type_name -> dsh.tools.v1.PreAllow
 	36, // 39: dsh.tools.v1.PreToolDecision.deny:type_name -> dsh.tools.v1.PreDeny
 	37, // 40: dsh.tools.v1.PreToolDecision.ask:type_name -> dsh.tools.v1.PreAsk
-	47, // 41: dsh.tools.v1.PostAccept.content:type_name -> dsh.llm.v1.ContentBlock
+	53, // 41: dsh.tools.v1.PostAccept.content:type_name -> dsh.llm.v1.ContentBlock
 	13, // 42: dsh.tools.v1.PostAccept.additional_contexts:type_name -> dsh.tools.v1.HookContext
-	47, // 43: dsh.tools.v1.PostBlock.feedback:type_name -> dsh.llm.v1.ContentBlock
+	53, // 43: dsh.tools.v1.PostBlock.feedback:type_name -> dsh.llm.v1.ContentBlock
 	13, // 44: dsh.tools.v1.PostBlock.additional_contexts:type_name -> dsh.tools.v1.HookContext
 	39, // 45: dsh.tools.v1.PostToolDecision.accept:type_name -> dsh.tools.v1.PostAccept
 	40, // 46: dsh.tools.v1.PostToolDecision.block:type_name -> dsh.tools.v1.PostBlock
@@ -3240,23 +3785,30 @@ var file_dsh_tools_v1_tools_proto_depIdxs = []int32{
 	11, // 49: dsh.tools.v1.PostExecuteRequest.execution:type_name -> dsh.tools.v1.ToolExecution
 	24, // 50: dsh.tools.v1.PostExecuteRequest.result:type_name -> dsh.tools.v1.ToolExecutionResult
 	41, // 51: dsh.tools.v1.PostExecuteResponse.decision:type_name -> dsh.tools.v1.PostToolDecision
-	26, // 52: dsh.tools.v1.ToolHost.ListTools:input_type -> dsh.tools.v1.ListToolsRequest
-	28, // 53: dsh.tools.v1.ToolHost.WatchTools:input_type -> dsh.tools.v1.WatchToolsRequest
-	31, // 54: dsh.tools.v1.ToolHost.PrepareCalls:input_type -> dsh.tools.v1.PrepareCallsRequest
-	33, // 55: dsh.tools.v1.ToolHost.Execute:input_type -> dsh.tools.v1.ExecuteRequest
-	42, // 56: dsh.tools.v1.ToolInterceptor.PreExecute:input_type -> dsh.tools.v1.PreExecuteRequest
-	44, // 57: dsh.tools.v1.ToolInterceptor.PostExecute:input_type -> dsh.tools.v1.PostExecuteRequest
-	27, // 58: dsh.tools.v1.ToolHost.ListTools:output_type -> dsh.tools.v1.ListToolsResponse
-	29, // 59: dsh.tools.v1.ToolHost.WatchTools:output_type -> dsh.tools.v1.WatchToolsResponse
-	32, // 60: dsh.tools.v1.ToolHost.PrepareCalls:output_type -> dsh.tools.v1.PrepareCallsResponse
-	34, // 61: dsh.tools.v1.ToolHost.Execute:output_type -> dsh.tools.v1.ExecuteResponse
-	43, // 62: dsh.tools.v1.ToolInterceptor.PreExecute:output_type -> dsh.tools.v1.PreExecuteResponse
-	45, // 63: dsh.tools.v1.ToolInterceptor.PostExecute:output_type -> dsh.tools.v1.PostExecuteResponse
-	58, // [58:64] is the sub-list for method output_type
-	52, // [52:58] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	48, // 52: dsh.tools.v1.SkillSummary.resource_base:type_name -> dsh.tools.v1.SkillResourceBase
+	47, // 53: dsh.tools.v1.GetWorkspaceContextResponse.instructions:type_name -> dsh.tools.v1.InstructionFile
+	49, // 54: dsh.tools.v1.GetWorkspaceContextResponse.skills:type_name -> dsh.tools.v1.SkillSummary
+	50, // 55: dsh.tools.v1.GetWorkspaceContextResponse.notices:type_name -> dsh.tools.v1.WorkspaceNotice
+	50, // 56: dsh.tools.v1.GetWorkspaceContextResponse.skill_errors:type_name -> dsh.tools.v1.WorkspaceNotice
+	26, // 57: dsh.tools.v1.ToolHost.ListTools:input_type -> dsh.tools.v1.ListToolsRequest
+	28, // 58: dsh.tools.v1.ToolHost.WatchTools:input_type -> dsh.tools.v1.WatchToolsRequest
+	31, // 59: dsh.tools.v1.ToolHost.PrepareCalls:input_type -> dsh.tools.v1.PrepareCallsRequest
+	33, // 60: dsh.tools.v1.ToolHost.Execute:input_type -> dsh.tools.v1.ExecuteRequest
+	46, // 61: dsh.tools.v1.ToolHost.GetWorkspaceContext:input_type -> dsh.tools.v1.GetWorkspaceContextRequest
+	42, // 62: dsh.tools.v1.ToolInterceptor.PreExecute:input_type -> dsh.tools.v1.PreExecuteRequest
+	44, // 63: dsh.tools.v1.ToolInterceptor.PostExecute:input_type -> dsh.tools.v1.PostExecuteRequest
+	27, // 64: dsh.tools.v1.ToolHost.ListTools:output_type -> dsh.tools.v1.ListToolsResponse
+	29, // 65: dsh.tools.v1.ToolHost.WatchTools:output_type -> dsh.tools.v1.WatchToolsResponse
+	32, // 66: dsh.tools.v1.ToolHost.PrepareCalls:output_type -> dsh.tools.v1.PrepareCallsResponse
+	34, // 67: dsh.tools.v1.ToolHost.Execute:output_type -> dsh.tools.v1.ExecuteResponse
+	51, // 68: dsh.tools.v1.ToolHost.GetWorkspaceContext:output_type -> dsh.tools.v1.GetWorkspaceContextResponse
+	43, // 69: dsh.tools.v1.ToolInterceptor.PreExecute:output_type -> dsh.tools.v1.PreExecuteResponse
+	45, // 70: dsh.tools.v1.ToolInterceptor.PostExecute:output_type -> dsh.tools.v1.PostExecuteResponse
+	64, // [64:71] is the sub-list for method output_type
+	57, // [57:64] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_dsh_tools_v1_tools_proto_init() }
@@ -3292,13 +3844,18 @@ func file_dsh_tools_v1_tools_proto_init() {
 		(*PostToolDecision_Accept)(nil),
 		(*PostToolDecision_Block)(nil),
 	}
+	file_dsh_tools_v1_tools_proto_msgTypes[40].OneofWrappers = []any{
+		(*SkillResourceBase_Directory)(nil),
+		(*SkillResourceBase_Url)(nil),
+		(*SkillResourceBase_Opaque)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsh_tools_v1_tools_proto_rawDesc), len(file_dsh_tools_v1_tools_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   38,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -24,10 +24,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ToolHost_ListTools_FullMethodName    = "/dsh.tools.v1.ToolHost/ListTools"
-	ToolHost_WatchTools_FullMethodName   = "/dsh.tools.v1.ToolHost/WatchTools"
-	ToolHost_PrepareCalls_FullMethodName = "/dsh.tools.v1.ToolHost/PrepareCalls"
-	ToolHost_Execute_FullMethodName      = "/dsh.tools.v1.ToolHost/Execute"
+	ToolHost_ListTools_FullMethodName           = "/dsh.tools.v1.ToolHost/ListTools"
+	ToolHost_WatchTools_FullMethodName          = "/dsh.tools.v1.ToolHost/WatchTools"
+	ToolHost_PrepareCalls_FullMethodName        = "/dsh.tools.v1.ToolHost/PrepareCalls"
+	ToolHost_Execute_FullMethodName             = "/dsh.tools.v1.ToolHost/Execute"
+	ToolHost_GetWorkspaceContext_FullMethodName = "/dsh.tools.v1.ToolHost/GetWorkspaceContext"
 )
 
 // ToolHostClient is the client API for ToolHost service.
@@ -45,6 +46,10 @@ type ToolHostClient interface {
 	PrepareCalls(ctx context.Context, in *PrepareCallsRequest, opts ...grpc.CallOption) (*PrepareCallsResponse, error)
 	// Execute runs one call; cancelling the RPC cancels the tool.
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteResponse], error)
+	// GetWorkspaceContext returns the instruction files and the skill catalog
+	// of a directory in the workspace this host owns (empty for a host that
+	// owns no workspace).
+	GetWorkspaceContext(ctx context.Context, in *GetWorkspaceContextRequest, opts ...grpc.CallOption) (*GetWorkspaceContextResponse, error)
 }
 
 type toolHostClient struct {
@@ -113,6 +118,16 @@ func (c *toolHostClient) Execute(ctx context.Context, in *ExecuteRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ToolHost_ExecuteClient = grpc.ServerStreamingClient[ExecuteResponse]
 
+func (c *toolHostClient) GetWorkspaceContext(ctx context.Context, in *GetWorkspaceContextRequest, opts ...grpc.CallOption) (*GetWorkspaceContextResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetWorkspaceContextResponse)
+	err := c.cc.Invoke(ctx, ToolHost_GetWorkspaceContext_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ToolHostServer is the server API for ToolHost service.
 // All implementations must embed UnimplementedToolHostServer
 // for forward compatibility.
@@ -128,6 +143,10 @@ type ToolHostServer interface {
 	PrepareCalls(context.Context, *PrepareCallsRequest) (*PrepareCallsResponse, error)
 	// Execute runs one call; cancelling the RPC cancels the tool.
 	Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteResponse]) error
+	// GetWorkspaceContext returns the instruction files and the skill catalog
+	// of a directory in the workspace this host owns (empty for a host that
+	// owns no workspace).
+	GetWorkspaceContext(context.Context, *GetWorkspaceContextRequest) (*GetWorkspaceContextResponse, error)
 	mustEmbedUnimplementedToolHostServer()
 }
 
@@ -149,6 +168,9 @@ func (UnimplementedToolHostServer) PrepareCalls(context.Context, *PrepareCallsRe
 }
 func (UnimplementedToolHostServer) Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteResponse]) error {
 	return status.Error(codes.Unimplemented, "method Execute not implemented")
+}
+func (UnimplementedToolHostServer) GetWorkspaceContext(context.Context, *GetWorkspaceContextRequest) (*GetWorkspaceContextResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetWorkspaceContext not implemented")
 }
 func (UnimplementedToolHostServer) mustEmbedUnimplementedToolHostServer() {}
 func (UnimplementedToolHostServer) testEmbeddedByValue()                  {}
@@ -229,6 +251,24 @@ func _ToolHost_Execute_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ToolHost_ExecuteServer = grpc.ServerStreamingServer[ExecuteResponse]
 
+func _ToolHost_GetWorkspaceContext_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetWorkspaceContextRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolHostServer).GetWorkspaceContext(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolHost_GetWorkspaceContext_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolHostServer).GetWorkspaceContext(ctx, req.(*GetWorkspaceContextRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ToolHost_ServiceDesc is the grpc.ServiceDesc for ToolHost service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -243,6 +283,10 @@ var ToolHost_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PrepareCalls",
 			Handler:    _ToolHost_PrepareCalls_Handler,
+		},
+		{
+			MethodName: "GetWorkspaceContext",
+			Handler:    _ToolHost_GetWorkspaceContext_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

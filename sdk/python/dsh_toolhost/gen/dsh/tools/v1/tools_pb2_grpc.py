@@ -36,6 +36,11 @@ class ToolHostStub(object):
                 request_serializer=dsh_dot_tools_dot_v1_dot_tools__pb2.ExecuteRequest.SerializeToString,
                 response_deserializer=dsh_dot_tools_dot_v1_dot_tools__pb2.ExecuteResponse.FromString,
                 )
+        self.GetWorkspaceContext = channel.unary_unary(
+                '/dsh.tools.v1.ToolHost/GetWorkspaceContext',
+                request_serializer=dsh_dot_tools_dot_v1_dot_tools__pb2.GetWorkspaceContextRequest.SerializeToString,
+                response_deserializer=dsh_dot_tools_dot_v1_dot_tools__pb2.GetWorkspaceContextResponse.FromString,
+                )
 
 
 class ToolHostServicer(object):
@@ -71,6 +76,15 @@ class ToolHostServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetWorkspaceContext(self, request, context):
+        """GetWorkspaceContext returns the instruction files and the skill catalog
+        of a directory in the workspace this host owns (empty for a host that
+        owns no workspace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +107,11 @@ def add_ToolHostServicer_to_server(servicer, server):
                     servicer.Execute,
                     request_deserializer=dsh_dot_tools_dot_v1_dot_tools__pb2.ExecuteRequest.FromString,
                     response_serializer=dsh_dot_tools_dot_v1_dot_tools__pb2.ExecuteResponse.SerializeToString,
+            ),
+            'GetWorkspaceContext': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetWorkspaceContext,
+                    request_deserializer=dsh_dot_tools_dot_v1_dot_tools__pb2.GetWorkspaceContextRequest.FromString,
+                    response_serializer=dsh_dot_tools_dot_v1_dot_tools__pb2.GetWorkspaceContextResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -171,6 +190,23 @@ class ToolHost(object):
         return grpc.experimental.unary_stream(request, target, '/dsh.tools.v1.ToolHost/Execute',
             dsh_dot_tools_dot_v1_dot_tools__pb2.ExecuteRequest.SerializeToString,
             dsh_dot_tools_dot_v1_dot_tools__pb2.ExecuteResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetWorkspaceContext(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/dsh.tools.v1.ToolHost/GetWorkspaceContext',
+            dsh_dot_tools_dot_v1_dot_tools__pb2.GetWorkspaceContextRequest.SerializeToString,
+            dsh_dot_tools_dot_v1_dot_tools__pb2.GetWorkspaceContextResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

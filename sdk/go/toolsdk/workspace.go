@@ -1,0 +1,33 @@
+package toolsdk
+
+import (
+	"context"
+	"path/filepath"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+)
+
+// GetWorkspaceContext answers with HostConfig.WorkspaceContext, or with an
+// empty context (owns_workspace false) when the host owns no workspace. A
+// missing or relative cwd is INVALID_ARGUMENT either way.
+func (h *Host) GetWorkspaceContext(ctx context.Context, req *toolsv1.GetWorkspaceContextRequest) (*toolsv1.GetWorkspaceContextResponse, error) {
+	cwd := req.GetCwd()
+	if cwd == "" || !filepath.IsAbs(cwd) {
+		return nil, status.Errorf(codes.InvalidArgument, "cwd %q must be an absolute path", cwd)
+	}
+	if h.cfg.WorkspaceContext == nil {
+		return &toolsv1.GetWorkspaceContextResponse{}, nil
+	}
+	resp, err := h.cfg.WorkspaceContext(ctx, filepath.Clean(cwd))
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return nil, err
+		}
+		h.log.Error("workspace context failed", "cwd", cwd, "err", err)
+		return nil, status.Error(codes.Internal, "workspace context: internal error")
+	}
+	return resp, nil
+}

@@ -1,0 +1,59 @@
+package toolsdk_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
+)
+
+func TestGetWorkspaceContext(t *testing.T) {
+	t.Parallel()
+	plain, err := toolsdk.NewHost(toolsdk.HostConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owning, err := toolsdk.NewHost(toolsdk.HostConfig{WorkspaceContext: func(_ context.Context, cwd string) (*toolsv1.GetWorkspaceContextResponse, error) {
+		switch cwd {
+		case "/ws":
+			return &toolsv1.GetWorkspaceContextResponse{OwnsWorkspace: true, ProjectRoot: cwd}, nil
+		case "/outside":
+			return nil, status.Error(codes.InvalidArgument, "outside")
+		}
+		return nil, errors.New("disk on fire")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		h    *toolsdk.Host
+		cwd  string
+		root string
+		code codes.Code
+	}{
+		{"no workspace answers empty", plain, "/anything", "", codes.OK},
+		{"relative cwd", plain, "rel", "", codes.InvalidArgument},
+		{"empty cwd", owning, "", "", codes.InvalidArgument},
+		{"hook answers (cwd cleaned)", owning, "/ws/./", "/ws", codes.OK},
+		{"hook status passes through", owning, "/outside", "", codes.InvalidArgument},
+		{"other errors are internal", owning, "/boom", "", codes.Internal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			resp, err := tt.h.GetWorkspaceContext(t.Context(), &toolsv1.GetWorkspaceContextRequest{Cwd: tt.cwd})
+			if status.Code(err) != tt.code {
+				t.Fatalf("err %v, want %v", err, tt.code)
+			}
+			if err == nil && resp.GetProjectRoot() != tt.root {
+				t.Errorf("project root %q, want %q", resp.GetProjectRoot(), tt.root)
+			}
+		})
+	}
+}

@@ -1,0 +1,106 @@
+package prompt
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+)
+
+// WorkspaceClient is the part of a toolhost client a workspace read needs.
+type WorkspaceClient interface {
+	GetWorkspaceContext(ctx context.Context, in *toolsv1.GetWorkspaceContextRequest, opts ...grpc.CallOption) (*toolsv1.GetWorkspaceContextResponse, error)
+}
+
+// Host is one toolhost that may own a workspace.
+type Host struct {
+	Name   string
+	Client WorkspaceClient
+}
+
+// Workspaces reads a session's workspace context from its visible
+// toolhosts. A host that owns no workspace (or predates the RPC) adds
+// nothing; a host that fails adds a notice and is retried next time, so a
+// broken host never fails a turn.
+type Workspaces struct {
+	Hosts []Host
+	// Timeout bounds each host's answer; zero means 10 s.
+	Timeout time.Duration
+	Logger  *slog.Logger
+}
+
+// Context merges the visible hosts' contexts (hosts empty = all), in host
+// order: instruction files concatenated, skills by name with the first
+// host winning, notices prefixed with the host's name. The version joins
+// the hosts' versions, so it changes when any of them does.
+func (w *Workspaces) Context(ctx context.Context, cwd string, hosts []string) (*toolsv1.GetWorkspaceContextResponse, error) {
+	timeout := w.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	out := &toolsv1.GetWorkspaceContextResponse{}
+	var versions []string
+	taken := map[string]bool{}
+	for _, h := range w.Hosts {
+		if len(hosts) > 0 && !slices.Contains(hosts, h.Name) {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		resp, err := h.Client.GetWorkspaceContext(cctx, &toolsv1.GetWorkspaceContextRequest{Cwd: cwd})
+		cancel()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		switch {
+		case status.Code(err) == codes.Unimplemented:
+			continue
+		case err != nil:
+			if w.Logger != nil {
+				// A cwd outside the host's workspace is a standing fact of the
+				// session, not news every turn.
+				level := slog.LevelWarn
+				if status.Code(err) == codes.InvalidArgument {
+					level = slog.LevelDebug
+				}
+				w.Logger.Log(ctx, level, "workspace context unavailable", "toolhost", h.Name, "cwd", cwd, "err", err)
+			}
+			out.Notices = append(out.Notices, &toolsv1.WorkspaceNotice{Message: fmt.Sprintf("toolhost %s: workspace context unavailable: %v", h.Name, status.Convert(err).Message())})
+			versions = append(versions, h.Name+":error")
+			continue
+		case !resp.GetOwnsWorkspace():
+			continue
+		}
+		out.OwnsWorkspace = true
+		if out.ProjectRoot == "" {
+			out.ProjectRoot = resp.GetProjectRoot()
+		}
+		out.Instructions = append(out.Instructions, resp.GetInstructions()...)
+		for _, s := range resp.GetSkills() {
+			if taken[s.GetName()] {
+				out.SkillErrors = append(out.SkillErrors, &toolsv1.WorkspaceNotice{Path: s.GetPath(),
+					Message: fmt.Sprintf("toolhost %s: skill %q not offered: another toolhost lists it first", h.Name, s.GetName())})
+				continue
+			}
+			taken[s.GetName()] = true
+			out.Skills = append(out.Skills, s)
+		}
+		for _, n := range resp.GetNotices() {
+			out.Notices = append(out.Notices, &toolsv1.WorkspaceNotice{Path: n.GetPath(), Message: "toolhost " + h.Name + ": " + n.GetMessage()})
+		}
+		for _, n := range resp.GetSkillErrors() {
+			out.SkillErrors = append(out.SkillErrors, &toolsv1.WorkspaceNotice{Path: n.GetPath(), Message: "toolhost " + h.Name + ": " + n.GetMessage()})
+		}
+		versions = append(versions, h.Name+":"+resp.GetVersion())
+	}
+	slices.SortStableFunc(out.Skills, func(a, b *toolsv1.SkillSummary) int { return strings.Compare(a.GetName(), b.GetName()) })
+	out.Version = strings.Join(versions, ",")
+	return out, nil
+}

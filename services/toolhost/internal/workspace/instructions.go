@@ -1,0 +1,118 @@
+package workspace
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"unicode/utf8"
+
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+)
+
+// InstructionNames are the instruction file names by precedence: a
+// directory contributes its AGENTS.md, else its CLAUDE.md.
+var InstructionNames = []string{"AGENTS.md", "CLAUDE.md"}
+
+// dirsDown lists the directories from project down to cwd, outermost first.
+func dirsDown(project, cwd string) []string {
+	var up []string
+	for d := cwd; ; d = filepath.Dir(d) {
+		up = append(up, d)
+		if d == project || d == filepath.Dir(d) {
+			break
+		}
+	}
+	out := make([]string, len(up))
+	for i, d := range up {
+		out[len(up)-1-i] = d
+	}
+	return out
+}
+
+// instructions reads the instruction files from project down to cwd within
+// the caps.
+func (r *Reader) instructions(project, cwd string) ([]*toolsv1.InstructionFile, []*toolsv1.WorkspaceNotice) {
+	var files []*toolsv1.InstructionFile
+	var notices []*toolsv1.WorkspaceNotice
+	budget := r.cfg.MaxTotalBytes
+	note := func(path, format string, args ...any) {
+		notices = append(notices, &toolsv1.WorkspaceNotice{Path: path, Message: fmt.Sprintf(format, args...)})
+	}
+	for _, dir := range dirsDown(project, cwd) {
+		for _, name := range InstructionNames {
+			path := filepath.Join(dir, name)
+			if _, err := os.Lstat(path); err != nil {
+				continue
+			}
+			f, skip := r.readInstruction(path)
+			if skip != "" {
+				note(path, "%s skipped: %s", name, skip)
+				break
+			}
+			if budget <= 0 {
+				note(path, "%s skipped: the total cap of %d bytes is used up", name, r.cfg.MaxTotalBytes)
+				break
+			}
+			limit, why := r.cfg.MaxFileBytes, fmt.Sprintf("the per-file cap of %d bytes", r.cfg.MaxFileBytes)
+			if budget < limit {
+				limit, why = budget, fmt.Sprintf("the total cap of %d bytes", r.cfg.MaxTotalBytes)
+			}
+			if len(f.Content) > limit {
+				f.Content, f.Truncated = cutUTF8(f.Content, limit), true
+				note(path, "%s truncated to %d of %d bytes (%s)", name, len(f.Content), f.SizeBytes, why)
+			}
+			budget -= len(f.Content)
+			files = append(files, f)
+			break
+		}
+	}
+	return files, notices
+}
+
+// readInstruction reads one file, or says why it is skipped.
+func (r *Reader) readInstruction(path string) (*toolsv1.InstructionFile, string) {
+	if !r.inside(path) {
+		return nil, "it is a symlink that resolves outside the workspace"
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Sprintf("cannot stat: %v", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, "not a regular file"
+	}
+	if fi.Size() > r.cfg.MaxReadBytes {
+		return nil, fmt.Sprintf("%d bytes is more than the %d bytes read at most", fi.Size(), r.cfg.MaxReadBytes)
+	}
+	b, err := readCapped(path, r.cfg.MaxReadBytes)
+	if err != nil {
+		return nil, fmt.Sprintf("cannot read: %v", err)
+	}
+	if !utf8.Valid(b) {
+		return nil, "not UTF-8 text"
+	}
+	return &toolsv1.InstructionFile{Path: path, Content: string(b), SizeBytes: int64(len(b))}, ""
+}
+
+// readCapped reads at most max bytes (a file that grew since its stat is
+// cut, never read unbounded).
+func readCapped(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, max))
+}
+
+// cutUTF8 cuts s to at most n bytes without splitting a code point.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

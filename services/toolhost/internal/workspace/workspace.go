@@ -1,0 +1,169 @@
+// Package workspace reads the context a session gets from the workspace it
+// works in (semantics.md §7.8, round2.md §4): the instruction files
+// (AGENTS.md, else CLAUDE.md, from the project root down to the cwd, capped
+// per file and in total) and the skill catalog (the local skill roots by
+// rank), plus the `skill` tool that loads one skill for the model.
+//
+// Nothing here fails a session over a bad file: an instruction file that is
+// not UTF-8, too big, or a symlink out of the workspace is skipped with a
+// notice; a skill with malformed frontmatter or a bad name is listed as an
+// error and not offered. Only a cwd outside the workspace is refused
+// (ErrOutside).
+package workspace
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+)
+
+// Defaults of the caps.
+const (
+	DefaultMaxFileBytes  = 32 << 10
+	DefaultMaxTotalBytes = 64 << 10
+	// DefaultMaxReadBytes is the size above which a file is not read at all.
+	DefaultMaxReadBytes = 1 << 20
+)
+
+// ErrOutside is the error of a cwd that is not inside the workspace root.
+var ErrOutside = errors.New("cwd is outside the workspace")
+
+// Config configures a Reader.
+type Config struct {
+	// Root is the absolute workspace root; every project file read must
+	// resolve inside it.
+	Root string
+	// Unconfined accepts any cwd (the host's --unconfined); project files
+	// must still resolve inside the project root.
+	Unconfined bool
+	// DshHome, when set, adds the <DshHome>/skills root (rank 400).
+	DshHome string
+	// AgentsHome, when set, adds the <AgentsHome>/skills root (rank 500).
+	AgentsHome string
+	// CustomSkillDirs are extra skill roots (rank 300), in order.
+	CustomSkillDirs []string
+	// MaxFileBytes caps one instruction file; zero means DefaultMaxFileBytes.
+	MaxFileBytes int
+	// MaxTotalBytes caps all instruction files together; zero means
+	// DefaultMaxTotalBytes.
+	MaxTotalBytes int
+	// MaxReadBytes: larger files are skipped unread; zero means
+	// DefaultMaxReadBytes.
+	MaxReadBytes int64
+}
+
+// Reader reads workspace contexts. It keeps no state between calls: every
+// call re-reads the files, so the version always reflects the disk.
+type Reader struct {
+	cfg      Config
+	realRoot string
+}
+
+// New validates cfg.
+func New(cfg Config) (*Reader, error) {
+	if !filepath.IsAbs(cfg.Root) {
+		return nil, fmt.Errorf("workspace root %q must be an absolute path", cfg.Root)
+	}
+	cfg.Root = filepath.Clean(cfg.Root)
+	real, err := filepath.EvalSymlinks(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("workspace root: %w", err)
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if cfg.MaxTotalBytes <= 0 {
+		cfg.MaxTotalBytes = DefaultMaxTotalBytes
+	}
+	if cfg.MaxReadBytes <= 0 {
+		cfg.MaxReadBytes = DefaultMaxReadBytes
+	}
+	return &Reader{cfg: cfg, realRoot: real}, nil
+}
+
+// Context reads the instruction files and the skill catalog of cwd.
+func (r *Reader) Context(cwd string) (*toolsv1.GetWorkspaceContextResponse, error) {
+	cwd, err := r.checkCwd(cwd)
+	if err != nil {
+		return nil, err
+	}
+	project := r.projectRoot(cwd)
+	resp := &toolsv1.GetWorkspaceContextResponse{ProjectRoot: project, OwnsWorkspace: true}
+	resp.Instructions, resp.Notices = r.instructions(project, cwd)
+	cat := r.catalog(project)
+	resp.Skills, resp.SkillErrors = cat.summaries(), cat.errors
+	resp.Version = version(resp)
+	return resp, nil
+}
+
+// checkCwd cleans cwd and refuses one outside the workspace (or missing).
+func (r *Reader) checkCwd(cwd string) (string, error) {
+	if !filepath.IsAbs(cwd) {
+		return "", fmt.Errorf("%w: %q is not an absolute path", ErrOutside, cwd)
+	}
+	cwd = filepath.Clean(cwd)
+	if !r.cfg.Unconfined && !within(cwd, r.cfg.Root) {
+		return "", fmt.Errorf("%w: %s is not inside %s", ErrOutside, cwd, r.cfg.Root)
+	}
+	fi, err := os.Stat(cwd)
+	if err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("%w: %s is not a directory", ErrOutside, cwd)
+	}
+	if real, err := filepath.EvalSymlinks(cwd); err != nil || (!r.cfg.Unconfined && !within(real, r.realRoot)) {
+		return "", fmt.Errorf("%w: %s resolves outside %s", ErrOutside, cwd, r.cfg.Root)
+	}
+	return cwd, nil
+}
+
+// projectRoot is the nearest ancestor of cwd (itself included) holding
+// .git, searched no higher than the workspace root; else cwd.
+func (r *Reader) projectRoot(cwd string) string {
+	for d := cwd; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
+			return d
+		}
+		if d == r.cfg.Root || d == filepath.Dir(d) || (!r.cfg.Unconfined && !within(filepath.Dir(d), r.cfg.Root)) {
+			return cwd
+		}
+	}
+}
+
+// inside reports whether path resolves (through symlinks) inside the
+// workspace; a path that does not resolve is not inside.
+func (r *Reader) inside(path string) bool {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return false
+	}
+	if r.cfg.Unconfined {
+		return true
+	}
+	return within(real, r.realRoot)
+}
+
+// within reports whether p is root or below it (both clean).
+func within(p, root string) bool {
+	if p == root {
+		return true
+	}
+	rel, err := filepath.Rel(root, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
+}
+
+// version is a digest of everything a context says.
+func version(resp *toolsv1.GetWorkspaceContextResponse) string {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(resp)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12])
+}
