@@ -116,6 +116,11 @@ func TestWorkspaceContextE2E(t *testing.T) {
 	if st.GetTitle() != "please cut the next release of" || st.GetSource() != "model" {
 		t.Errorf("title %v", st)
 	}
+	// The session was idle: the title is recorded like a settings change,
+	// in a zero-step turn with the plugin trigger session/title.
+	if start := titleEvs[len(titleEvs)-2].GetTurnStart(); start.GetTurn() != 2 || start.GetTrigger().GetExtension().GetType() != "session/title" {
+		t.Errorf("the title's turn starts with %v, want turn 2 with the plugin trigger session/title", titleEvs[len(titleEvs)-2])
+	}
 	until(t, events, "the title's turn to end", turnEnd(2))
 	got, err := p.client.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: id})
 	if err != nil || got.GetSession().GetTitle() != st.GetTitle() {

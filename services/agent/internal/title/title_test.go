@@ -88,12 +88,15 @@ func TestWatch(t *testing.T) {
 		src       *llmv1.MessageSource
 		wantTitle string
 		wantRoute string
+		switchTo  *sessionv1.ModelChanged // a session/model before the prompt
 	}{
-		{"session route", title.Config{}, &llm{text: "Deploy the app"}, session.UserSource(), "Deploy the app", "p/big"},
-		{"small title route", title.Config{Provider: "p", Model: "small"}, &llm{text: "Deploy"}, session.UserSource(), "Deploy", "p/small"},
-		{"no human prompt: no call", title.Config{}, &llm{text: "x"}, session.PluginSource("cron"), "", ""},
-		{"failure: no title", title.Config{}, &llm{fail: true}, session.UserSource(), "", "p/big"},
-		{"disabled", title.Config{Disabled: true}, &llm{text: "x"}, session.UserSource(), "", ""},
+		{"session route", title.Config{}, &llm{text: "Deploy the app"}, session.UserSource(), "Deploy the app", "p/big", nil},
+		{"small title route", title.Config{Provider: "p", Model: "small"}, &llm{text: "Deploy"}, session.UserSource(), "Deploy", "p/small", nil},
+		{"session/model switches the session route", title.Config{}, &llm{text: "Deploy"}, session.UserSource(), "Deploy", "q/other",
+			&sessionv1.ModelChanged{Provider: "q", Model: "other"}},
+		{"no human prompt: no call", title.Config{}, &llm{text: "x"}, session.PluginSource("cron"), "", "", nil},
+		{"failure: no title", title.Config{}, &llm{fail: true}, session.UserSource(), "", "p/big", nil},
+		{"disabled", title.Config{Disabled: true}, &llm{text: "x"}, session.UserSource(), "", "", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,7 +112,21 @@ func TestWatch(t *testing.T) {
 				return nil
 			})
 			defer stop()
-			turn(t, log, 1, "deploy the app to staging", tt.src)
+			n := int32(1)
+			if tt.switchTo != nil {
+				for _, ev := range []*sessionv1.SessionEvent{
+					session.TurnStartEvent(n, session.InjectionTrigger(session.PluginSource("test"))),
+					{Payload: &sessionv1.SessionEvent_ModelChanged{ModelChanged: tt.switchTo}},
+					session.TurnEndEvent(n, completed()),
+				} {
+					if _, err := log.Append(ev); err != nil {
+						t.Fatal(err)
+					}
+				}
+				n++
+				tr.Wait() // the watch saw no prompt yet; let it settle
+			}
+			turn(t, log, n, "deploy the app to staging", tt.src)
 			tr.Close() // waits for the call
 			var got string
 			if len(appended) > 0 {
