@@ -36,7 +36,9 @@ func TestPlatformClientApprovalFlow(t *testing.T) {
 	th := start(t, "toolhost", cleanEnv(), "--listen", thAddr, "--workspace", workspace)
 	waitServing(t, gwAddr, gw)
 	waitServing(t, thAddr, th)
-	agentArgs := []string{"--listen", agAddr, "--gateway", gwAddr, "--toolhost", "builtin=" + thAddr, "--data", data}
+	// Titles are off: the live stream ends at the turn's end, and an
+	// asynchronous title turn after it would be in the replay only.
+	agentArgs := []string{"--listen", agAddr, "--gateway", gwAddr, "--toolhost", "builtin=" + thAddr, "--data", data, "--no-titles"}
 	ag := start(t, "agent", cleanEnv(), agentArgs...)
 	waitServing(t, agAddr, ag)
 	conn, err := grpcserver.Dial(agAddr)
