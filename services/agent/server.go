@@ -227,7 +227,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	}
 	var approvers []approval.Remote
 	for _, r := range sc.Approvers {
-		conn, err := grpcserver.Dial(r.Addr)
+		conn, err := grpcserver.Dial(r.Addr, sc.DialOptions...)
 		if err != nil {
 			return fmt.Errorf("approver %s: %w", r.Name, err)
 		}
