@@ -28,6 +28,7 @@ const (
 	ToolHost_WatchTools_FullMethodName   = "/dsh.tools.v1.ToolHost/WatchTools"
 	ToolHost_PrepareCalls_FullMethodName = "/dsh.tools.v1.ToolHost/PrepareCalls"
 	ToolHost_Execute_FullMethodName      = "/dsh.tools.v1.ToolHost/Execute"
+	ToolHost_EndSession_FullMethodName   = "/dsh.tools.v1.ToolHost/EndSession"
 )
 
 // ToolHostClient is the client API for ToolHost service.
@@ -45,6 +46,12 @@ type ToolHostClient interface {
 	PrepareCalls(ctx context.Context, in *PrepareCallsRequest, opts ...grpc.CallOption) (*PrepareCallsResponse, error)
 	// Execute runs one call; cancelling the RPC cancels the tool.
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteResponse], error)
+	// EndSession tells the host a session has left the agent (disposed,
+	// unloaded or deleted): the host releases what it holds for it, killing
+	// the session's background tasks with their whole process trees.
+	// Idempotent; a session the host never saw is not an error. A host that
+	// holds nothing per session answers it as a no-op.
+	EndSession(ctx context.Context, in *EndSessionRequest, opts ...grpc.CallOption) (*EndSessionResponse, error)
 }
 
 type toolHostClient struct {
@@ -113,6 +120,16 @@ func (c *toolHostClient) Execute(ctx context.Context, in *ExecuteRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ToolHost_ExecuteClient = grpc.ServerStreamingClient[ExecuteResponse]
 
+func (c *toolHostClient) EndSession(ctx context.Context, in *EndSessionRequest, opts ...grpc.CallOption) (*EndSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EndSessionResponse)
+	err := c.cc.Invoke(ctx, ToolHost_EndSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ToolHostServer is the server API for ToolHost service.
 // All implementations must embed UnimplementedToolHostServer
 // for forward compatibility.
@@ -128,6 +145,12 @@ type ToolHostServer interface {
 	PrepareCalls(context.Context, *PrepareCallsRequest) (*PrepareCallsResponse, error)
 	// Execute runs one call; cancelling the RPC cancels the tool.
 	Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteResponse]) error
+	// EndSession tells the host a session has left the agent (disposed,
+	// unloaded or deleted): the host releases what it holds for it, killing
+	// the session's background tasks with their whole process trees.
+	// Idempotent; a session the host never saw is not an error. A host that
+	// holds nothing per session answers it as a no-op.
+	EndSession(context.Context, *EndSessionRequest) (*EndSessionResponse, error)
 	mustEmbedUnimplementedToolHostServer()
 }
 
@@ -149,6 +172,9 @@ func (UnimplementedToolHostServer) PrepareCalls(context.Context, *PrepareCallsRe
 }
 func (UnimplementedToolHostServer) Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteResponse]) error {
 	return status.Error(codes.Unimplemented, "method Execute not implemented")
+}
+func (UnimplementedToolHostServer) EndSession(context.Context, *EndSessionRequest) (*EndSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EndSession not implemented")
 }
 func (UnimplementedToolHostServer) mustEmbedUnimplementedToolHostServer() {}
 func (UnimplementedToolHostServer) testEmbeddedByValue()                  {}
@@ -229,6 +255,24 @@ func _ToolHost_Execute_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ToolHost_ExecuteServer = grpc.ServerStreamingServer[ExecuteResponse]
 
+func _ToolHost_EndSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EndSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolHostServer).EndSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolHost_EndSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolHostServer).EndSession(ctx, req.(*EndSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ToolHost_ServiceDesc is the grpc.ServiceDesc for ToolHost service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -243,6 +287,10 @@ var ToolHost_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PrepareCalls",
 			Handler:    _ToolHost_PrepareCalls_Handler,
+		},
+		{
+			MethodName: "EndSession",
+			Handler:    _ToolHost_EndSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
