@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -33,6 +34,8 @@ type escapeHost struct {
 	port     int    // a loopback listener that counts connections
 	accepted *atomic.Int64
 	exited   chan error
+	// stop sends the binary SIGTERM and waits until it exited (once).
+	stop func() error
 }
 
 func startEscapeHost(t *testing.T) *escapeHost {
@@ -73,9 +76,12 @@ func startEscapeHost(t *testing.T) *escapeHost {
 	cmd.Stderr = &stderr
 	must(t, cmd.Start())
 	go func() { h.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
+	h.stop = sync.OnceValue(func() error {
 		cmd.Process.Signal(syscall.SIGTERM)
-		<-h.exited
+		return <-h.exited
+	})
+	t.Cleanup(func() {
+		h.stop()
 		if t.Failed() {
 			t.Logf("toolhost stderr:\n%s", stderr.String())
 		}
