@@ -20,8 +20,9 @@ run: ## Run the whole stack in one process (embedded NATS + SQLite) and open a c
 	$(GO) run ./cmd/dsh dev
 
 .PHONY: build
-build: ## Build every binary into bin/.
+build: ## Build every binary into bin/ (the sandbox launcher static: it starts on every bash call).
 	$(GO) build -o bin/ ./cmd/... ./services/.../cmd/...
+	CGO_ENABLED=0 $(GO) build -o bin/ ./services/toolhost/cmd/dsh-sandbox-launcher
 
 .PHONY: generate
 generate: ## Regenerate gen/ from proto/ with buf.

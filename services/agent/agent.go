@@ -548,6 +548,16 @@ func (s *Service) retire(ctx context.Context, l *liveSession) {
 	if f, ok := s.deps.LLM.(interface{ Forget(sessionID string) }); ok {
 		f.Forget(l.id)
 	}
+	// Background tasks die with their session: the toolhosts kill them now.
+	if e, ok := s.deps.Tools.(sessionEnder); ok {
+		e.EndSession(context.WithoutCancel(ctx), l.id)
+	}
+}
+
+// sessionEnder is the part of the tools that releases a session's
+// toolhost-side state (background tasks) when it leaves the agent.
+type sessionEnder interface {
+	EndSession(ctx context.Context, sessionID string)
 }
 
 // Close stops admission, lets turns finish during the first half of the time

@@ -470,6 +470,13 @@ func TestIdleUnloadAndReload(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// Unloading ends the session on the toolhost (its background tasks die).
+	for !slices.Contains(e.host.Ended(), "u1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("toolhost never told session u1 ended: %v", e.host.Ended())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	e.send("u1", "again")
 	s := e.waitIdle("u1")
 	if s.GetNextSeq() < 20 {

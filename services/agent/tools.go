@@ -23,3 +23,6 @@ func (t pipeTools) PrepareCalls(ctx context.Context, hosts []string, execs []*to
 func (t pipeTools) Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolExecution) loop.ToolCall {
 	return t.p.Begin(ctx, hosts, ex)
 }
+
+// EndSession tells the toolhosts a session left the agent.
+func (t pipeTools) EndSession(ctx context.Context, sessionID string) { t.p.EndSession(ctx, sessionID) }

@@ -12,6 +12,13 @@
 // Close kills every background task (TERM, then KILL after the grace) and
 // waits for them, then removes the spill directory if the service created
 // it. Stop the gRPC server first so no call starts a new task meanwhile.
+//
+// # Sessions
+//
+// Background tasks belong to the session that started them and die with it:
+// the agent calls EndSession when a session leaves it (disposed, unloaded or
+// at shutdown), and the host kills that session's tasks, whole process trees,
+// leaving other sessions' tasks running.
 package toolhost
 
 import (
@@ -163,11 +170,22 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		CheckContext:     s.checkContext,
 		SandboxSupport:   s.support(),
 		WorkspaceContext: s.workspaceContext,
+		EndSession:       s.endSession,
 	}, tools...)
 	if err != nil {
 		return nil, fmt.Errorf("toolhost: %w", err)
 	}
 	return s, nil
+}
+
+// endSession kills the session's background tasks (each a whole process
+// tree: its PID namespace when confined, its process group otherwise).
+func (s *Service) endSession(_ context.Context, sessionID string) (int, error) {
+	n := s.tasks.EndSession(sessionID)
+	if n > 0 {
+		s.log.Info("session ended: background tasks stopped", "session", sessionID, "tasks", n)
+	}
+	return n, nil
 }
 
 // checkContext refuses a call whose workspace root lies outside the host's,

@@ -15,6 +15,8 @@ import (
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // HostConfig configures a Host. The zero value is usable.
@@ -44,6 +46,10 @@ type HostConfig struct {
 	// status error is passed through, any other error is INTERNAL. nil: the
 	// host owns no workspace and answers an empty context.
 	WorkspaceContext func(ctx context.Context, cwd string) (*toolsv1.GetWorkspaceContextResponse, error)
+	// EndSession, when set, releases what the host's tools hold for a
+	// session that has left the agent (background tasks above all) and
+	// returns how many tasks it stopped. Nil makes EndSession a no-op.
+	EndSession func(ctx context.Context, sessionID string) (int, error)
 }
 
 // Host serves a live set of tools as the dsh.tools.v1.ToolHost gRPC service.
@@ -411,3 +417,19 @@ func errorResult(err error) *toolsv1.ToolExecutionResult {
 // ErrorResult is the result a failure becomes; exported for interceptors and
 // in-process callers that need the same rendering.
 func ErrorResult(err error) *toolsv1.ToolExecutionResult { return errorResult(err) }
+
+// EndSession releases what the host holds for a session (HostConfig.EndSession);
+// it is idempotent, and a session the host never saw is not an error.
+func (h *Host) EndSession(ctx context.Context, req *toolsv1.EndSessionRequest) (*toolsv1.EndSessionResponse, error) {
+	if req.GetSessionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id is required")
+	}
+	if h.cfg.EndSession == nil {
+		return &toolsv1.EndSessionResponse{}, nil
+	}
+	n, err := h.cfg.EndSession(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "end session %s: %v", req.GetSessionId(), err)
+	}
+	return &toolsv1.EndSessionResponse{TasksStopped: int32(n)}, nil
+}

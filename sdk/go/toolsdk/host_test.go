@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -469,5 +470,45 @@ func TestSlowCallerNeverStallsTheTool(t *testing.T) {
 	}
 	if toolsdk.ResultText(res.GetContent()) != "done" {
 		t.Errorf("result %v", res)
+	}
+}
+
+func TestEndSession(t *testing.T) {
+	t.Parallel()
+	var ended []string
+	hook := func(_ context.Context, id string) (int, error) {
+		if id == "broken" {
+			return 0, errors.New("disk on fire")
+		}
+		ended = append(ended, id)
+		return 2, nil
+	}
+	_, noop := newHost(t, toolsdk.HostConfig{})
+	_, hooked := newHost(t, toolsdk.HostConfig{EndSession: hook})
+	tests := []struct {
+		name    string
+		c       toolsv1.ToolHostClient
+		id      string
+		code    codes.Code
+		stopped int32
+	}{
+		{"no hook is a no-op", noop, "s1", codes.OK, 0},
+		{"hook counts tasks", hooked, "s1", codes.OK, 2},
+		{"missing id", hooked, "", codes.InvalidArgument, 0},
+		{"missing id without hook", noop, "", codes.InvalidArgument, 0},
+		{"hook failure", hooked, "broken", codes.Internal, 0},
+	}
+	for _, tt := range tests {
+		r, err := tt.c.EndSession(t.Context(), &toolsv1.EndSessionRequest{SessionId: tt.id})
+		if status.Code(err) != tt.code {
+			t.Errorf("%s: err = %v, want %v", tt.name, err, tt.code)
+			continue
+		}
+		if err == nil && r.GetTasksStopped() != tt.stopped {
+			t.Errorf("%s: tasks_stopped = %d, want %d", tt.name, r.GetTasksStopped(), tt.stopped)
+		}
+	}
+	if !slices.Equal(ended, []string{"s1"}) {
+		t.Errorf("hook saw %v, want [s1]", ended)
 	}
 }

@@ -143,6 +143,13 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
             return tools_pb2.GetWorkspaceContextResponse()
         return self.workspace_context(os.path.normpath(cwd))
 
+    def EndSession(self, request, context):
+        """This host holds nothing per session: ending one is a no-op once
+        the request names a session."""
+        if not request.session_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id is required")
+        return tools_pb2.EndSessionResponse(tasks_stopped=0)
+
     def PrepareCalls(self, request, context):
         out = []
         for ex in request.executions:

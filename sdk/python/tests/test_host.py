@@ -170,6 +170,14 @@ class HostTest(unittest.TestCase):
         self.assertEqual(prep.calls[3].mode, tools_pb2.EXECUTION_MODE_EXCLUSIVE)
         self.assertEqual(prep.calls[4].view.terminal.title, "stream 2")
 
+    def test_end_session(self):
+        r = self.stub.EndSession(tools_pb2.EndSessionRequest(session_id="s1"))
+        self.assertEqual(r.tasks_stopped, 0)
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.stub.EndSession(tools_pb2.EndSessionRequest())
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("session_id", cm.exception.details())
+
     def test_streaming(self):
         outs, r = self.run_call("conf_stream", {"count": 3})
         self.assertEqual([o.text for o in outs], ["chunk 1\n", "chunk 2\n", "chunk 3\n"])

@@ -158,6 +158,15 @@ export class ToolHost {
         })
         cb(null, { calls })
       },
+      // EndSession: this host holds nothing per session, so ending one is a
+      // no-op once the request names a session.
+      EndSession: (call, cb) => {
+        if (!call.request.sessionId) {
+          cb({ code: grpc.status.INVALID_ARGUMENT, details: 'session_id is required' })
+          return
+        }
+        cb(null, { tasksStopped: 0 })
+      },
       Execute: (call) => {
         const bad = this.checkRequest(call.request)
         if (bad) {

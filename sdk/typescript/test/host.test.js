@@ -123,6 +123,12 @@ test('meta and views', async () => {
   assert.equal(prep.calls[4].view.terminal.title, 'stream 2')
 })
 
+test('end session is a no-op that needs a session id', async () => {
+  const r = await unary('EndSession', { sessionId: 's1' })
+  assert.equal(r.tasksStopped, 0)
+  await assert.rejects(unary('EndSession', {}), (e) => e.code === grpc.status.INVALID_ARGUMENT && /session_id/.test(e.details))
+})
+
 test('streaming', async () => {
   let { outputs, result } = await run('conf_stream', { count: 3 })
   assert.deepEqual(outputs.map((o) => o.text), ['chunk 1\n', 'chunk 2\n', 'chunk 3\n'])

@@ -31,6 +31,22 @@ type ToolHost struct {
 	executed []string
 	// Support is the sandbox support the host declares.
 	Support toolsv1.SandboxSupport
+	ended   []string
+}
+
+// EndSession records the ended session.
+func (h *ToolHost) EndSession(_ context.Context, req *toolsv1.EndSessionRequest) (*toolsv1.EndSessionResponse, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ended = append(h.ended, req.GetSessionId())
+	return &toolsv1.EndSessionResponse{}, nil
+}
+
+// Ended returns the sessions EndSession was called for, in order.
+func (h *ToolHost) Ended() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.ended...)
 }
 
 // NewToolHost returns a host serving tools.

@@ -319,3 +319,33 @@ func TestConfinedCallsNeedAnEnforcingHost(t *testing.T) {
 		})
 	}
 }
+
+// oldHost is a host from before EndSession: the RPC is Unimplemented.
+type oldHost struct {
+	*fakes.ToolHost
+}
+
+func (oldHost) EndSession(context.Context, *toolsv1.EndSessionRequest) (*toolsv1.EndSessionResponse, error) {
+	return (&toolsv1.UnimplementedToolHostServer{}).EndSession(nil, nil)
+}
+
+func TestEndSessionReachesEveryRemoteHost(t *testing.T) {
+	a, b := fakes.NewToolHost(fakes.Tool{Name: "ta"}), fakes.NewToolHost(fakes.Tool{Name: "tb"})
+	old := oldHost{fakes.NewToolHost(fakes.Tool{Name: "tc"})}
+	oldAddr := fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, old) })
+	p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{
+		{Name: "a", Client: client(t, serveHost(t, a))},
+		{Name: "b", Client: client(t, serveHost(t, b))},
+		{Name: "old", Client: client(t, oldAddr)},
+	}})
+	p.EndSession(t.Context(), "s1")
+	p.EndSession(t.Context(), "s2")
+	for name, h := range map[string]*fakes.ToolHost{"a": a, "b": b} {
+		if got := h.Ended(); len(got) != 2 || got[0] != "s1" || got[1] != "s2" {
+			t.Errorf("host %s ended %v, want [s1 s2]", name, got)
+		}
+	}
+	if got := old.Ended(); len(got) != 0 {
+		t.Errorf("old host recorded %v through an Unimplemented RPC", got)
+	}
+}

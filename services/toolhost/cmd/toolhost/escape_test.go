@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -33,11 +34,22 @@ type escapeHost struct {
 	port     int    // a loopback listener that counts connections
 	accepted *atomic.Int64
 	exited   chan error
+	// stop sends the binary SIGTERM and waits until it exited (once).
+	stop func() error
 }
 
 func startEscapeHost(t *testing.T) *escapeHost {
 	t.Helper()
 	bin := proctest.Build(t, ".", "toolhost")
+	// The small launcher lies next to the binary, as make build and the
+	// Dockerfile install it, so the suite attacks the deployed launcher
+	// (the sandbox package's own tests cover the self-exec fallback).
+	launcherBin := filepath.Join(filepath.Dir(bin), "dsh-sandbox-launcher")
+	lb := exec.Command("go", "build", "-o", launcherBin, "../dsh-sandbox-launcher")
+	lb.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := lb.CombinedOutput(); err != nil {
+		t.Fatalf("build the launcher: %v\n%s", err, out)
+	}
 	h := &escapeHost{root: t.TempDir(), outside: t.TempDir(), accepted: new(atomic.Int64), exited: make(chan error, 1)}
 	for _, s := range []string{"a", "b"} {
 		if err := os.MkdirAll(filepath.Join(h.root, s), 0o755); err != nil {
@@ -69,13 +81,16 @@ func startEscapeHost(t *testing.T) *escapeHost {
 	cmd := exec.Command(bin, "--listen", addr, "--workspace", h.root,
 		"--limit-cpu", "1", "--limit-memory", "1073741824", "--limit-procs", "64", "--limit-file-size", "8388608")
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY="+canary, "DEEPSEEK_API_KEY="+canary, "MY_SERVICE_PASSWORD="+canary)
-	var stderr strings.Builder
+	var stderr proctest.Buffer
 	cmd.Stderr = &stderr
 	must(t, cmd.Start())
 	go func() { h.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
+	h.stop = sync.OnceValue(func() error {
 		cmd.Process.Signal(syscall.SIGTERM)
-		<-h.exited
+		return <-h.exited
+	})
+	t.Cleanup(func() {
+		h.stop()
 		if t.Failed() {
 			t.Logf("toolhost stderr:\n%s", stderr.String())
 		}
@@ -88,6 +103,9 @@ func startEscapeHost(t *testing.T) *escapeHost {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	proctest.WaitServing(ctx, t, conn, "")
+	if log := stderr.String(); !strings.Contains(log, "launcher="+launcherBin) {
+		t.Fatalf("the toolhost did not pick the launcher next to it (%s):\n%s", launcherBin, log)
+	}
 	h.c = toolsv1.NewToolHostClient(conn)
 	return h
 }

@@ -147,19 +147,42 @@ func (t *Task) SpillPaths() []string {
 }
 
 // Close kills every task and waits for them.
-func (r *Tasks) Close() {
+func (r *Tasks) Close() { r.stop(func(*Task) bool { return true }) }
+
+// EndSession kills owner's tasks with their whole process trees, waits
+// until they are gone and forgets them; it returns how many were still
+// running. Other sessions' tasks are untouched.
+func (r *Tasks) EndSession(owner string) int {
+	return r.stop(func(t *Task) bool { return t.Owner == owner })
+}
+
+// stop kills and removes the tasks match selects, waits for them, and
+// returns how many had not finished.
+func (r *Tasks) stop(match func(*Task) bool) int {
 	r.mu.Lock()
-	ts := make([]*Task, 0, len(r.m))
-	for _, t := range r.m {
-		ts = append(ts, t)
+	var ts []*Task
+	for id, t := range r.m {
+		if match(t) {
+			ts = append(ts, t)
+			delete(r.m, id)
+		}
 	}
 	r.mu.Unlock()
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		running int
+	)
 	for _, t := range ts {
 		wg.Go(func() {
-			t.Kill()
+			if t.Kill() {
+				mu.Lock()
+				running++
+				mu.Unlock()
+			}
 			t.proc.KillWait()
 		})
 	}
 	wg.Wait()
+	return running
 }

@@ -1,11 +1,15 @@
 package sandbox
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox/launcher"
 )
 
 // runTrue runs `bash -c true` confined and waits for it.
@@ -32,13 +36,24 @@ func runTrue(tb testing.TB, s *Sandbox, p Policy, root string) {
 // same run. ms-median is the median wall time of one call; cpu-ms/op the
 // CPU time the call's processes used (user+system, from the reaped
 // children's rusage), which a loaded machine distorts less than wall time.
+//
+// The confined cases run the launcher the way a deployed toolhost does:
+// the small, static dsh-sandbox-launcher binary (built here as make build
+// and the Dockerfile build it: CGO_ENABLED=0); the "self-exec" case
+// re-executes this (large, cgo) test binary instead, the fallback when no
+// launcher lies next to the host's binary, so one run shows both.
 func BenchmarkSpawn(b *testing.B) {
 	root := b.TempDir()
-	s, err := New(Config{HostRoot: root})
+	s, err := New(Config{HostRoot: root, Exe: buildLauncher(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
+	self, err := New(Config{HostRoot: root, Exe: "/proc/self/exe"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer self.Close()
 	cases := []struct {
 		name string
 		run  func()
@@ -51,6 +66,7 @@ func BenchmarkSpawn(b *testing.B) {
 			}
 		}},
 		{"workspace-write", func() { runTrue(b, s, Policy{Mode: WorkspaceWrite, Network: true}, root) }},
+		{"workspace-write-self-exec", func() { runTrue(b, self, Policy{Mode: WorkspaceWrite, Network: true}, root) }},
 		{"read-only", func() { runTrue(b, s, Policy{Mode: ReadOnly, Network: true}, root) }},
 		{"network-off", func() { runTrue(b, s, Policy{Mode: WorkspaceWrite}, root) }},
 		{"danger-full-access", func() { runTrue(b, s, Policy{Mode: DangerFullAccess, Network: true}, root) }},
@@ -76,4 +92,21 @@ func childCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// buildLauncher builds the small launcher binary without cgo (as deployed:
+// a cgo build pays for the dynamic loader, libc and pthread-backed threads
+// on every start).
+func buildLauncher(b *testing.B) string {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		b.Skip("go toolchain not on PATH")
+	}
+	bin := filepath.Join(b.TempDir(), launcher.Arg0)
+	cmd := exec.Command(goBin, "build", "-o", bin, "../../cmd/dsh-sandbox-launcher")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("build the launcher: %v\n%s", err, out)
+	}
+	return bin
 }

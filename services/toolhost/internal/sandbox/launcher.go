@@ -33,11 +33,30 @@ type Config struct {
 	Environ []string
 	// ToolEnv names extra host variables passed through to tools.
 	ToolEnv []string
-	// Exe is the launcher binary; empty means /proc/self/exe (this binary,
-	// whose init hook serves the launcher).
+	// Exe is the launcher binary; empty means DefaultExe: the small
+	// dsh-sandbox-launcher next to this binary when there is one, else
+	// /proc/self/exe (this binary, whose init hook serves the launcher).
 	Exe string
 	// Logger receives the startup report.
 	Logger *slog.Logger
+}
+
+// DefaultExe is the launcher a Sandbox runs when Config.Exe is empty: the
+// small dsh-sandbox-launcher binary (services/toolhost/cmd/dsh-sandbox-launcher)
+// when it lies next to this process's executable, because a Go runtime
+// starts faster from a small binary and every bash call pays that start;
+// else /proc/self/exe, this binary re-executed, whose launcher init hook
+// serves the call just the same. The sibling is as trusted as the binary
+// beside it (whoever can replace one can replace the other); both come from
+// the same build (make build, the Dockerfile).
+func DefaultExe() string {
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), launcher.Arg0)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return "/proc/self/exe"
 }
 
 // Support is what this machine offers, probed once at New.
@@ -82,7 +101,7 @@ func New(cfg Config) (*Sandbox, error) {
 		cfg.Environ = os.Environ()
 	}
 	if cfg.Exe == "" {
-		cfg.Exe = "/proc/self/exe"
+		cfg.Exe = DefaultExe()
 	}
 	cfg.Limits = cfg.Limits.WithDefaults()
 	s := &Sandbox{cfg: cfg}
@@ -150,7 +169,7 @@ func (s *Sandbox) run(command string, p Policy) error {
 
 func (s *Sandbox) report() {
 	sp := s.support
-	attrs := []any{"landlock_abi", sp.LandlockABI, "containment", sp.Containment(), "netns", sp.NetNamespace, "pids_cgroup", sp.PidsCgroup,
+	attrs := []any{"launcher", s.cfg.Exe, "landlock_abi", sp.LandlockABI, "containment", sp.Containment(), "netns", sp.NetNamespace, "pids_cgroup", sp.PidsCgroup,
 		"limits", fmt.Sprintf("cpu=%ds mem=%d procs=%d fsize=%d", s.cfg.Limits.CPUSeconds, s.cfg.Limits.MemoryBytes, s.cfg.Limits.Processes, s.cfg.Limits.FileBytes)}
 	if sp.Unavailable != nil {
 		s.cfg.Logger.Warn("sandbox unavailable: confined calls (read-only, workspace-write) will fail with SANDBOX_UNAVAILABLE", append(attrs, "why", sp.Unavailable)...)

@@ -3421,6 +3421,98 @@ func (x *GetWorkspaceContextResponse) GetOwnsWorkspace() bool {
 	return false
 }
 
+// EndSessionRequest names the session that ended.
+type EndSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's id (ToolExecution.session_id of its calls); required.
+	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndSessionRequest) Reset() {
+	*x = EndSessionRequest{}
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndSessionRequest) ProtoMessage() {}
+
+func (x *EndSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndSessionRequest.ProtoReflect.Descriptor instead.
+func (*EndSessionRequest) Descriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *EndSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// EndSessionResponse answers EndSession.
+type EndSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many background tasks the host stopped for the session.
+	TasksStopped  int32 `protobuf:"varint,1,opt,name=tasks_stopped,json=tasksStopped,proto3" json:"tasks_stopped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndSessionResponse) Reset() {
+	*x = EndSessionResponse{}
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndSessionResponse) ProtoMessage() {}
+
+func (x *EndSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndSessionResponse.ProtoReflect.Descriptor instead.
+func (*EndSessionResponse) Descriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *EndSessionResponse) GetTasksStopped() int32 {
+	if x != nil {
+		return x.TasksStopped
+	}
+	return 0
+}
+
 var File_dsh_tools_v1_tools_proto protoreflect.FileDescriptor
 
 const file_dsh_tools_v1_tools_proto_rawDesc = "" +
@@ -3608,7 +3700,12 @@ const file_dsh_tools_v1_tools_proto_rawDesc = "" +
 	"\anotices\x18\x04 \x03(\v2\x1d.dsh.tools.v1.WorkspaceNoticeR\anotices\x12@\n" +
 	"\fskill_errors\x18\x05 \x03(\v2\x1d.dsh.tools.v1.WorkspaceNoticeR\vskillErrors\x12\x18\n" +
 	"\aversion\x18\x06 \x01(\tR\aversion\x12%\n" +
-	"\x0eowns_workspace\x18\a \x01(\bR\rownsWorkspace*w\n" +
+	"\x0eowns_workspace\x18\a \x01(\bR\rownsWorkspace\"2\n" +
+	"\x11EndSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"9\n" +
+	"\x12EndSessionResponse\x12#\n" +
+	"\rtasks_stopped\x18\x01 \x01(\x05R\ftasksStopped*w\n" +
 	"\x11ConcurrencySafety\x12\"\n" +
 	"\x1eCONCURRENCY_SAFETY_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CONCURRENCY_SAFETY_ALWAYS\x10\x01\x12\x1f\n" +
@@ -3646,14 +3743,16 @@ const file_dsh_tools_v1_tools_proto_rawDesc = "" +
 	"\x15TOOL_CALL_KIND_SEARCH\x10\x05\x12\x1a\n" +
 	"\x16TOOL_CALL_KIND_EXECUTE\x10\x06\x12\x18\n" +
 	"\x14TOOL_CALL_KIND_FETCH\x10\a\x12\x18\n" +
-	"\x14TOOL_CALL_KIND_OTHER\x10\b2\xb8\x03\n" +
+	"\x14TOOL_CALL_KIND_OTHER\x10\b2\x89\x04\n" +
 	"\bToolHost\x12L\n" +
 	"\tListTools\x12\x1e.dsh.tools.v1.ListToolsRequest\x1a\x1f.dsh.tools.v1.ListToolsResponse\x12Q\n" +
 	"\n" +
 	"WatchTools\x12\x1f.dsh.tools.v1.WatchToolsRequest\x1a .dsh.tools.v1.WatchToolsResponse0\x01\x12U\n" +
 	"\fPrepareCalls\x12!.dsh.tools.v1.PrepareCallsRequest\x1a\".dsh.tools.v1.PrepareCallsResponse\x12H\n" +
 	"\aExecute\x12\x1c.dsh.tools.v1.ExecuteRequest\x1a\x1d.dsh.tools.v1.ExecuteResponse0\x01\x12j\n" +
-	"\x13GetWorkspaceContext\x12(.dsh.tools.v1.GetWorkspaceContextRequest\x1a).dsh.tools.v1.GetWorkspaceContextResponse2\xb6\x01\n" +
+	"\x13GetWorkspaceContext\x12(.dsh.tools.v1.GetWorkspaceContextRequest\x1a).dsh.tools.v1.GetWorkspaceContextResponse\x12O\n" +
+	"\n" +
+	"EndSession\x12\x1f.dsh.tools.v1.EndSessionRequest\x1a .dsh.tools.v1.EndSessionResponse2\xb6\x01\n" +
 	"\x0fToolInterceptor\x12O\n" +
 	"\n" +
 	"PreExecute\x12\x1f.dsh.tools.v1.PreExecuteRequest\x1a .dsh.tools.v1.PreExecuteResponse\x12R\n" +
@@ -3674,7 +3773,7 @@ func file_dsh_tools_v1_tools_proto_rawDescGZIP() []byte {
 }
 
 var file_dsh_tools_v1_tools_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_dsh_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_dsh_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_dsh_tools_v1_tools_proto_goTypes = []any{
 	(ConcurrencySafety)(0),              // 0: dsh.tools.v1.ConcurrencySafety
 	(ExecutionMode)(0),                  // 1: dsh.tools.v1.ExecutionMode
@@ -3728,34 +3827,36 @@ var file_dsh_tools_v1_tools_proto_goTypes = []any{
 	(*SkillSummary)(nil),                // 49: dsh.tools.v1.SkillSummary
 	(*WorkspaceNotice)(nil),             // 50: dsh.tools.v1.WorkspaceNotice
 	(*GetWorkspaceContextResponse)(nil), // 51: dsh.tools.v1.GetWorkspaceContextResponse
-	(*v1.ToolSchema)(nil),               // 52: dsh.llm.v1.ToolSchema
-	(*v1.ContentBlock)(nil),             // 53: dsh.llm.v1.ContentBlock
-	(*v1.MessageSource)(nil),            // 54: dsh.llm.v1.MessageSource
+	(*EndSessionRequest)(nil),           // 52: dsh.tools.v1.EndSessionRequest
+	(*EndSessionResponse)(nil),          // 53: dsh.tools.v1.EndSessionResponse
+	(*v1.ToolSchema)(nil),               // 54: dsh.llm.v1.ToolSchema
+	(*v1.ContentBlock)(nil),             // 55: dsh.llm.v1.ContentBlock
+	(*v1.MessageSource)(nil),            // 56: dsh.llm.v1.MessageSource
 }
 var file_dsh_tools_v1_tools_proto_depIdxs = []int32{
-	52, // 0: dsh.tools.v1.ToolDescriptor.schema:type_name -> dsh.llm.v1.ToolSchema
+	54, // 0: dsh.tools.v1.ToolDescriptor.schema:type_name -> dsh.llm.v1.ToolSchema
 	0,  // 1: dsh.tools.v1.ToolDescriptor.concurrency:type_name -> dsh.tools.v1.ConcurrencySafety
 	2,  // 2: dsh.tools.v1.SandboxPolicy.mode:type_name -> dsh.tools.v1.SandboxMode
 	3,  // 3: dsh.tools.v1.SandboxPolicy.network:type_name -> dsh.tools.v1.NetworkAccess
 	9,  // 4: dsh.tools.v1.ToolContext.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
 	10, // 5: dsh.tools.v1.ToolExecution.context:type_name -> dsh.tools.v1.ToolContext
-	53, // 6: dsh.tools.v1.HookContext.content:type_name -> dsh.llm.v1.ContentBlock
-	54, // 7: dsh.tools.v1.HookContext.source:type_name -> dsh.llm.v1.MessageSource
+	55, // 6: dsh.tools.v1.HookContext.content:type_name -> dsh.llm.v1.ContentBlock
+	56, // 7: dsh.tools.v1.HookContext.source:type_name -> dsh.llm.v1.MessageSource
 	6,  // 8: dsh.tools.v1.HookContext.placement:type_name -> dsh.tools.v1.ContextPlacement
 	7,  // 9: dsh.tools.v1.GenericCallView.kind:type_name -> dsh.tools.v1.ToolCallKind
-	53, // 10: dsh.tools.v1.GenericCallView.content:type_name -> dsh.llm.v1.ContentBlock
+	55, // 10: dsh.tools.v1.GenericCallView.content:type_name -> dsh.llm.v1.ContentBlock
 	14, // 11: dsh.tools.v1.GenericCallView.locations:type_name -> dsh.tools.v1.FileLocation
 	15, // 12: dsh.tools.v1.DiffCallView.diffs:type_name -> dsh.tools.v1.FileDiff
 	14, // 13: dsh.tools.v1.DiffCallView.locations:type_name -> dsh.tools.v1.FileLocation
 	16, // 14: dsh.tools.v1.ToolCallView.generic:type_name -> dsh.tools.v1.GenericCallView
 	17, // 15: dsh.tools.v1.ToolCallView.terminal:type_name -> dsh.tools.v1.TerminalCallView
 	18, // 16: dsh.tools.v1.ToolCallView.diff:type_name -> dsh.tools.v1.DiffCallView
-	53, // 17: dsh.tools.v1.GenericResultView.content:type_name -> dsh.llm.v1.ContentBlock
+	55, // 17: dsh.tools.v1.GenericResultView.content:type_name -> dsh.llm.v1.ContentBlock
 	15, // 18: dsh.tools.v1.DiffResultView.diffs:type_name -> dsh.tools.v1.FileDiff
 	20, // 19: dsh.tools.v1.ToolResultView.generic:type_name -> dsh.tools.v1.GenericResultView
 	21, // 20: dsh.tools.v1.ToolResultView.terminal:type_name -> dsh.tools.v1.TerminalResultView
 	22, // 21: dsh.tools.v1.ToolResultView.diff:type_name -> dsh.tools.v1.DiffResultView
-	53, // 22: dsh.tools.v1.ToolExecutionResult.content:type_name -> dsh.llm.v1.ContentBlock
+	55, // 22: dsh.tools.v1.ToolExecutionResult.content:type_name -> dsh.llm.v1.ContentBlock
 	12, // 23: dsh.tools.v1.ToolExecutionResult.error:type_name -> dsh.tools.v1.ToolErrorInfo
 	13, // 24: dsh.tools.v1.ToolExecutionResult.additional_contexts:type_name -> dsh.tools.v1.HookContext
 	23, // 25: dsh.tools.v1.ToolExecutionResult.view:type_name -> dsh.tools.v1.ToolResultView
@@ -3774,9 +3875,9 @@ var file_dsh_tools_v1_tools_proto_depIdxs = []int32{
 	35, // 38: dsh.tools.v1.PreToolDecision.allow:type_name -> dsh.tools.v1.PreAllow
 	36, // 39: dsh.tools.v1.PreToolDecision.deny:type_name -> dsh.tools.v1.PreDeny
 	37, // 40: dsh.tools.v1.PreToolDecision.ask:type_name -> dsh.tools.v1.PreAsk
-	53, // 41: dsh.tools.v1.PostAccept.content:type_name -> dsh.llm.v1.ContentBlock
+	55, // 41: dsh.tools.v1.PostAccept.content:type_name -> dsh.llm.v1.ContentBlock
 	13, // 42: dsh.tools.v1.PostAccept.additional_contexts:type_name -> dsh.tools.v1.HookContext
-	53, // 43: dsh.tools.v1.PostBlock.feedback:type_name -> dsh.llm.v1.ContentBlock
+	55, // 43: dsh.tools.v1.PostBlock.feedback:type_name -> dsh.llm.v1.ContentBlock
 	13, // 44: dsh.tools.v1.PostBlock.additional_contexts:type_name -> dsh.tools.v1.HookContext
 	39, // 45: dsh.tools.v1.PostToolDecision.accept:type_name -> dsh.tools.v1.PostAccept
 	40, // 46: dsh.tools.v1.PostToolDecision.block:type_name -> dsh.tools.v1.PostBlock
@@ -3795,17 +3896,19 @@ var file_dsh_tools_v1_tools_proto_depIdxs = []int32{
 	31, // 59: dsh.tools.v1.ToolHost.PrepareCalls:input_type -> dsh.tools.v1.PrepareCallsRequest
 	33, // 60: dsh.tools.v1.ToolHost.Execute:input_type -> dsh.tools.v1.ExecuteRequest
 	46, // 61: dsh.tools.v1.ToolHost.GetWorkspaceContext:input_type -> dsh.tools.v1.GetWorkspaceContextRequest
-	42, // 62: dsh.tools.v1.ToolInterceptor.PreExecute:input_type -> dsh.tools.v1.PreExecuteRequest
-	44, // 63: dsh.tools.v1.ToolInterceptor.PostExecute:input_type -> dsh.tools.v1.PostExecuteRequest
-	27, // 64: dsh.tools.v1.ToolHost.ListTools:output_type -> dsh.tools.v1.ListToolsResponse
-	29, // 65: dsh.tools.v1.ToolHost.WatchTools:output_type -> dsh.tools.v1.WatchToolsResponse
-	32, // 66: dsh.tools.v1.ToolHost.PrepareCalls:output_type -> dsh.tools.v1.PrepareCallsResponse
-	34, // 67: dsh.tools.v1.ToolHost.Execute:output_type -> dsh.tools.v1.ExecuteResponse
-	51, // 68: dsh.tools.v1.ToolHost.GetWorkspaceContext:output_type -> dsh.tools.v1.GetWorkspaceContextResponse
-	43, // 69: dsh.tools.v1.ToolInterceptor.PreExecute:output_type -> dsh.tools.v1.PreExecuteResponse
-	45, // 70: dsh.tools.v1.ToolInterceptor.PostExecute:output_type -> dsh.tools.v1.PostExecuteResponse
-	64, // [64:71] is the sub-list for method output_type
-	57, // [57:64] is the sub-list for method input_type
+	52, // 62: dsh.tools.v1.ToolHost.EndSession:input_type -> dsh.tools.v1.EndSessionRequest
+	42, // 63: dsh.tools.v1.ToolInterceptor.PreExecute:input_type -> dsh.tools.v1.PreExecuteRequest
+	44, // 64: dsh.tools.v1.ToolInterceptor.PostExecute:input_type -> dsh.tools.v1.PostExecuteRequest
+	27, // 65: dsh.tools.v1.ToolHost.ListTools:output_type -> dsh.tools.v1.ListToolsResponse
+	29, // 66: dsh.tools.v1.ToolHost.WatchTools:output_type -> dsh.tools.v1.WatchToolsResponse
+	32, // 67: dsh.tools.v1.ToolHost.PrepareCalls:output_type -> dsh.tools.v1.PrepareCallsResponse
+	34, // 68: dsh.tools.v1.ToolHost.Execute:output_type -> dsh.tools.v1.ExecuteResponse
+	51, // 69: dsh.tools.v1.ToolHost.GetWorkspaceContext:output_type -> dsh.tools.v1.GetWorkspaceContextResponse
+	53, // 70: dsh.tools.v1.ToolHost.EndSession:output_type -> dsh.tools.v1.EndSessionResponse
+	43, // 71: dsh.tools.v1.ToolInterceptor.PreExecute:output_type -> dsh.tools.v1.PreExecuteResponse
+	45, // 72: dsh.tools.v1.ToolInterceptor.PostExecute:output_type -> dsh.tools.v1.PostExecuteResponse
+	65, // [65:73] is the sub-list for method output_type
+	57, // [57:65] is the sub-list for method input_type
 	57, // [57:57] is the sub-list for extension type_name
 	57, // [57:57] is the sub-list for extension extendee
 	0,  // [0:57] is the sub-list for field type_name
@@ -3855,7 +3958,7 @@ func file_dsh_tools_v1_tools_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsh_tools_v1_tools_proto_rawDesc), len(file_dsh_tools_v1_tools_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   44,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -29,6 +29,7 @@ const (
 	ToolHost_PrepareCalls_FullMethodName        = "/dsh.tools.v1.ToolHost/PrepareCalls"
 	ToolHost_Execute_FullMethodName             = "/dsh.tools.v1.ToolHost/Execute"
 	ToolHost_GetWorkspaceContext_FullMethodName = "/dsh.tools.v1.ToolHost/GetWorkspaceContext"
+	ToolHost_EndSession_FullMethodName          = "/dsh.tools.v1.ToolHost/EndSession"
 )
 
 // ToolHostClient is the client API for ToolHost service.
@@ -50,6 +51,12 @@ type ToolHostClient interface {
 	// of a directory in the workspace this host owns (empty for a host that
 	// owns no workspace).
 	GetWorkspaceContext(ctx context.Context, in *GetWorkspaceContextRequest, opts ...grpc.CallOption) (*GetWorkspaceContextResponse, error)
+	// EndSession tells the host a session has left the agent (disposed,
+	// unloaded or deleted): the host releases what it holds for it, killing
+	// the session's background tasks with their whole process trees.
+	// Idempotent; a session the host never saw is not an error. A host that
+	// holds nothing per session answers it as a no-op.
+	EndSession(ctx context.Context, in *EndSessionRequest, opts ...grpc.CallOption) (*EndSessionResponse, error)
 }
 
 type toolHostClient struct {
@@ -128,6 +135,16 @@ func (c *toolHostClient) GetWorkspaceContext(ctx context.Context, in *GetWorkspa
 	return out, nil
 }
 
+func (c *toolHostClient) EndSession(ctx context.Context, in *EndSessionRequest, opts ...grpc.CallOption) (*EndSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EndSessionResponse)
+	err := c.cc.Invoke(ctx, ToolHost_EndSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ToolHostServer is the server API for ToolHost service.
 // All implementations must embed UnimplementedToolHostServer
 // for forward compatibility.
@@ -147,6 +164,12 @@ type ToolHostServer interface {
 	// of a directory in the workspace this host owns (empty for a host that
 	// owns no workspace).
 	GetWorkspaceContext(context.Context, *GetWorkspaceContextRequest) (*GetWorkspaceContextResponse, error)
+	// EndSession tells the host a session has left the agent (disposed,
+	// unloaded or deleted): the host releases what it holds for it, killing
+	// the session's background tasks with their whole process trees.
+	// Idempotent; a session the host never saw is not an error. A host that
+	// holds nothing per session answers it as a no-op.
+	EndSession(context.Context, *EndSessionRequest) (*EndSessionResponse, error)
 	mustEmbedUnimplementedToolHostServer()
 }
 
@@ -171,6 +194,9 @@ func (UnimplementedToolHostServer) Execute(*ExecuteRequest, grpc.ServerStreaming
 }
 func (UnimplementedToolHostServer) GetWorkspaceContext(context.Context, *GetWorkspaceContextRequest) (*GetWorkspaceContextResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetWorkspaceContext not implemented")
+}
+func (UnimplementedToolHostServer) EndSession(context.Context, *EndSessionRequest) (*EndSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EndSession not implemented")
 }
 func (UnimplementedToolHostServer) mustEmbedUnimplementedToolHostServer() {}
 func (UnimplementedToolHostServer) testEmbeddedByValue()                  {}
@@ -269,6 +295,24 @@ func _ToolHost_GetWorkspaceContext_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ToolHost_EndSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EndSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolHostServer).EndSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolHost_EndSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolHostServer).EndSession(ctx, req.(*EndSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ToolHost_ServiceDesc is the grpc.ServiceDesc for ToolHost service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -287,6 +331,10 @@ var ToolHost_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetWorkspaceContext",
 			Handler:    _ToolHost_GetWorkspaceContext_Handler,
+		},
+		{
+			MethodName: "EndSession",
+			Handler:    _ToolHost_EndSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

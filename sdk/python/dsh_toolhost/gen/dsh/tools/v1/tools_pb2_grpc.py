@@ -41,6 +41,11 @@ class ToolHostStub(object):
                 request_serializer=dsh_dot_tools_dot_v1_dot_tools__pb2.GetWorkspaceContextRequest.SerializeToString,
                 response_deserializer=dsh_dot_tools_dot_v1_dot_tools__pb2.GetWorkspaceContextResponse.FromString,
                 )
+        self.EndSession = channel.unary_unary(
+                '/dsh.tools.v1.ToolHost/EndSession',
+                request_serializer=dsh_dot_tools_dot_v1_dot_tools__pb2.EndSessionRequest.SerializeToString,
+                response_deserializer=dsh_dot_tools_dot_v1_dot_tools__pb2.EndSessionResponse.FromString,
+                )
 
 
 class ToolHostServicer(object):
@@ -85,6 +90,17 @@ class ToolHostServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndSession(self, request, context):
+        """EndSession tells the host a session has left the agent (disposed,
+        unloaded or deleted): the host releases what it holds for it, killing
+        the session's background tasks with their whole process trees.
+        Idempotent; a session the host never saw is not an error. A host that
+        holds nothing per session answers it as a no-op.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -112,6 +128,11 @@ def add_ToolHostServicer_to_server(servicer, server):
                     servicer.GetWorkspaceContext,
                     request_deserializer=dsh_dot_tools_dot_v1_dot_tools__pb2.GetWorkspaceContextRequest.FromString,
                     response_serializer=dsh_dot_tools_dot_v1_dot_tools__pb2.GetWorkspaceContextResponse.SerializeToString,
+            ),
+            'EndSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndSession,
+                    request_deserializer=dsh_dot_tools_dot_v1_dot_tools__pb2.EndSessionRequest.FromString,
+                    response_serializer=dsh_dot_tools_dot_v1_dot_tools__pb2.EndSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -207,6 +228,23 @@ class ToolHost(object):
         return grpc.experimental.unary_unary(request, target, '/dsh.tools.v1.ToolHost/GetWorkspaceContext',
             dsh_dot_tools_dot_v1_dot_tools__pb2.GetWorkspaceContextRequest.SerializeToString,
             dsh_dot_tools_dot_v1_dot_tools__pb2.GetWorkspaceContextResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def EndSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/dsh.tools.v1.ToolHost/EndSession',
+            dsh_dot_tools_dot_v1_dot_tools__pb2.EndSessionRequest.SerializeToString,
+            dsh_dot_tools_dot_v1_dot_tools__pb2.EndSessionResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
