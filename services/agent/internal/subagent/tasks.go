@@ -29,6 +29,7 @@ type task struct {
 	status           string // guarded by tasks.mu
 	result           *toolsv1.ToolExecutionResult
 	reported         bool
+	waiting          int // subagent_output calls waiting on it
 }
 
 type ownerTasks struct {
@@ -98,6 +99,8 @@ func (h *Host) background(ctx context.Context, req Request) *toolsv1.ToolExecuti
 			t.status = statusFailed
 		}
 		t.result = resultOf(child.ID(), req, out)
+		// A reader waiting on it now delivers the result: no notice.
+		t.reported = t.reported || t.waiting > 0
 		st, reported := t.status, t.reported
 		h.tasks.mu.Unlock()
 		close(t.done)
@@ -159,11 +162,17 @@ func (h *Host) taskTool(ctx context.Context, ex *toolsv1.ToolExecution) *toolsv1
 		}
 		timer := time.NewTimer(timeout)
 		defer timer.Stop()
+		h.tasks.mu.Lock()
+		t.waiting++
+		h.tasks.mu.Unlock()
 		select {
 		case <-t.done:
 		case <-timer.C:
 		case <-ctx.Done():
 		}
+		h.tasks.mu.Lock()
+		t.waiting--
+		h.tasks.mu.Unlock()
 	}
 	h.tasks.mu.Lock()
 	defer h.tasks.mu.Unlock()
