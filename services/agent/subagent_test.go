@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
 )
@@ -28,9 +30,11 @@ type brain struct {
 	seen   map[string][]*llmv1.GenerateRequest
 }
 
-func newBrain(e *env) *brain {
+func newBrain(e *env) *brain { return brainOn(e.gw) }
+
+func brainOn(gw *fakes.Gateway) *brain {
 	b := &brain{queues: map[string][]fakes.Response{}, seen: map[string][]*llmv1.GenerateRequest{}}
-	e.gw.Default = b.answer
+	gw.Default = b.answer
 	return b
 }
 
@@ -76,7 +80,9 @@ func (b *brain) answer(req *llmv1.GenerateRequest) fakes.Response {
 
 func reply(s string) fakes.Response { return fakes.Response{Chunks: fakes.Text(s)} }
 
-func calls(cs ...fakes.Call) fakes.Response { return fakes.Response{Chunks: fakes.ToolCalls("", cs...)} }
+func calls(cs ...fakes.Call) fakes.Response {
+	return fakes.Response{Chunks: fakes.ToolCalls("", cs...)}
+}
 
 // newSubagentEnv is an env with deterministic ids (child-1, child-2, ...)
 // and an echo tool.
@@ -370,3 +376,61 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
+// A crash while a foreground child runs: after the restart both logs are
+// repaired consistently — the parent's delegating call is
+// TOOL_OUTCOME_UNKNOWN and the child's turn is closed as interrupted — and
+// the parent continues.
+func TestSubagentCrashMidDelegation(t *testing.T) {
+	gw := &fakes.Gateway{}
+	b := brainOn(gw)
+	b.on("delegate then crash", calls(fakes.Call{ID: "c1", Name: "subagent", Args: `{"description":"deep","prompt":"deep work"}`}))
+	b.on("deep work", fakes.Response{Chunks: fakes.TextBlock(0, "half")[:2], Block: true})
+	host := fakes.NewToolHost()
+	gwAddr := fakes.Serve(t, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
+	thAddr := fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })
+	dir := t.TempDir()
+	c := startChild(t, gwAddr, thAddr, dir, "sqlite")
+	ctx := t.Context()
+	if _, err := c.client.CreateSession(ctx, &agentv1.CreateSessionRequest{SessionId: "p",
+		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.client.Send(ctx, &agentv1.SendRequest{SessionId: "p", Content: []*llmv1.ContentBlock{session.Text("delegate then crash")}}); err != nil {
+		t.Fatal(err)
+	}
+	// The child's model call is open: its step is durable (checkpoint
+	// before each request), as are the parent's tool/call and subagent/start.
+	waitUntil(t, "the child's model call", func() bool { return len(b.requests("deep work")) == 1 })
+	c.kill(t)
+
+	c = startChild(t, gwAddr, thAddr, dir, "sqlite")
+	list, err := c.client.ListSessions(ctx, &agentv1.ListSessionsRequest{ParentSession: "p"})
+	if err != nil || len(list.GetSessions()) != 1 {
+		t.Fatalf("children after the crash: %v, %v", list, err)
+	}
+	childID := list.GetSessions()[0].GetHeader().GetId()
+	var out strings.Builder
+	for _, id := range []string{"p", childID} {
+		evs := streamAll(t, c.client, id)
+		if err := session.CheckLog(evs); err != nil {
+			t.Fatalf("%s: invariants after repair: %v", id, err)
+		}
+		fmt.Fprintf(&out, "== %s\n%s", id, renderSubagent(evs))
+	}
+	got := strings.ReplaceAll(out.String(), childID, "CHILD")
+	goldenSub(t, "crash_mid_delegation", got)
+	if !strings.Contains(got, "code="+session.ToolOutcomeUnknownCode) || !strings.Contains(got, "TurnEndReason_Interrupted") {
+		t.Fatalf("want the parent's call unknown and the child's turn interrupted:\n%s", got)
+	}
+	// The parent resumes.
+	b.on("carry on", reply("resumed"))
+	if _, err := c.client.Send(ctx, &agentv1.SendRequest{SessionId: "p", Content: []*llmv1.ContentBlock{session.Text("carry on")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.client.WaitIdle(ctx, &agentv1.WaitIdleRequest{SessionId: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if evs := streamAll(t, c.client, "p"); !strings.Contains(renderSubagent(evs), `assistant/message "resumed"`) {
+		t.Fatalf("the parent did not resume:\n%s", renderSubagent(evs))
+	}
+}
