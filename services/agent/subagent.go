@@ -151,8 +151,9 @@ func (d delegation) Start(ctx context.Context, req subagent.Request) (subagent.C
 	start := &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_SubagentStart{SubagentStart: &sessionv1.SubagentStart{
 		ChildSession: h.GetId(), Description: req.Description, Mode: req.Mode, Background: req.Background,
 		ToolCallId: req.ToolCallID, Turn: req.Turn, TaskId: req.TaskID}}}
-	// Durable before the child runs: a crash leaves a parent that knows it.
-	if _, err := parent.agent.Record(ctx, subagentTrigger(), start); err != nil {
+	// Durable before the child runs: after a crash the parent's log names
+	// every child it started.
+	if err := parent.record(ctx, start, true); err != nil {
 		s.dropChild(context.WithoutCancel(ctx), child)
 		return nil, fmt.Errorf("record subagent/start: %w", err)
 	}
@@ -165,6 +166,24 @@ func (d delegation) Start(ctx context.Context, req subagent.Request) (subagent.C
 	}
 	s.log.Info("subagent started", "parent", ph.GetId(), "child", h.GetId(), "mode", req.Mode.String(), "depth", req.Depth)
 	return &childRun{l: child}, nil
+}
+
+// record appends a subagent event to the parent: into its open turn (the
+// delegating call's; made durable now when durable is set, otherwise with the
+// call's result), or, when the parent is idle (a background child ending),
+// as a zero-step turn made durable at once.
+func (l *liveSession) record(ctx context.Context, ev *sessionv1.SessionEvent, durable bool) error {
+	if _, open := l.log.OpenTurn(); open {
+		if _, err := l.log.Append(proto.CloneOf(ev)); err == nil {
+			if durable {
+				return l.flush(ctx)
+			}
+			return nil
+		}
+		// The turn closed meanwhile: record it in a turn of its own.
+	}
+	_, err := l.agent.Record(ctx, subagentTrigger(), ev)
+	return err
 }
 
 // forkPrefix is the parent's contiguous prefix up to and including its last
@@ -195,7 +214,7 @@ func (d delegation) End(ctx context.Context, req subagent.Request, c subagent.Ch
 	end := &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_SubagentEnd{SubagentEnd: &sessionv1.SubagentEnd{
 		ChildSession: c.ID(), Outcome: out.StopReason, Usage: out.Usage, Error: out.Error, ToolCallId: req.ToolCallID}}}
 	if parent, err := s.liveByID(req.ParentID); err == nil {
-		if _, err := parent.agent.Record(ctx, subagentTrigger(), end); err != nil && !errors.Is(err, loop.ErrDisposed) {
+		if err := parent.record(ctx, end, false); err != nil && !errors.Is(err, loop.ErrDisposed) {
 			s.log.Error("record subagent/end", "parent", req.ParentID, "child", c.ID(), "err", err)
 		}
 	}
