@@ -183,6 +183,8 @@ func (r *Renderer) Event(ev *sessionv1.SessionEvent) {
 		r.todos(p.TodoWrite)
 	case *sessionv1.SessionEvent_TurnEnd:
 		r.turnEnd(p.TurnEnd)
+	case *sessionv1.SessionEvent_SubagentStart, *sessionv1.SessionEvent_SubagentEnd:
+		r.subagent(ev) // subagent.go
 	case *sessionv1.SessionEvent_Extension:
 		r.line(r.style(sDim, "· "+session.TypeName(ev)))
 	}
