@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -432,5 +434,66 @@ func TestSubagentCrashMidDelegation(t *testing.T) {
 	}
 	if evs := streamAll(t, c.client, "p"); !strings.Contains(renderSubagent(evs), `assistant/message "resumed"`) {
 		t.Fatalf("the parent did not resume:\n%s", renderSubagent(evs))
+	}
+}
+
+// A child is of its parent's tenant, and another tenant can neither see it
+// nor find it through the parent filter (the attacker's view).
+func TestSubagentTenancy(t *testing.T) {
+	var n atomic.Int64
+	e := newEnvAuth(t, probeAuth(t), func(c *agent.Config) {
+		c.NewID = func() string { return fmt.Sprintf("child-%d", n.Add(1)) }
+	})
+	b := newBrain(e)
+	b.on("delegate", calls(fakes.Call{ID: "c1", Name: "subagent", Args: `{"description":"d","prompt":"tenant work"}`}), reply("done"))
+	b.on("tenant work", reply("acme answer"))
+	acme, beta := as(t.Context(), "acme"), as(t.Context(), "beta")
+	if _, err := e.client.CreateSession(acme, &agentv1.CreateSessionRequest{SessionId: "p",
+		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.Send(acme, &agentv1.SendRequest{SessionId: "p", Content: []*llmv1.ContentBlock{session.Text("delegate")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.WaitIdle(acme, &agentv1.WaitIdleRequest{SessionId: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.client.GetSession(acme, &agentv1.GetSessionRequest{SessionId: "child-1"})
+	if err != nil || got.GetSession().GetHeader().GetTenant() != "acme" || got.GetSession().GetHeader().GetParentSession() != "p" {
+		t.Fatalf("the child as acme sees it: %v, %v", got, err)
+	}
+	if _, err := e.client.GetSession(beta, &agentv1.GetSessionRequest{SessionId: "child-1"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("beta reading acme's child: %v, want NotFound", err)
+	}
+	list, err := e.client.ListSessions(beta, &agentv1.ListSessionsRequest{ParentSession: "p"})
+	if err != nil || len(list.GetSessions()) != 0 {
+		t.Fatalf("beta listing acme's children: %v, %v", list, err)
+	}
+	stream, err := e.client.StreamEvents(beta, &agentv1.StreamEventsRequest{SessionId: "child-1", NoFollow: true})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("beta streaming acme's child: %v, want NotFound", err)
+	}
+}
+
+// Shutting the agent down disposes a parent's running background child:
+// the child's turn is ended by the agent (not left for crash repair).
+func TestSubagentDisposeParentDisposesChildren(t *testing.T) {
+	e, b := newSubagentEnv(t, nil)
+	e.shutdown = time.Second
+	b.on("go", calls(fakes.Call{ID: "c1", Name: "subagent", Args: `{"description":"bg","prompt":"forever","run_in_background":true}`}),
+		reply("started it"))
+	b.on("forever", fakes.Response{Block: true})
+	e.create("p")
+	e.send("p", "go")
+	e.waitIdle("p")
+	waitFor(t, func() bool { return len(b.requests("forever")) == 1 })
+	e.restart()
+	evs := e.events("child-1")
+	end := evs[len(evs)-1].GetTurnEnd()
+	if end == nil || end.GetReason().GetDisposed() == nil {
+		t.Fatalf("the child's last event is %v; want a turn/end written at disposal, not by crash repair", evs[len(evs)-1])
 	}
 }
