@@ -88,17 +88,17 @@ func calls(cs ...fakes.Call) fakes.Response {
 
 // newSubagentEnv is an env with deterministic ids (child-1, child-2, ...)
 // and an echo tool.
-func newSubagentEnv(t *testing.T, mutate func(*agent.Config)) (*env, *brain) {
+func newSubagentEnv(t *testing.T, mutate func(*env)) (*env, *brain) {
 	t.Helper()
 	var n atomic.Int64
 	echo := fakes.Tool{Name: "echo", Run: func(_ context.Context, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
 		return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{fakes.TextContent("echo " + ex.GetArguments())}}
 	}}
-	e := newEnvWith(t, func(c *agent.Config) {
-		c.NewID = func() string { return fmt.Sprintf("child-%d", n.Add(1)) }
-		c.Now = func() time.Time { return time.UnixMilli(1_700_000_000_000) }
+	e := newEnvFull(t, func(e *env) {
+		e.cfg.NewID = func() string { return fmt.Sprintf("child-%d", n.Add(1)) }
+		e.cfg.Now = func() time.Time { return time.UnixMilli(1_700_000_000_000) }
 		if mutate != nil {
-			mutate(c)
+			mutate(e)
 		}
 	}, echo)
 	return e, newBrain(e)
@@ -217,7 +217,7 @@ func TestSubagentRefusals(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e, b := newSubagentEnv(t, func(cfg *agent.Config) { cfg.MaxSubagentDepth = c.depth })
+			e, b := newSubagentEnv(t, func(e *env) { e.cfg.MaxSubagentDepth = c.depth })
 			b.on("go", calls(fakes.Call{ID: "c1", Name: c.tool, Args: c.args}), reply("ok"))
 			e.create("p")
 			e.send("p", "go")
@@ -236,7 +236,7 @@ func TestSubagentRefusals(t *testing.T) {
 
 // A child at the deepest allowed level cannot delegate further.
 func TestSubagentDepthLimitNested(t *testing.T) {
-	e, b := newSubagentEnv(t, func(c *agent.Config) { c.MaxSubagentDepth = 1 })
+	e, b := newSubagentEnv(t, func(e *env) { e.cfg.MaxSubagentDepth = 1 })
 	b.on("go", calls(fakes.Call{ID: "c1", Name: "subagent", Args: `{"description":"d1","prompt":"level one"}`}), reply("parent done"))
 	b.on("level one", calls(fakes.Call{ID: "c2", Name: "subagent", Args: `{"description":"d2","prompt":"level two"}`}), reply("gave up"))
 	e.create("p")
@@ -481,8 +481,7 @@ func TestSubagentTenancy(t *testing.T) {
 // Shutting the agent down disposes a parent's running background child:
 // the child's turn is ended by the agent (not left for crash repair).
 func TestSubagentDisposeParentDisposesChildren(t *testing.T) {
-	e, b := newSubagentEnv(t, nil)
-	e.shutdown = time.Second
+	e, b := newSubagentEnv(t, func(e *env) { e.shutdown = time.Second })
 	b.on("go", calls(fakes.Call{ID: "c1", Name: "subagent", Args: `{"description":"bg","prompt":"forever","run_in_background":true}`}),
 		reply("started it"))
 	b.on("forever", fakes.Response{Block: true})
