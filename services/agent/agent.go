@@ -460,7 +460,9 @@ func (s *Service) load(ctx context.Context, id string) (*liveSession, error) {
 		return nil, fmt.Errorf("load session %s: stored log is invalid: %w", id, err)
 	}
 	s.log.Info("session loaded", "session", id, "events", len(evs))
-	return s.open(ctx, log, int64(len(evs)), "resume"), nil
+	l := s.open(ctx, log, int64(len(evs)), "resume")
+	l.closeOrphanedStarts(ctx) // subagent.go
+	return l, nil
 }
 
 func (s *Service) release(l *liveSession) {

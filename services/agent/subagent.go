@@ -350,3 +350,36 @@ func usageOf(evs []*sessionv1.SessionEvent) (own, children *llmv1.TokenUsage) {
 	}
 	return own, children
 }
+
+// closeOrphanedStarts pairs every subagent/start of a loaded log that has no
+// subagent/end (the agent stopped while the child ran: a crash, or a
+// shutdown that disposed the parent first) with a subagent/end "interrupted",
+// so the parent's log stays paired (§7.7) beside the repaired child.
+func (l *liveSession) closeOrphanedStarts(ctx context.Context) {
+	open := map[string]*sessionv1.SubagentStart{}
+	var order []string
+	for _, ev := range l.log.Events() {
+		if st := ev.GetSubagentStart(); st != nil {
+			open[st.GetChildSession()] = st
+			order = append(order, st.GetChildSession())
+		}
+		if en := ev.GetSubagentEnd(); en != nil {
+			delete(open, en.GetChildSession())
+		}
+	}
+	var ends []*sessionv1.SessionEvent
+	for _, id := range order {
+		if st, ok := open[id]; ok {
+			delete(open, id)
+			ends = append(ends, &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_SubagentEnd{SubagentEnd: &sessionv1.SubagentEnd{
+				ChildSession: id, Outcome: "interrupted", Usage: &llmv1.TokenUsage{}, ToolCallId: st.GetToolCallId(),
+				Error: "the agent stopped while the subagent ran"}}})
+		}
+	}
+	if len(ends) == 0 {
+		return
+	}
+	if _, err := l.agent.Record(ctx, subagentTrigger(), ends...); err != nil {
+		l.s.log.Error("close interrupted subagents", "session", l.id, "err", err)
+	}
+}
