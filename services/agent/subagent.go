@@ -129,9 +129,16 @@ func (d delegation) Start(ctx context.Context, req subagent.Request) (subagent.C
 	if req.OutputSchema != "" {
 		opts.SystemPrompt = joinNonEmpty(opts.GetSystemPrompt(), schemaPrompt)
 	}
+	// A child never sees more tools than its parent: without a filter of
+	// its own it inherits the parent's (a filter of its own was checked
+	// against the parent's tools).
+	tools := req.Tools
+	if len(tools) == 0 {
+		tools = ph.GetSubagent().GetTools()
+	}
 	h := &sessionv1.SessionHeader{Id: s.cfg.NewID(), CreatedAt: s.cfg.Now().UnixMilli(), Cwd: ph.GetCwd(),
 		ParentSession: ph.GetId(), DelegationDepth: req.Depth, Options: opts, Tenant: ph.GetTenant(),
-		Subagent: &sessionv1.SubagentSpec{Description: req.Description, Mode: req.Mode, Tools: req.Tools,
+		Subagent: &sessionv1.SubagentSpec{Description: req.Description, Mode: req.Mode, Tools: tools,
 			OutputSchema: req.OutputSchema, ToolCallId: req.ToolCallID}}
 	var seed []*sessionv1.SessionEvent
 	if req.Mode == sessionv1.SubagentMode_SUBAGENT_MODE_FORK {

@@ -498,3 +498,29 @@ func TestSubagentDisposeParentDisposesChildren(t *testing.T) {
 		t.Fatalf("the child's last event is %v; want a turn/end written at disposal, not by crash repair", evs[len(evs)-1])
 	}
 }
+
+// A restricted child cannot widen its tools by delegating without a filter:
+// the grandchild inherits the child's filter.
+func TestSubagentFilterIsInherited(t *testing.T) {
+	e, b := newSubagentEnv(t, nil)
+	b.on("go", calls(fakes.Call{ID: "c1", Name: "subagent", Args: `{"description":"d","prompt":"narrow","tools":["echo","subagent"]}`}), reply("done"))
+	b.on("narrow", calls(fakes.Call{ID: "c2", Name: "subagent", Args: `{"description":"d2","prompt":"grandchild"}`}), reply("narrow done"))
+	b.on("grandchild", calls(fakes.Call{ID: "c3", Name: "ask_user_question", Args: `{"questions":[{"id":"q","question":"?"}]}`}), reply("gc done"))
+	e.create("p")
+	e.send("p", "go")
+	e.waitIdle("p")
+	gc := e.waitIdle("child-2").GetHeader()
+	if got := gc.GetSubagent().GetTools(); len(got) != 2 || got[0] != "echo" || got[1] != "subagent" {
+		t.Fatalf("grandchild filter %v, want the child's [echo subagent]", got)
+	}
+	for _, r := range b.requests("grandchild") {
+		for _, tool := range r.GetTools() {
+			if tool.GetName() != "echo" && tool.GetName() != "subagent" {
+				t.Fatalf("the grandchild was offered %s", tool.GetName())
+			}
+		}
+	}
+	if got := renderSubagent(e.events("child-2")); !strings.Contains(got, "c3 error=true code=UNKNOWN_TOOL") {
+		t.Fatalf("the grandchild's call outside the filter ran:\n%s", got)
+	}
+}
