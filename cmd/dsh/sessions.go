@@ -100,6 +100,7 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 		if s.OpenTurn != nil {
 			fmt.Fprintf(out, "open turn: %d\n", s.GetOpenTurn())
 		}
+		showDelegation(out, s) // tree.go
 	case "events":
 		stream, err := c.StreamEvents(ctx, &agentv1.StreamEventsRequest{SessionId: id, FromSeq: *from, NoFollow: !*follow})
 		if err != nil {

@@ -76,3 +76,20 @@ func printTree(ctx context.Context, c agentv1.AgentServiceClient, out io.Writer,
 	}
 	return nil
 }
+
+// showDelegation adds a session's subagent facts to `dsh sessions show`:
+// what it was delegated, its running children and its token usage with
+// its children's.
+func showDelegation(out io.Writer, s *agentv1.Session) {
+	if sp := s.GetHeader().GetSubagent(); sp != nil {
+		fmt.Fprintf(out, "subagent: %s %q (depth %d)\n", strings.ToLower(strings.TrimPrefix(sp.GetMode().String(), "SUBAGENT_MODE_")),
+			sp.GetDescription(), s.GetHeader().GetDelegationDepth())
+	}
+	if kids := s.GetRunningChildren(); len(kids) > 0 {
+		fmt.Fprintf(out, "running children: %s\n", strings.Join(kids, ", "))
+	}
+	if u, c := s.GetUsage(), s.GetChildrenUsage(); u.GetInputTokens()+u.GetOutputTokens()+c.GetInputTokens()+c.GetOutputTokens() > 0 {
+		fmt.Fprintf(out, "tokens:   %d in / %d out; subagents %d in / %d out\n", u.GetInputTokens(), u.GetOutputTokens(),
+			c.GetInputTokens(), c.GetOutputTokens())
+	}
+}

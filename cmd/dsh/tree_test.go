@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 )
 
@@ -71,13 +72,25 @@ func TestSessionsTree(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
-	for _, tc := range []struct{ name, id string }{{"from_grandchild", "a1"}, {"from_root", "root"}} {
+	fake.sessions[0].RunningChildren = []string{"a"}
+	fake.sessions[0].Usage = &llmv1.TokenUsage{InputTokens: 100, OutputTokens: 10}
+	fake.sessions[0].ChildrenUsage = &llmv1.TokenUsage{InputTokens: 40, OutputTokens: 4}
+	fake.sessions[1].Header.DelegationDepth = 1
+	for _, tc := range []struct{ name, cmd, id, want string }{{"from_grandchild", "tree", "a1", ""}, {"from_root", "tree", "root", ""},
+		{"show_parent", "show", "root", "running children: a\ntokens:   100 in / 10 out; subagents 40 in / 4 out\n"},
+		{"show_child", "show", "a", "parent:   root\nsubagent: spawn \"find the bug\" (depth 1)\n"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			e := &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr,
-				args: []string{"sessions", "tree", "--addr", lis.Addr().String(), tc.id}, getenv: func(string) string { return "" }}
+				args: []string{"sessions", tc.cmd, "--addr", lis.Addr().String(), tc.id}, getenv: func(string) string { return "" }}
 			if code := exitCode(e, run(t.Context(), e)); code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			if tc.want != "" { // show: the creation time is local, so no golden file
+				if !strings.HasSuffix(stdout.String(), tc.want) {
+					t.Fatalf("show printed\n%s\nwant it to end with\n%s", stdout.String(), tc.want)
+				}
+				return
 			}
 			path := filepath.Join("testdata", "tree_"+tc.name+".txt")
 			if *updateTree {
