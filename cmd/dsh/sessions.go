@@ -18,7 +18,7 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 	if len(args) > 0 {
 		sub, args = args[0], args[1:]
 	}
-	fs := newFlags(e, "sessions "+sub, "sessions list|show ID|events ID|messages ID|fork ID [flags]")
+	fs := newFlags(e, "sessions "+sub, "sessions list|show ID|events ID|messages ID|fork ID|tree ID [flags]")
 	addr := fs.String("addr", envOr(e, "DSH_AGENT", defaultAgentAddr), "agent service address (env DSH_AGENT)")
 	cf := registerClientFlags(e, fs)
 	asJSON := fs.Bool("json", false, "print JSON, one object per line")
@@ -27,7 +27,7 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 	from := fs.Int64("from", 0, "events: first seq")
 	follow := fs.Bool("follow", false, "events: keep following live events")
 	switch sub {
-	case "list", "show", "events", "messages", "fork":
+	case "list", "show", "events", "messages", "fork", "tree":
 	case "", "-h", "--help", "help":
 		fs.Usage()
 		if sub == "" {
@@ -103,6 +103,7 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 		if s.OpenTurn != nil {
 			fmt.Fprintf(out, "open turn: %d\n", s.GetOpenTurn())
 		}
+		showDelegation(out, s) // tree.go
 	case "events":
 		stream, err := c.StreamEvents(ctx, &agentv1.StreamEventsRequest{SessionId: id, FromSeq: *from, NoFollow: !*follow})
 		if err != nil {
@@ -130,6 +131,8 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 			}
 			r.Event(resp.GetEvent())
 		}
+	case "tree":
+		return sessionsTree(ctx, c, out, id) // tree.go
 	case "messages":
 		resp, err := c.GetMessages(ctx, &agentv1.GetMessagesRequest{SessionId: id})
 		if err != nil {

@@ -40,6 +40,13 @@ const (
 	TypeSessionTitle     = "session/title"
 )
 
+// The stable type names of the subagent events (semantics.md §7.7): log-only,
+// inside the delegating parent's open turn, paired per child.
+const (
+	TypeSubagentStart = "subagent/start"
+	TypeSubagentEnd   = "subagent/end"
+)
+
 // Error names and codes of the synthetic tool results written by crash
 // repair (semantics.md §3.11).
 const (
@@ -60,6 +67,7 @@ var coreTypes = map[string]bool{
 	TypeApprovalAsked: true, TypeApprovalDecided: true, TypeQuestionAsked: true,
 	TypeQuestionAnswered: true, TypeSandboxMode: true, TypeApprovalPolicy: true,
 	TypeModelChanged: true, TypeSessionTitle: true,
+	TypeSubagentStart: true, TypeSubagentEnd: true,
 }
 
 // TypeName returns the event's stable type name ("turn/start", ...), the
@@ -110,6 +118,10 @@ func TypeName(ev *sessionv1.SessionEvent) string {
 		return TypeModelChanged
 	case *sessionv1.SessionEvent_SessionTitle:
 		return TypeSessionTitle
+	case *sessionv1.SessionEvent_SubagentStart:
+		return TypeSubagentStart
+	case *sessionv1.SessionEvent_SubagentEnd:
+		return TypeSubagentEnd
 	case *sessionv1.SessionEvent_Extension:
 		return p.Extension.GetType()
 	}

@@ -50,6 +50,7 @@ import (
 	"github.com/dsh-dev/dsh/services/agent/internal/approval"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
+	"github.com/dsh-dev/dsh/services/agent/internal/subagent"
 	"github.com/dsh-dev/dsh/services/agent/internal/title"
 	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
 )
@@ -108,6 +109,10 @@ type Config struct {
 	// on_request with no deployment rules (every call runs unless the
 	// session's own rules say otherwise) and no deadline.
 	Approval ApprovalConfig
+	// MaxSubagentDepth is the deepest delegation allowed (a top-level
+	// session is depth 0, its children 1); 0 takes
+	// subagent.DefaultMaxDepth, negative forbids delegation.
+	MaxSubagentDepth int32
 	// Now and NewID are injected for reproducible logs; defaults time.Now
 	// and random hex ids.
 	Now   func() time.Time
@@ -200,6 +205,11 @@ type Service struct {
 	stop    context.CancelFunc
 	budget  *loop.ProcessBudget
 	wg      sync.WaitGroup
+
+	// kids are the running subagent children by parent; sub serves the
+	// delegation tools (nil when the deployment wires none).
+	kids kids
+	sub  *subagent.Host
 }
 
 // New returns a service.
@@ -269,7 +279,7 @@ func (s *Service) open(ctx context.Context, log *session.Log, durable int64, sou
 	log.Observe(func(*sessionv1.SessionEvent) { l.notify() })
 	l.gate = approval.NewGate(s.appr, log, l.flush)
 	l.agent = loop.New(loop.Config{
-		LLM: s.deps.LLM, Tools: s.deps.Tools, Hooks: s.deps.Hooks, Prompt: s.deps.Prompt, Workspace: s.deps.Workspace,
+		LLM: s.deps.LLM, Tools: s.toolsFor(log.Header()), Hooks: s.deps.Hooks, Prompt: s.deps.Prompt, Workspace: s.deps.Workspace,
 		Flush: l.flush, MaxParallelToolCalls: s.cfg.MaxParallelToolCalls, Debug: s.cfg.Debug, Logger: s.log, Approval: l.gate,
 		Limits: loop.QueueLimits{MaxItems: s.cfg.MaxQueuedItems, MaxBytes: s.cfg.MaxQueuedBytes, Process: s.budget}, Sandbox: s.cfg.Sandbox,
 		OnStatus: func(st agentv1.AgentStatus) {
@@ -469,7 +479,9 @@ func (s *Service) load(ctx context.Context, id string) (*liveSession, error) {
 		return nil, fmt.Errorf("load session %s: stored log is invalid: %w", id, err)
 	}
 	s.log.Info("session loaded", "session", id, "events", len(evs))
-	return s.open(ctx, log, int64(len(evs)), "resume"), nil
+	l := s.open(ctx, log, int64(len(evs)), "resume")
+	l.closeOrphanedStarts(ctx) // subagent.go
+	return l, nil
 }
 
 func (s *Service) release(l *liveSession) {
@@ -529,11 +541,14 @@ func (s *Service) Unload(ctx context.Context, id string) bool {
 // with a log the store holds (a session with no events yet exists only in
 // memory: the store materialises a session at its first append).
 func (l *liveSession) unloadable() bool {
-	return l.agent.Quiescent() && l.log.Len() > 0 && l.durableSeq() == l.log.Len()
+	return l.agent.Quiescent() && l.log.Len() > 0 && l.durableSeq() == l.log.Len() && len(l.s.kids.of(l.id)) == 0
 }
 
 // retire disposes a live session's agent and flushes it.
 func (s *Service) retire(ctx context.Context, l *liveSession) {
+	if s.sub != nil {
+		s.sub.DisposeSession(ctx, l.id) // its background subagents first
+	}
 	l.stopTitle()
 	dropped, err := l.agent.Dispose(ctx)
 	if err != nil {
@@ -617,7 +632,8 @@ func (l *liveSession) durableSeq() int64 { return l.durable.Load() }
 func (l *liveSession) snapshot() *agentv1.Session {
 	set := l.log.Settings()
 	out := &agentv1.Session{Header: l.log.Header(), Status: l.agent.Status(), NextSeq: l.log.Len(), Queued: int32(l.agent.Queued()),
-		Title: set.Title, EffectiveOptions: set.Options}
+		Title: set.Title, EffectiveOptions: set.Options, RunningChildren: l.s.kids.of(l.id)}
+	out.Usage, out.ChildrenUsage = usageOf(l.log.Events())
 	if t, ok := l.log.OpenTurn(); ok {
 		out.OpenTurn = &t
 	}

@@ -175,6 +175,9 @@ func (s *Service) ListSessions(ctx context.Context, req *agentv1.ListSessionsReq
 		if tenant != anyTenant && auth.TenantOf(h.GetTenant()) != tenant {
 			continue
 		}
+		if p := req.GetParentSession(); p != "" && h.GetParentSession() != p {
+			continue
+		}
 		if after != "" && h.GetId() <= after {
 			continue
 		}

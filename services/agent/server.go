@@ -27,6 +27,7 @@ import (
 	"github.com/dsh-dev/dsh/services/agent/internal/gateway"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 	"github.com/dsh-dev/dsh/services/agent/internal/prompt"
+	"github.com/dsh-dev/dsh/services/agent/internal/subagent"
 	"github.com/dsh-dev/dsh/services/agent/internal/title"
 	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
 )
@@ -191,12 +192,15 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	}
 	// The agent-side tools are one more host of the same registry.
 	var svc *Service
+	// The delegation tools reach the service once it exists (no call can
+	// arrive before: the gRPC server starts after).
+	sub := subagent.NewHost(nil, subagentDepth(sc.Service.MaxSubagentDepth))
 	hosts := []toolpipe.Host{{Name: agenttools.HostName, Local: &agenttools.Host{Askers: func(id string) agenttools.Asker {
 		if svc == nil {
 			return nil
 		}
 		return svc.askerOf(id)
-	}}}}
+	}, Delegation: sub}}}
 	seen := map[string]bool{agenttools.HostName: true}
 	var wsHosts []prompt.Host
 	for _, th := range sc.Toolhosts {
@@ -287,6 +291,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	if rep != nil {
 		rep.svc.Store(svc)
 	}
+	svc.sub, sub.Sessions = sub, delegation{svc}
 	lis := sc.Listener
 	if lis == nil {
 		lis, err = net.Listen("tcp", sc.Listen)
@@ -367,4 +372,15 @@ func openStore(ctx context.Context, sc ServerConfig) (persistence.Store, error) 
 	default:
 		return nil, fmt.Errorf("unknown store %q: use sqlite, jsonl or postgres", sc.Store)
 	}
+}
+
+// subagentDepth maps Config.MaxSubagentDepth to the tools' limit.
+func subagentDepth(d int32) int32 {
+	switch {
+	case d == 0:
+		return subagent.DefaultMaxDepth
+	case d < 0:
+		return 0
+	}
+	return d
 }

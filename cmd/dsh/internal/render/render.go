@@ -185,6 +185,8 @@ func (r *Renderer) Event(ev *sessionv1.SessionEvent) {
 		r.turnEnd(p.TurnEnd)
 	case *sessionv1.SessionEvent_SessionTitle:
 		r.line(r.style(sDim, "· title: "+oneLine(p.SessionTitle.GetTitle(), 200)))
+	case *sessionv1.SessionEvent_SubagentStart, *sessionv1.SessionEvent_SubagentEnd:
+		r.subagent(ev) // subagent.go
 	case *sessionv1.SessionEvent_Extension:
 		r.line(r.style(sDim, "· "+session.TypeName(ev)))
 	}

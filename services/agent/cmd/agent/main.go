@@ -61,6 +61,7 @@ func run() error {
 	data := flag.String("data", env("DSH_DATA", "."), "data directory (env DSH_DATA)")
 	idle := flag.Duration("idle-unload", envDuration("DSH_IDLE_UNLOAD", 10*time.Minute), "unload sessions idle this long; 0 never (env DSH_IDLE_UNLOAD)")
 	parallel := flag.Int("max-parallel-tools", 10, "parallel-safe tool calls that may overlap")
+	subDepth := flag.Int("max-subagent-depth", envInt("DSH_MAX_SUBAGENT_DEPTH", 3), "deepest subagent delegation (a top-level session is 0, its children 1); 0 forbids delegation (env DSH_MAX_SUBAGENT_DEPTH)")
 	maxItems := flag.Int("max-queued", envInt("DSH_MAX_QUEUED", loop.DefaultMaxQueuedItems), "queued sends and steers one session holds; beyond it Send is RESOURCE_EXHAUSTED; -1 unbounded (env DSH_MAX_QUEUED)")
 	maxBytes := flag.Int64("max-queued-bytes", int64(envInt("DSH_MAX_QUEUED_BYTES", loop.DefaultMaxQueuedBytes)), "bytes of queued content one session holds; -1 unbounded (env DSH_MAX_QUEUED_BYTES)")
 	procItems := flag.Int("process-max-queued", envInt("DSH_PROCESS_MAX_QUEUED", 10000), "queued sends and steers of all sessions together; 0 unbounded (env DSH_PROCESS_MAX_QUEUED)")
@@ -114,7 +115,8 @@ func run() error {
 		ServerOptions: srvOpts, DialOptions: dialOpts,
 		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, PostgresDSN: *pgDSN, Advertise: *advertise, LeaseTTL: *leaseTTL, Synchronous: *sqliteSync,
 		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd, Approval: appr, Sandbox: sandbox,
-			MaxQueuedItems: *maxItems, MaxQueuedBytes: *maxBytes, ProcessMaxQueuedItems: *procItems, ProcessMaxQueuedBytes: *procBytes},
+			MaxQueuedItems: *maxItems, MaxQueuedBytes: *maxBytes, ProcessMaxQueuedItems: *procItems, ProcessMaxQueuedBytes: *procBytes,
+			MaxSubagentDepth: subagentDepthFlag(*subDepth)},
 		NATS: nc, AllowUnenforcedHosts: *allowUnenforced, PromptSections: *promptSections, TitleProvider: *titleProvider, TitleModel: *titleModel, NoTitles: *noTitles,
 	}
 	for _, h := range hookFlags {
@@ -180,4 +182,13 @@ func envDuration(k string, def time.Duration) time.Duration {
 		return time.Duration(n) * time.Second
 	}
 	return def
+}
+
+// subagentDepthFlag maps --max-subagent-depth (0 forbids) to
+// agent.Config.MaxSubagentDepth (0 is the default there, negative forbids).
+func subagentDepthFlag(d int) int32 {
+	if d <= 0 {
+		return -1
+	}
+	return int32(min(d, 1000))
 }

@@ -32,6 +32,16 @@ type Asker interface {
 // the session is not live).
 type Host struct {
 	Askers func(sessionID string) Asker
+	// Delegation serves the subagent tools (services/agent/internal/subagent);
+	// nil: none.
+	Delegation Delegation
+}
+
+// Delegation is a group of agent-side tools served by another package.
+type Delegation interface {
+	Tools() []*toolsv1.ToolDescriptor
+	Owns(name string) bool
+	Execute(ctx context.Context, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult
 }
 
 const askDescription = "Ask the user one or more questions and wait for the answers. Use it when a decision " +
@@ -51,14 +61,21 @@ const askParameters = `{"type":"object","properties":{"questions":{"type":"array
 
 // Tools lists the agent-side tools.
 func (h *Host) Tools() []*toolsv1.ToolDescriptor {
-	return []*toolsv1.ToolDescriptor{{
+	out := []*toolsv1.ToolDescriptor{{
 		Schema:      &llmv1.ToolSchema{Name: AskUserQuestion, Description: askDescription, Parameters: askParameters},
 		Concurrency: toolsv1.ConcurrencySafety_CONCURRENCY_SAFETY_UNSPECIFIED,
 	}}
+	if h.Delegation != nil {
+		out = append(out, h.Delegation.Tools()...)
+	}
+	return out
 }
 
 // Execute runs one call.
 func (h *Host) Execute(ctx context.Context, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+	if h.Delegation != nil && h.Delegation.Owns(ex.GetName()) {
+		return h.Delegation.Execute(ctx, ex)
+	}
 	if ex.GetName() != AskUserQuestion {
 		return errorResult("unknown tool: "+ex.GetName(), "ToolNotFoundError", "UNKNOWN_TOOL")
 	}

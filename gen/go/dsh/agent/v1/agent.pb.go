@@ -278,8 +278,15 @@ type Session struct {
 	// The effective settings after every logged change (session/model,
 	// approval/policy, sandbox/mode); the header keeps the creation options.
 	EffectiveOptions *v1.SessionOptions `protobuf:"bytes,8,opt,name=effective_options,json=effectiveOptions,proto3" json:"effective_options,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Ids of the subagent children currently running for this session.
+	RunningChildren []string `protobuf:"bytes,9,rep,name=running_children,json=runningChildren,proto3" json:"running_children,omitempty"`
+	// The session's own token usage, summed over its steps (live sessions).
+	Usage *v11.TokenUsage `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The usage of its subagent children (recursively), summed from their
+	// subagent/end events.
+	ChildrenUsage *v11.TokenUsage `protobuf:"bytes,11,opt,name=children_usage,json=childrenUsage,proto3" json:"children_usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
@@ -364,6 +371,27 @@ func (x *Session) GetTitle() string {
 func (x *Session) GetEffectiveOptions() *v1.SessionOptions {
 	if x != nil {
 		return x.EffectiveOptions
+	}
+	return nil
+}
+
+func (x *Session) GetRunningChildren() []string {
+	if x != nil {
+		return x.RunningChildren
+	}
+	return nil
+}
+
+func (x *Session) GetUsage() *v11.TokenUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *Session) GetChildrenUsage() *v11.TokenUsage {
+	if x != nil {
+		return x.ChildrenUsage
 	}
 	return nil
 }
@@ -684,7 +712,9 @@ type ListSessionsRequest struct {
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Tenant to list; only an admin may name another tenant than its own.
 	// Empty lists the caller's tenant.
-	Tenant        string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Lists only the children of this session (subagents and forks).
+	ParentSession string `protobuf:"bytes,4,opt,name=parent_session,json=parentSession,proto3" json:"parent_session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -736,6 +766,13 @@ func (x *ListSessionsRequest) GetPageToken() string {
 func (x *ListSessionsRequest) GetTenant() string {
 	if x != nil {
 		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ListSessionsRequest) GetParentSession() string {
+	if x != nil {
+		return x.ParentSession
 	}
 	return ""
 }
@@ -3739,7 +3776,7 @@ var File_dsh_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18dsh/agent/v1/agent.proto\x12\fdsh.agent.v1\x1a\x14dsh/llm/v1/llm.proto\x1a\x1cdsh/session/v1/session.proto\x1a\x18dsh/tools/v1/tools.proto\x1a google/protobuf/field_mask.proto\"\xf1\x02\n" +
+	"\x18dsh/agent/v1/agent.proto\x12\fdsh.agent.v1\x1a\x14dsh/llm/v1/llm.proto\x1a\x1cdsh/session/v1/session.proto\x1a\x18dsh/tools/v1/tools.proto\x1a google/protobuf/field_mask.proto\"\x89\x04\n" +
 	"\aSession\x125\n" +
 	"\x06header\x18\x01 \x01(\v2\x1d.dsh.session.v1.SessionHeaderR\x06header\x121\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x19.dsh.agent.v1.AgentStatusR\x06status\x12\x19\n" +
@@ -3748,7 +3785,11 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\x06queued\x18\x05 \x01(\x05R\x06queued\x126\n" +
 	"\apending\x18\x06 \x03(\v2\x1c.dsh.agent.v1.PendingRequestR\apending\x12\x14\n" +
 	"\x05title\x18\a \x01(\tR\x05title\x12K\n" +
-	"\x11effective_options\x18\b \x01(\v2\x1e.dsh.session.v1.SessionOptionsR\x10effectiveOptionsB\f\n" +
+	"\x11effective_options\x18\b \x01(\v2\x1e.dsh.session.v1.SessionOptionsR\x10effectiveOptions\x12)\n" +
+	"\x10running_children\x18\t \x03(\tR\x0frunningChildren\x12,\n" +
+	"\x05usage\x18\n" +
+	" \x01(\v2\x16.dsh.llm.v1.TokenUsageR\x05usage\x12=\n" +
+	"\x0echildren_usage\x18\v \x01(\v2\x16.dsh.llm.v1.TokenUsageR\rchildrenUsageB\f\n" +
 	"\n" +
 	"_open_turn\"\xb4\x01\n" +
 	"\x0ePendingRequest\x12\x0e\n" +
@@ -3768,12 +3809,13 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"E\n" +
 	"\x12GetSessionResponse\x12/\n" +
-	"\asession\x18\x01 \x01(\v2\x15.dsh.agent.v1.SessionR\asession\"i\n" +
+	"\asession\x18\x01 \x01(\v2\x15.dsh.agent.v1.SessionR\asession\"\x90\x01\n" +
 	"\x13ListSessionsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x16\n" +
-	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"q\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12%\n" +
+	"\x0eparent_session\x18\x04 \x01(\tR\rparentSession\"q\n" +
 	"\x14ListSessionsResponse\x121\n" +
 	"\bsessions\x18\x01 \x03(\v2\x15.dsh.agent.v1.SessionR\bsessions\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x92\x01\n" +
@@ -4088,127 +4130,130 @@ var file_dsh_agent_v1_agent_proto_goTypes = []any{
 	(*PromptSectionsResponse)(nil),   // 62: dsh.agent.v1.PromptSectionsResponse
 	(*v1.SessionHeader)(nil),         // 63: dsh.session.v1.SessionHeader
 	(*v1.SessionOptions)(nil),        // 64: dsh.session.v1.SessionOptions
-	(*v1.ApprovalAsked)(nil),         // 65: dsh.session.v1.ApprovalAsked
-	(*v1.QuestionAsked)(nil),         // 66: dsh.session.v1.QuestionAsked
-	(*v11.ContentBlock)(nil),         // 67: dsh.llm.v1.ContentBlock
-	(*v11.MessageSource)(nil),        // 68: dsh.llm.v1.MessageSource
-	(*v12.HookContext)(nil),          // 69: dsh.tools.v1.HookContext
-	(*v1.SessionEvent)(nil),          // 70: dsh.session.v1.SessionEvent
-	(*v11.Message)(nil),              // 71: dsh.llm.v1.Message
-	(*v1.QuestionAnswer)(nil),        // 72: dsh.session.v1.QuestionAnswer
-	(*fieldmaskpb.FieldMask)(nil),    // 73: google.protobuf.FieldMask
-	(*v12.ToolExecution)(nil),        // 74: dsh.tools.v1.ToolExecution
-	(*v11.LlmFailure)(nil),           // 75: dsh.llm.v1.LlmFailure
+	(*v11.TokenUsage)(nil),           // 65: dsh.llm.v1.TokenUsage
+	(*v1.ApprovalAsked)(nil),         // 66: dsh.session.v1.ApprovalAsked
+	(*v1.QuestionAsked)(nil),         // 67: dsh.session.v1.QuestionAsked
+	(*v11.ContentBlock)(nil),         // 68: dsh.llm.v1.ContentBlock
+	(*v11.MessageSource)(nil),        // 69: dsh.llm.v1.MessageSource
+	(*v12.HookContext)(nil),          // 70: dsh.tools.v1.HookContext
+	(*v1.SessionEvent)(nil),          // 71: dsh.session.v1.SessionEvent
+	(*v11.Message)(nil),              // 72: dsh.llm.v1.Message
+	(*v1.QuestionAnswer)(nil),        // 73: dsh.session.v1.QuestionAnswer
+	(*fieldmaskpb.FieldMask)(nil),    // 74: google.protobuf.FieldMask
+	(*v12.ToolExecution)(nil),        // 75: dsh.tools.v1.ToolExecution
+	(*v11.LlmFailure)(nil),           // 76: dsh.llm.v1.LlmFailure
 }
 var file_dsh_agent_v1_agent_proto_depIdxs = []int32{
 	63, // 0: dsh.agent.v1.Session.header:type_name -> dsh.session.v1.SessionHeader
 	0,  // 1: dsh.agent.v1.Session.status:type_name -> dsh.agent.v1.AgentStatus
 	5,  // 2: dsh.agent.v1.Session.pending:type_name -> dsh.agent.v1.PendingRequest
 	64, // 3: dsh.agent.v1.Session.effective_options:type_name -> dsh.session.v1.SessionOptions
-	65, // 4: dsh.agent.v1.PendingRequest.approval:type_name -> dsh.session.v1.ApprovalAsked
-	66, // 5: dsh.agent.v1.PendingRequest.question:type_name -> dsh.session.v1.QuestionAsked
-	64, // 6: dsh.agent.v1.CreateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
-	4,  // 7: dsh.agent.v1.CreateSessionResponse.session:type_name -> dsh.agent.v1.Session
-	4,  // 8: dsh.agent.v1.GetSessionResponse.session:type_name -> dsh.agent.v1.Session
-	4,  // 9: dsh.agent.v1.ListSessionsResponse.sessions:type_name -> dsh.agent.v1.Session
-	4,  // 10: dsh.agent.v1.ForkSessionResponse.session:type_name -> dsh.agent.v1.Session
-	67, // 11: dsh.agent.v1.SendRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	68, // 12: dsh.agent.v1.SendRequest.source:type_name -> dsh.llm.v1.MessageSource
-	69, // 13: dsh.agent.v1.SendRequest.contexts:type_name -> dsh.tools.v1.HookContext
-	0,  // 14: dsh.agent.v1.SendResponse.status:type_name -> dsh.agent.v1.AgentStatus
-	67, // 15: dsh.agent.v1.SteerRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	68, // 16: dsh.agent.v1.SteerRequest.source:type_name -> dsh.llm.v1.MessageSource
-	69, // 17: dsh.agent.v1.SteerRequest.contexts:type_name -> dsh.tools.v1.HookContext
-	0,  // 18: dsh.agent.v1.SteerResponse.status:type_name -> dsh.agent.v1.AgentStatus
-	67, // 19: dsh.agent.v1.InjectRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	68, // 20: dsh.agent.v1.InjectRequest.source:type_name -> dsh.llm.v1.MessageSource
-	1,  // 21: dsh.agent.v1.CancelRequest.cause:type_name -> dsh.agent.v1.CancelCause
-	4,  // 22: dsh.agent.v1.WaitIdleResponse.session:type_name -> dsh.agent.v1.Session
-	70, // 23: dsh.agent.v1.StreamEventsResponse.event:type_name -> dsh.session.v1.SessionEvent
-	71, // 24: dsh.agent.v1.GetMessagesResponse.messages:type_name -> dsh.llm.v1.Message
-	2,  // 25: dsh.agent.v1.ApprovalResponse.decision:type_name -> dsh.agent.v1.ApprovalDecision
-	72, // 26: dsh.agent.v1.QuestionResponse.answers:type_name -> dsh.session.v1.QuestionAnswer
-	28, // 27: dsh.agent.v1.RespondRequest.approval:type_name -> dsh.agent.v1.ApprovalResponse
-	29, // 28: dsh.agent.v1.RespondRequest.question:type_name -> dsh.agent.v1.QuestionResponse
-	64, // 29: dsh.agent.v1.UpdateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
-	73, // 30: dsh.agent.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
-	4,  // 31: dsh.agent.v1.UpdateSessionResponse.session:type_name -> dsh.agent.v1.Session
-	74, // 32: dsh.agent.v1.ApproveRequest.execution:type_name -> dsh.tools.v1.ToolExecution
-	3,  // 33: dsh.agent.v1.ApproveResponse.verdict:type_name -> dsh.agent.v1.ApproverVerdict
-	67, // 34: dsh.agent.v1.PromptAllow.content:type_name -> dsh.llm.v1.ContentBlock
-	69, // 35: dsh.agent.v1.PromptAllow.additional_contexts:type_name -> dsh.tools.v1.HookContext
-	36, // 36: dsh.agent.v1.PromptDecision.allow:type_name -> dsh.agent.v1.PromptAllow
-	37, // 37: dsh.agent.v1.PromptDecision.block:type_name -> dsh.agent.v1.PromptBlock
-	67, // 38: dsh.agent.v1.ContinueReason.content:type_name -> dsh.llm.v1.ContentBlock
-	68, // 39: dsh.agent.v1.ContinueReason.source:type_name -> dsh.llm.v1.MessageSource
-	39, // 40: dsh.agent.v1.ContinueTurn.reason:type_name -> dsh.agent.v1.ContinueReason
-	41, // 41: dsh.agent.v1.ContinuationDecision.stop:type_name -> dsh.agent.v1.StopTurn
-	40, // 42: dsh.agent.v1.ContinuationDecision.continue:type_name -> dsh.agent.v1.ContinueTurn
-	44, // 43: dsh.agent.v1.RequestErrorDecision.fail:type_name -> dsh.agent.v1.FailRequest
-	43, // 44: dsh.agent.v1.RequestErrorDecision.retry:type_name -> dsh.agent.v1.RetryRequest
-	67, // 45: dsh.agent.v1.PromptSubmitRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	68, // 46: dsh.agent.v1.PromptSubmitRequest.source:type_name -> dsh.llm.v1.MessageSource
-	38, // 47: dsh.agent.v1.PromptSubmitRequest.current:type_name -> dsh.agent.v1.PromptDecision
-	38, // 48: dsh.agent.v1.PromptSubmitResponse.decision:type_name -> dsh.agent.v1.PromptDecision
-	75, // 49: dsh.agent.v1.RequestErrorRequest.failure:type_name -> dsh.llm.v1.LlmFailure
-	75, // 50: dsh.agent.v1.RequestErrorRequest.prior_failures:type_name -> dsh.llm.v1.LlmFailure
-	45, // 51: dsh.agent.v1.RequestErrorResponse.decision:type_name -> dsh.agent.v1.RequestErrorDecision
-	42, // 52: dsh.agent.v1.TurnContinuationRequest.current:type_name -> dsh.agent.v1.ContinuationDecision
-	42, // 53: dsh.agent.v1.TurnContinuationResponse.decision:type_name -> dsh.agent.v1.ContinuationDecision
-	69, // 54: dsh.agent.v1.PreStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
-	69, // 55: dsh.agent.v1.PostStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
-	69, // 56: dsh.agent.v1.SessionStartResponse.contexts:type_name -> dsh.tools.v1.HookContext
-	60, // 57: dsh.agent.v1.PromptSectionsRequest.current:type_name -> dsh.agent.v1.PromptSection
-	60, // 58: dsh.agent.v1.PromptSectionsResponse.sections:type_name -> dsh.agent.v1.PromptSection
-	6,  // 59: dsh.agent.v1.AgentService.CreateSession:input_type -> dsh.agent.v1.CreateSessionRequest
-	8,  // 60: dsh.agent.v1.AgentService.GetSession:input_type -> dsh.agent.v1.GetSessionRequest
-	10, // 61: dsh.agent.v1.AgentService.ListSessions:input_type -> dsh.agent.v1.ListSessionsRequest
-	12, // 62: dsh.agent.v1.AgentService.ForkSession:input_type -> dsh.agent.v1.ForkSessionRequest
-	14, // 63: dsh.agent.v1.AgentService.Send:input_type -> dsh.agent.v1.SendRequest
-	16, // 64: dsh.agent.v1.AgentService.Steer:input_type -> dsh.agent.v1.SteerRequest
-	18, // 65: dsh.agent.v1.AgentService.Inject:input_type -> dsh.agent.v1.InjectRequest
-	20, // 66: dsh.agent.v1.AgentService.Cancel:input_type -> dsh.agent.v1.CancelRequest
-	22, // 67: dsh.agent.v1.AgentService.WaitIdle:input_type -> dsh.agent.v1.WaitIdleRequest
-	24, // 68: dsh.agent.v1.AgentService.StreamEvents:input_type -> dsh.agent.v1.StreamEventsRequest
-	26, // 69: dsh.agent.v1.AgentService.GetMessages:input_type -> dsh.agent.v1.GetMessagesRequest
-	30, // 70: dsh.agent.v1.AgentService.Respond:input_type -> dsh.agent.v1.RespondRequest
-	32, // 71: dsh.agent.v1.AgentService.UpdateSession:input_type -> dsh.agent.v1.UpdateSessionRequest
-	34, // 72: dsh.agent.v1.Approver.Approve:input_type -> dsh.agent.v1.ApproveRequest
-	46, // 73: dsh.agent.v1.AgentHooks.PromptSubmit:input_type -> dsh.agent.v1.PromptSubmitRequest
-	48, // 74: dsh.agent.v1.AgentHooks.RequestError:input_type -> dsh.agent.v1.RequestErrorRequest
-	50, // 75: dsh.agent.v1.AgentHooks.TurnContinuation:input_type -> dsh.agent.v1.TurnContinuationRequest
-	52, // 76: dsh.agent.v1.AgentHooks.TurnStop:input_type -> dsh.agent.v1.TurnStopRequest
-	54, // 77: dsh.agent.v1.AgentHooks.PreStep:input_type -> dsh.agent.v1.PreStepRequest
-	56, // 78: dsh.agent.v1.AgentHooks.PostStep:input_type -> dsh.agent.v1.PostStepRequest
-	58, // 79: dsh.agent.v1.AgentHooks.SessionStart:input_type -> dsh.agent.v1.SessionStartRequest
-	61, // 80: dsh.agent.v1.AgentHooks.PromptSections:input_type -> dsh.agent.v1.PromptSectionsRequest
-	7,  // 81: dsh.agent.v1.AgentService.CreateSession:output_type -> dsh.agent.v1.CreateSessionResponse
-	9,  // 82: dsh.agent.v1.AgentService.GetSession:output_type -> dsh.agent.v1.GetSessionResponse
-	11, // 83: dsh.agent.v1.AgentService.ListSessions:output_type -> dsh.agent.v1.ListSessionsResponse
-	13, // 84: dsh.agent.v1.AgentService.ForkSession:output_type -> dsh.agent.v1.ForkSessionResponse
-	15, // 85: dsh.agent.v1.AgentService.Send:output_type -> dsh.agent.v1.SendResponse
-	17, // 86: dsh.agent.v1.AgentService.Steer:output_type -> dsh.agent.v1.SteerResponse
-	19, // 87: dsh.agent.v1.AgentService.Inject:output_type -> dsh.agent.v1.InjectResponse
-	21, // 88: dsh.agent.v1.AgentService.Cancel:output_type -> dsh.agent.v1.CancelResponse
-	23, // 89: dsh.agent.v1.AgentService.WaitIdle:output_type -> dsh.agent.v1.WaitIdleResponse
-	25, // 90: dsh.agent.v1.AgentService.StreamEvents:output_type -> dsh.agent.v1.StreamEventsResponse
-	27, // 91: dsh.agent.v1.AgentService.GetMessages:output_type -> dsh.agent.v1.GetMessagesResponse
-	31, // 92: dsh.agent.v1.AgentService.Respond:output_type -> dsh.agent.v1.RespondResponse
-	33, // 93: dsh.agent.v1.AgentService.UpdateSession:output_type -> dsh.agent.v1.UpdateSessionResponse
-	35, // 94: dsh.agent.v1.Approver.Approve:output_type -> dsh.agent.v1.ApproveResponse
-	47, // 95: dsh.agent.v1.AgentHooks.PromptSubmit:output_type -> dsh.agent.v1.PromptSubmitResponse
-	49, // 96: dsh.agent.v1.AgentHooks.RequestError:output_type -> dsh.agent.v1.RequestErrorResponse
-	51, // 97: dsh.agent.v1.AgentHooks.TurnContinuation:output_type -> dsh.agent.v1.TurnContinuationResponse
-	53, // 98: dsh.agent.v1.AgentHooks.TurnStop:output_type -> dsh.agent.v1.TurnStopResponse
-	55, // 99: dsh.agent.v1.AgentHooks.PreStep:output_type -> dsh.agent.v1.PreStepResponse
-	57, // 100: dsh.agent.v1.AgentHooks.PostStep:output_type -> dsh.agent.v1.PostStepResponse
-	59, // 101: dsh.agent.v1.AgentHooks.SessionStart:output_type -> dsh.agent.v1.SessionStartResponse
-	62, // 102: dsh.agent.v1.AgentHooks.PromptSections:output_type -> dsh.agent.v1.PromptSectionsResponse
-	81, // [81:103] is the sub-list for method output_type
-	59, // [59:81] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	65, // 4: dsh.agent.v1.Session.usage:type_name -> dsh.llm.v1.TokenUsage
+	65, // 5: dsh.agent.v1.Session.children_usage:type_name -> dsh.llm.v1.TokenUsage
+	66, // 6: dsh.agent.v1.PendingRequest.approval:type_name -> dsh.session.v1.ApprovalAsked
+	67, // 7: dsh.agent.v1.PendingRequest.question:type_name -> dsh.session.v1.QuestionAsked
+	64, // 8: dsh.agent.v1.CreateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
+	4,  // 9: dsh.agent.v1.CreateSessionResponse.session:type_name -> dsh.agent.v1.Session
+	4,  // 10: dsh.agent.v1.GetSessionResponse.session:type_name -> dsh.agent.v1.Session
+	4,  // 11: dsh.agent.v1.ListSessionsResponse.sessions:type_name -> dsh.agent.v1.Session
+	4,  // 12: dsh.agent.v1.ForkSessionResponse.session:type_name -> dsh.agent.v1.Session
+	68, // 13: dsh.agent.v1.SendRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	69, // 14: dsh.agent.v1.SendRequest.source:type_name -> dsh.llm.v1.MessageSource
+	70, // 15: dsh.agent.v1.SendRequest.contexts:type_name -> dsh.tools.v1.HookContext
+	0,  // 16: dsh.agent.v1.SendResponse.status:type_name -> dsh.agent.v1.AgentStatus
+	68, // 17: dsh.agent.v1.SteerRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	69, // 18: dsh.agent.v1.SteerRequest.source:type_name -> dsh.llm.v1.MessageSource
+	70, // 19: dsh.agent.v1.SteerRequest.contexts:type_name -> dsh.tools.v1.HookContext
+	0,  // 20: dsh.agent.v1.SteerResponse.status:type_name -> dsh.agent.v1.AgentStatus
+	68, // 21: dsh.agent.v1.InjectRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	69, // 22: dsh.agent.v1.InjectRequest.source:type_name -> dsh.llm.v1.MessageSource
+	1,  // 23: dsh.agent.v1.CancelRequest.cause:type_name -> dsh.agent.v1.CancelCause
+	4,  // 24: dsh.agent.v1.WaitIdleResponse.session:type_name -> dsh.agent.v1.Session
+	71, // 25: dsh.agent.v1.StreamEventsResponse.event:type_name -> dsh.session.v1.SessionEvent
+	72, // 26: dsh.agent.v1.GetMessagesResponse.messages:type_name -> dsh.llm.v1.Message
+	2,  // 27: dsh.agent.v1.ApprovalResponse.decision:type_name -> dsh.agent.v1.ApprovalDecision
+	73, // 28: dsh.agent.v1.QuestionResponse.answers:type_name -> dsh.session.v1.QuestionAnswer
+	28, // 29: dsh.agent.v1.RespondRequest.approval:type_name -> dsh.agent.v1.ApprovalResponse
+	29, // 30: dsh.agent.v1.RespondRequest.question:type_name -> dsh.agent.v1.QuestionResponse
+	64, // 31: dsh.agent.v1.UpdateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
+	74, // 32: dsh.agent.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
+	4,  // 33: dsh.agent.v1.UpdateSessionResponse.session:type_name -> dsh.agent.v1.Session
+	75, // 34: dsh.agent.v1.ApproveRequest.execution:type_name -> dsh.tools.v1.ToolExecution
+	3,  // 35: dsh.agent.v1.ApproveResponse.verdict:type_name -> dsh.agent.v1.ApproverVerdict
+	68, // 36: dsh.agent.v1.PromptAllow.content:type_name -> dsh.llm.v1.ContentBlock
+	70, // 37: dsh.agent.v1.PromptAllow.additional_contexts:type_name -> dsh.tools.v1.HookContext
+	36, // 38: dsh.agent.v1.PromptDecision.allow:type_name -> dsh.agent.v1.PromptAllow
+	37, // 39: dsh.agent.v1.PromptDecision.block:type_name -> dsh.agent.v1.PromptBlock
+	68, // 40: dsh.agent.v1.ContinueReason.content:type_name -> dsh.llm.v1.ContentBlock
+	69, // 41: dsh.agent.v1.ContinueReason.source:type_name -> dsh.llm.v1.MessageSource
+	39, // 42: dsh.agent.v1.ContinueTurn.reason:type_name -> dsh.agent.v1.ContinueReason
+	41, // 43: dsh.agent.v1.ContinuationDecision.stop:type_name -> dsh.agent.v1.StopTurn
+	40, // 44: dsh.agent.v1.ContinuationDecision.continue:type_name -> dsh.agent.v1.ContinueTurn
+	44, // 45: dsh.agent.v1.RequestErrorDecision.fail:type_name -> dsh.agent.v1.FailRequest
+	43, // 46: dsh.agent.v1.RequestErrorDecision.retry:type_name -> dsh.agent.v1.RetryRequest
+	68, // 47: dsh.agent.v1.PromptSubmitRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	69, // 48: dsh.agent.v1.PromptSubmitRequest.source:type_name -> dsh.llm.v1.MessageSource
+	38, // 49: dsh.agent.v1.PromptSubmitRequest.current:type_name -> dsh.agent.v1.PromptDecision
+	38, // 50: dsh.agent.v1.PromptSubmitResponse.decision:type_name -> dsh.agent.v1.PromptDecision
+	76, // 51: dsh.agent.v1.RequestErrorRequest.failure:type_name -> dsh.llm.v1.LlmFailure
+	76, // 52: dsh.agent.v1.RequestErrorRequest.prior_failures:type_name -> dsh.llm.v1.LlmFailure
+	45, // 53: dsh.agent.v1.RequestErrorResponse.decision:type_name -> dsh.agent.v1.RequestErrorDecision
+	42, // 54: dsh.agent.v1.TurnContinuationRequest.current:type_name -> dsh.agent.v1.ContinuationDecision
+	42, // 55: dsh.agent.v1.TurnContinuationResponse.decision:type_name -> dsh.agent.v1.ContinuationDecision
+	70, // 56: dsh.agent.v1.PreStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
+	70, // 57: dsh.agent.v1.PostStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
+	70, // 58: dsh.agent.v1.SessionStartResponse.contexts:type_name -> dsh.tools.v1.HookContext
+	60, // 59: dsh.agent.v1.PromptSectionsRequest.current:type_name -> dsh.agent.v1.PromptSection
+	60, // 60: dsh.agent.v1.PromptSectionsResponse.sections:type_name -> dsh.agent.v1.PromptSection
+	6,  // 61: dsh.agent.v1.AgentService.CreateSession:input_type -> dsh.agent.v1.CreateSessionRequest
+	8,  // 62: dsh.agent.v1.AgentService.GetSession:input_type -> dsh.agent.v1.GetSessionRequest
+	10, // 63: dsh.agent.v1.AgentService.ListSessions:input_type -> dsh.agent.v1.ListSessionsRequest
+	12, // 64: dsh.agent.v1.AgentService.ForkSession:input_type -> dsh.agent.v1.ForkSessionRequest
+	14, // 65: dsh.agent.v1.AgentService.Send:input_type -> dsh.agent.v1.SendRequest
+	16, // 66: dsh.agent.v1.AgentService.Steer:input_type -> dsh.agent.v1.SteerRequest
+	18, // 67: dsh.agent.v1.AgentService.Inject:input_type -> dsh.agent.v1.InjectRequest
+	20, // 68: dsh.agent.v1.AgentService.Cancel:input_type -> dsh.agent.v1.CancelRequest
+	22, // 69: dsh.agent.v1.AgentService.WaitIdle:input_type -> dsh.agent.v1.WaitIdleRequest
+	24, // 70: dsh.agent.v1.AgentService.StreamEvents:input_type -> dsh.agent.v1.StreamEventsRequest
+	26, // 71: dsh.agent.v1.AgentService.GetMessages:input_type -> dsh.agent.v1.GetMessagesRequest
+	30, // 72: dsh.agent.v1.AgentService.Respond:input_type -> dsh.agent.v1.RespondRequest
+	32, // 73: dsh.agent.v1.AgentService.UpdateSession:input_type -> dsh.agent.v1.UpdateSessionRequest
+	34, // 74: dsh.agent.v1.Approver.Approve:input_type -> dsh.agent.v1.ApproveRequest
+	46, // 75: dsh.agent.v1.AgentHooks.PromptSubmit:input_type -> dsh.agent.v1.PromptSubmitRequest
+	48, // 76: dsh.agent.v1.AgentHooks.RequestError:input_type -> dsh.agent.v1.RequestErrorRequest
+	50, // 77: dsh.agent.v1.AgentHooks.TurnContinuation:input_type -> dsh.agent.v1.TurnContinuationRequest
+	52, // 78: dsh.agent.v1.AgentHooks.TurnStop:input_type -> dsh.agent.v1.TurnStopRequest
+	54, // 79: dsh.agent.v1.AgentHooks.PreStep:input_type -> dsh.agent.v1.PreStepRequest
+	56, // 80: dsh.agent.v1.AgentHooks.PostStep:input_type -> dsh.agent.v1.PostStepRequest
+	58, // 81: dsh.agent.v1.AgentHooks.SessionStart:input_type -> dsh.agent.v1.SessionStartRequest
+	61, // 82: dsh.agent.v1.AgentHooks.PromptSections:input_type -> dsh.agent.v1.PromptSectionsRequest
+	7,  // 83: dsh.agent.v1.AgentService.CreateSession:output_type -> dsh.agent.v1.CreateSessionResponse
+	9,  // 84: dsh.agent.v1.AgentService.GetSession:output_type -> dsh.agent.v1.GetSessionResponse
+	11, // 85: dsh.agent.v1.AgentService.ListSessions:output_type -> dsh.agent.v1.ListSessionsResponse
+	13, // 86: dsh.agent.v1.AgentService.ForkSession:output_type -> dsh.agent.v1.ForkSessionResponse
+	15, // 87: dsh.agent.v1.AgentService.Send:output_type -> dsh.agent.v1.SendResponse
+	17, // 88: dsh.agent.v1.AgentService.Steer:output_type -> dsh.agent.v1.SteerResponse
+	19, // 89: dsh.agent.v1.AgentService.Inject:output_type -> dsh.agent.v1.InjectResponse
+	21, // 90: dsh.agent.v1.AgentService.Cancel:output_type -> dsh.agent.v1.CancelResponse
+	23, // 91: dsh.agent.v1.AgentService.WaitIdle:output_type -> dsh.agent.v1.WaitIdleResponse
+	25, // 92: dsh.agent.v1.AgentService.StreamEvents:output_type -> dsh.agent.v1.StreamEventsResponse
+	27, // 93: dsh.agent.v1.AgentService.GetMessages:output_type -> dsh.agent.v1.GetMessagesResponse
+	31, // 94: dsh.agent.v1.AgentService.Respond:output_type -> dsh.agent.v1.RespondResponse
+	33, // 95: dsh.agent.v1.AgentService.UpdateSession:output_type -> dsh.agent.v1.UpdateSessionResponse
+	35, // 96: dsh.agent.v1.Approver.Approve:output_type -> dsh.agent.v1.ApproveResponse
+	47, // 97: dsh.agent.v1.AgentHooks.PromptSubmit:output_type -> dsh.agent.v1.PromptSubmitResponse
+	49, // 98: dsh.agent.v1.AgentHooks.RequestError:output_type -> dsh.agent.v1.RequestErrorResponse
+	51, // 99: dsh.agent.v1.AgentHooks.TurnContinuation:output_type -> dsh.agent.v1.TurnContinuationResponse
+	53, // 100: dsh.agent.v1.AgentHooks.TurnStop:output_type -> dsh.agent.v1.TurnStopResponse
+	55, // 101: dsh.agent.v1.AgentHooks.PreStep:output_type -> dsh.agent.v1.PreStepResponse
+	57, // 102: dsh.agent.v1.AgentHooks.PostStep:output_type -> dsh.agent.v1.PostStepResponse
+	59, // 103: dsh.agent.v1.AgentHooks.SessionStart:output_type -> dsh.agent.v1.SessionStartResponse
+	62, // 104: dsh.agent.v1.AgentHooks.PromptSections:output_type -> dsh.agent.v1.PromptSectionsResponse
+	83, // [83:105] is the sub-list for method output_type
+	61, // [61:83] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_dsh_agent_v1_agent_proto_init() }

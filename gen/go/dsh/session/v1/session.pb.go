@@ -322,6 +322,59 @@ func (ApprovalOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{4}
 }
 
+// SubagentMode is how a subagent's child session starts (semantics.md §7.7).
+type SubagentMode int32
+
+const (
+	// Unset.
+	SubagentMode_SUBAGENT_MODE_UNSPECIFIED SubagentMode = 0
+	// A fresh child: no inherited context.
+	SubagentMode_SUBAGENT_MODE_SPAWN SubagentMode = 1
+	// Seeded with the parent's prefix up to and including its last turn/end.
+	SubagentMode_SUBAGENT_MODE_FORK SubagentMode = 2
+)
+
+// Enum value maps for SubagentMode.
+var (
+	SubagentMode_name = map[int32]string{
+		0: "SUBAGENT_MODE_UNSPECIFIED",
+		1: "SUBAGENT_MODE_SPAWN",
+		2: "SUBAGENT_MODE_FORK",
+	}
+	SubagentMode_value = map[string]int32{
+		"SUBAGENT_MODE_UNSPECIFIED": 0,
+		"SUBAGENT_MODE_SPAWN":       1,
+		"SUBAGENT_MODE_FORK":        2,
+	}
+)
+
+func (x SubagentMode) Enum() *SubagentMode {
+	p := new(SubagentMode)
+	*p = x
+	return p
+}
+
+func (x SubagentMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SubagentMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_dsh_session_v1_session_proto_enumTypes[5].Descriptor()
+}
+
+func (SubagentMode) Type() protoreflect.EnumType {
+	return &file_dsh_session_v1_session_proto_enumTypes[5]
+}
+
+func (x SubagentMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SubagentMode.Descriptor instead.
+func (SubagentMode) EnumDescriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{5}
+}
+
 // SurfaceAppend pushes the event onto the model-visible surface.
 type SurfaceAppend struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2451,6 +2504,8 @@ type SessionEvent struct {
 	//	*SessionEvent_ApprovalPolicy
 	//	*SessionEvent_ModelChanged
 	//	*SessionEvent_SessionTitle
+	//	*SessionEvent_SubagentStart
+	//	*SessionEvent_SubagentEnd
 	//	*SessionEvent_Extension
 	Payload       isSessionEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
@@ -2720,6 +2775,24 @@ func (x *SessionEvent) GetSessionTitle() *SessionTitle {
 	return nil
 }
 
+func (x *SessionEvent) GetSubagentStart() *SubagentStart {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_SubagentStart); ok {
+			return x.SubagentStart
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetSubagentEnd() *SubagentEnd {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_SubagentEnd); ok {
+			return x.SubagentEnd
+		}
+	}
+	return nil
+}
+
 func (x *SessionEvent) GetExtension() *v1.Extension {
 	if x != nil {
 		if x, ok := x.Payload.(*SessionEvent_Extension); ok {
@@ -2843,6 +2916,16 @@ type SessionEvent_SessionTitle struct {
 	SessionTitle *SessionTitle `protobuf:"bytes,31,opt,name=session_title,json=sessionTitle,proto3,oneof"`
 }
 
+type SessionEvent_SubagentStart struct {
+	// "subagent/start".
+	SubagentStart *SubagentStart `protobuf:"bytes,32,opt,name=subagent_start,json=subagentStart,proto3,oneof"`
+}
+
+type SessionEvent_SubagentEnd struct {
+	// "subagent/end".
+	SubagentEnd *SubagentEnd `protobuf:"bytes,33,opt,name=subagent_end,json=subagentEnd,proto3,oneof"`
+}
+
 type SessionEvent_Extension struct {
 	// A plugin event such as "approval/asked" or "llm/retry"; its type is the
 	// extension's type and its data the extension's JSON.
@@ -2892,6 +2975,10 @@ func (*SessionEvent_ApprovalPolicy) isSessionEvent_Payload() {}
 func (*SessionEvent_ModelChanged) isSessionEvent_Payload() {}
 
 func (*SessionEvent_SessionTitle) isSessionEvent_Payload() {}
+
+func (*SessionEvent_SubagentStart) isSessionEvent_Payload() {}
+
+func (*SessionEvent_SubagentEnd) isSessionEvent_Payload() {}
 
 func (*SessionEvent_Extension) isSessionEvent_Payload() {}
 
@@ -3735,6 +3822,273 @@ func (x *SessionTitle) GetSource() string {
 	return ""
 }
 
+// SubagentStart ("subagent/start", log-only) records, inside the parent's
+// open turn, that a tool call started a child session.
+type SubagentStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The child session id.
+	ChildSession string `protobuf:"bytes,1,opt,name=child_session,json=childSession,proto3" json:"child_session,omitempty"`
+	// The model's short description of the delegated task.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// Spawn or fork.
+	Mode SubagentMode `protobuf:"varint,3,opt,name=mode,proto3,enum=dsh.session.v1.SubagentMode" json:"mode,omitempty"`
+	// Whether the child runs as a background task.
+	Background bool `protobuf:"varint,4,opt,name=background,proto3" json:"background,omitempty"`
+	// The parent's tool call that started it.
+	ToolCallId string `protobuf:"bytes,5,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// The parent's turn.
+	Turn int32 `protobuf:"varint,6,opt,name=turn,proto3" json:"turn,omitempty"`
+	// The background task id ("subagent-N"); empty in the foreground.
+	TaskId        string `protobuf:"bytes,7,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubagentStart) Reset() {
+	*x = SubagentStart{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubagentStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubagentStart) ProtoMessage() {}
+
+func (x *SubagentStart) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubagentStart.ProtoReflect.Descriptor instead.
+func (*SubagentStart) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SubagentStart) GetChildSession() string {
+	if x != nil {
+		return x.ChildSession
+	}
+	return ""
+}
+
+func (x *SubagentStart) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *SubagentStart) GetMode() SubagentMode {
+	if x != nil {
+		return x.Mode
+	}
+	return SubagentMode_SUBAGENT_MODE_UNSPECIFIED
+}
+
+func (x *SubagentStart) GetBackground() bool {
+	if x != nil {
+		return x.Background
+	}
+	return false
+}
+
+func (x *SubagentStart) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *SubagentStart) GetTurn() int32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+func (x *SubagentStart) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+// SubagentEnd ("subagent/end", log-only) records how a child started by
+// subagent/start ended.
+type SubagentEnd struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The child session id.
+	ChildSession string `protobuf:"bytes,1,opt,name=child_session,json=childSession,proto3" json:"child_session,omitempty"`
+	// "completed", "aborted", "error", "max-tokens", "refusal", "disposed",
+	// "interrupted", "killed".
+	Outcome string `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// The child's token usage summed over its steps.
+	Usage *v1.TokenUsage `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The error, when the child did not complete.
+	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// The parent's tool call that started it.
+	ToolCallId    string `protobuf:"bytes,5,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubagentEnd) Reset() {
+	*x = SubagentEnd{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubagentEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubagentEnd) ProtoMessage() {}
+
+func (x *SubagentEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubagentEnd.ProtoReflect.Descriptor instead.
+func (*SubagentEnd) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *SubagentEnd) GetChildSession() string {
+	if x != nil {
+		return x.ChildSession
+	}
+	return ""
+}
+
+func (x *SubagentEnd) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *SubagentEnd) GetUsage() *v1.TokenUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *SubagentEnd) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *SubagentEnd) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+// SubagentSpec is a child session's delegation settings, fixed at creation.
+type SubagentSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model's short description of the delegated task.
+	Description string `protobuf:"bytes,1,opt,name=description,proto3" json:"description,omitempty"`
+	// Spawn or fork.
+	Mode SubagentMode `protobuf:"varint,2,opt,name=mode,proto3,enum=dsh.session.v1.SubagentMode" json:"mode,omitempty"`
+	// Tool allow-list by name; empty means every tool the session sees.
+	Tools []string `protobuf:"bytes,3,rep,name=tools,proto3" json:"tools,omitempty"`
+	// The output schema (JSON, the semantics.md §6.8 subset); empty: none.
+	OutputSchema string `protobuf:"bytes,4,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	// The parent's tool call that created the child.
+	ToolCallId    string `protobuf:"bytes,5,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubagentSpec) Reset() {
+	*x = SubagentSpec{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubagentSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubagentSpec) ProtoMessage() {}
+
+func (x *SubagentSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubagentSpec.ProtoReflect.Descriptor instead.
+func (*SubagentSpec) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *SubagentSpec) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *SubagentSpec) GetMode() SubagentMode {
+	if x != nil {
+		return x.Mode
+	}
+	return SubagentMode_SUBAGENT_MODE_UNSPECIFIED
+}
+
+func (x *SubagentSpec) GetTools() []string {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *SubagentSpec) GetOutputSchema() string {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return ""
+}
+
+func (x *SubagentSpec) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
 // SessionOptions are the agent options a session was created with; they seed
 // every loop instance that runs the session, including after a resume.
 type SessionOptions struct {
@@ -3767,7 +4121,7 @@ type SessionOptions struct {
 
 func (x *SessionOptions) Reset() {
 	*x = SessionOptions{}
-	mi := &file_dsh_session_v1_session_proto_msgTypes[46]
+	mi := &file_dsh_session_v1_session_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +4133,7 @@ func (x *SessionOptions) String() string {
 func (*SessionOptions) ProtoMessage() {}
 
 func (x *SessionOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_session_v1_session_proto_msgTypes[46]
+	mi := &file_dsh_session_v1_session_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +4146,7 @@ func (x *SessionOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOptions.ProtoReflect.Descriptor instead.
 func (*SessionOptions) Descriptor() ([]byte, []int) {
-	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{46}
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SessionOptions) GetProvider() string {
@@ -3893,14 +4247,16 @@ type SessionHeader struct {
 	Options *SessionOptions `protobuf:"bytes,8,opt,name=options,proto3" json:"options,omitempty"`
 	// Tenant that owns the session, set from the creating principal (or
 	// inherited by forks and subagents); never changes. "default" without auth.
-	Tenant        string `protobuf:"bytes,9,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,9,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Set on a subagent's child session: its delegation settings.
+	Subagent      *SubagentSpec `protobuf:"bytes,10,opt,name=subagent,proto3" json:"subagent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionHeader) Reset() {
 	*x = SessionHeader{}
-	mi := &file_dsh_session_v1_session_proto_msgTypes[47]
+	mi := &file_dsh_session_v1_session_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3912,7 +4268,7 @@ func (x *SessionHeader) String() string {
 func (*SessionHeader) ProtoMessage() {}
 
 func (x *SessionHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_session_v1_session_proto_msgTypes[47]
+	mi := &file_dsh_session_v1_session_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3925,7 +4281,7 @@ func (x *SessionHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionHeader.ProtoReflect.Descriptor instead.
 func (*SessionHeader) Descriptor() ([]byte, []int) {
-	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{47}
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SessionHeader) GetVersion() int32 {
@@ -3989,6 +4345,13 @@ func (x *SessionHeader) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *SessionHeader) GetSubagent() *SubagentSpec {
+	if x != nil {
+		return x.Subagent
+	}
+	return nil
 }
 
 var File_dsh_session_v1_session_proto protoreflect.FileDescriptor
@@ -4119,7 +4482,7 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\a_system\"z\n" +
 	"\rRequestHeader\x123\n" +
 	"\x06header\x18\x01 \x01(\v2\x1b.dsh.session.v1.EpochHeaderR\x06header\x124\n" +
-	"\x06reason\x18\x02 \x01(\x0e2\x1c.dsh.session.v1.HeaderReasonR\x06reason\"\xea\r\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x1c.dsh.session.v1.HeaderReasonR\x06reason\"\xf4\x0e\n" +
 	"\fSessionEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x12\n" +
 	"\x04time\x18\x02 \x01(\x03R\x04time\x12E\n" +
@@ -4152,7 +4515,9 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\fsandbox_mode\x18\x1c \x01(\v2\".dsh.session.v1.SandboxModeChangedH\x00R\vsandboxMode\x12P\n" +
 	"\x0fapproval_policy\x18\x1d \x01(\v2%.dsh.session.v1.ApprovalPolicyChangedH\x00R\x0eapprovalPolicy\x12C\n" +
 	"\rmodel_changed\x18\x1e \x01(\v2\x1c.dsh.session.v1.ModelChangedH\x00R\fmodelChanged\x12C\n" +
-	"\rsession_title\x18\x1f \x01(\v2\x1c.dsh.session.v1.SessionTitleH\x00R\fsessionTitle\x125\n" +
+	"\rsession_title\x18\x1f \x01(\v2\x1c.dsh.session.v1.SessionTitleH\x00R\fsessionTitle\x12F\n" +
+	"\x0esubagent_start\x18  \x01(\v2\x1d.dsh.session.v1.SubagentStartH\x00R\rsubagentStart\x12@\n" +
+	"\fsubagent_end\x18! \x01(\v2\x1b.dsh.session.v1.SubagentEndH\x00R\vsubagentEnd\x125\n" +
 	"\textension\x182 \x01(\v2\x15.dsh.llm.v1.ExtensionH\x00R\textensionB\t\n" +
 	"\apayload\"p\n" +
 	"\fApprovalRule\x12\x12\n" +
@@ -4213,7 +4578,32 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\x02by\x18\x03 \x01(\tR\x02by\"<\n" +
 	"\fSessionTitle\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x16\n" +
-	"\x06source\x18\x02 \x01(\tR\x06source\"\xe8\x03\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\"\xf7\x01\n" +
+	"\rSubagentStart\x12#\n" +
+	"\rchild_session\x18\x01 \x01(\tR\fchildSession\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x120\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x1c.dsh.session.v1.SubagentModeR\x04mode\x12\x1e\n" +
+	"\n" +
+	"background\x18\x04 \x01(\bR\n" +
+	"background\x12 \n" +
+	"\ftool_call_id\x18\x05 \x01(\tR\n" +
+	"toolCallId\x12\x12\n" +
+	"\x04turn\x18\x06 \x01(\x05R\x04turn\x12\x17\n" +
+	"\atask_id\x18\a \x01(\tR\x06taskId\"\xb2\x01\n" +
+	"\vSubagentEnd\x12#\n" +
+	"\rchild_session\x18\x01 \x01(\tR\fchildSession\x12\x18\n" +
+	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12,\n" +
+	"\x05usage\x18\x03 \x01(\v2\x16.dsh.llm.v1.TokenUsageR\x05usage\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12 \n" +
+	"\ftool_call_id\x18\x05 \x01(\tR\n" +
+	"toolCallId\"\xbf\x01\n" +
+	"\fSubagentSpec\x12 \n" +
+	"\vdescription\x18\x01 \x01(\tR\vdescription\x120\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x1c.dsh.session.v1.SubagentModeR\x04mode\x12\x14\n" +
+	"\x05tools\x18\x03 \x03(\tR\x05tools\x12#\n" +
+	"\routput_schema\x18\x04 \x01(\tR\foutputSchema\x12 \n" +
+	"\ftool_call_id\x18\x05 \x01(\tR\n" +
+	"toolCallId\"\xe8\x03\n" +
 	"\x0eSessionOptions\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12%\n" +
@@ -4229,7 +4619,7 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	" \x01(\x0e2\x1e.dsh.session.v1.ApprovalPolicyR\bapproval\x12C\n" +
 	"\x0eapproval_rules\x18\v \x03(\v2\x1c.dsh.session.v1.ApprovalRuleR\rapprovalRulesB\x0e\n" +
 	"\f_temperatureB\r\n" +
-	"\v_max_tokens\"\xc4\x02\n" +
+	"\v_max_tokens\"\xfe\x02\n" +
 	"\rSessionHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
@@ -4241,7 +4631,9 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"seedLength\x88\x01\x01\x12)\n" +
 	"\x10delegation_depth\x18\a \x01(\x05R\x0fdelegationDepth\x128\n" +
 	"\aoptions\x18\b \x01(\v2\x1e.dsh.session.v1.SessionOptionsR\aoptions\x12\x16\n" +
-	"\x06tenant\x18\t \x01(\tR\x06tenantB\x0e\n" +
+	"\x06tenant\x18\t \x01(\tR\x06tenant\x128\n" +
+	"\bsubagent\x18\n" +
+	" \x01(\v2\x1c.dsh.session.v1.SubagentSpecR\bsubagentB\x0e\n" +
 	"\f_seed_length*z\n" +
 	"\n" +
 	"TodoStatus\x12\x1b\n" +
@@ -4271,7 +4663,11 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"$APPROVAL_OUTCOME_ALLOWED_FOR_SESSION\x10\x02\x12\x1d\n" +
 	"\x19APPROVAL_OUTCOME_REJECTED\x10\x03\x12\x1e\n" +
 	"\x1aAPPROVAL_OUTCOME_CANCELLED\x10\x04\x12 \n" +
-	"\x1cAPPROVAL_OUTCOME_UNAVAILABLE\x10\x05B\xb4\x01\n" +
+	"\x1cAPPROVAL_OUTCOME_UNAVAILABLE\x10\x05*^\n" +
+	"\fSubagentMode\x12\x1d\n" +
+	"\x19SUBAGENT_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13SUBAGENT_MODE_SPAWN\x10\x01\x12\x16\n" +
+	"\x12SUBAGENT_MODE_FORK\x10\x02B\xb4\x01\n" +
 	"\x12com.dsh.session.v1B\fSessionProtoP\x01Z6github.com/dsh-dev/dsh/gen/go/dsh/session/v1;sessionv1\xa2\x02\x03DSX\xaa\x02\x0eDsh.Session.V1\xca\x02\x0eDsh\\Session\\V1\xe2\x02\x1aDsh\\Session\\V1\\GPBMetadata\xea\x02\x10Dsh::Session::V1b\x06proto3"
 
 var (
@@ -4286,168 +4682,178 @@ func file_dsh_session_v1_session_proto_rawDescGZIP() []byte {
 	return file_dsh_session_v1_session_proto_rawDescData
 }
 
-var file_dsh_session_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_dsh_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_dsh_session_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_dsh_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_dsh_session_v1_session_proto_goTypes = []any{
 	(TodoStatus)(0),                // 0: dsh.session.v1.TodoStatus
 	(HeaderReason)(0),              // 1: dsh.session.v1.HeaderReason
 	(ApprovalPolicy)(0),            // 2: dsh.session.v1.ApprovalPolicy
 	(RuleAction)(0),                // 3: dsh.session.v1.RuleAction
 	(ApprovalOutcome)(0),           // 4: dsh.session.v1.ApprovalOutcome
-	(*SurfaceAppend)(nil),          // 5: dsh.session.v1.SurfaceAppend
-	(*SurfaceReplace)(nil),         // 6: dsh.session.v1.SurfaceReplace
-	(*SurfaceOp)(nil),              // 7: dsh.session.v1.SurfaceOp
-	(*EventSeqs)(nil),              // 8: dsh.session.v1.EventSeqs
-	(*TriggerMessage)(nil),         // 9: dsh.session.v1.TriggerMessage
-	(*TriggerInjection)(nil),       // 10: dsh.session.v1.TriggerInjection
-	(*TurnTrigger)(nil),            // 11: dsh.session.v1.TurnTrigger
-	(*EndCompleted)(nil),           // 12: dsh.session.v1.EndCompleted
-	(*EndAborted)(nil),             // 13: dsh.session.v1.EndAborted
-	(*EndError)(nil),               // 14: dsh.session.v1.EndError
-	(*EndDisposed)(nil),            // 15: dsh.session.v1.EndDisposed
-	(*EndMaxTokens)(nil),           // 16: dsh.session.v1.EndMaxTokens
-	(*EndRejected)(nil),            // 17: dsh.session.v1.EndRejected
-	(*EndInterrupted)(nil),         // 18: dsh.session.v1.EndInterrupted
-	(*TurnEndReason)(nil),          // 19: dsh.session.v1.TurnEndReason
-	(*PromptPrefixContext)(nil),    // 20: dsh.session.v1.PromptPrefixContext
-	(*PromptEnvelope)(nil),         // 21: dsh.session.v1.PromptEnvelope
-	(*TurnStart)(nil),              // 22: dsh.session.v1.TurnStart
-	(*TurnEnd)(nil),                // 23: dsh.session.v1.TurnEnd
-	(*StepStart)(nil),              // 24: dsh.session.v1.StepStart
-	(*StepEnd)(nil),                // 25: dsh.session.v1.StepEnd
-	(*UserMessage)(nil),            // 26: dsh.session.v1.UserMessage
-	(*PromptBlocked)(nil),          // 27: dsh.session.v1.PromptBlocked
-	(*ContextMessage)(nil),         // 28: dsh.session.v1.ContextMessage
-	(*AssistantChunk)(nil),         // 29: dsh.session.v1.AssistantChunk
-	(*AssistantMessage)(nil),       // 30: dsh.session.v1.AssistantMessage
-	(*ToolCall)(nil),               // 31: dsh.session.v1.ToolCall
-	(*ToolResult)(nil),             // 32: dsh.session.v1.ToolResult
-	(*SteeringMessage)(nil),        // 33: dsh.session.v1.SteeringMessage
-	(*TodoItem)(nil),               // 34: dsh.session.v1.TodoItem
-	(*TodoWrite)(nil),              // 35: dsh.session.v1.TodoWrite
-	(*EpochHeader)(nil),            // 36: dsh.session.v1.EpochHeader
-	(*RequestHeader)(nil),          // 37: dsh.session.v1.RequestHeader
-	(*SessionEvent)(nil),           // 38: dsh.session.v1.SessionEvent
-	(*ApprovalRule)(nil),           // 39: dsh.session.v1.ApprovalRule
-	(*ApprovalAsked)(nil),          // 40: dsh.session.v1.ApprovalAsked
-	(*ApprovalDecided)(nil),        // 41: dsh.session.v1.ApprovalDecided
-	(*QuestionOption)(nil),         // 42: dsh.session.v1.QuestionOption
-	(*Question)(nil),               // 43: dsh.session.v1.Question
-	(*QuestionAnswer)(nil),         // 44: dsh.session.v1.QuestionAnswer
-	(*QuestionAsked)(nil),          // 45: dsh.session.v1.QuestionAsked
-	(*QuestionAnswered)(nil),       // 46: dsh.session.v1.QuestionAnswered
-	(*SandboxModeChanged)(nil),     // 47: dsh.session.v1.SandboxModeChanged
-	(*ApprovalPolicyChanged)(nil),  // 48: dsh.session.v1.ApprovalPolicyChanged
-	(*ModelChanged)(nil),           // 49: dsh.session.v1.ModelChanged
-	(*SessionTitle)(nil),           // 50: dsh.session.v1.SessionTitle
-	(*SessionOptions)(nil),         // 51: dsh.session.v1.SessionOptions
-	(*SessionHeader)(nil),          // 52: dsh.session.v1.SessionHeader
-	(*v1.MessageSource)(nil),       // 53: dsh.llm.v1.MessageSource
-	(*v1.Extension)(nil),           // 54: dsh.llm.v1.Extension
-	(*v1.LlmFailure)(nil),          // 55: dsh.llm.v1.LlmFailure
-	(*v1.ContentBlock)(nil),        // 56: dsh.llm.v1.ContentBlock
-	(*v1.StreamChunk)(nil),         // 57: dsh.llm.v1.StreamChunk
-	(*v1.AssistantProvenance)(nil), // 58: dsh.llm.v1.AssistantProvenance
-	(*v1.TokenUsage)(nil),          // 59: dsh.llm.v1.TokenUsage
-	(*v11.ToolCallView)(nil),       // 60: dsh.tools.v1.ToolCallView
-	(*v11.ToolErrorInfo)(nil),      // 61: dsh.tools.v1.ToolErrorInfo
-	(*v11.ToolResultView)(nil),     // 62: dsh.tools.v1.ToolResultView
-	(*v1.LlmCallConfig)(nil),       // 63: dsh.llm.v1.LlmCallConfig
-	(*v1.ToolSchema)(nil),          // 64: dsh.llm.v1.ToolSchema
-	(*v1.Message)(nil),             // 65: dsh.llm.v1.Message
-	(*v11.SandboxPolicy)(nil),      // 66: dsh.tools.v1.SandboxPolicy
+	(SubagentMode)(0),              // 5: dsh.session.v1.SubagentMode
+	(*SurfaceAppend)(nil),          // 6: dsh.session.v1.SurfaceAppend
+	(*SurfaceReplace)(nil),         // 7: dsh.session.v1.SurfaceReplace
+	(*SurfaceOp)(nil),              // 8: dsh.session.v1.SurfaceOp
+	(*EventSeqs)(nil),              // 9: dsh.session.v1.EventSeqs
+	(*TriggerMessage)(nil),         // 10: dsh.session.v1.TriggerMessage
+	(*TriggerInjection)(nil),       // 11: dsh.session.v1.TriggerInjection
+	(*TurnTrigger)(nil),            // 12: dsh.session.v1.TurnTrigger
+	(*EndCompleted)(nil),           // 13: dsh.session.v1.EndCompleted
+	(*EndAborted)(nil),             // 14: dsh.session.v1.EndAborted
+	(*EndError)(nil),               // 15: dsh.session.v1.EndError
+	(*EndDisposed)(nil),            // 16: dsh.session.v1.EndDisposed
+	(*EndMaxTokens)(nil),           // 17: dsh.session.v1.EndMaxTokens
+	(*EndRejected)(nil),            // 18: dsh.session.v1.EndRejected
+	(*EndInterrupted)(nil),         // 19: dsh.session.v1.EndInterrupted
+	(*TurnEndReason)(nil),          // 20: dsh.session.v1.TurnEndReason
+	(*PromptPrefixContext)(nil),    // 21: dsh.session.v1.PromptPrefixContext
+	(*PromptEnvelope)(nil),         // 22: dsh.session.v1.PromptEnvelope
+	(*TurnStart)(nil),              // 23: dsh.session.v1.TurnStart
+	(*TurnEnd)(nil),                // 24: dsh.session.v1.TurnEnd
+	(*StepStart)(nil),              // 25: dsh.session.v1.StepStart
+	(*StepEnd)(nil),                // 26: dsh.session.v1.StepEnd
+	(*UserMessage)(nil),            // 27: dsh.session.v1.UserMessage
+	(*PromptBlocked)(nil),          // 28: dsh.session.v1.PromptBlocked
+	(*ContextMessage)(nil),         // 29: dsh.session.v1.ContextMessage
+	(*AssistantChunk)(nil),         // 30: dsh.session.v1.AssistantChunk
+	(*AssistantMessage)(nil),       // 31: dsh.session.v1.AssistantMessage
+	(*ToolCall)(nil),               // 32: dsh.session.v1.ToolCall
+	(*ToolResult)(nil),             // 33: dsh.session.v1.ToolResult
+	(*SteeringMessage)(nil),        // 34: dsh.session.v1.SteeringMessage
+	(*TodoItem)(nil),               // 35: dsh.session.v1.TodoItem
+	(*TodoWrite)(nil),              // 36: dsh.session.v1.TodoWrite
+	(*EpochHeader)(nil),            // 37: dsh.session.v1.EpochHeader
+	(*RequestHeader)(nil),          // 38: dsh.session.v1.RequestHeader
+	(*SessionEvent)(nil),           // 39: dsh.session.v1.SessionEvent
+	(*ApprovalRule)(nil),           // 40: dsh.session.v1.ApprovalRule
+	(*ApprovalAsked)(nil),          // 41: dsh.session.v1.ApprovalAsked
+	(*ApprovalDecided)(nil),        // 42: dsh.session.v1.ApprovalDecided
+	(*QuestionOption)(nil),         // 43: dsh.session.v1.QuestionOption
+	(*Question)(nil),               // 44: dsh.session.v1.Question
+	(*QuestionAnswer)(nil),         // 45: dsh.session.v1.QuestionAnswer
+	(*QuestionAsked)(nil),          // 46: dsh.session.v1.QuestionAsked
+	(*QuestionAnswered)(nil),       // 47: dsh.session.v1.QuestionAnswered
+	(*SandboxModeChanged)(nil),     // 48: dsh.session.v1.SandboxModeChanged
+	(*ApprovalPolicyChanged)(nil),  // 49: dsh.session.v1.ApprovalPolicyChanged
+	(*ModelChanged)(nil),           // 50: dsh.session.v1.ModelChanged
+	(*SessionTitle)(nil),           // 51: dsh.session.v1.SessionTitle
+	(*SubagentStart)(nil),          // 52: dsh.session.v1.SubagentStart
+	(*SubagentEnd)(nil),            // 53: dsh.session.v1.SubagentEnd
+	(*SubagentSpec)(nil),           // 54: dsh.session.v1.SubagentSpec
+	(*SessionOptions)(nil),         // 55: dsh.session.v1.SessionOptions
+	(*SessionHeader)(nil),          // 56: dsh.session.v1.SessionHeader
+	(*v1.MessageSource)(nil),       // 57: dsh.llm.v1.MessageSource
+	(*v1.Extension)(nil),           // 58: dsh.llm.v1.Extension
+	(*v1.LlmFailure)(nil),          // 59: dsh.llm.v1.LlmFailure
+	(*v1.ContentBlock)(nil),        // 60: dsh.llm.v1.ContentBlock
+	(*v1.StreamChunk)(nil),         // 61: dsh.llm.v1.StreamChunk
+	(*v1.AssistantProvenance)(nil), // 62: dsh.llm.v1.AssistantProvenance
+	(*v1.TokenUsage)(nil),          // 63: dsh.llm.v1.TokenUsage
+	(*v11.ToolCallView)(nil),       // 64: dsh.tools.v1.ToolCallView
+	(*v11.ToolErrorInfo)(nil),      // 65: dsh.tools.v1.ToolErrorInfo
+	(*v11.ToolResultView)(nil),     // 66: dsh.tools.v1.ToolResultView
+	(*v1.LlmCallConfig)(nil),       // 67: dsh.llm.v1.LlmCallConfig
+	(*v1.ToolSchema)(nil),          // 68: dsh.llm.v1.ToolSchema
+	(*v1.Message)(nil),             // 69: dsh.llm.v1.Message
+	(*v11.SandboxPolicy)(nil),      // 70: dsh.tools.v1.SandboxPolicy
 }
 var file_dsh_session_v1_session_proto_depIdxs = []int32{
-	5,  // 0: dsh.session.v1.SurfaceOp.append:type_name -> dsh.session.v1.SurfaceAppend
-	6,  // 1: dsh.session.v1.SurfaceOp.replace:type_name -> dsh.session.v1.SurfaceReplace
-	53, // 2: dsh.session.v1.TriggerMessage.source:type_name -> dsh.llm.v1.MessageSource
-	53, // 3: dsh.session.v1.TriggerInjection.source:type_name -> dsh.llm.v1.MessageSource
-	9,  // 4: dsh.session.v1.TurnTrigger.message:type_name -> dsh.session.v1.TriggerMessage
-	10, // 5: dsh.session.v1.TurnTrigger.injection:type_name -> dsh.session.v1.TriggerInjection
-	54, // 6: dsh.session.v1.TurnTrigger.extension:type_name -> dsh.llm.v1.Extension
-	55, // 7: dsh.session.v1.EndError.failure:type_name -> dsh.llm.v1.LlmFailure
-	12, // 8: dsh.session.v1.TurnEndReason.completed:type_name -> dsh.session.v1.EndCompleted
-	13, // 9: dsh.session.v1.TurnEndReason.aborted:type_name -> dsh.session.v1.EndAborted
-	14, // 10: dsh.session.v1.TurnEndReason.error:type_name -> dsh.session.v1.EndError
-	15, // 11: dsh.session.v1.TurnEndReason.disposed:type_name -> dsh.session.v1.EndDisposed
-	16, // 12: dsh.session.v1.TurnEndReason.max_tokens:type_name -> dsh.session.v1.EndMaxTokens
-	17, // 13: dsh.session.v1.TurnEndReason.rejected:type_name -> dsh.session.v1.EndRejected
-	18, // 14: dsh.session.v1.TurnEndReason.interrupted:type_name -> dsh.session.v1.EndInterrupted
-	54, // 15: dsh.session.v1.TurnEndReason.extension:type_name -> dsh.llm.v1.Extension
-	53, // 16: dsh.session.v1.PromptPrefixContext.source:type_name -> dsh.llm.v1.MessageSource
-	56, // 17: dsh.session.v1.PromptEnvelope.display_content:type_name -> dsh.llm.v1.ContentBlock
-	20, // 18: dsh.session.v1.PromptEnvelope.prefix_contexts:type_name -> dsh.session.v1.PromptPrefixContext
-	11, // 19: dsh.session.v1.TurnStart.trigger:type_name -> dsh.session.v1.TurnTrigger
-	19, // 20: dsh.session.v1.TurnEnd.reason:type_name -> dsh.session.v1.TurnEndReason
-	56, // 21: dsh.session.v1.UserMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	53, // 22: dsh.session.v1.UserMessage.source:type_name -> dsh.llm.v1.MessageSource
-	21, // 23: dsh.session.v1.UserMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
-	56, // 24: dsh.session.v1.PromptBlocked.content:type_name -> dsh.llm.v1.ContentBlock
-	53, // 25: dsh.session.v1.PromptBlocked.source:type_name -> dsh.llm.v1.MessageSource
-	56, // 26: dsh.session.v1.ContextMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	53, // 27: dsh.session.v1.ContextMessage.source:type_name -> dsh.llm.v1.MessageSource
-	57, // 28: dsh.session.v1.AssistantChunk.chunk:type_name -> dsh.llm.v1.StreamChunk
-	56, // 29: dsh.session.v1.AssistantMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	58, // 30: dsh.session.v1.AssistantMessage.provenance:type_name -> dsh.llm.v1.AssistantProvenance
-	59, // 31: dsh.session.v1.AssistantMessage.usage:type_name -> dsh.llm.v1.TokenUsage
-	60, // 32: dsh.session.v1.ToolCall.view:type_name -> dsh.tools.v1.ToolCallView
-	56, // 33: dsh.session.v1.ToolResult.content:type_name -> dsh.llm.v1.ContentBlock
-	61, // 34: dsh.session.v1.ToolResult.error:type_name -> dsh.tools.v1.ToolErrorInfo
-	62, // 35: dsh.session.v1.ToolResult.view:type_name -> dsh.tools.v1.ToolResultView
-	56, // 36: dsh.session.v1.SteeringMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	53, // 37: dsh.session.v1.SteeringMessage.source:type_name -> dsh.llm.v1.MessageSource
-	21, // 38: dsh.session.v1.SteeringMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
+	6,  // 0: dsh.session.v1.SurfaceOp.append:type_name -> dsh.session.v1.SurfaceAppend
+	7,  // 1: dsh.session.v1.SurfaceOp.replace:type_name -> dsh.session.v1.SurfaceReplace
+	57, // 2: dsh.session.v1.TriggerMessage.source:type_name -> dsh.llm.v1.MessageSource
+	57, // 3: dsh.session.v1.TriggerInjection.source:type_name -> dsh.llm.v1.MessageSource
+	10, // 4: dsh.session.v1.TurnTrigger.message:type_name -> dsh.session.v1.TriggerMessage
+	11, // 5: dsh.session.v1.TurnTrigger.injection:type_name -> dsh.session.v1.TriggerInjection
+	58, // 6: dsh.session.v1.TurnTrigger.extension:type_name -> dsh.llm.v1.Extension
+	59, // 7: dsh.session.v1.EndError.failure:type_name -> dsh.llm.v1.LlmFailure
+	13, // 8: dsh.session.v1.TurnEndReason.completed:type_name -> dsh.session.v1.EndCompleted
+	14, // 9: dsh.session.v1.TurnEndReason.aborted:type_name -> dsh.session.v1.EndAborted
+	15, // 10: dsh.session.v1.TurnEndReason.error:type_name -> dsh.session.v1.EndError
+	16, // 11: dsh.session.v1.TurnEndReason.disposed:type_name -> dsh.session.v1.EndDisposed
+	17, // 12: dsh.session.v1.TurnEndReason.max_tokens:type_name -> dsh.session.v1.EndMaxTokens
+	18, // 13: dsh.session.v1.TurnEndReason.rejected:type_name -> dsh.session.v1.EndRejected
+	19, // 14: dsh.session.v1.TurnEndReason.interrupted:type_name -> dsh.session.v1.EndInterrupted
+	58, // 15: dsh.session.v1.TurnEndReason.extension:type_name -> dsh.llm.v1.Extension
+	57, // 16: dsh.session.v1.PromptPrefixContext.source:type_name -> dsh.llm.v1.MessageSource
+	60, // 17: dsh.session.v1.PromptEnvelope.display_content:type_name -> dsh.llm.v1.ContentBlock
+	21, // 18: dsh.session.v1.PromptEnvelope.prefix_contexts:type_name -> dsh.session.v1.PromptPrefixContext
+	12, // 19: dsh.session.v1.TurnStart.trigger:type_name -> dsh.session.v1.TurnTrigger
+	20, // 20: dsh.session.v1.TurnEnd.reason:type_name -> dsh.session.v1.TurnEndReason
+	60, // 21: dsh.session.v1.UserMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	57, // 22: dsh.session.v1.UserMessage.source:type_name -> dsh.llm.v1.MessageSource
+	22, // 23: dsh.session.v1.UserMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
+	60, // 24: dsh.session.v1.PromptBlocked.content:type_name -> dsh.llm.v1.ContentBlock
+	57, // 25: dsh.session.v1.PromptBlocked.source:type_name -> dsh.llm.v1.MessageSource
+	60, // 26: dsh.session.v1.ContextMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	57, // 27: dsh.session.v1.ContextMessage.source:type_name -> dsh.llm.v1.MessageSource
+	61, // 28: dsh.session.v1.AssistantChunk.chunk:type_name -> dsh.llm.v1.StreamChunk
+	60, // 29: dsh.session.v1.AssistantMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	62, // 30: dsh.session.v1.AssistantMessage.provenance:type_name -> dsh.llm.v1.AssistantProvenance
+	63, // 31: dsh.session.v1.AssistantMessage.usage:type_name -> dsh.llm.v1.TokenUsage
+	64, // 32: dsh.session.v1.ToolCall.view:type_name -> dsh.tools.v1.ToolCallView
+	60, // 33: dsh.session.v1.ToolResult.content:type_name -> dsh.llm.v1.ContentBlock
+	65, // 34: dsh.session.v1.ToolResult.error:type_name -> dsh.tools.v1.ToolErrorInfo
+	66, // 35: dsh.session.v1.ToolResult.view:type_name -> dsh.tools.v1.ToolResultView
+	60, // 36: dsh.session.v1.SteeringMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	57, // 37: dsh.session.v1.SteeringMessage.source:type_name -> dsh.llm.v1.MessageSource
+	22, // 38: dsh.session.v1.SteeringMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
 	0,  // 39: dsh.session.v1.TodoItem.status:type_name -> dsh.session.v1.TodoStatus
-	34, // 40: dsh.session.v1.TodoWrite.todos:type_name -> dsh.session.v1.TodoItem
-	63, // 41: dsh.session.v1.EpochHeader.config:type_name -> dsh.llm.v1.LlmCallConfig
-	64, // 42: dsh.session.v1.EpochHeader.tools:type_name -> dsh.llm.v1.ToolSchema
-	65, // 43: dsh.session.v1.EpochHeader.message_prefix:type_name -> dsh.llm.v1.Message
-	36, // 44: dsh.session.v1.RequestHeader.header:type_name -> dsh.session.v1.EpochHeader
+	35, // 40: dsh.session.v1.TodoWrite.todos:type_name -> dsh.session.v1.TodoItem
+	67, // 41: dsh.session.v1.EpochHeader.config:type_name -> dsh.llm.v1.LlmCallConfig
+	68, // 42: dsh.session.v1.EpochHeader.tools:type_name -> dsh.llm.v1.ToolSchema
+	69, // 43: dsh.session.v1.EpochHeader.message_prefix:type_name -> dsh.llm.v1.Message
+	37, // 44: dsh.session.v1.RequestHeader.header:type_name -> dsh.session.v1.EpochHeader
 	1,  // 45: dsh.session.v1.RequestHeader.reason:type_name -> dsh.session.v1.HeaderReason
-	8,  // 46: dsh.session.v1.SessionEvent.source_event_seqs:type_name -> dsh.session.v1.EventSeqs
-	7,  // 47: dsh.session.v1.SessionEvent.surface_op:type_name -> dsh.session.v1.SurfaceOp
-	22, // 48: dsh.session.v1.SessionEvent.turn_start:type_name -> dsh.session.v1.TurnStart
-	23, // 49: dsh.session.v1.SessionEvent.turn_end:type_name -> dsh.session.v1.TurnEnd
-	24, // 50: dsh.session.v1.SessionEvent.step_start:type_name -> dsh.session.v1.StepStart
-	25, // 51: dsh.session.v1.SessionEvent.step_end:type_name -> dsh.session.v1.StepEnd
-	26, // 52: dsh.session.v1.SessionEvent.user_message:type_name -> dsh.session.v1.UserMessage
-	27, // 53: dsh.session.v1.SessionEvent.prompt_blocked:type_name -> dsh.session.v1.PromptBlocked
-	28, // 54: dsh.session.v1.SessionEvent.context_message:type_name -> dsh.session.v1.ContextMessage
-	29, // 55: dsh.session.v1.SessionEvent.assistant_chunk:type_name -> dsh.session.v1.AssistantChunk
-	30, // 56: dsh.session.v1.SessionEvent.assistant_message:type_name -> dsh.session.v1.AssistantMessage
-	31, // 57: dsh.session.v1.SessionEvent.tool_call:type_name -> dsh.session.v1.ToolCall
-	32, // 58: dsh.session.v1.SessionEvent.tool_result:type_name -> dsh.session.v1.ToolResult
-	33, // 59: dsh.session.v1.SessionEvent.steering_message:type_name -> dsh.session.v1.SteeringMessage
-	35, // 60: dsh.session.v1.SessionEvent.todo_write:type_name -> dsh.session.v1.TodoWrite
-	37, // 61: dsh.session.v1.SessionEvent.request_header:type_name -> dsh.session.v1.RequestHeader
-	40, // 62: dsh.session.v1.SessionEvent.approval_asked:type_name -> dsh.session.v1.ApprovalAsked
-	41, // 63: dsh.session.v1.SessionEvent.approval_decided:type_name -> dsh.session.v1.ApprovalDecided
-	45, // 64: dsh.session.v1.SessionEvent.question_asked:type_name -> dsh.session.v1.QuestionAsked
-	46, // 65: dsh.session.v1.SessionEvent.question_answered:type_name -> dsh.session.v1.QuestionAnswered
-	47, // 66: dsh.session.v1.SessionEvent.sandbox_mode:type_name -> dsh.session.v1.SandboxModeChanged
-	48, // 67: dsh.session.v1.SessionEvent.approval_policy:type_name -> dsh.session.v1.ApprovalPolicyChanged
-	49, // 68: dsh.session.v1.SessionEvent.model_changed:type_name -> dsh.session.v1.ModelChanged
-	50, // 69: dsh.session.v1.SessionEvent.session_title:type_name -> dsh.session.v1.SessionTitle
-	54, // 70: dsh.session.v1.SessionEvent.extension:type_name -> dsh.llm.v1.Extension
-	3,  // 71: dsh.session.v1.ApprovalRule.action:type_name -> dsh.session.v1.RuleAction
-	4,  // 72: dsh.session.v1.ApprovalDecided.outcome:type_name -> dsh.session.v1.ApprovalOutcome
-	39, // 73: dsh.session.v1.ApprovalDecided.added_rule:type_name -> dsh.session.v1.ApprovalRule
-	42, // 74: dsh.session.v1.Question.options:type_name -> dsh.session.v1.QuestionOption
-	43, // 75: dsh.session.v1.QuestionAsked.questions:type_name -> dsh.session.v1.Question
-	44, // 76: dsh.session.v1.QuestionAnswered.answers:type_name -> dsh.session.v1.QuestionAnswer
-	4,  // 77: dsh.session.v1.QuestionAnswered.unanswered:type_name -> dsh.session.v1.ApprovalOutcome
-	66, // 78: dsh.session.v1.SandboxModeChanged.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
-	2,  // 79: dsh.session.v1.ApprovalPolicyChanged.policy:type_name -> dsh.session.v1.ApprovalPolicy
-	39, // 80: dsh.session.v1.ApprovalPolicyChanged.rules:type_name -> dsh.session.v1.ApprovalRule
-	66, // 81: dsh.session.v1.SessionOptions.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
-	2,  // 82: dsh.session.v1.SessionOptions.approval:type_name -> dsh.session.v1.ApprovalPolicy
-	39, // 83: dsh.session.v1.SessionOptions.approval_rules:type_name -> dsh.session.v1.ApprovalRule
-	51, // 84: dsh.session.v1.SessionHeader.options:type_name -> dsh.session.v1.SessionOptions
-	85, // [85:85] is the sub-list for method output_type
-	85, // [85:85] is the sub-list for method input_type
-	85, // [85:85] is the sub-list for extension type_name
-	85, // [85:85] is the sub-list for extension extendee
-	0,  // [0:85] is the sub-list for field type_name
+	9,  // 46: dsh.session.v1.SessionEvent.source_event_seqs:type_name -> dsh.session.v1.EventSeqs
+	8,  // 47: dsh.session.v1.SessionEvent.surface_op:type_name -> dsh.session.v1.SurfaceOp
+	23, // 48: dsh.session.v1.SessionEvent.turn_start:type_name -> dsh.session.v1.TurnStart
+	24, // 49: dsh.session.v1.SessionEvent.turn_end:type_name -> dsh.session.v1.TurnEnd
+	25, // 50: dsh.session.v1.SessionEvent.step_start:type_name -> dsh.session.v1.StepStart
+	26, // 51: dsh.session.v1.SessionEvent.step_end:type_name -> dsh.session.v1.StepEnd
+	27, // 52: dsh.session.v1.SessionEvent.user_message:type_name -> dsh.session.v1.UserMessage
+	28, // 53: dsh.session.v1.SessionEvent.prompt_blocked:type_name -> dsh.session.v1.PromptBlocked
+	29, // 54: dsh.session.v1.SessionEvent.context_message:type_name -> dsh.session.v1.ContextMessage
+	30, // 55: dsh.session.v1.SessionEvent.assistant_chunk:type_name -> dsh.session.v1.AssistantChunk
+	31, // 56: dsh.session.v1.SessionEvent.assistant_message:type_name -> dsh.session.v1.AssistantMessage
+	32, // 57: dsh.session.v1.SessionEvent.tool_call:type_name -> dsh.session.v1.ToolCall
+	33, // 58: dsh.session.v1.SessionEvent.tool_result:type_name -> dsh.session.v1.ToolResult
+	34, // 59: dsh.session.v1.SessionEvent.steering_message:type_name -> dsh.session.v1.SteeringMessage
+	36, // 60: dsh.session.v1.SessionEvent.todo_write:type_name -> dsh.session.v1.TodoWrite
+	38, // 61: dsh.session.v1.SessionEvent.request_header:type_name -> dsh.session.v1.RequestHeader
+	41, // 62: dsh.session.v1.SessionEvent.approval_asked:type_name -> dsh.session.v1.ApprovalAsked
+	42, // 63: dsh.session.v1.SessionEvent.approval_decided:type_name -> dsh.session.v1.ApprovalDecided
+	46, // 64: dsh.session.v1.SessionEvent.question_asked:type_name -> dsh.session.v1.QuestionAsked
+	47, // 65: dsh.session.v1.SessionEvent.question_answered:type_name -> dsh.session.v1.QuestionAnswered
+	48, // 66: dsh.session.v1.SessionEvent.sandbox_mode:type_name -> dsh.session.v1.SandboxModeChanged
+	49, // 67: dsh.session.v1.SessionEvent.approval_policy:type_name -> dsh.session.v1.ApprovalPolicyChanged
+	50, // 68: dsh.session.v1.SessionEvent.model_changed:type_name -> dsh.session.v1.ModelChanged
+	51, // 69: dsh.session.v1.SessionEvent.session_title:type_name -> dsh.session.v1.SessionTitle
+	52, // 70: dsh.session.v1.SessionEvent.subagent_start:type_name -> dsh.session.v1.SubagentStart
+	53, // 71: dsh.session.v1.SessionEvent.subagent_end:type_name -> dsh.session.v1.SubagentEnd
+	58, // 72: dsh.session.v1.SessionEvent.extension:type_name -> dsh.llm.v1.Extension
+	3,  // 73: dsh.session.v1.ApprovalRule.action:type_name -> dsh.session.v1.RuleAction
+	4,  // 74: dsh.session.v1.ApprovalDecided.outcome:type_name -> dsh.session.v1.ApprovalOutcome
+	40, // 75: dsh.session.v1.ApprovalDecided.added_rule:type_name -> dsh.session.v1.ApprovalRule
+	43, // 76: dsh.session.v1.Question.options:type_name -> dsh.session.v1.QuestionOption
+	44, // 77: dsh.session.v1.QuestionAsked.questions:type_name -> dsh.session.v1.Question
+	45, // 78: dsh.session.v1.QuestionAnswered.answers:type_name -> dsh.session.v1.QuestionAnswer
+	4,  // 79: dsh.session.v1.QuestionAnswered.unanswered:type_name -> dsh.session.v1.ApprovalOutcome
+	70, // 80: dsh.session.v1.SandboxModeChanged.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
+	2,  // 81: dsh.session.v1.ApprovalPolicyChanged.policy:type_name -> dsh.session.v1.ApprovalPolicy
+	40, // 82: dsh.session.v1.ApprovalPolicyChanged.rules:type_name -> dsh.session.v1.ApprovalRule
+	5,  // 83: dsh.session.v1.SubagentStart.mode:type_name -> dsh.session.v1.SubagentMode
+	63, // 84: dsh.session.v1.SubagentEnd.usage:type_name -> dsh.llm.v1.TokenUsage
+	5,  // 85: dsh.session.v1.SubagentSpec.mode:type_name -> dsh.session.v1.SubagentMode
+	70, // 86: dsh.session.v1.SessionOptions.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
+	2,  // 87: dsh.session.v1.SessionOptions.approval:type_name -> dsh.session.v1.ApprovalPolicy
+	40, // 88: dsh.session.v1.SessionOptions.approval_rules:type_name -> dsh.session.v1.ApprovalRule
+	55, // 89: dsh.session.v1.SessionHeader.options:type_name -> dsh.session.v1.SessionOptions
+	54, // 90: dsh.session.v1.SessionHeader.subagent:type_name -> dsh.session.v1.SubagentSpec
+	91, // [91:91] is the sub-list for method output_type
+	91, // [91:91] is the sub-list for method input_type
+	91, // [91:91] is the sub-list for extension type_name
+	91, // [91:91] is the sub-list for extension extendee
+	0,  // [0:91] is the sub-list for field type_name
 }
 
 func init() { file_dsh_session_v1_session_proto_init() }
@@ -4501,18 +4907,20 @@ func file_dsh_session_v1_session_proto_init() {
 		(*SessionEvent_ApprovalPolicy)(nil),
 		(*SessionEvent_ModelChanged)(nil),
 		(*SessionEvent_SessionTitle)(nil),
+		(*SessionEvent_SubagentStart)(nil),
+		(*SessionEvent_SubagentEnd)(nil),
 		(*SessionEvent_Extension)(nil),
 	}
 	file_dsh_session_v1_session_proto_msgTypes[39].OneofWrappers = []any{}
-	file_dsh_session_v1_session_proto_msgTypes[46].OneofWrappers = []any{}
-	file_dsh_session_v1_session_proto_msgTypes[47].OneofWrappers = []any{}
+	file_dsh_session_v1_session_proto_msgTypes[49].OneofWrappers = []any{}
+	file_dsh_session_v1_session_proto_msgTypes[50].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsh_session_v1_session_proto_rawDesc), len(file_dsh_session_v1_session_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   48,
+			NumEnums:      6,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
