@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -274,9 +275,10 @@ func TestSubagentOutputSchema(t *testing.T) {
 			t.Fatalf("want the structured value:\n%s", got)
 		}
 		goldenSub(t, "schema_satisfied", got)
-		if tools := b.requests("structured please")[0].GetTools(); tools[len(tools)-1].GetName() != "structured_output" ||
-			!strings.Contains(tools[len(tools)-1].GetParameters(), `"additionalProperties":false`) {
-			t.Fatalf("the capture tool is not the schema verbatim: %v", tools)
+		tools := b.requests("structured please")[0].GetTools()
+		i := slices.IndexFunc(tools, func(s *llmv1.ToolSchema) bool { return s.GetName() == "structured_output" })
+		if i < 0 || !strings.Contains(tools[i].GetParameters(), `"additionalProperties":false`) {
+			t.Fatalf("the capture tool is missing or not the schema verbatim: %v", tools)
 		}
 	})
 	t.Run("not_satisfied", func(t *testing.T) {
