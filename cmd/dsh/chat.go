@@ -273,7 +273,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				}
 				continue
 			}
-			if _, err := c.Send(ctx, &agentv1.SendRequest{SessionId: id, Content: textPrompt(line)}); err != nil {
+			if _, err := c.Send(ctx, &agentv1.SendRequest{SessionId: id, Content: textPrompt(line), RequestId: requestID()}); err != nil {
 				scr.println("send failed: " + rpcError("send", err).Error())
 				scr.prompt()
 				continue

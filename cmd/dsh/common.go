@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/services/agent"
 )
 
 // Default addresses, shared with the services' own defaults.
@@ -146,6 +149,8 @@ func dialService(ctx context.Context, addr, what string, cf *clientFlags) (*grpc
 	if err != nil {
 		return nil, &exitError{code: 2, msg: err.Error()}
 	}
+	// Lost replies are retried; every command carries a request_id.
+	opts = append(opts, grpc.WithDefaultServiceConfig(agent.ClientServiceConfig))
 	conn, err := grpcserver.Dial(addr, opts...)
 	if err != nil {
 		return nil, &exitError{code: 1, msg: fmt.Sprintf("%s address %q: %v", what, addr, err)}
@@ -157,6 +162,14 @@ func dialService(ctx context.Context, addr, what string, cf *clientFlags) (*grpc
 		return nil, &exitError{code: 1, msg: fmt.Sprintf("no %s at %s (is `dsh dev` running? use --addr to point elsewhere)", what, addr)}
 	}
 	return conn, nil
+}
+
+// requestID is a fresh idempotency key for one command (its retries reuse
+// it: docs/API.md "Retries and request_id").
+func requestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 var jsonOpts = protojson.MarshalOptions{UseProtoNames: true}

@@ -27,6 +27,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -39,6 +40,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
@@ -48,6 +50,7 @@ import (
 	"github.com/dsh-dev/dsh/services/agent/internal/agenttools"
 	"github.com/dsh-dev/dsh/services/agent/internal/approval"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+	"github.com/dsh-dev/dsh/services/agent/internal/idem"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
 	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
 )
@@ -103,6 +106,9 @@ type Config struct {
 	// on_request with no deployment rules (every call runs unless the
 	// session's own rules say otherwise) and no deadline.
 	Approval ApprovalConfig
+	// ReplyCache bounds the in-memory cache of first replies to commands
+	// with a request_id (default 4096); the session log stays the authority.
+	ReplyCache int
 	// Now and NewID are injected for reproducible logs; defaults time.Now
 	// and random hex ids.
 	Now   func() time.Time
@@ -192,6 +198,7 @@ type Service struct {
 	closed  chan struct{}
 	stop    context.CancelFunc
 	budget  *loop.ProcessBudget
+	replies *idem.Cache[proto.Message] // first replies of commands with a request_id
 	wg      sync.WaitGroup
 }
 
@@ -214,7 +221,8 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, deps: deps, log: logger, live: map[string]*liveSession{},
 		loading: map[string]chan struct{}{}, closed: make(chan struct{}),
-		budget: loop.NewProcessBudget(cfg.ProcessMaxQueuedItems, cfg.ProcessMaxQueuedBytes),
+		budget:  loop.NewProcessBudget(cfg.ProcessMaxQueuedItems, cfg.ProcessMaxQueuedBytes),
+		replies: idem.New[proto.Message](cmp.Or(cfg.ReplyCache, defaultReplyCache)),
 		appr: &approval.Config{Policy: cfg.Approval.Policy, Rules: cfg.Approval.Rules, Timeout: cfg.Approval.Timeout,
 			Approvers: deps.Approvers, Logger: logger}}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -54,6 +54,7 @@ type env struct {
 	approvers, interceptors []agent.Remote
 
 	client agentv1.AgentServiceClient
+	addr   string // the agent's listening address (changes at restart)
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -105,6 +106,7 @@ func (e *env) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	e.addr = lis.Addr().String()
 	retry := hooks.DefaultRetryPolicy()
 	retry.Sleep = func(context.Context, time.Duration) error { return nil }
 	ctx, cancel := context.WithCancel(context.Background())
