@@ -263,6 +263,8 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 			// approval nobody answers settles after 15 minutes.
 			Service: agent.Config{DefaultCwd: cwd, Approval: agent.ApprovalConfig{Rules: agent.DefaultApprovalRules(), Timeout: 15 * time.Minute}},
 			Ready:   func(addr string) { ready <- addr },
+			// Say which toolhost is down (issue 14).
+			OnToolhost: toolhostNotice(e.stderr),
 		}, logger)
 	}()
 	cleanups = append(cleanups, func() {
