@@ -470,8 +470,12 @@ func (s *Service) release(l *liveSession) {
 
 // janitor unloads idle sessions.
 func (s *Service) janitor(ctx context.Context) {
-	tick := max(s.cfg.IdleUnload/4, 10*time.Millisecond)
-	t := time.NewTicker(tick)
+	every(ctx, max(s.cfg.IdleUnload/4, 10*time.Millisecond), func() { s.unloadIdle(ctx) })
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -479,7 +483,7 @@ func (s *Service) janitor(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		s.unloadIdle(ctx)
+		f()
 	}
 }
 

@@ -97,14 +97,5 @@ func (d *depHealth) probeStore(ctx context.Context) {
 
 // run probes the store every interval until ctx ends.
 func (d *depHealth) run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			d.probeStore(ctx)
-		}
-	}
+	every(ctx, interval, func() { d.probeStore(ctx) })
 }
