@@ -158,11 +158,29 @@ func (s *screen) tick() {
 
 // chatLoop runs the interactive chat on an open session. Ctrl-C cancels the
 // running turn; a second Ctrl-C (or Ctrl-D, or /exit) leaves.
+// waitDrained sends the session's next seq once it is idle (or the current
+// one when waiting fails).
+func waitDrained(ctx context.Context, c agentv1.AgentServiceClient, id string) <-chan int64 {
+	out := make(chan int64, 1)
+	go func() {
+		resp, err := c.WaitIdle(ctx, &agentv1.WaitIdleRequest{SessionId: id})
+		if err != nil {
+			out <- 0
+			return
+		}
+		out <- resp.GetSession().GetNextSeq()
+	}()
+	return out
+}
+
 func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agentv1.Session, reasoning render.ReasoningMode) error {
 	out := e.stdout
 	scr := &screen{w: out, color: useColor(e, out)}
 	scr.r = render.New(out, render.Options{Color: scr.color, Reasoning: reasoning})
 	id := s.GetHeader().GetId()
+	if err := replay(ctx, c, out, scr.color, reasoning, s); err != nil {
+		return err
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	evc, errc, err := follow(sctx, c, id, s.GetNextSeq())
@@ -211,12 +229,29 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 		scr.prompt()
 	}
 	interrupted := false
+	// Piped input (`echo "prompt" | dsh dev`) ends before its turns do: at
+	// its end the chat waits for the session to be idle and shows every
+	// event up to then, so no prompt is dropped.
+	var drained <-chan int64 // the next seq once idle, after piped input ended
+	shown := s.GetNextSeq()
 	for {
 		select {
+		case next := <-drained:
+			for shown < next {
+				ev, ok := <-evc
+				if !ok {
+					break
+				}
+				scr.event(ev)
+				shown = ev.GetSeq() + 1
+			}
+			scr.println("bye")
+			return nil
 		case ev, ok := <-evc:
 			if !ok {
 				return &exitError{code: 1, msg: fmt.Sprintf("event stream ended: %v", <-errc)}
 			}
+			shown = ev.GetSeq() + 1
 			scr.event(ev)
 			ask.event(ctx, ev)
 			switch ev.GetPayload().(type) {
@@ -228,6 +263,10 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				scr.prompt()
 			}
 		case line, ok := <-lines:
+			if !ok && !isTTY(e.stdin) && drained == nil {
+				lines, drained = nil, waitDrained(ctx, c, id)
+				continue
+			}
 			if !ok {
 				scr.println("bye")
 				return nil

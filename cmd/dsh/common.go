@@ -78,9 +78,9 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return fs.Parse(append([]string{"--"}, pos...))
 }
 
-// isTTY reports whether w is a terminal.
-func isTTY(w io.Writer) bool {
-	f, ok := w.(*os.File)
+// isTTY reports whether v (a reader or a writer) is a terminal.
+func isTTY(v any) bool {
+	f, ok := v.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 

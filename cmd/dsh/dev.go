@@ -51,6 +51,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.approval, "approval", e.getenv("DSH_APPROVAL"), "when tool calls need your approval: on-request (bash, write and edit ask; the chat's default), never (nothing is asked and such calls are refused; the default with -p) or always (env DSH_APPROVAL)")
 	fs.BoolVar(&f.yes, "yes", false, "allow every tool call without asking")
 	reasoning := reasoningFlag(e, fs)
+	resume := registerResumeFlags(fs) // issue 14: --continue, --session
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -88,6 +89,9 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	if f.yes {
 		sf.rules = []*sessionv1.ApprovalRule{{Tool: "*", Action: sessionv1.RuleAction_RULE_ACTION_ALLOW}}
 		fmt.Fprintln(e.stderr, "--yes: every tool call runs without asking")
+	}
+	if sf.id, err = resume.sessionID(ctx, c, cwd); err != nil {
+		return err
 	}
 	s, err := openSession(ctx, c, sf)
 	if err != nil {
