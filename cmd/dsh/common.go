@@ -15,8 +15,6 @@ import (
 	"golang.org/x/term"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
@@ -170,18 +168,6 @@ func requestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-var jsonOpts = protojson.MarshalOptions{UseProtoNames: true}
-
-// printJSON writes one proto message as a single JSON line.
-func printJSON(w io.Writer, m proto.Message) error {
-	b, err := jsonOpts.Marshal(m)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
 }
 
 // table prints rows aligned in columns.

@@ -10,7 +10,6 @@ import (
 	"github.com/dsh-dev/dsh/cmd/dsh/internal/render"
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
-	"github.com/dsh-dev/dsh/internal/session"
 )
 
 func runSend(ctx context.Context, e *env, args []string) error {
@@ -75,7 +74,7 @@ func printTurn(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *age
 			}
 		}
 		if asJSON {
-			if b, err := session.MarshalEventJSON(ev); err == nil {
+			if b, err := cliJSON(ev); err == nil {
 				fmt.Fprintf(e.stdout, "%s\n", b)
 			}
 		}

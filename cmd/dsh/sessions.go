@@ -10,7 +10,6 @@ import (
 	"github.com/dsh-dev/dsh/cmd/dsh/internal/render"
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
-	"github.com/dsh-dev/dsh/internal/session"
 )
 
 func runSessions(ctx context.Context, e *env, args []string) error {
@@ -99,7 +98,7 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 				r.Event(ev)
 				return nil
 			}
-			b, err := session.MarshalEventJSON(ev)
+			b, err := cliJSON(ev)
 			if err != nil {
 				return err
 			}
