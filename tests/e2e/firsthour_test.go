@@ -75,3 +75,31 @@ func TestFirstHour(t *testing.T) {
 		t.Errorf("the resumed session lacks the new prompt:\n%s", evs)
 	}
 }
+
+// TestDevOneShotOnATerminal: `dsh dev -p` on a terminal shows the turn as it
+// runs — the tool cards of both commands — and the answer; piped (the other
+// tests) it prints only the answer.
+func TestDevOneShotOnATerminal(t *testing.T) {
+	t.Parallel()
+	term, _, exited := startDevPTY(t, script, "-p", "run the two commands", "--yes")
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Fatalf("dsh dev -p: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("dsh dev -p did not finish")
+	}
+	s := term.waitFor(t, "the tool cards and the answer", func(s string) bool {
+		return strings.Contains(s, "Both ran. Last output: two")
+	})
+	for _, want := range []string{"echo one", "echo two", "Running the first command."} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the terminal does not show %q:\n%s", want, s)
+		}
+	}
+	if n := strings.Count(s, "Both ran. Last output: two"); n != 1 {
+		t.Errorf("the answer shows %d times:\n%s", n, s)
+	}
+}
