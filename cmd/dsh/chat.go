@@ -174,23 +174,8 @@ func waitDrained(ctx context.Context, c agentv1.AgentServiceClient, id string) <
 }
 
 func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agentv1.Session, reasoning render.ReasoningMode) error {
-	out := e.stdout
-	scr := &screen{w: out, color: useColor(e, out)}
-	scr.r = render.New(out, render.Options{Color: scr.color, Reasoning: reasoning})
-	id := s.GetHeader().GetId()
-	if err := replay(ctx, c, out, scr.color, reasoning, s); err != nil {
-		return err
-	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	evc, errc, err := follow(sctx, c, id, s.GetNextSeq())
-	if err != nil {
-		return err
-	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt)
-	defer signal.Stop(sig)
-
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
@@ -204,6 +189,35 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 			}
 		}
 	}()
+	for {
+		next, err := chatSession(ctx, e, c, s, reasoning, lines)
+		if next == nil {
+			return err
+		}
+		s = next // /new or /resume
+	}
+}
+
+// chatSession chats in session s until the input ends or the user leaves
+// (nil), or asks for another session with /new or /resume (that session).
+func chatSession(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agentv1.Session, reasoning render.ReasoningMode, lines <-chan string) (*agentv1.Session, error) {
+	out := e.stdout
+	scr := &screen{w: out, color: useColor(e, out)}
+	scr.r = render.New(out, render.Options{Color: scr.color, Reasoning: reasoning})
+	id := s.GetHeader().GetId()
+	if err := replay(ctx, c, out, scr.color, reasoning, s); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	evc, errc, err := follow(sctx, c, id, s.GetNextSeq())
+	if err != nil {
+		return nil, err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	defer signal.Stop(sig)
+
 	if isTTY(out) {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
@@ -246,10 +260,10 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				shown = ev.GetSeq() + 1
 			}
 			scr.println("bye")
-			return nil
+			return nil, nil
 		case ev, ok := <-evc:
 			if !ok {
-				return &exitError{code: 1, msg: fmt.Sprintf("event stream ended: %v", <-errc)}
+				return nil, &exitError{code: 1, msg: fmt.Sprintf("event stream ended: %v", <-errc)}
 			}
 			shown = ev.GetSeq() + 1
 			scr.event(ev)
@@ -269,7 +283,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 			}
 			if !ok {
 				scr.println("bye")
-				return nil
+				return nil, nil
 			}
 			interrupted = false
 			if ask.active() {
@@ -283,6 +297,18 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				}
 				continue
 			}
+			if next, handled, err := sessionCommand(ctx, c, s, line, scr); handled {
+				if err != nil {
+					scr.println(err.Error())
+				}
+				if next != nil {
+					return next, nil
+				}
+				if !busy {
+					scr.prompt()
+				}
+				continue
+			}
 			switch line {
 			case "":
 				if !busy {
@@ -291,7 +317,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				continue
 			case "/exit", "/quit":
 				scr.println("bye")
-				return nil
+				return nil, nil
 			case "/reasoning", "/reasoning full", "/reasoning collapsed", "/reasoning hidden":
 				scr.mu.Lock()
 				next := (scr.r.Reasoning() + 1) % 3
@@ -306,7 +332,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				}
 				continue
 			case "/help":
-				scr.println("/model [PROVIDER/]MODEL  switch the model · /approval never|on-request|always · /reasoning [full|collapsed|hidden]  how reasoning shows · /exit  leave · Ctrl-C cancels a turn · Ctrl-D exits")
+				scr.println(chatHelp)
 				if !busy {
 					scr.prompt()
 				}
@@ -321,7 +347,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 		case <-sig:
 			if interrupted {
 				scr.println("bye")
-				return nil
+				return nil, nil
 			}
 			interrupted = true
 			if busy {
@@ -335,7 +361,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 			scr.println("(Ctrl-C again or Ctrl-D to exit)")
 			scr.prompt()
 		case <-ctx.Done():
-			return nil
+			return nil, nil
 		}
 	}
 }

@@ -103,3 +103,44 @@ func TestDevOneShotOnATerminal(t *testing.T) {
 		t.Errorf("the answer shows %d times:\n%s", n, s)
 	}
 }
+
+// TestChatSessionCommands: /new starts another session, /sessions lists
+// both (the current one starred), /resume ID switches back and replays its
+// history.
+func TestChatSessionCommands(t *testing.T) {
+	t.Parallel()
+	term, write, _ := startDevPTY(t, script, "--yes")
+	s := term.waitFor(t, "the first prompt", atPrompt)
+	first := sessionOnScreen(t, s, 0)
+	write([]byte("run the two commands\r"))
+	term.waitFor(t, "the answer", func(s string) bool { return strings.Contains(s, "Both ran.") && atPrompt(s) })
+	write([]byte("/new\r"))
+	s = term.waitFor(t, "a second session", func(s string) bool { return strings.Count(s, "session ") >= 2 && atPrompt(s) })
+	second := sessionOnScreen(t, s, 1)
+	if second == first {
+		t.Fatalf("/new kept session %s", first)
+	}
+	write([]byte("/sessions\r"))
+	term.waitFor(t, "the list", func(s string) bool {
+		return strings.Contains(s, "* "+second) && strings.Contains(s, "  "+first) && atPrompt(s)
+	})
+	write([]byte("/resume " + first + "\r"))
+	term.waitFor(t, "the replayed first session", func(s string) bool {
+		return strings.Contains(s, "resumed session "+first) && atPrompt(s)
+	})
+}
+
+// sessionOnScreen returns the id of the n-th "session ID · ..." banner.
+func sessionOnScreen(t *testing.T, screen string, n int) string {
+	t.Helper()
+	var ids []string
+	for _, l := range strings.Split(screen, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "session "); ok && strings.Contains(rest, " · ") {
+			ids = append(ids, strings.Fields(rest)[0])
+		}
+	}
+	if len(ids) <= n {
+		t.Fatalf("no session banner %d on screen:\n%s", n, screen)
+	}
+	return ids[n]
+}
