@@ -61,8 +61,8 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	}
 	if f.approval == "" {
 		f.approval = "on-request"
-		if f.prompt != "" {
-			f.approval = "never" // nobody is there to answer
+		if f.prompt != "" || !isTTY(e.stdin) {
+			f.approval = "never" // nobody is there to answer (-p, or piped input)
 		}
 	}
 	policy, err := agent.ParseApprovalPolicy(f.approval)
