@@ -54,13 +54,17 @@ vet: ## go vet.
 	$(GO) vet $(PKGS)
 
 .PHONY: test
-test: setup check test-go test-sdk ## Everything: install what is missing, checks, the Go suite with -race, the SDK suites.
+test: setup check test-go test-sdk test-readme ## Everything: install what is missing, checks, the Go suite with -race, the SDK suites, the README's commands.
 # setup installed postgresql, so the PostgreSQL store's tests must run, not skip.
 test: export DSH_REQUIRE_POSTGRES = 1
 
 .PHONY: setup
 setup: ## Install what the tests need and is missing (Debian python3-grpcio/protobuf, protoc, postgresql, npm deps).
 	scripts/setup-polyglot.sh
+
+.PHONY: test-readme
+test-readme: ## Run the README's commands (build, dsh dev -p, the services on their documented ports, grpcurl); alone, after the parallel suite, as its ports are fixed.
+	DSH_README_TEST=1 $(GOTEST) -count=1 -timeout 10m ./tests/readme/
 
 .PHONY: test-go
 test-go: ## The Go test suite with the race detector.

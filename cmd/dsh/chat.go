@@ -158,21 +158,24 @@ func (s *screen) tick() {
 
 // chatLoop runs the interactive chat on an open session. Ctrl-C cancels the
 // running turn; a second Ctrl-C (or Ctrl-D, or /exit) leaves.
+// waitDrained sends the session's next seq once it is idle (or the current
+// one when waiting fails).
+func waitDrained(ctx context.Context, c agentv1.AgentServiceClient, id string) <-chan int64 {
+	out := make(chan int64, 1)
+	go func() {
+		resp, err := c.WaitIdle(ctx, &agentv1.WaitIdleRequest{SessionId: id})
+		if err != nil {
+			out <- 0
+			return
+		}
+		out <- resp.GetSession().GetNextSeq()
+	}()
+	return out
+}
+
 func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agentv1.Session, reasoning render.ReasoningMode) error {
-	out := e.stdout
-	scr := &screen{w: out, color: useColor(e, out)}
-	scr.r = render.New(out, render.Options{Color: scr.color, Reasoning: reasoning})
-	id := s.GetHeader().GetId()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	evc, errc, err := follow(sctx, c, id, s.GetNextSeq())
-	if err != nil {
-		return err
-	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt)
-	defer signal.Stop(sig)
-
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
@@ -186,6 +189,35 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 			}
 		}
 	}()
+	for {
+		next, err := chatSession(ctx, e, c, s, reasoning, lines)
+		if next == nil {
+			return err
+		}
+		s = next // /new or /resume
+	}
+}
+
+// chatSession chats in session s until the input ends or the user leaves
+// (nil), or asks for another session with /new or /resume (that session).
+func chatSession(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agentv1.Session, reasoning render.ReasoningMode, lines <-chan string) (*agentv1.Session, error) {
+	out := e.stdout
+	scr := &screen{w: out, color: useColor(e, out)}
+	scr.r = render.New(out, render.Options{Color: scr.color, Reasoning: reasoning})
+	id := s.GetHeader().GetId()
+	if err := replay(ctx, c, out, scr.color, reasoning, s); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	evc, errc, err := follow(sctx, c, id, s.GetNextSeq())
+	if err != nil {
+		return nil, err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	defer signal.Stop(sig)
+
 	if isTTY(out) {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
@@ -215,12 +247,29 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 		scr.prompt()
 	}
 	interrupted := false
+	// Piped input (`echo "prompt" | dsh dev`) ends before its turns do: at
+	// its end the chat waits for the session to be idle and shows every
+	// event up to then, so no prompt is dropped.
+	var drained <-chan int64 // the next seq once idle, after piped input ended
+	shown := s.GetNextSeq()
 	for {
 		select {
+		case next := <-drained:
+			for shown < next {
+				ev, ok := <-evc
+				if !ok {
+					break
+				}
+				scr.event(ev)
+				shown = ev.GetSeq() + 1
+			}
+			scr.println("bye")
+			return nil, nil
 		case ev, ok := <-evc:
 			if !ok {
-				return &exitError{code: 1, msg: fmt.Sprintf("event stream ended: %v", <-errc)}
+				return nil, &exitError{code: 1, msg: fmt.Sprintf("event stream ended: %v", <-errc)}
 			}
+			shown = ev.GetSeq() + 1
 			scr.event(ev)
 			ask.event(ctx, ev)
 			switch ev.GetPayload().(type) {
@@ -232,9 +281,13 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				scr.prompt()
 			}
 		case line, ok := <-lines:
+			if !ok && !isTTY(e.stdin) && drained == nil {
+				lines, drained = nil, waitDrained(ctx, c, id)
+				continue
+			}
 			if !ok {
 				scr.println("bye")
-				return nil
+				return nil, nil
 			}
 			interrupted = false
 			if ask.active() {
@@ -248,6 +301,18 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				}
 				continue
 			}
+			if next, handled, err := sessionCommand(ctx, c, s, line, scr); handled {
+				if err != nil {
+					scr.println(err.Error())
+				}
+				if next != nil {
+					return next, nil
+				}
+				if !busy {
+					scr.prompt()
+				}
+				continue
+			}
 			switch line {
 			case "":
 				if !busy {
@@ -256,7 +321,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				continue
 			case "/exit", "/quit":
 				scr.println("bye")
-				return nil
+				return nil, nil
 			case "/reasoning", "/reasoning full", "/reasoning collapsed", "/reasoning hidden":
 				scr.mu.Lock()
 				next := (scr.r.Reasoning() + 1) % 3
@@ -271,13 +336,13 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 				}
 				continue
 			case "/help":
-				scr.println("/model [PROVIDER/]MODEL  switch the model · /approval never|on-request|always · /reasoning [full|collapsed|hidden]  how reasoning shows · /exit  leave · Ctrl-C cancels a turn · Ctrl-D exits")
+				scr.println(chatHelp)
 				if !busy {
 					scr.prompt()
 				}
 				continue
 			}
-			if _, err := c.Send(ctx, &agentv1.SendRequest{SessionId: id, Content: textPrompt(line)}); err != nil {
+			if _, err := c.Send(ctx, &agentv1.SendRequest{SessionId: id, Content: textPrompt(line), RequestId: requestID()}); err != nil {
 				scr.println("send failed: " + rpcError("send", err).Error())
 				scr.prompt()
 				continue
@@ -286,7 +351,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 		case <-sig:
 			if interrupted {
 				scr.println("bye")
-				return nil
+				return nil, nil
 			}
 			interrupted = true
 			if busy {
@@ -300,7 +365,7 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 			scr.println("(Ctrl-C again or Ctrl-D to exit)")
 			scr.prompt()
 		case <-ctx.Done():
-			return nil
+			return nil, nil
 		}
 	}
 }

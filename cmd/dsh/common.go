@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,11 +15,10 @@ import (
 	"golang.org/x/term"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/services/agent"
 )
 
 // Default addresses, shared with the services' own defaults.
@@ -75,9 +76,9 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return fs.Parse(append([]string{"--"}, pos...))
 }
 
-// isTTY reports whether w is a terminal.
-func isTTY(w io.Writer) bool {
-	f, ok := w.(*os.File)
+// isTTY reports whether v (a reader or a writer) is a terminal.
+func isTTY(v any) bool {
+	f, ok := v.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
@@ -146,6 +147,8 @@ func dialService(ctx context.Context, addr, what string, cf *clientFlags) (*grpc
 	if err != nil {
 		return nil, &exitError{code: 2, msg: err.Error()}
 	}
+	// Lost replies are retried; every command carries a request_id.
+	opts = append(opts, grpc.WithDefaultServiceConfig(agent.ClientServiceConfig))
 	conn, err := grpcserver.Dial(addr, opts...)
 	if err != nil {
 		return nil, &exitError{code: 1, msg: fmt.Sprintf("%s address %q: %v", what, addr, err)}
@@ -159,16 +162,12 @@ func dialService(ctx context.Context, addr, what string, cf *clientFlags) (*grpc
 	return conn, nil
 }
 
-var jsonOpts = protojson.MarshalOptions{UseProtoNames: true}
-
-// printJSON writes one proto message as a single JSON line.
-func printJSON(w io.Writer, m proto.Message) error {
-	b, err := jsonOpts.Marshal(m)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
+// requestID is a fresh idempotency key for one command (its retries reuse
+// it: docs/API.md "Retries and request_id").
+func requestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // table prints rows aligned in columns.

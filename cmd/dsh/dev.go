@@ -58,6 +58,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&f.allowUnenforced, "allow-unenforced-hosts", false, "let confined sessions call tools on hosts that do not enforce sandbox policies")
 	fs.StringVar(&f.promptSections, "prompt-sections", e.getenv("DSH_PROMPT_SECTIONS"), "YAML/JSON file of system-prompt sections, variables, persona and tool order (env DSH_PROMPT_SECTIONS)")
 	reasoning := reasoningFlag(e, fs)
+	resume := registerResumeFlags(fs) // issue 14: --continue, --session
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -67,8 +68,8 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	}
 	if f.approval == "" {
 		f.approval = "on-request"
-		if f.prompt != "" {
-			f.approval = "never" // nobody is there to answer
+		if f.prompt != "" || !isTTY(e.stdin) {
+			f.approval = "never" // nobody is there to answer (-p, or piped input)
 		}
 	}
 	policy, err := agent.ParseApprovalPolicy(f.approval)
@@ -98,6 +99,9 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	if f.yes {
 		sf.rules = []*sessionv1.ApprovalRule{{Tool: "*", Action: sessionv1.RuleAction_RULE_ACTION_ALLOW}}
 		fmt.Fprintln(e.stderr, "--yes: every tool call runs without asking")
+	}
+	if sf.id, err = resume.sessionID(ctx, c, cwd); err != nil {
+		return err
 	}
 	s, err := openSession(ctx, c, sf)
 	if err != nil {
@@ -282,6 +286,8 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 			AllowUnenforcedHosts: f.allowUnenforced,
 			Ready:                func(addr string) { ready <- addr },
 			PromptSections:       f.promptSections,
+			// Say which toolhost is down (issue 14).
+			OnToolhost: toolhostNotice(e.stderr),
 		}, logger)
 	}()
 	cleanups = append(cleanups, func() {

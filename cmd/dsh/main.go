@@ -21,6 +21,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/dsh-dev/dsh/internal/buildinfo"
 )
 
 // exitError carries a process exit code; its message, when non-empty, is
@@ -63,7 +65,7 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun `dsh <command> --help` for a command's flags.")
+	fmt.Fprintln(w, "\nRun `dsh <command> --help` for a command's flags, `dsh --version` for the build.")
 }
 
 func main() {
@@ -98,6 +100,10 @@ func run(ctx context.Context, e *env) error {
 	if len(e.args) == 0 {
 		usage(e.stderr)
 		return &exitError{code: 2}
+	}
+	if buildinfo.Requested(e.args) || e.args[0] == "version" {
+		fmt.Fprintln(e.stdout, buildinfo.String("dsh"))
+		return nil
 	}
 	name := e.args[0]
 	if name == "-h" || name == "--help" || name == "help" {

@@ -41,6 +41,9 @@ func TestCommandLine(t *testing.T) {
 		{name: "flag after the id", args: []string{"sessions", "events", "some-id", "--addr", closed}, wantCode: 1, wantStderr: "no agent service at " + closed},
 		{name: "flag after the subcommand word", args: []string{"sessions", "list", "--addr", closed, "--limit", "3"}, wantCode: 2, wantStderr: "flag provided but not defined: -limit"},
 		{name: "dash dash ends flags", args: []string{"sessions", "show", "--addr", closed, "--", "--addr"}, wantCode: 1, wantStderr: "no agent service at " + closed},
+		{name: "version", args: []string{"--version"}, wantCode: 0, wantStdout: "dsh "},
+		{name: "version after a subcommand", args: []string{"sessions", "list", "--addr", closed, "--version"}, wantCode: 0, wantStdout: "dsh "},
+		{name: "version word", args: []string{"version"}, wantCode: 0, wantStdout: " go1."},
 		{name: "dev stray argument", args: []string{"dev", "hello"}, wantCode: 2, wantStderr: "use -p"},
 	}
 	for _, tt := range tests {

@@ -10,7 +10,6 @@ import (
 	"github.com/dsh-dev/dsh/cmd/dsh/internal/render"
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
-	"github.com/dsh-dev/dsh/internal/session"
 )
 
 func runSend(ctx context.Context, e *env, args []string) error {
@@ -66,7 +65,16 @@ func promptArg(e *env, args []string) (string, error) {
 // event); it fails with exit code 1 unless the turn completed. answering,
 // when set, is called once the model's first chunk arrives.
 func printTurn(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agentv1.Session, prompt string, asJSON bool, answering func()) error {
+	// On a terminal the turn shows as it runs (reasoning, tool cards, the
+	// streamed answer); piped, only the answer is printed.
+	var live *render.Renderer
+	if !asJSON && isTTY(e.stdout) {
+		live = render.New(e.stdout, render.Options{Color: useColor(e, e.stdout)})
+	}
 	onEvent := func(ev *sessionv1.SessionEvent) {
+		if live != nil {
+			live.Event(ev)
+		}
 		if answering != nil {
 			switch ev.GetPayload().(type) {
 			case *sessionv1.SessionEvent_AssistantChunk, *sessionv1.SessionEvent_AssistantMessage, *sessionv1.SessionEvent_TurnEnd:
@@ -75,7 +83,7 @@ func printTurn(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *age
 			}
 		}
 		if asJSON {
-			if b, err := session.MarshalEventJSON(ev); err == nil {
+			if b, err := cliJSON(ev); err == nil {
 				fmt.Fprintf(e.stdout, "%s\n", b)
 			}
 		}
@@ -84,7 +92,7 @@ func printTurn(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *age
 	if err != nil {
 		return err
 	}
-	if !asJSON && res.answer != "" {
+	if !asJSON && live == nil && res.answer != "" {
 		fmt.Fprintln(e.stdout, strings.TrimRight(res.answer, "\n"))
 	}
 	if !res.completed() {

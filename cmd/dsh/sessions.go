@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
 	"github.com/dsh-dev/dsh/cmd/dsh/internal/render"
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
-	"github.com/dsh-dev/dsh/internal/session"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 )
 
 func runSessions(ctx context.Context, e *env, args []string) error {
@@ -26,6 +25,7 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 	newID := fs.String("id", "", "fork: the child's id (minted when empty)")
 	from := fs.Int64("from", 0, "events: first seq")
 	follow := fs.Bool("follow", false, "events: keep following live events")
+	data := fs.String("data", envOr(e, "DSH_DATA", ".dsh"), "data directory read when no agent answers (list, show, events, messages; env DSH_DATA)")
 	switch sub {
 	case "list", "show", "events", "messages", "fork", "tree":
 	case "", "-h", "--help", "help":
@@ -45,51 +45,42 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 	if sub != "list" && id == "" {
 		return &exitError{code: 2, msg: "sessions " + sub + " needs a session id"}
 	}
-	conn, err := dialService(ctx, *addr, "agent service", cf)
+	src, closeSrc, err := openSource(ctx, e, sub, *addr, *data, cf)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	c := agentv1.NewAgentServiceClient(conn)
+	defer closeSrc()
 	out := e.stdout
 	switch sub {
 	case "list":
+		ss, err := src.list(ctx)
+		if err != nil {
+			return err
+		}
 		var rows [][]string
-		token := ""
-		for {
-			resp, err := c.ListSessions(ctx, &agentv1.ListSessionsRequest{PageSize: 500, PageToken: token})
-			if err != nil {
-				return rpcError("list sessions", err)
-			}
-			for _, s := range resp.GetSessions() {
-				if *asJSON {
-					if err := printJSON(out, s); err != nil {
-						return err
-					}
-					continue
+		for _, s := range ss {
+			if *asJSON {
+				if err := printJSON(out, s); err != nil {
+					return err
 				}
-				h := s.GetHeader()
-				rows = append(rows, []string{h.GetId(), statusName(s.GetStatus()),
-					time.UnixMilli(h.GetCreatedAt()).Local().Format("2006-01-02 15:04"),
-					h.GetOptions().GetProvider() + "/" + h.GetOptions().GetModel(), s.GetTitle(), h.GetCwd()})
+				continue
 			}
-			token = resp.GetNextPageToken()
-			if token == "" {
-				break
-			}
+			h := s.GetHeader()
+			rows = append(rows, []string{h.GetId(), statusName(s.GetStatus()),
+				time.UnixMilli(h.GetCreatedAt()).Local().Format("2006-01-02 15:04"),
+				h.GetOptions().GetProvider() + "/" + h.GetOptions().GetModel(), s.GetTitle(), h.GetCwd()})
 		}
 		if !*asJSON {
 			table(out, []string{"ID", "STATUS", "CREATED", "MODEL", "TITLE", "CWD"}, rows)
 		}
 	case "show":
-		resp, err := c.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: id})
+		s, err := src.get(ctx, id)
 		if err != nil {
-			return rpcError("get session", err)
+			return err
 		}
 		if *asJSON {
-			return printJSON(out, resp.GetSession())
+			return printJSON(out, s)
 		}
-		s := resp.GetSession()
 		h := s.GetHeader()
 		fmt.Fprintf(out, "id:       %s\nstatus:   %s\ncreated:  %s\nmodel:    %s/%s\ncwd:      %s\nevents:   %d\n",
 			h.GetId(), statusName(s.GetStatus()), time.UnixMilli(h.GetCreatedAt()).Local().Format(time.RFC3339),
@@ -105,45 +96,37 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 		}
 		showDelegation(out, s) // tree.go
 	case "events":
-		stream, err := c.StreamEvents(ctx, &agentv1.StreamEventsRequest{SessionId: id, FromSeq: *from, NoFollow: !*follow})
-		if err != nil {
-			return rpcError("stream events", err)
-		}
 		r := render.New(out, render.Options{Color: useColor(e, out), ShowUser: true})
-		for {
-			resp, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
+		return src.events(ctx, id, *from, *follow, func(ev *sessionv1.SessionEvent) error {
+			if !*asJSON {
+				r.Event(ev)
 				return nil
 			}
+			b, err := cliJSON(ev)
 			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return rpcError("stream events", err)
+				return err
 			}
-			if *asJSON {
-				b, err := session.MarshalEventJSON(resp.GetEvent())
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "%s\n", b)
-				continue
-			}
-			r.Event(resp.GetEvent())
-		}
+			_, err = fmt.Fprintf(out, "%s\n", b)
+			return err
+		})
 	case "tree":
-		return sessionsTree(ctx, c, out, id) // tree.go
-	case "messages":
-		resp, err := c.GetMessages(ctx, &agentv1.GetMessagesRequest{SessionId: id})
-		if err != nil {
-			return rpcError("get messages", err)
+		rs, ok := src.(remoteSource)
+		if !ok {
+			return &exitError{code: 1, msg: "sessions tree needs a running agent (it lists children through ListSessions)"}
 		}
-		for _, m := range resp.GetMessages() {
+		return sessionsTree(ctx, rs.c, out, id) // tree.go
+	case "messages":
+		ms, err := src.messages(ctx, id)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
 			if err := printJSON(out, m); err != nil {
 				return err
 			}
 		}
 	case "fork":
+		c := src.(remoteSource).c
 		req := &agentv1.ForkSessionRequest{SessionId: id, NewSessionId: *newID}
 		if *at >= 0 {
 			req.BoundarySeq = at
@@ -158,6 +141,28 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(out, resp.GetSession().GetHeader().GetId())
 	}
 	return nil
+}
+
+// openSource dials the agent; when none answers, list, show, events and
+// messages read the local store in data instead, saying so on stderr.
+func openSource(ctx context.Context, e *env, sub, addr, data string, cf *clientFlags) (sessionSource, func(), error) {
+	conn, err := dialService(ctx, addr, "agent service", cf)
+	if err == nil {
+		return remoteSource{c: agentv1.NewAgentServiceClient(conn)}, func() { conn.Close() }, nil
+	}
+	var xe *exitError
+	if sub == "fork" || !errors.As(err, &xe) || xe.code != 1 {
+		return nil, nil, err
+	}
+	local, path, lerr := openLocal(ctx, data)
+	if lerr != nil {
+		if path == "" {
+			return nil, nil, err // no store there either: the agent error says what to do
+		}
+		return nil, nil, &exitError{code: 1, msg: fmt.Sprintf("%s; the local store %s: %v", xe.msg, path, lerr)}
+	}
+	fmt.Fprintf(e.stderr, "dsh: no agent at %s; reading the local store %s (statuses unknown, no live events)\n", addr, path)
+	return local, local.close, nil
 }
 
 func statusName(s agentv1.AgentStatus) string {

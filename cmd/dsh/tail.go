@@ -14,7 +14,6 @@ import (
 
 	"github.com/dsh-dev/dsh/cmd/dsh/internal/render"
 	"github.com/dsh-dev/dsh/internal/events"
-	"github.com/dsh-dev/dsh/internal/session"
 )
 
 func runEvents(ctx context.Context, e *env, args []string) error {
@@ -119,7 +118,7 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 			return
 		}
 		if *asJSON {
-			b, err := session.MarshalEventJSON(ev)
+			b, err := cliJSON(ev)
 			if err != nil {
 				return
 			}

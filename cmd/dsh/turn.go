@@ -30,8 +30,9 @@ func openSession(ctx context.Context, c agentv1.AgentServiceClient, f sessionFla
 		return resp.GetSession(), nil
 	}
 	resp, err := c.CreateSession(ctx, &agentv1.CreateSessionRequest{
-		Cwd:     f.cwd,
-		Options: &sessionv1.SessionOptions{Provider: f.provider, Model: f.model, WorkspaceRoot: f.cwd, Approval: f.approval, ApprovalRules: f.rules},
+		RequestId: requestID(),
+		Cwd:       f.cwd,
+		Options:   &sessionv1.SessionOptions{Provider: f.provider, Model: f.model, WorkspaceRoot: f.cwd, Approval: f.approval, ApprovalRules: f.rules},
 	})
 	if err != nil {
 		return nil, rpcError("create session", err)
@@ -131,7 +132,7 @@ func oneShot(ctx context.Context, c agentv1.AgentServiceClient, s *agentv1.Sessi
 	if err != nil {
 		return turnResult{}, err
 	}
-	if _, err := c.Send(ctx, &agentv1.SendRequest{SessionId: id, Content: textPrompt(prompt)}); err != nil {
+	if _, err := c.Send(ctx, &agentv1.SendRequest{SessionId: id, Content: textPrompt(prompt), RequestId: requestID()}); err != nil {
 		return turnResult{}, rpcError("send", err)
 	}
 	return waitTurn(ctx, evc, errc, onEvent)

@@ -52,3 +52,21 @@ func String(binary string) string {
 	}
 	return fmt.Sprintf("%s %s %s/%s", out, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
+
+// FlagUsage is the help line of every binary's --version flag.
+const FlagUsage = "print the version and exit"
+
+// Requested reports whether args ask for the version: -version or
+// --version (or =true) anywhere before a "--" terminator. Binaries check it
+// before parsing the rest, so --version works with any other arguments.
+func Requested(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-version", "--version", "-version=true", "--version=true":
+			return true
+		}
+	}
+	return false
+}

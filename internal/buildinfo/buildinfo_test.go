@@ -25,3 +25,24 @@ func TestString(t *testing.T) {
 		})
 	}
 }
+
+func TestRequested(t *testing.T) {
+	tests := []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--version"}, true},
+		{[]string{"-version"}, true},
+		{[]string{"--listen", "x", "--version=true"}, true},
+		{[]string{"sessions", "list", "--version"}, true},
+		{[]string{"--", "--version"}, false},
+		{[]string{"--versions"}, false},
+		{[]string{"--version=false"}, false},
+	}
+	for _, tt := range tests {
+		if got := Requested(tt.args); got != tt.want {
+			t.Errorf("Requested(%q) = %v, want %v", tt.args, got, tt.want)
+		}
+	}
+}

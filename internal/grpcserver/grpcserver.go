@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -53,6 +54,9 @@ type Server struct {
 	*grpc.Server
 	health *health.Server
 	cfg    Config
+
+	mu       sync.Mutex
+	reported map[string]bool // names whose status the owner sets (SetStatus)
 }
 
 // New returns a server ready for service registration. Register services on
@@ -84,15 +88,33 @@ func New(cfg Config) *Server {
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
-	return &Server{Server: gs, health: hs, cfg: cfg}
+	return &Server{Server: gs, health: hs, cfg: cfg, reported: map[string]bool{}}
 }
 
-// SetServing marks the overall server and each named service SERVING.
+// SetServing marks the overall server and each named service SERVING,
+// except the names whose status is set with SetStatus.
 func (s *Server) SetServing(services ...string) {
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	for _, name := range services {
-		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, name := range append([]string{""}, services...) {
+		if !s.reported[name] {
+			s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+		}
 	}
+}
+
+// SetStatus sets the health of name ("" is the whole server) to SERVING or
+// NOT_SERVING; from then on the owner, not Serve, decides that name's
+// status. After Shutdown every name stays NOT_SERVING.
+func (s *Server) SetStatus(name string, serving bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reported[name] = true
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus(name, st)
 }
 
 // Serve serves on lis until ctx is cancelled, then shuts down gracefully. It

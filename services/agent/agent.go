@@ -27,6 +27,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -40,6 +41,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
@@ -49,6 +51,7 @@ import (
 	"github.com/dsh-dev/dsh/services/agent/internal/agenttools"
 	"github.com/dsh-dev/dsh/services/agent/internal/approval"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
+	"github.com/dsh-dev/dsh/services/agent/internal/idem"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
 	"github.com/dsh-dev/dsh/services/agent/internal/subagent"
 	"github.com/dsh-dev/dsh/services/agent/internal/title"
@@ -113,6 +116,9 @@ type Config struct {
 	// session is depth 0, its children 1); 0 takes
 	// subagent.DefaultMaxDepth, negative forbids delegation.
 	MaxSubagentDepth int32
+	// ReplyCache bounds the in-memory cache of first replies to commands
+	// with a request_id (default 4096); the session log stays the authority.
+	ReplyCache int
 	// Now and NewID are injected for reproducible logs; defaults time.Now
 	// and random hex ids.
 	Now   func() time.Time
@@ -204,6 +210,7 @@ type Service struct {
 	closed  chan struct{}
 	stop    context.CancelFunc
 	budget  *loop.ProcessBudget
+	replies *idem.Cache[proto.Message] // first replies of commands with a request_id
 	wg      sync.WaitGroup
 
 	// kids are the running subagent children by parent; sub serves the
@@ -231,7 +238,8 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, deps: deps, log: logger, live: map[string]*liveSession{},
 		loading: map[string]chan struct{}{}, closed: make(chan struct{}),
-		budget: loop.NewProcessBudget(cfg.ProcessMaxQueuedItems, cfg.ProcessMaxQueuedBytes),
+		budget:  loop.NewProcessBudget(cfg.ProcessMaxQueuedItems, cfg.ProcessMaxQueuedBytes),
+		replies: idem.New[proto.Message](cmp.Or(cfg.ReplyCache, defaultReplyCache)),
 		appr: &approval.Config{Policy: cfg.Approval.Policy, Rules: cfg.Approval.Rules, Timeout: cfg.Approval.Timeout,
 			Approvers: deps.Approvers, Logger: logger}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -493,8 +501,12 @@ func (s *Service) release(l *liveSession) {
 
 // janitor unloads idle sessions.
 func (s *Service) janitor(ctx context.Context) {
-	tick := max(s.cfg.IdleUnload/4, 10*time.Millisecond)
-	t := time.NewTicker(tick)
+	every(ctx, max(s.cfg.IdleUnload/4, 10*time.Millisecond), func() { s.unloadIdle(ctx) })
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -502,7 +514,7 @@ func (s *Service) janitor(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		s.unloadIdle(ctx)
+		f()
 	}
 }
 

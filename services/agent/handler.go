@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -22,6 +24,7 @@ import (
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
 )
@@ -35,7 +38,37 @@ func (s *Service) CreateSession(ctx context.Context, req *agentv1.CreateSessionR
 	return &agentv1.CreateSessionResponse{Session: sess}, nil
 }
 
+// createSession is CreateSession once: a request_id names the session it
+// made (header.request_id; the id is derived from it when none is given), so
+// a retry finds that session and answers with it.
 func (s *Service) createSession(ctx context.Context, req *agentv1.CreateSessionRequest) (*agentv1.Session, error) {
+	rid := req.GetRequestId()
+	if err := checkRequestID(rid); err != nil {
+		return nil, err
+	}
+	if rid == "" {
+		return s.createNew(ctx, req, "")
+	}
+	key := s.replyKey(ctx, "CreateSession", "", rid)
+	id := req.GetSessionId()
+	if v, ok := s.replies.Get(key); ok {
+		id = v.(*agentv1.Session).GetHeader().GetId()
+	} else if id == "" {
+		id = derivedID(key.Tenant, rid)
+	}
+	sess, err := s.createNew(ctx, req, id)
+	if errors.Is(err, persistence.ErrExists) {
+		if prior, ok := s.createdBy(ctx, id, rid); ok {
+			return prior, nil
+		}
+	}
+	if err == nil {
+		s.replies.Put(key, sess)
+	}
+	return sess, err
+}
+
+func (s *Service) createNew(ctx context.Context, req *agentv1.CreateSessionRequest, id string) (*agentv1.Session, error) {
 	opts := req.GetOptions()
 	if opts.GetProvider() == "" || opts.GetModel() == "" {
 		return nil, invalidf("options.provider and options.model are required")
@@ -67,15 +100,14 @@ func (s *Service) createSession(ctx context.Context, req *agentv1.CreateSessionR
 	if err := checkSandbox(opts.GetSandbox()); err != nil {
 		return nil, err
 	}
-	id := req.GetSessionId()
 	if id == "" {
-		id = s.cfg.NewID()
+		id = cmp.Or(req.GetSessionId(), s.cfg.NewID())
 	}
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
 	h := &sessionv1.SessionHeader{Id: id, CreatedAt: s.cfg.Now().UnixMilli(), Cwd: cwd, Options: proto.CloneOf(opts),
-		Tenant: principalOf(ctx).Tenant}
+		Tenant: principalOf(ctx).Tenant, RequestId: req.GetRequestId()}
 	return s.start(ctx, h, nil)
 }
 
@@ -259,23 +291,29 @@ func (s *Service) fork(ctx context.Context, req *agentv1.ForkSessionRequest) (*a
 
 // Send queues a prompt.
 func (s *Service) Send(ctx context.Context, req *agentv1.SendRequest) (*agentv1.SendResponse, error) {
-	st, err := s.submit(ctx, req.GetSessionId(), req.GetContent(), req.GetSource(), req.GetContexts(), false)
+	resp, err := once(s, ctx, "Send", req.GetSessionId(), req.GetRequestId(), func() (*agentv1.SendResponse, error) {
+		st, err := s.submit(ctx, req.GetSessionId(), req.GetRequestId(), req.GetContent(), req.GetSource(), req.GetContexts(), false)
+		return &agentv1.SendResponse{Status: st}, err
+	})
 	if err != nil {
 		return nil, toStatus(s.log, "Send", err)
 	}
-	return &agentv1.SendResponse{Status: st}, nil
+	return resp, nil
 }
 
 // Steer submits steering.
 func (s *Service) Steer(ctx context.Context, req *agentv1.SteerRequest) (*agentv1.SteerResponse, error) {
-	st, err := s.submit(ctx, req.GetSessionId(), req.GetContent(), req.GetSource(), req.GetContexts(), true)
+	resp, err := once(s, ctx, "Steer", req.GetSessionId(), req.GetRequestId(), func() (*agentv1.SteerResponse, error) {
+		st, err := s.submit(ctx, req.GetSessionId(), req.GetRequestId(), req.GetContent(), req.GetSource(), req.GetContexts(), true)
+		return &agentv1.SteerResponse{Status: st}, err
+	})
 	if err != nil {
 		return nil, toStatus(s.log, "Steer", err)
 	}
-	return &agentv1.SteerResponse{Status: st}, nil
+	return resp, nil
 }
 
-func (s *Service) submit(ctx context.Context, id string, content []*llmv1.ContentBlock, src *llmv1.MessageSource, contexts []*toolsv1.HookContext, steer bool) (agentv1.AgentStatus, error) {
+func (s *Service) submit(ctx context.Context, id, rid string, content []*llmv1.ContentBlock, src *llmv1.MessageSource, contexts []*toolsv1.HookContext, steer bool) (agentv1.AgentStatus, error) {
 	if err := checkContent("content", content); err != nil {
 		return 0, err
 	}
@@ -293,7 +331,7 @@ func (s *Service) submit(ctx context.Context, id string, content []*llmv1.Conten
 	}
 	defer s.release(l)
 	it := loop.Item{Content: cloneBlocks(content), Source: proto.CloneOf(src), Contexts: cloneContexts(contexts),
-		QueuedBy: trace.SpanContextFromContext(ctx)}
+		QueuedBy: trace.SpanContextFromContext(ctx), RequestID: rid}
 	if steer {
 		return l.agent.Steer(it)
 	}
@@ -302,27 +340,31 @@ func (s *Service) submit(ctx context.Context, id string, content []*llmv1.Conten
 
 // Inject appends context.
 func (s *Service) Inject(ctx context.Context, req *agentv1.InjectRequest) (*agentv1.InjectResponse, error) {
-	err := func() error {
-		if err := checkContent("content", req.GetContent()); err != nil {
-			return err
-		}
-		if err := checkSource("source", req.GetSource()); err != nil {
-			return err
-		}
-		if err := checkJSON("meta", req.Meta); err != nil {
-			return err
-		}
-		l, err := s.acquire(ctx, req.GetSessionId())
-		if err != nil {
-			return err
-		}
-		defer s.release(l)
-		return l.agent.Inject(cloneBlocks(req.GetContent()), proto.CloneOf(req.GetSource()), req.Meta)
-	}()
+	_, err := once(s, ctx, "Inject", req.GetSessionId(), req.GetRequestId(), func() (*agentv1.InjectResponse, error) {
+		return &agentv1.InjectResponse{}, s.inject(ctx, req)
+	})
 	if err != nil {
 		return nil, toStatus(s.log, "Inject", err)
 	}
 	return &agentv1.InjectResponse{}, nil
+}
+
+func (s *Service) inject(ctx context.Context, req *agentv1.InjectRequest) error {
+	if err := checkContent("content", req.GetContent()); err != nil {
+		return err
+	}
+	if err := checkSource("source", req.GetSource()); err != nil {
+		return err
+	}
+	if err := checkJSON("meta", req.Meta); err != nil {
+		return err
+	}
+	l, err := s.acquire(ctx, req.GetSessionId())
+	if err != nil {
+		return err
+	}
+	defer s.release(l)
+	return l.agent.InjectOnce(req.GetRequestId(), cloneBlocks(req.GetContent()), proto.CloneOf(req.GetSource()), req.Meta)
 }
 
 // Cancel cancels.

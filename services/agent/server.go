@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -87,6 +89,13 @@ type ServerConfig struct {
 	Gateway string
 	// Toolhosts are NAME=ADDR or ADDR entries.
 	Toolhosts []string
+	// OnToolhost, when set, is told each toolhost's first state and every
+	// change (err says why it is down); the agent also logs them and
+	// reports them on the health service (HealthToolhost).
+	OnToolhost func(name string, up bool, err error)
+	// HealthInterval is how often the store is probed for the health
+	// service; default 5 s.
+	HealthInterval time.Duration
 	// Hooks are remote AgentHooks services; Interceptors remote
 	// ToolInterceptors; Approvers remote Approver services (consulted in
 	// order before a person is asked).
@@ -238,7 +247,14 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		defer conn.Close()
 		approvers = append(approvers, approval.Remote{Name: r.Name, Client: agentv1.NewApproverClient(conn), Timeout: r.Timeout, FailOpen: r.FailOpen})
 	}
-	pipe := toolpipe.New(toolpipe.Config{Hosts: hosts, Interceptors: ics, Logger: logger, AllowUnenforced: sc.AllowUnenforcedHosts, Gates: func(id string) toolpipe.Gate {
+	health := newDepHealth(store, logger)
+	health.probeStore(ctx)
+	pipe := toolpipe.New(toolpipe.Config{Hosts: hosts, Interceptors: ics, Logger: logger, AllowUnenforced: sc.AllowUnenforcedHosts, OnHostState: func(name string, up bool, err error) {
+		health.set(HealthToolhost(name), up)
+		if sc.OnToolhost != nil {
+			sc.OnToolhost(name, up, err)
+		}
+	}, Gates: func(id string) toolpipe.Gate {
 		if svc == nil {
 			return nil
 		}
@@ -318,8 +334,12 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	}
 	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: opts})
 	svc.Register(srv.Server)
+	health.attach(srv)
+	var probes sync.WaitGroup
+	defer probes.Wait() // after stopSrv (deferred below) ended them
 	srvCtx, stopSrv := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSrv()
+	probes.Go(func() { health.run(srvCtx, cmp.Or(sc.HealthInterval, defaultHealthInterval)) })
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(srvCtx, lis) }()
 	if sc.Ready != nil {

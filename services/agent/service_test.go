@@ -52,8 +52,11 @@ type env struct {
 	shutdown time.Duration
 	// approvers and interceptors are remote services given to agent.Run.
 	approvers, interceptors []agent.Remote
+	// onToolhost is ServerConfig.OnToolhost.
+	onToolhost func(name string, up bool, err error)
 
 	client agentv1.AgentServiceClient
+	addr   string // the agent's listening address (changes at restart)
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -105,6 +108,7 @@ func (e *env) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	e.addr = lis.Addr().String()
 	retry := hooks.DefaultRetryPolicy()
 	retry.Sleep = func(context.Context, time.Duration) error { return nil }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -113,7 +117,7 @@ func (e *env) start() {
 		e.done <- agent.Run(ctx, agent.ServerConfig{
 			Listener: lis, Gateway: e.gwAddr, Toolhosts: []string{"fake=" + e.thAddr}, DataDir: e.dir,
 			Synchronous: "NORMAL", Service: e.cfg, Retry: &retry, ShutdownTimeout: e.shutdownTimeout(), NATS: e.nats, NoTitles: true,
-			Auth: e.authn, Approvers: e.approvers, Interceptors: e.interceptors,
+			Auth: e.authn, Approvers: e.approvers, Interceptors: e.interceptors, OnToolhost: e.onToolhost,
 		}, slog.New(slog.DiscardHandler))
 	}()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -100,6 +100,25 @@ type RouteConfig struct {
 	Script string `json:"script,omitempty"`
 }
 
+// EnvVar is one environment variable ConfigFromEnv reads.
+type EnvVar struct{ Name, Doc string }
+
+// EnvVars lists the variables ConfigFromEnv reads, for --help (a test keeps
+// the two in step).
+func EnvVars() []EnvVar {
+	return []EnvVar{
+		{"DEEPSEEK_API_KEY", "registers the deepseek route"},
+		{"DEEPSEEK_BASE_URL", "its endpoint (default the public API)"},
+		{"ANTHROPIC_API_KEY", "registers the anthropic route"},
+		{"ANTHROPIC_BASE_URL", "its endpoint (default the public API)"},
+		{"OPENAI_API_KEY", "registers the openai route (OpenAI or any compatible server)"},
+		{"OPENAI_BASE_URL", "its endpoint; alone (no key) for vLLM, Ollama, llama.cpp"},
+		{"OPENAI_MODEL", "the openai route's model (default: the server's /v1/models)"},
+		{"DSH_SCRIPT", "the scripted route's script: a file or inline JSON (default the offline demo)"},
+		{"DSH_LLM_IDLE_TIMEOUT", "provider stream idle bound, a Go duration (default 5m)"},
+	}
+}
+
 // ConfigFromEnv builds the conventional configuration from environment
 // variables: DEEPSEEK_API_KEY (+ DEEPSEEK_BASE_URL), ANTHROPIC_API_KEY
 // (+ ANTHROPIC_BASE_URL), OPENAI_API_KEY and/or OPENAI_BASE_URL, each

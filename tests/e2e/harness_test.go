@@ -48,6 +48,7 @@ func TestMain(m *testing.M) {
 		"github.com/dsh-dev/dsh/services/llmgateway/cmd/llmgateway",
 		"github.com/dsh-dev/dsh/services/toolhost/cmd/toolhost",
 		"github.com/dsh-dev/dsh/services/agent/cmd/agent",
+		"github.com/dsh-dev/dsh/services/mcpbridge/cmd/mcpbridge",
 		"github.com/dsh-dev/dsh/cmd/dsh",
 	)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

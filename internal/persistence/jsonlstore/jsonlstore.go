@@ -157,6 +157,19 @@ func flock(f *os.File, timeout time.Duration) error {
 	}
 }
 
+// Ping checks that the root is still a readable directory (the agent's
+// health probe).
+func (s *Store) Ping(context.Context) error {
+	fi, err := os.Stat(s.root)
+	if err == nil && !fi.IsDir() {
+		err = fmt.Errorf("%s is not a directory", s.root)
+	}
+	if err != nil {
+		return fmt.Errorf("jsonlstore: ping: %w", err)
+	}
+	return nil
+}
+
 // Close releases the root lock. Pending sessions are forgotten.
 func (s *Store) Close() error {
 	s.mu.Lock()

@@ -209,6 +209,16 @@ func (s *Store) prepare(ctx context.Context) error {
 	return nil
 }
 
+// Ping reads the database file (the agent's health probe): an error means
+// the store cannot serve reads.
+func (s *Store) Ping(ctx context.Context) error {
+	var n int
+	if err := s.r.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master").Scan(&n); err != nil {
+		return fmt.Errorf("sqlitestore: ping: %w", err)
+	}
+	return nil
+}
+
 // Close closes the database.
 func (s *Store) Close() error {
 	s.mu.Lock()

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/internal/buildinfo"
+	"github.com/dsh-dev/dsh/internal/cmdline"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/telemetry"
@@ -36,6 +38,10 @@ func env(k, def string) string {
 }
 
 func main() {
+	if buildinfo.Requested(os.Args[1:]) {
+		fmt.Println(buildinfo.String("agent"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		os.Exit(1)
@@ -44,6 +50,7 @@ func main() {
 
 func run() error {
 	var toolhosts, hookFlags, icFlags, approverFlags, ruleFlags list
+	flag.Bool("version", false, buildinfo.FlagUsage)
 	listen := flag.String("listen", env("DSH_LISTEN", "127.0.0.1:7700"), "gRPC listen address (env DSH_LISTEN)")
 	gw := flag.String("gateway", env("DSH_GATEWAY", "127.0.0.1:7701"), "LlmGateway address (env DSH_GATEWAY)")
 	flag.Var(&toolhosts, "toolhost", "toolhost NAME=ADDR or ADDR, repeatable (env DSH_TOOLHOST; default 127.0.0.1:7702)")
@@ -83,6 +90,9 @@ func run() error {
 	titleModel := flag.String("title-model", env("DSH_TITLE_MODEL", ""), "small model of session-title calls; empty: the session's (env DSH_TITLE_MODEL)")
 	noTitles := flag.Bool("no-titles", false, "do not title sessions with a model call")
 	flag.Parse()
+	if err := cmdline.NoArgs(flag.CommandLine); err != nil {
+		return err
+	}
 	if len(toolhosts) == 0 {
 		toolhosts = list{env("DSH_TOOLHOST", "127.0.0.1:7702")}
 	}

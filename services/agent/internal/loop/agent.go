@@ -90,6 +90,10 @@ type Item struct {
 	// QueuedBy is the span of the RPC that queued the item; the turn's
 	// span links to it (a turn is its own trace).
 	QueuedBy trace.SpanContext
+	// RequestID is the client's idempotency key (empty when none): an item
+	// whose key the session has seen is not queued again, and the event
+	// that records it (turn/start, steering/message) carries the key.
+	RequestID string
 
 	size     int64 // encoded size accounted for in the bounds
 	admitted bool  // counted in the bounds (client items, not internal ones)
@@ -132,6 +136,7 @@ type Agent struct {
 	inBatch     bool
 	batchFIFO   []*sessionv1.SessionEvent
 	lastTurn    int32
+	requests    map[string]struct{} // request ids admitted or found in the log
 	waiters     []chan struct{}
 	idleFlushes sync.WaitGroup
 
@@ -169,6 +174,12 @@ func New(cfg Config, log *session.Log) *Agent {
 		status:  agentv1.AgentStatus_AGENT_STATUS_IDLE,
 	}
 	a.lastTurn = log.NextTurn() - 1
+	a.requests = make(map[string]struct{})
+	for _, ev := range log.Events() {
+		if id := ev.GetRequestId(); id != "" {
+			a.requests[id] = struct{}{}
+		}
+	}
 	return a
 }
 
@@ -228,9 +239,13 @@ func (a *Agent) Send(it Item) (agentv1.AgentStatus, error) {
 	if a.disposed {
 		return a.status, ErrDisposed
 	}
+	if a.seenLocked(it.RequestID) {
+		return a.status, nil
+	}
 	if err := a.admitLocked(&it); err != nil {
 		return a.status, err
 	}
+	a.noteLocked(it.RequestID)
 	a.queued = append(a.queued, it)
 	select {
 	case a.wake <- struct{}{}:
@@ -256,9 +271,13 @@ func (a *Agent) Steer(it Item) (agentv1.AgentStatus, error) {
 		return a.Send(it)
 	}
 	defer a.mu.Unlock()
+	if a.seenLocked(it.RequestID) {
+		return a.status, nil
+	}
 	if err := a.admitLocked(&it); err != nil {
 		return a.status, err
 	}
+	a.noteLocked(it.RequestID)
 	a.steering = append(a.steering, it)
 	return a.status, nil
 }
@@ -268,15 +287,26 @@ func (a *Agent) Steer(it Item) (agentv1.AgentStatus, error) {
 // batch), or, when idle, as a one-shot injection turn followed by a
 // non-blocking flush.
 func (a *Agent) Inject(content []*llmv1.ContentBlock, src *llmv1.MessageSource, meta *string) error {
+	return a.InjectOnce("", content, src, meta)
+}
+
+// InjectOnce is Inject with an idempotency key: an injection whose key the
+// session has seen is not appended again; the context/message carries it.
+func (a *Agent) InjectOnce(requestID string, content []*llmv1.ContentBlock, src *llmv1.MessageSource, meta *string) error {
 	if src == nil {
 		src = session.UserSource()
 	}
 	ev := contextEvent(content, src, meta)
+	ev.RequestId = requestID
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.disposed {
 		return ErrDisposed
 	}
+	if a.seenLocked(requestID) {
+		return nil
+	}
+	a.noteLocked(requestID)
 	if _, open := a.log.OpenTurn(); open {
 		if a.inBatch {
 			a.batchFIFO = append(a.batchFIFO, ev)
@@ -474,7 +504,9 @@ func (a *Agent) run() {
 		a.turnCancel = cancel
 		a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_RUNNING)
 		turn := a.lastTurn + 1
-		_, err := a.appendLocked(session.TurnStartEvent(turn, session.MessageTrigger(sourceOr(item.Source, ""))))
+		start := session.TurnStartEvent(turn, session.MessageTrigger(sourceOr(item.Source, "")))
+		start.RequestId = item.RequestID
+		_, err := a.appendLocked(start)
 		if err != nil {
 			a.turnCancel = nil
 			a.mu.Unlock()
@@ -527,6 +559,20 @@ func (a *Agent) reportError(turn, step int32, err error) {
 	a.lg.Error("agent error", "turn", turn, "step", step, "err", err)
 	if a.cfg.OnError != nil {
 		a.cfg.OnError(turn, step, err)
+	}
+}
+
+// seenLocked reports whether the session has admitted (or logged) a command
+// with idempotency key id.
+func (a *Agent) seenLocked(id string) bool {
+	_, ok := a.requests[id]
+	return id != "" && ok
+}
+
+// noteLocked remembers an admitted command's idempotency key.
+func (a *Agent) noteLocked(id string) {
+	if id != "" {
+		a.requests[id] = struct{}{}
 	}
 }
 

@@ -374,7 +374,7 @@ func (a *Agent) drainSteering(turn int32) (int, error) {
 	a.mu.Unlock()
 	for _, it := range items {
 		baked, env, separate := bakePrefix(it.Content, it.Contexts)
-		ev := &sessionv1.SessionEvent{SurfaceOp: session.AppendOp(), Payload: &sessionv1.SessionEvent_SteeringMessage{
+		ev := &sessionv1.SessionEvent{SurfaceOp: session.AppendOp(), RequestId: it.RequestID, Payload: &sessionv1.SessionEvent_SteeringMessage{
 			SteeringMessage: &sessionv1.SteeringMessage{Turn: turn, Content: baked, Source: sourceOr(it.Source, ""), Envelope: env}}}
 		if _, err := a.append(ev); err != nil {
 			return 0, err

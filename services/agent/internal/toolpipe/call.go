@@ -7,6 +7,8 @@ import (
 	"github.com/dsh-dev/dsh/internal/toolstream"
 	"io"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -132,7 +134,7 @@ func (c *Call) Dispatch(ctx context.Context, checkpoint func(context.Context) er
 	}
 	hs, _ := c.p.lookup(c.hosts, c.ex.GetName())
 	if hs == nil {
-		c.result = ErrorResult("unknown tool: "+c.ex.GetName(), "ToolNotFoundError", CodeUnknownTool)
+		c.result = c.p.unknown(c.hosts, c.ex.GetName())
 		return
 	}
 	if r := c.p.refuseUnenforced(hs, c.ex); r != nil {
@@ -217,12 +219,32 @@ func (c *Call) rpcFailure(ctx context.Context, hs *hostState, err error) *toolsv
 	st := status.Convert(err)
 	switch st.Code() {
 	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Unknown, codes.Internal, codes.Aborted:
-		return ErrorResult(fmt.Sprintf("tool host %s unavailable: %s", hs.host.Name, st.Message()), "ToolHostUnavailableError", CodeHostUnavailable)
+		return ErrorResult(fmt.Sprintf("the host of tool %s (toolhost %q) is unavailable: %s", c.ex.GetName(), hs.host.Name, st.Message()), "ToolHostUnavailableError", CodeHostUnavailable)
 	case codes.NotFound:
 		return ErrorResult("unknown tool: "+c.ex.GetName(), "ToolNotFoundError", CodeUnknownTool)
 	default:
 		return ErrorResult(fmt.Sprintf("tool host %s refused the call: %s", hs.host.Name, st.Message()), "ToolHostProtocolError", CodeHostProtocol)
 	}
+}
+
+// unknown is the result of a call to a tool no reachable host serves: when
+// a visible host is down (it was never listed, or it may have gained the
+// tool) the model is told the host is unavailable, not that the tool does
+// not exist.
+func (p *Pipeline) unknown(hosts []string, name string) *toolsv1.ToolExecutionResult {
+	if down := p.downHosts(hosts); len(down) > 0 {
+		return ErrorResult(fmt.Sprintf("tool %s is not available: its host may be toolhost %s, which is unavailable; try again later",
+			name, strings.Join(quoteAll(down), " or ")), "ToolHostUnavailableError", CodeHostUnavailable)
+	}
+	return ErrorResult("unknown tool: "+name, "ToolNotFoundError", CodeUnknownTool)
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strconv.Quote(s)
+	}
+	return out
 }
 
 func withContexts(r, prior *toolsv1.ToolExecutionResult) *toolsv1.ToolExecutionResult {

@@ -98,13 +98,27 @@ type Config struct {
 	// on hosts that declare they do not enforce sandbox policies; off, such
 	// calls get SANDBOX_UNAVAILABLE results without being dispatched.
 	AllowUnenforced bool
+	// OnHostState, when set, is told every change of a remote host's
+	// reachability (and each host's first state after Start), in order per
+	// host; err is why it is down.
+	OnHostState func(host string, up bool, err error)
 }
 
 type hostState struct {
 	host     Host
-	tools    map[string]*toolsv1.ToolDescriptor
+	tools    map[string]*toolsv1.ToolDescriptor // last known: kept while the host is down
 	revision int64
 	support  toolsv1.SandboxSupport
+	known    bool  // the state below has been set once
+	up       bool  // the last ListTools/WatchTools answered
+	err      error // why it is down
+}
+
+// HostHealth is one toolhost's reachability.
+type HostHealth struct {
+	Name string
+	Up   bool
+	Err  error // why it is down
 }
 
 // Pipeline is the merged registry and the staged pipeline. Pre and Post are
@@ -185,12 +199,13 @@ func (p *Pipeline) Start(ctx context.Context) error {
 				return
 			}
 			p.setTools(hs, resp.GetTools(), resp.GetRevision(), resp.GetSandboxSupport())
+			p.setUp(hs, true, nil)
 		})
 	}
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			p.log.Warn("toolhost unreachable at start; will keep retrying", "host", p.hosts[i].host.Name, "err", err)
+			p.setUp(p.hosts[i], false, err)
 		}
 	}
 	if err := p.rebuild(true); err != nil {
@@ -264,11 +279,13 @@ func (p *Pipeline) watch(ctx context.Context, hs *hostState) {
 				backoff = p.cfg.BackoffMin
 				p.setTools(hs, resp.GetTools(), resp.GetRevision(), resp.GetSandboxSupport())
 				_ = p.rebuild(false)
+				p.setUp(hs, true, nil)
 			}
 		}
 		if ctx.Err() != nil {
 			return
 		}
+		p.setUp(hs, false, err)
 		p.log.Debug("toolhost watch broke; reconnecting", "host", hs.host.Name, "err", err, "backoff", backoff)
 		t := time.NewTimer(backoff)
 		select {
@@ -279,6 +296,58 @@ func (p *Pipeline) watch(ctx context.Context, hs *hostState) {
 		}
 		backoff = min(backoff*2, p.cfg.BackoffMax)
 	}
+}
+
+// setUp records a remote host's reachability; a change is logged (a host
+// going down is a warning naming it) and reported to OnHostState.
+func (p *Pipeline) setUp(hs *hostState, up bool, err error) {
+	p.mu.Lock()
+	changed := !hs.known || hs.up != up
+	first := !hs.known
+	hs.known, hs.up, hs.err = true, up, err
+	n := len(hs.tools)
+	p.mu.Unlock()
+	if !changed {
+		return
+	}
+	switch {
+	case up && !first:
+		p.log.Info("toolhost is back", "host", hs.host.Name, "tools", n)
+	case !up && first:
+		p.log.Warn("toolhost unreachable at start; its tools fail as unavailable until it answers", "host", hs.host.Name, "err", err)
+	case !up:
+		p.log.Warn("toolhost down; its tools fail as unavailable until it is back", "host", hs.host.Name, "tools", n, "err", err)
+	}
+	if p.cfg.OnHostState != nil {
+		p.cfg.OnHostState(hs.host.Name, up, err)
+	}
+}
+
+// Health returns the reachability of every remote toolhost, in configured
+// order (in-process hosts are always up and not listed).
+func (p *Pipeline) Health() []HostHealth {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	var out []HostHealth
+	for _, hs := range p.hosts {
+		if hs.host.Local == nil {
+			out = append(out, HostHealth{Name: hs.host.Name, Up: hs.up, Err: hs.err})
+		}
+	}
+	return out
+}
+
+// downHosts names the visible remote hosts that are down.
+func (p *Pipeline) downHosts(hosts []string) []string {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	var out []string
+	for _, hs := range p.hosts {
+		if hs.host.Local == nil && hs.known && !hs.up && visible(hosts, hs.host.Name) {
+			out = append(out, hs.host.Name)
+		}
+	}
+	return out
 }
 
 // visible reports whether a host is visible to a session that sees hosts

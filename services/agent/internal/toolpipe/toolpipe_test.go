@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -347,5 +348,61 @@ func TestEndSessionReachesEveryRemoteHost(t *testing.T) {
 	}
 	if got := old.Ended(); len(got) != 0 {
 		t.Errorf("old host recorded %v through an Unimplemented RPC", got)
+	}
+}
+
+// TestHostHealth: a toolhost that does not answer at start is reported down
+// (and its tools fail as TOOL_HOST_UNAVAILABLE naming it, not as unknown);
+// once it serves it is up with its tools; when it dies its last-known tools
+// stay listed and fail as unavailable naming the tool and the host; a name no
+// host serves while every host is up is UNKNOWN_TOOL.
+func TestHostHealth(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers until served
+	if err != nil {
+		t.Fatal(err)
+	}
+	type change struct {
+		host string
+		up   bool
+	}
+	changes := make(chan change, 16)
+	p := start(t, toolpipe.Config{StartTimeout: 100 * time.Millisecond,
+		Hosts:       []toolpipe.Host{{Name: "box", Client: client(t, lis.Addr().String())}},
+		OnHostState: func(host string, up bool, _ error) { changes <- change{host, up} }})
+	if c := <-changes; c != (change{"box", false}) {
+		t.Fatalf("first state %v, want box down", c)
+	}
+	if h := p.Health(); len(h) != 1 || h[0].Up || h[0].Err == nil {
+		t.Fatalf("health %+v, want box down with a reason", h)
+	}
+	r := run(t.Context(), p, "bash", `{}`)
+	if codeOf(r) != toolpipe.CodeHostUnavailable || !strings.Contains(r.GetContent()[0].GetText().GetText(), `"box"`) {
+		t.Fatalf("a tool of a host down at start: %v", r)
+	}
+
+	gs := grpc.NewServer()
+	toolsv1.RegisterToolHostServer(gs, fakes.NewToolHost(fakes.Tool{Name: "bash"}))
+	go gs.Serve(lis)
+	if c := <-changes; c != (change{"box", true}) {
+		t.Fatalf("after serving: %v, want box up", c)
+	}
+	if r := run(t.Context(), p, "bash", `{}`); r.GetError() != nil {
+		t.Fatalf("host up: %v", r)
+	}
+	if r := run(t.Context(), p, "nope", `{}`); codeOf(r) != toolpipe.CodeUnknownTool {
+		t.Fatalf("unknown tool with every host up: %v", r)
+	}
+
+	gs.Stop()
+	if c := <-changes; c != (change{"box", false}) {
+		t.Fatalf("after stopping: %v, want box down", c)
+	}
+	if got := p.Schemas(nil); len(got) != 1 || got[0].GetName() != "bash" {
+		t.Fatalf("schemas of a host that is down: %v, want its last-known tools", got)
+	}
+	r = run(t.Context(), p, "bash", `{}`)
+	if msg := r.GetContent()[0].GetText().GetText(); codeOf(r) != toolpipe.CodeHostUnavailable || !strings.Contains(msg, "the host of tool bash") || !strings.Contains(msg, `"box"`) {
+		t.Fatalf("a last-known tool of a host that is down: %v", r)
 	}
 }

@@ -23,6 +23,8 @@ import (
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/internal/buildinfo"
+	"github.com/dsh-dev/dsh/internal/cmdline"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/llmgateway"
@@ -32,6 +34,10 @@ import (
 var version = "dev"
 
 func main() {
+	if buildinfo.Requested(os.Args[1:]) {
+		fmt.Println(buildinfo.String("llmgateway"))
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil); errors.Is(err, flag.ErrHelp) {
@@ -39,6 +45,18 @@ func main() {
 	} else if err != nil {
 		fmt.Fprintln(os.Stderr, "llmgateway:", err)
 		os.Exit(1)
+	}
+}
+
+// usage prints the flags and the environment variables that register the
+// provider routes.
+func usage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprintln(w, "Usage: llmgateway [flags]\n\nServes dsh.llm.v1.LlmGateway. Flags:")
+	fs.PrintDefaults()
+	fmt.Fprintln(w, "\nEnvironment (provider routes; the scripted route is always registered):")
+	for _, v := range llmgateway.EnvVars() {
+		fmt.Fprintf(w, "  %-21s %s\n", v.Name, v.Doc)
 	}
 }
 
@@ -54,6 +72,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg := llmgateway.ConfigFromEnv(getenv)
 	fs := flag.NewFlagSet("llmgateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { usage(fs) }
+	fs.Bool("version", false, buildinfo.FlagUsage)
 	listen := fs.String("listen", env("DSH_LISTEN", "127.0.0.1:7701"), "gRPC listen address (env DSH_LISTEN)")
 	configFile := fs.String("config", env("DSH_LLM_CONFIG", ""), "optional JSON config file with extra routes and model catalogues (env DSH_LLM_CONFIG)")
 	idle := fs.Duration("idle-timeout", cfg.IdleTimeout, "provider stream idle bound; 0 means 5m (env DSH_LLM_IDLE_TIMEOUT)")
@@ -61,6 +81,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	srvFlags.RegisterFlags(fs, getenv)
 	srvFlags.RegisterPeerFlag(fs, getenv)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := cmdline.NoArgs(fs); err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))

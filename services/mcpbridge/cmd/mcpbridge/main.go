@@ -22,11 +22,17 @@ import (
 	"syscall"
 
 	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/internal/buildinfo"
+	"github.com/dsh-dev/dsh/internal/cmdline"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/mcpbridge"
 )
 
 func main() {
+	if buildinfo.Requested(os.Args[1:]) {
+		fmt.Println(buildinfo.String("mcpbridge"))
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -46,6 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return def
 	}
 	fs := flag.NewFlagSet("mcpbridge", flag.ContinueOnError)
+	fs.Bool("version", false, buildinfo.FlagUsage)
 	listen := fs.String("listen", env("DSH_LISTEN", "127.0.0.1:7703"), "HOST:PORT to serve dsh.tools.v1.ToolHost on (env DSH_LISTEN)")
 	config := fs.String("config", env("DSH_MCP_CONFIG", ""), "JSON config file of MCP servers (env DSH_MCP_CONFIG)")
 	callTimeout := fs.Duration("call-timeout", 0, "budget of one MCP tool call (0 = toolhost default, 2m)")
@@ -53,6 +60,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	srvFlags.RegisterFlags(fs, getenv)
 	srvFlags.RegisterPeerFlag(fs, getenv)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := cmdline.NoArgs(fs); err != nil {
 		return err
 	}
 	srvOpts, err := srvFlags.ServerOptions(auth.Options{Listen: *listen, Logger: log})

@@ -17,6 +17,8 @@ import (
 	"syscall"
 
 	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/internal/buildinfo"
+	"github.com/dsh-dev/dsh/internal/cmdline"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/toolhost"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox"
@@ -25,6 +27,10 @@ import (
 )
 
 func main() {
+	if buildinfo.Requested(os.Args[1:]) {
+		fmt.Println(buildinfo.String("toolhost"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "toolhost:", err)
 		os.Exit(1)
@@ -43,6 +49,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	flag.Bool("version", false, buildinfo.FlagUsage)
 	listen := flag.String("listen", env("DSH_LISTEN", "127.0.0.1:7702"), "host:port to serve on (env DSH_LISTEN)")
 	workspace := flag.String("workspace", env("DSH_WORKSPACE", cwd), "directory file tools are confined to (env DSH_WORKSPACE)")
 	policyFile := flag.String("policy", env("DSH_TOOLHOST_POLICY", ""), "bash command-policy file; also serves dsh.tools.v1.ToolInterceptor (env DSH_TOOLHOST_POLICY)")
@@ -66,6 +73,9 @@ func run() error {
 	var skillDirs stringList
 	flag.Var(&skillDirs, "skill-dir", "an extra skill root (repeatable)")
 	flag.Parse()
+	if err := cmdline.NoArgs(flag.CommandLine); err != nil {
+		return err
+	}
 	defMode, err := sandbox.ParseMode(*mode)
 	if err != nil {
 		return fmt.Errorf("--sandbox-mode: %w", err)

@@ -509,7 +509,10 @@ type CreateSessionRequest struct {
 	// Absolute working directory of the session.
 	Cwd string `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	// Agent options (provider and model are required).
-	Options       *v1.SessionOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
+	Options *v1.SessionOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
+	// Idempotency key: a retry with the same request_id gets the first call's
+	// result and changes nothing (scoped to the tenant; at most 128 bytes).
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -563,6 +566,13 @@ func (x *CreateSessionRequest) GetOptions() *v1.SessionOptions {
 		return x.Options
 	}
 	return nil
+}
+
+func (x *CreateSessionRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // CreateSessionResponse answers CreateSession.
@@ -952,7 +962,10 @@ type SendRequest struct {
 	// Source; absent attests direct human input.
 	Source *v11.MessageSource `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
 	// Hook contexts delivered with the prompt.
-	Contexts      []*v12.HookContext `protobuf:"bytes,4,rep,name=contexts,proto3" json:"contexts,omitempty"`
+	Contexts []*v12.HookContext `protobuf:"bytes,4,rep,name=contexts,proto3" json:"contexts,omitempty"`
+	// Idempotency key: a retry with the same request_id gets the first call's
+	// result and changes nothing (scoped to the session; at most 128 bytes).
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1015,6 +1028,13 @@ func (x *SendRequest) GetContexts() []*v12.HookContext {
 	return nil
 }
 
+func (x *SendRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // SendResponse answers Send.
 type SendResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1071,7 +1091,10 @@ type SteerRequest struct {
 	// Source; absent attests direct human input.
 	Source *v11.MessageSource `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
 	// Hook contexts delivered with the steering.
-	Contexts      []*v12.HookContext `protobuf:"bytes,4,rep,name=contexts,proto3" json:"contexts,omitempty"`
+	Contexts []*v12.HookContext `protobuf:"bytes,4,rep,name=contexts,proto3" json:"contexts,omitempty"`
+	// Idempotency key: a retry with the same request_id gets the first call's
+	// result and changes nothing (scoped to the session; at most 128 bytes).
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1134,6 +1157,13 @@ func (x *SteerRequest) GetContexts() []*v12.HookContext {
 	return nil
 }
 
+func (x *SteerRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // SteerResponse answers Steer.
 type SteerResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1190,7 +1220,10 @@ type InjectRequest struct {
 	// Source; absent attests direct human input.
 	Source *v11.MessageSource `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
 	// Hidden meta, lossless JSON.
-	Meta          *string `protobuf:"bytes,4,opt,name=meta,proto3,oneof" json:"meta,omitempty"`
+	Meta *string `protobuf:"bytes,4,opt,name=meta,proto3,oneof" json:"meta,omitempty"`
+	// Idempotency key: a retry with the same request_id gets the first call's
+	// result and changes nothing (scoped to the session; at most 128 bytes).
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1249,6 +1282,13 @@ func (x *InjectRequest) GetSource() *v11.MessageSource {
 func (x *InjectRequest) GetMeta() string {
 	if x != nil && x.Meta != nil {
 		return *x.Meta
+	}
+	return ""
+}
+
+func (x *InjectRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -3797,12 +3837,14 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12;\n" +
 	"\bapproval\x18\x03 \x01(\v2\x1d.dsh.session.v1.ApprovalAskedH\x00R\bapproval\x12;\n" +
 	"\bquestion\x18\x04 \x01(\v2\x1d.dsh.session.v1.QuestionAskedH\x00R\bquestionB\x06\n" +
-	"\x04kind\"\x81\x01\n" +
+	"\x04kind\"\xa0\x01\n" +
 	"\x14CreateSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x128\n" +
-	"\aoptions\x18\x03 \x01(\v2\x1e.dsh.session.v1.SessionOptionsR\aoptions\"H\n" +
+	"\aoptions\x18\x03 \x01(\v2\x1e.dsh.session.v1.SessionOptionsR\aoptions\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"H\n" +
 	"\x15CreateSessionResponse\x12/\n" +
 	"\asession\x18\x01 \x01(\v2\x15.dsh.agent.v1.SessionR\asession\"2\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
@@ -3826,29 +3868,35 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\x0enew_session_id\x18\x03 \x01(\tR\fnewSessionIdB\x0f\n" +
 	"\r_boundary_seq\"F\n" +
 	"\x13ForkSessionResponse\x12/\n" +
-	"\asession\x18\x01 \x01(\v2\x15.dsh.agent.v1.SessionR\asession\"\xca\x01\n" +
+	"\asession\x18\x01 \x01(\v2\x15.dsh.agent.v1.SessionR\asession\"\xe9\x01\n" +
 	"\vSendRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
 	"\acontent\x18\x02 \x03(\v2\x18.dsh.llm.v1.ContentBlockR\acontent\x121\n" +
 	"\x06source\x18\x03 \x01(\v2\x19.dsh.llm.v1.MessageSourceR\x06source\x125\n" +
-	"\bcontexts\x18\x04 \x03(\v2\x19.dsh.tools.v1.HookContextR\bcontexts\"A\n" +
+	"\bcontexts\x18\x04 \x03(\v2\x19.dsh.tools.v1.HookContextR\bcontexts\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"A\n" +
 	"\fSendResponse\x121\n" +
-	"\x06status\x18\x01 \x01(\x0e2\x19.dsh.agent.v1.AgentStatusR\x06status\"\xcb\x01\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x19.dsh.agent.v1.AgentStatusR\x06status\"\xea\x01\n" +
 	"\fSteerRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
 	"\acontent\x18\x02 \x03(\v2\x18.dsh.llm.v1.ContentBlockR\acontent\x121\n" +
 	"\x06source\x18\x03 \x01(\v2\x19.dsh.llm.v1.MessageSourceR\x06source\x125\n" +
-	"\bcontexts\x18\x04 \x03(\v2\x19.dsh.tools.v1.HookContextR\bcontexts\"B\n" +
+	"\bcontexts\x18\x04 \x03(\v2\x19.dsh.tools.v1.HookContextR\bcontexts\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"B\n" +
 	"\rSteerResponse\x121\n" +
-	"\x06status\x18\x01 \x01(\x0e2\x19.dsh.agent.v1.AgentStatusR\x06status\"\xb7\x01\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x19.dsh.agent.v1.AgentStatusR\x06status\"\xd6\x01\n" +
 	"\rInjectRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
 	"\acontent\x18\x02 \x03(\v2\x18.dsh.llm.v1.ContentBlockR\acontent\x121\n" +
 	"\x06source\x18\x03 \x01(\v2\x19.dsh.llm.v1.MessageSourceR\x06source\x12\x17\n" +
-	"\x04meta\x18\x04 \x01(\tH\x00R\x04meta\x88\x01\x01B\a\n" +
+	"\x04meta\x18\x04 \x01(\tH\x00R\x04meta\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestIdB\a\n" +
 	"\x05_meta\"\x10\n" +
 	"\x0eInjectResponse\"_\n" +
 	"\rCancelRequest\x12\x1d\n" +

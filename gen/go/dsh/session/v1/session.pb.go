@@ -2478,6 +2478,11 @@ type SessionEvent struct {
 	// How the event joined the surface; required on surface events, absent on
 	// all others.
 	SurfaceOp *SurfaceOp `protobuf:"bytes,4,opt,name=surface_op,json=surfaceOp,proto3" json:"surface_op,omitempty"`
+	// Idempotency key of the client command this event records (the
+	// request_id of Send on its turn/start, of Steer on its steering/message,
+	// of Inject on its context/message); empty otherwise. A retried command
+	// with a request_id found in the log is not applied again.
+	RequestId string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// The typed payload; its stable type name is given per field.
 	//
 	// Types that are valid to be assigned to Payload:
@@ -2568,6 +2573,13 @@ func (x *SessionEvent) GetSurfaceOp() *SurfaceOp {
 		return x.SurfaceOp
 	}
 	return nil
+}
+
+func (x *SessionEvent) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 func (x *SessionEvent) GetPayload() isSessionEvent_Payload {
@@ -4249,7 +4261,11 @@ type SessionHeader struct {
 	// inherited by forks and subagents); never changes. "default" without auth.
 	Tenant string `protobuf:"bytes,9,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// Set on a subagent's child session: its delegation settings.
-	Subagent      *SubagentSpec `protobuf:"bytes,10,opt,name=subagent,proto3" json:"subagent,omitempty"`
+	Subagent *SubagentSpec `protobuf:"bytes,10,opt,name=subagent,proto3" json:"subagent,omitempty"`
+	// Idempotency key of the CreateSession call that made the session (empty
+	// when none was given): a retried CreateSession with the same key and
+	// tenant answers with this session.
+	RequestId     string `protobuf:"bytes,14,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4352,6 +4368,13 @@ func (x *SessionHeader) GetSubagent() *SubagentSpec {
 		return x.Subagent
 	}
 	return nil
+}
+
+func (x *SessionHeader) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 var File_dsh_session_v1_session_proto protoreflect.FileDescriptor
@@ -4482,13 +4505,15 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\a_system\"z\n" +
 	"\rRequestHeader\x123\n" +
 	"\x06header\x18\x01 \x01(\v2\x1b.dsh.session.v1.EpochHeaderR\x06header\x124\n" +
-	"\x06reason\x18\x02 \x01(\x0e2\x1c.dsh.session.v1.HeaderReasonR\x06reason\"\xf4\x0e\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x1c.dsh.session.v1.HeaderReasonR\x06reason\"\x93\x0f\n" +
 	"\fSessionEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x12\n" +
 	"\x04time\x18\x02 \x01(\x03R\x04time\x12E\n" +
 	"\x11source_event_seqs\x18\x03 \x01(\v2\x19.dsh.session.v1.EventSeqsR\x0fsourceEventSeqs\x128\n" +
 	"\n" +
-	"surface_op\x18\x04 \x01(\v2\x19.dsh.session.v1.SurfaceOpR\tsurfaceOp\x12:\n" +
+	"surface_op\x18\x04 \x01(\v2\x19.dsh.session.v1.SurfaceOpR\tsurfaceOp\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\b \x01(\tR\trequestId\x12:\n" +
 	"\n" +
 	"turn_start\x18\n" +
 	" \x01(\v2\x19.dsh.session.v1.TurnStartH\x00R\tturnStart\x124\n" +
@@ -4619,7 +4644,7 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	" \x01(\x0e2\x1e.dsh.session.v1.ApprovalPolicyR\bapproval\x12C\n" +
 	"\x0eapproval_rules\x18\v \x03(\v2\x1c.dsh.session.v1.ApprovalRuleR\rapprovalRulesB\x0e\n" +
 	"\f_temperatureB\r\n" +
-	"\v_max_tokens\"\xfe\x02\n" +
+	"\v_max_tokens\"\x9d\x03\n" +
 	"\rSessionHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
@@ -4633,7 +4658,9 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\aoptions\x18\b \x01(\v2\x1e.dsh.session.v1.SessionOptionsR\aoptions\x12\x16\n" +
 	"\x06tenant\x18\t \x01(\tR\x06tenant\x128\n" +
 	"\bsubagent\x18\n" +
-	" \x01(\v2\x1c.dsh.session.v1.SubagentSpecR\bsubagentB\x0e\n" +
+	" \x01(\v2\x1c.dsh.session.v1.SubagentSpecR\bsubagent\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0e \x01(\tR\trequestIdB\x0e\n" +
 	"\f_seed_length*z\n" +
 	"\n" +
 	"TodoStatus\x12\x1b\n" +

@@ -1,0 +1,20 @@
+// Package cmdline holds the command-line conventions shared by the service
+// binaries (agent, llmgateway, toolhost, mcpbridge): they take flags only, so
+// a stray argument — which would silently end flag parsing and drop every
+// flag after it — is refused with a message naming it.
+package cmdline
+
+import (
+	"flag"
+	"fmt"
+	"path/filepath"
+)
+
+// NoArgs returns an error when fs, after Parse, holds a positional
+// argument.
+func NoArgs(fs *flag.FlagSet) error {
+	if fs.NArg() == 0 {
+		return nil
+	}
+	return fmt.Errorf("unexpected argument %q: %s takes flags only (the flags after it were not read; see --help)", fs.Arg(0), filepath.Base(fs.Name()))
+}

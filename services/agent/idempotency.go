@@ -1,0 +1,89 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"unicode"
+
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/services/agent/internal/idem"
+)
+
+// Idempotent commands (docs/API.md "Retries and request_id"). A command's
+// request_id is recorded in the session log (SessionEvent.request_id on the
+// event that records it; SessionHeader.request_id for CreateSession), so a
+// retry after an agent restart is still recognised; the bounded reply cache
+// in front keeps the first reply for retries that arrive while it is hot.
+
+// defaultReplyCache is Config.ReplyCache's default.
+const defaultReplyCache = 4096
+
+// maxRequestID bounds a request_id's length in bytes.
+const maxRequestID = 128
+
+func checkRequestID(rid string) error {
+	if len(rid) > maxRequestID {
+		return invalidf("request_id is %d bytes long; the limit is %d", len(rid), maxRequestID)
+	}
+	for _, r := range rid {
+		if unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return invalidf("request_id contains a control or invalid character")
+		}
+	}
+	return nil
+}
+
+// replyKey scopes a request id to the caller's tenant, the method and the
+// session.
+func (s *Service) replyKey(ctx context.Context, method, session, rid string) idem.Key {
+	return idem.Key{Tenant: auth.TenantOf(principalOf(ctx).Tenant), Method: method, Session: session, RequestID: rid}
+}
+
+// once runs a session command with an optional request id: a cached first
+// reply answers a retry; otherwise run (whose session dedupes by the id
+// recorded in its log) and cache its reply.
+func once[R proto.Message](s *Service, ctx context.Context, method, session, rid string, run func() (R, error)) (R, error) {
+	if err := checkRequestID(rid); err != nil {
+		var zero R
+		return zero, err
+	}
+	if rid == "" {
+		return run()
+	}
+	key := s.replyKey(ctx, method, session, rid)
+	if v, ok := s.replies.Get(key); ok {
+		if r, ok := v.(R); ok {
+			return r, nil
+		}
+	}
+	r, err := run()
+	if err == nil {
+		s.replies.Put(key, r)
+	}
+	return r, err
+}
+
+// derivedID is the session id of a CreateSession with a request_id and no
+// session_id: the same for every retry, different across tenants.
+func derivedID(tenant, rid string) string {
+	sum := sha256.Sum256([]byte(tenant + "\x00" + rid))
+	return hex.EncodeToString(sum[:12])
+}
+
+// createdBy returns session id when the caller may see it and it was created
+// with request id rid.
+func (s *Service) createdBy(ctx context.Context, id, rid string) (*agentv1.Session, bool) {
+	l, err := s.acquire(ctx, id)
+	if err != nil {
+		return nil, false
+	}
+	defer s.release(l)
+	if l.log.Header().GetRequestId() != rid {
+		return nil, false
+	}
+	return l.snapshot(), true
+}
