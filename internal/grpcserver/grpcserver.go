@@ -95,6 +95,42 @@ func (s *Server) SetServing(services ...string) {
 	}
 }
 
+// SetHealth sets the status of the overall server and of each named
+// service: SERVING when err is nil, NOT_SERVING otherwise (a dependency the
+// server cannot work without is down). Serve marks everything SERVING when
+// it starts; a health monitor calls SetHealth afterwards.
+func (s *Server) SetHealth(err error, services ...string) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if err != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	for _, name := range services {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// ServeHealth serves only the health service, in plaintext, on lis until
+// ctx is cancelled: for probes that cannot speak TLS (kubelet's gRPC
+// probes). It shares the statuses of s and exposes nothing else.
+func (s *Server) ServeHealth(ctx context.Context, lis net.Listener) error {
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, s.health)
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(lis) }()
+	select {
+	case err := <-errc:
+		if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("health serve %s: %w", lis.Addr(), err)
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	gs.Stop()
+	<-errc
+	return nil
+}
+
 // Serve serves on lis until ctx is cancelled, then shuts down gracefully. It
 // marks every registered service SERVING before accepting connections. The
 // returned error is nil after a clean shutdown.

@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/dsh-dev/dsh/internal/events"
+	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/persistence/pgstore"
 	"github.com/dsh-dev/dsh/services/agent/internal/cluster"
@@ -20,6 +23,8 @@ import (
 // reach once they exist.
 type replica struct {
 	id  string
+	st  *pgstore.Store
+	log *slog.Logger
 	mgr *cluster.Manager
 	svc atomic.Pointer[Service]
 	pub atomic.Pointer[events.Publisher]
@@ -29,11 +34,12 @@ type replica struct {
 // renewing its leases: sessions are claimed when created or loaded,
 // dropped when their lease is lost, and released on shutdown.
 func openReplica(ctx context.Context, sc ServerConfig, logger *slog.Logger) (persistence.Store, *replica, error) {
-	r := &replica{id: replicaID()}
+	r := &replica{id: replicaID(), log: logger}
 	st, err := pgstore.Open(ctx, pgstore.Config{DSN: sc.PostgresDSN, Owner: r.id, Logger: logger})
 	if err != nil {
 		return nil, nil, fmt.Errorf("open postgres store: %w", err)
 	}
+	r.st = st
 	addr := sc.Advertise
 	if addr == "" {
 		addr = sc.Listen
@@ -61,6 +67,54 @@ func openReplica(ctx context.Context, sc ServerConfig, logger *slog.Logger) (per
 	r.mgr.Start()
 	logger.Info("replica on the shared PostgreSQL store", "replica", r.id, "advertise", addr)
 	return cluster.NewStore(st, r.mgr), r, nil
+}
+
+// DefaultHealthPeriod is how often a replica checks its store and leases
+// for its gRPC health.
+const DefaultHealthPeriod = 2 * time.Second
+
+// healthy reports why this replica should not get traffic: the database
+// does not answer, or renewing its leases fails (it may be about to lose
+// them all). nil means ready.
+func (r *replica) healthy(ctx context.Context) error {
+	return errors.Join(r.st.Ping(ctx), r.mgr.Err())
+}
+
+// monitor sets the server's health from healthy every period until ctx
+// ends (the server's shutdown marks it NOT_SERVING for good).
+func (r *replica) monitor(ctx context.Context, srv *grpcserver.Server, period time.Duration) {
+	if period <= 0 {
+		period = DefaultHealthPeriod
+	}
+	names := make([]string, 0)
+	for name := range srv.GetServiceInfo() {
+		names = append(names, name)
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var was error
+	for {
+		cctx, cancel := context.WithTimeout(ctx, period)
+		err := r.healthy(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		srv.SetHealth(err, names...)
+		if (err == nil) != (was == nil) {
+			if err != nil {
+				r.log.Error("replica not ready: NOT_SERVING", "err", err)
+			} else {
+				r.log.Info("replica ready again: SERVING")
+			}
+		}
+		was = err
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // replicaID is unique per process: host name, pid and 48 random bits.

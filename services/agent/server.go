@@ -97,6 +97,14 @@ type ServerConfig struct {
 	// LeaseTTL (default 10 s).
 	PostgresDSN, Advertise string
 	LeaseTTL               time.Duration
+	// HealthListen, when set, serves only the gRPC health service in
+	// plaintext there (kubelet's gRPC probes cannot do TLS); HealthListener
+	// overrides it. On the postgres store the health is NOT_SERVING while
+	// the database does not answer or lease renewal fails, checked every
+	// HealthPeriod (default 2 s).
+	HealthListen   string
+	HealthListener net.Listener
+	HealthPeriod   time.Duration
 	// Synchronous is the SQLite synchronous level ("FULL" or "NORMAL").
 	Synchronous string
 	Service     Config
@@ -280,6 +288,24 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	defer stopSrv()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(srvCtx, lis) }()
+	hlis := sc.HealthListener
+	if hlis == nil && sc.HealthListen != "" {
+		if hlis, err = net.Listen("tcp", sc.HealthListen); err != nil {
+			stopSrv()
+			<-errc
+			return fmt.Errorf("health listen %s: %w", sc.HealthListen, err)
+		}
+	}
+	if hlis != nil {
+		go func() {
+			if err := srv.ServeHealth(srvCtx, hlis); err != nil {
+				logger.Error("health server", "err", err)
+			}
+		}()
+	}
+	if rep != nil {
+		go rep.monitor(srvCtx, srv, sc.HealthPeriod)
+	}
 	if sc.Ready != nil {
 		sc.Ready(lis.Addr().String())
 	}
