@@ -102,7 +102,12 @@ type ServerConfig struct {
 	// overrides it. On the postgres store the health is NOT_SERVING while
 	// the database does not answer or lease renewal fails, checked every
 	// HealthPeriod (default 2 s).
-	HealthListen   string
+	HealthListen string
+	// PeerAuthority, when set, is the :authority and TLS server name used
+	// when forwarding to another replica's advertised address (a pod IP
+	// has no name on the certificate; every replica presents the agent's
+	// certificate, e.g. with DNS name "agent"). Default: the address's host.
+	PeerAuthority  string
 	HealthListener net.Listener
 	HealthPeriod   time.Duration
 	// Synchronous is the SQLite synchronous level ("FULL" or "NORMAL").
@@ -278,7 +283,11 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	// the principal again, tenancy included).
 	opts := append(slices.Clone(sc.ServerOptions), edge.ServerOptions()...)
 	if rep != nil {
-		fwd := cluster.NewForwarder(func(addr string) (*grpc.ClientConn, error) { return grpcserver.Dial(addr, sc.DialOptions...) }, logger)
+		peerOpts := slices.Clone(sc.DialOptions)
+		if sc.PeerAuthority != "" {
+			peerOpts = append(peerOpts, grpc.WithAuthority(sc.PeerAuthority))
+		}
+		fwd := cluster.NewForwarder(func(addr string) (*grpc.ClientConn, error) { return grpcserver.Dial(addr, peerOpts...) }, logger)
 		defer fwd.Close()
 		opts = append(opts, grpc.ChainUnaryInterceptor(fwd.Unary()), grpc.ChainStreamInterceptor(fwd.Stream()))
 	}
