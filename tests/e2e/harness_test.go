@@ -197,6 +197,8 @@ type stack struct {
 	// agentArgs and agentEnv are added to the agent's command line and
 	// environment (the NATS security options).
 	agentArgs, agentEnv []string
+	// script, when set, replaces the gateway's scripted model (script).
+	script string
 }
 
 // startStack starts NATS, the gateway, the toolhost and the agent, whose
@@ -212,7 +214,10 @@ func startStackWith(t *testing.T, s *stack) *stack {
 	t.Helper()
 	s.t, s.dataDir, s.workspace = t, t.TempDir(), t.TempDir()
 	s.gatewayAddr, s.toolhostAddr, s.agentAddr = freeAddr(t), freeAddr(t), freeAddr(t)
-	s.gateway = start(t, "llmgateway", cleanEnv("DSH_SCRIPT="+script), "--listen", s.gatewayAddr)
+	if s.script == "" {
+		s.script = script
+	}
+	s.gateway = start(t, "llmgateway", cleanEnv("DSH_SCRIPT="+s.script), "--listen", s.gatewayAddr)
 	s.toolhost = start(t, "toolhost", cleanEnv(), "--listen", s.toolhostAddr, "--workspace", s.workspace)
 	waitServing(t, s.gatewayAddr, s.gateway)
 	waitServing(t, s.toolhostAddr, s.toolhost)
