@@ -117,6 +117,48 @@ func (r *replica) monitor(ctx context.Context, srv *grpcserver.Server, period ti
 	}
 }
 
+// sweepBatch bounds the sessions one sweep adopts.
+const sweepBatch = 32
+
+// sweep adopts, every period until ctx ends, the sessions whose lease
+// expired in the middle of a turn (pgstore.Orphans): a dead replica's
+// interrupted turns are closed and its sessions move here without waiting
+// for a request. Replicas sweeping together race for each claim; the
+// losers find the session owned elsewhere and skip it.
+func (r *replica) sweep(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		svc := r.svc.Load()
+		if svc == nil {
+			continue
+		}
+		ids, err := r.st.Orphans(ctx, sweepBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("sweep: listing orphaned sessions failed", "err", err)
+			}
+			continue
+		}
+		for _, id := range ids {
+			err := svc.Adopt(ctx, id)
+			var elsewhere *cluster.OwnedElsewhereError
+			switch {
+			case err == nil:
+				r.log.Info("sweep: adopted an orphaned session (its interrupted turn is closed)", "session", id)
+			case errors.As(err, &elsewhere), ctx.Err() != nil:
+			default:
+				r.log.Warn("sweep: adopting an orphaned session failed", "session", id, "err", err)
+			}
+		}
+	}
+}
+
 // replicaID is unique per process: host name, pid and 48 random bits.
 func replicaID() string {
 	host, _ := os.Hostname()

@@ -102,14 +102,17 @@ type ServerConfig struct {
 	// overrides it. On the postgres store the health is NOT_SERVING while
 	// the database does not answer or lease renewal fails, checked every
 	// HealthPeriod (default 2 s).
-	HealthListen string
+	HealthListen   string
+	HealthListener net.Listener
+	HealthPeriod   time.Duration
 	// PeerAuthority, when set, is the :authority and TLS server name used
 	// when forwarding to another replica's advertised address (a pod IP
 	// has no name on the certificate; every replica presents the agent's
 	// certificate, e.g. with DNS name "agent"). Default: the address's host.
-	PeerAuthority  string
-	HealthListener net.Listener
-	HealthPeriod   time.Duration
+	PeerAuthority string
+	// SweepInterval, when positive, has a replica adopt sessions whose
+	// lease expired mid-turn this often (see replica.sweep); 0 disables.
+	SweepInterval time.Duration
 	// Synchronous is the SQLite synchronous level ("FULL" or "NORMAL").
 	Synchronous string
 	Service     Config
@@ -314,6 +317,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	}
 	if rep != nil {
 		go rep.monitor(srvCtx, srv, sc.HealthPeriod)
+		if sc.SweepInterval > 0 {
+			go rep.sweep(srvCtx, sc.SweepInterval)
+		}
 	}
 	if sc.Ready != nil {
 		sc.Ready(lis.Addr().String())
