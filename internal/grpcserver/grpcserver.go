@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -53,6 +54,9 @@ type Server struct {
 	*grpc.Server
 	health *health.Server
 	cfg    Config
+
+	mu      sync.Mutex
+	managed bool // SetHealth was called: Serve leaves the statuses alone
 }
 
 // New returns a server ready for service registration. Register services on
@@ -97,9 +101,13 @@ func (s *Server) SetServing(services ...string) {
 
 // SetHealth sets the status of the overall server and of each named
 // service: SERVING when err is nil, NOT_SERVING otherwise (a dependency the
-// server cannot work without is down). Serve marks everything SERVING when
-// it starts; a health monitor calls SetHealth afterwards.
+// server cannot work without is down). Once it was called, Serve no
+// longer marks everything SERVING when it starts: the caller's monitor owns
+// the statuses.
 func (s *Server) SetHealth(err error, services ...string) {
+	s.mu.Lock()
+	s.managed = true
+	s.mu.Unlock()
 	st := healthpb.HealthCheckResponse_SERVING
 	if err != nil {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
@@ -132,14 +140,19 @@ func (s *Server) ServeHealth(ctx context.Context, lis net.Listener) error {
 }
 
 // Serve serves on lis until ctx is cancelled, then shuts down gracefully. It
-// marks every registered service SERVING before accepting connections. The
+// marks every registered service SERVING before accepting connections,
+// unless SetHealth already set the statuses. The
 // returned error is nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	names := make([]string, 0, len(s.GetServiceInfo()))
 	for name := range s.GetServiceInfo() {
 		names = append(names, name)
 	}
-	s.SetServing(names...)
+	s.mu.Lock()
+	if !s.managed {
+		s.SetServing(names...)
+	}
+	s.mu.Unlock()
 	errc := make(chan error, 1)
 	go func() { errc <- s.Server.Serve(lis) }()
 	s.cfg.Logger.Info("grpc server listening", "addr", lis.Addr().String())
