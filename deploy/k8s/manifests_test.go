@@ -283,8 +283,19 @@ func TestWorkloads(t *testing.T) {
 
 func checkWorkloads(t *testing.T, res []runtime.Object) {
 	// The services and the ports the binaries listen on by default (design README).
-	want := map[string]int32{"Deployment/llmgateway": 7701, "Deployment/toolhost": 7702, "StatefulSet/agent": 7700}
+	want := map[string]int32{"Deployment/llmgateway": 7701, "Deployment/toolhost": 7702}
 	pods := podTemplates(res)
+	// The agent is a StatefulSet (SQLite, dev) or a Deployment (replicas
+	// on PostgreSQL, prod), never both.
+	sts, dep := pods["StatefulSet/agent"] != nil, pods["Deployment/agent"] != nil
+	switch {
+	case sts && !dep:
+		want["StatefulSet/agent"] = 7700
+	case dep && !sts:
+		want["Deployment/agent"] = 7700
+	default:
+		t.Errorf("agent workloads: StatefulSet %v, Deployment %v; want exactly one", sts, dep)
+	}
 	for name, port := range want {
 		pod, ok := pods[name]
 		if !ok {
@@ -297,7 +308,14 @@ func checkWorkloads(t *testing.T, res []runtime.Object) {
 		}
 		// kubelet's gRPC probes speak plaintext only; the servers require
 		// TLS, so the probes check the socket.
-		for probeName, pr := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		probes := map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe}
+		if name == "Deployment/agent" {
+			// Replicas: readiness is the agent's gRPC health (store and
+			// lease health) on its plaintext health-only port;
+			// checkAgentReplicas checks it.
+			delete(probes, "readiness")
+		}
+		for probeName, pr := range probes {
 			if pr == nil || pr.TCPSocket == nil || pr.TCPSocket.Port.IntValue() != int(port) {
 				t.Errorf("%s: %s probe must be a TCP probe on %d", name, probeName, port)
 			}

@@ -346,11 +346,13 @@ func checkReach(t *testing.T, objs []runtime.Object) {
 		{name: "a declared NATS consumer", namespace: namespace, labels: map[string]string{labelName: "tail", consumerKey: "true"}},
 	}
 	// Who may reach each Service (by peer name).
+	everyone := []string{"the internet", "a pod in another namespace", "a stranger pod in the namespace", "an agent pod", "a declared NATS consumer"}
 	want := map[string][]string{
-		"agent":      {"the internet", "a pod in another namespace", "a stranger pod in the namespace", "an agent pod", "a declared NATS consumer"},
-		"llmgateway": {"an agent pod"},
-		"toolhost":   {"an agent pod"},
-		"nats":       {"an agent pod", "a declared NATS consumer"},
+		"agent":       everyone,
+		"agent-peers": everyone, // the replicas' headless Service: the same pods and port
+		"llmgateway":  {"an agent pod"},
+		"toolhost":    {"an agent pod"},
+		"nats":        {"an agent pod", "a declared NATS consumer"},
 	}
 	seen := 0
 	for _, svc := range find[*corev1.Service](objs) {
@@ -378,6 +380,9 @@ func checkReach(t *testing.T, objs []runtime.Object) {
 				}
 			}
 		}
+	}
+	if _, err := findService(objs, "agent-peers"); err != nil {
+		seen++ // the single-node agent has no peers Service
 	}
 	if seen != len(want) {
 		t.Errorf("checked %d Services, want %d", seen, len(want))
@@ -549,10 +554,13 @@ func TestSecretHeuristicsCatch(t *testing.T) {
 	}
 }
 
-// TestToolhostHoldsNoAgentSecrets: no other workload mounts the agent's
+// TestToolhostHoldsNoAgentSecrets: no workload but the agent's mounts the agent's
 // certificate or NATS seed, so a tool cannot borrow the agent's identity.
 func TestToolhostHoldsNoAgentSecrets(t *testing.T) {
 	for _, d := range find[*appsv1.Deployment](render(t, "overlays/prod").objs) {
+		if d.Spec.Template.Labels[labelName] == agentLabel {
+			continue // the agent replicas themselves
+		}
 		for _, v := range d.Spec.Template.Spec.Volumes {
 			if v.Secret != nil && (v.Secret.SecretName == "dsh-agent-tls" || v.Secret.SecretName == "dsh-agent-nats") {
 				t.Errorf("Deployment/%s mounts the agent's Secret %s", d.Name, v.Secret.SecretName)

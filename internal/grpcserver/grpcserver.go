@@ -117,15 +117,37 @@ func (s *Server) SetStatus(name string, serving bool) {
 	s.health.SetServingStatus(name, st)
 }
 
+// ServeHealth serves only the health service, in plaintext, on lis until
+// ctx is cancelled: for probes that cannot speak TLS (kubelet's gRPC
+// probes). It shares the statuses of s and exposes nothing else.
+func (s *Server) ServeHealth(ctx context.Context, lis net.Listener) error {
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, s.health)
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(lis) }()
+	select {
+	case err := <-errc:
+		if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("health serve %s: %w", lis.Addr(), err)
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	gs.Stop()
+	<-errc
+	return nil
+}
+
 // Serve serves on lis until ctx is cancelled, then shuts down gracefully. It
-// marks every registered service SERVING before accepting connections. The
+// marks every registered service SERVING before accepting connections,
+// except those whose status the owner sets with SetStatus. The
 // returned error is nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	names := make([]string, 0, len(s.GetServiceInfo()))
 	for name := range s.GetServiceInfo() {
 		names = append(names, name)
 	}
-	s.SetServing(names...)
+	s.SetServing(names...) // except the names the owner sets (SetStatus)
 	errc := make(chan error, 1)
 	go func() { errc <- s.Server.Serve(lis) }()
 	s.cfg.Logger.Info("grpc server listening", "addr", lis.Addr().String())

@@ -20,6 +20,7 @@ import (
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
+	"github.com/dsh-dev/dsh/internal/pgtest"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
@@ -94,6 +95,29 @@ func BenchmarkStep(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkStepStores is BenchmarkStep at 100 steps on the durable stores
+// in the same run: SQLite (synchronous FULL, a local file) and PostgreSQL
+// (a replica's fenced store: every checkpoint is one dsh_append round trip
+// to the server on a unix socket, the epoch checked inside). The postgres
+// case also reports its ratio to the sqlite one (x-sqlite). The server
+// starts only for benchmark runs (TestMain); without one the postgres case
+// skips unless DSH_REQUIRE_POSTGRES is set.
+func BenchmarkStepStores(b *testing.B) {
+	var sqliteNs float64
+	b.Run("store=sqlite", func(b *testing.B) {
+		benchSteps(b, 100, nil, agent.ServerConfig{DataDir: b.TempDir(), Synchronous: "FULL"},
+			grpc.WithTransportCredentials(insecure.NewCredentials()))
+		sqliteNs = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+	})
+	b.Run("store=postgres", func(b *testing.B) {
+		benchSteps(b, 100, nil, agent.ServerConfig{Store: "postgres", PostgresDSN: pgtest.Database(b)},
+			grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if sqliteNs > 0 {
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/sqliteNs, "x-sqlite")
+		}
+	})
 }
 
 // benchSteps measures b.N steps after `at` warm-up steps, with a fake

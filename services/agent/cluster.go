@@ -27,3 +27,15 @@ func (s *Service) Drop(ctx context.Context, id string) bool {
 	s.retire(ctx, l)
 	return true
 }
+
+// Adopt makes a stored session live on this service (on a replica: claims
+// its lease and loads it, the store's repair closing a turn a dead owner
+// left open). A replica's sweep calls it for orphaned sessions.
+func (s *Service) Adopt(ctx context.Context, id string) error {
+	l, err := s.acquireAny(ctx, id)
+	if err != nil {
+		return err
+	}
+	s.release(l)
+	return nil
+}

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -21,6 +22,7 @@ import (
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/pgtest"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
@@ -32,6 +34,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv("DSH_AGENT_CHILD") != "" {
 		childMain()
 		return
+	}
+	// A PostgreSQL server only for benchmark runs (BenchmarkStepStores):
+	// starting one costs seconds the tests do not need.
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
+		os.Exit(pgtest.Main(m))
 	}
 	os.Exit(m.Run())
 }

@@ -30,6 +30,12 @@ type pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// pingFunc makes a health check a pinger.
+type pingFunc func(ctx context.Context) error
+
+// Ping implements pinger.
+func (f pingFunc) Ping(ctx context.Context) error { return f(ctx) }
+
 // statusSetter receives health changes (a grpcserver.Server).
 type statusSetter interface {
 	SetStatus(name string, serving bool)

@@ -109,6 +109,22 @@ type ServerConfig struct {
 	// LeaseTTL (default 10 s).
 	PostgresDSN, Advertise string
 	LeaseTTL               time.Duration
+	// HealthListen, when set, serves only the gRPC health service in
+	// plaintext there (kubelet's gRPC probes cannot do TLS); HealthListener
+	// overrides it. On the postgres store the health is NOT_SERVING while
+	// the database does not answer or lease renewal fails, checked every
+	// HealthPeriod (default 2 s).
+	HealthListen   string
+	HealthListener net.Listener
+	HealthPeriod   time.Duration
+	// PeerAuthority, when set, is the :authority and TLS server name used
+	// when forwarding to another replica's advertised address (a pod IP
+	// has no name on the certificate; every replica presents the agent's
+	// certificate, e.g. with DNS name "agent"). Default: the address's host.
+	PeerAuthority string
+	// SweepInterval, when positive, has a replica adopt sessions whose
+	// lease expired mid-turn this often (see replica.sweep); 0 disables.
+	SweepInterval time.Duration
 	// Synchronous is the SQLite synchronous level ("FULL" or "NORMAL").
 	Synchronous string
 	Service     Config
@@ -247,7 +263,15 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		defer conn.Close()
 		approvers = append(approvers, approval.Remote{Name: r.Name, Client: agentv1.NewApproverClient(conn), Timeout: r.Timeout, FailOpen: r.FailOpen})
 	}
-	health := newDepHealth(store, logger)
+	// One health monitor: the store's Ping, or for a replica the database
+	// and its lease renewal (NOT_SERVING while either fails).
+	var probe any = store
+	interval := cmp.Or(sc.HealthInterval, defaultHealthInterval)
+	if rep != nil {
+		probe = pingFunc(rep.healthy)
+		interval = cmp.Or(sc.HealthPeriod, DefaultHealthPeriod)
+	}
+	health := newDepHealth(probe, logger)
 	health.probeStore(ctx)
 	pipe := toolpipe.New(toolpipe.Config{Hosts: hosts, Interceptors: ics, Logger: logger, AllowUnenforced: sc.AllowUnenforcedHosts, OnHostState: func(name string, up bool, err error) {
 		health.set(HealthToolhost(name), up)
@@ -328,7 +352,11 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	// the principal again, tenancy included).
 	opts := append(slices.Clone(sc.ServerOptions), edge.ServerOptions()...)
 	if rep != nil {
-		fwd := cluster.NewForwarder(func(addr string) (*grpc.ClientConn, error) { return grpcserver.Dial(addr, sc.DialOptions...) }, logger)
+		peerOpts := slices.Clone(sc.DialOptions)
+		if sc.PeerAuthority != "" {
+			peerOpts = append(peerOpts, grpc.WithAuthority(sc.PeerAuthority))
+		}
+		fwd := cluster.NewForwarder(func(addr string) (*grpc.ClientConn, error) { return grpcserver.Dial(addr, peerOpts...) }, logger)
 		defer fwd.Close()
 		opts = append(opts, grpc.ChainUnaryInterceptor(fwd.Unary()), grpc.ChainStreamInterceptor(fwd.Stream()))
 	}
@@ -339,9 +367,29 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	defer probes.Wait() // after stopSrv (deferred below) ended them
 	srvCtx, stopSrv := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSrv()
-	probes.Go(func() { health.run(srvCtx, cmp.Or(sc.HealthInterval, defaultHealthInterval)) })
+	probes.Go(func() { health.run(srvCtx, interval) })
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(srvCtx, lis) }()
+	hlis := sc.HealthListener
+	if hlis == nil && sc.HealthListen != "" {
+		if hlis, err = net.Listen("tcp", sc.HealthListen); err != nil {
+			stopSrv()
+			<-errc
+			return fmt.Errorf("health listen %s: %w", sc.HealthListen, err)
+		}
+	}
+	if hlis != nil {
+		go func() {
+			if err := srv.ServeHealth(srvCtx, hlis); err != nil {
+				logger.Error("health server", "err", err)
+			}
+		}()
+	}
+	if rep != nil {
+		if sc.SweepInterval > 0 {
+			go rep.sweep(srvCtx, sc.SweepInterval)
+		}
+	}
 	if sc.Ready != nil {
 		sc.Ready(lis.Addr().String())
 	}

@@ -86,7 +86,7 @@ func cleanEnv(extra ...string) []string {
 	return append(out, extra...)
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -121,7 +121,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func start(t *testing.T, name string, env []string, args ...string) *proc {
+func start(t testing.TB, name string, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, name), args...)
 	cmd.Env = env
@@ -141,7 +141,7 @@ func start(t *testing.T, name string, env []string, args ...string) *proc {
 }
 
 // stop sends SIGTERM and waits for the process (SIGKILL after 15 s).
-func (p *proc) stop(t *testing.T) {
+func (p *proc) stop(t testing.TB) {
 	select {
 	case <-p.done:
 		return
@@ -158,7 +158,7 @@ func (p *proc) stop(t *testing.T) {
 }
 
 // waitServing polls the health service at addr until it answers SERVING.
-func waitServing(t *testing.T, addr string, p *proc, opts ...grpc.DialOption) {
+func waitServing(t testing.TB, addr string, p *proc, opts ...grpc.DialOption) {
 	t.Helper()
 	conn, err := grpcserver.Dial(addr, opts...)
 	if err != nil {
@@ -188,7 +188,7 @@ func waitServing(t *testing.T, addr string, p *proc, opts ...grpc.DialOption) {
 
 // stack is a running set of services.
 type stack struct {
-	t                             *testing.T
+	t                             testing.TB
 	nats                          *natstest.Server
 	gateway, toolhost, agent      *proc
 	gatewayAddr, toolhostAddr     string
@@ -198,6 +198,8 @@ type stack struct {
 	// agentArgs and agentEnv are added to the agent's command line and
 	// environment (the NATS security options).
 	agentArgs, agentEnv []string
+	// script, when set, replaces the gateway's scripted model (script).
+	script string
 }
 
 // startStack starts NATS, the gateway, the toolhost and the agent, whose
@@ -209,11 +211,14 @@ func startStack(t *testing.T, agentEnv ...string) *stack {
 
 // startStackWith starts the services of s (whose nats and agent options
 // are set) and connects to its agent.
-func startStackWith(t *testing.T, s *stack) *stack {
+func startStackWith(t testing.TB, s *stack) *stack {
 	t.Helper()
 	s.t, s.dataDir, s.workspace = t, t.TempDir(), t.TempDir()
 	s.gatewayAddr, s.toolhostAddr, s.agentAddr = freeAddr(t), freeAddr(t), freeAddr(t)
-	s.gateway = start(t, "llmgateway", cleanEnv("DSH_SCRIPT="+script), "--listen", s.gatewayAddr)
+	if s.script == "" {
+		s.script = script
+	}
+	s.gateway = start(t, "llmgateway", cleanEnv("DSH_SCRIPT="+s.script), "--listen", s.gatewayAddr)
 	s.toolhost = start(t, "toolhost", cleanEnv(), "--listen", s.toolhostAddr, "--workspace", s.workspace)
 	waitServing(t, s.gatewayAddr, s.gateway)
 	waitServing(t, s.toolhostAddr, s.toolhost)
@@ -223,7 +228,7 @@ func startStackWith(t *testing.T, s *stack) *stack {
 }
 
 // dialAgent connects the stack's client to its agent.
-func dialAgent(t *testing.T, s *stack) *grpc.ClientConn {
+func dialAgent(t testing.TB, s *stack) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpcserver.Dial(s.agentAddr)
 	if err != nil {

@@ -172,3 +172,29 @@ func (s *Store) forget(id string, epoch int64) {
 	}
 	s.mu.Unlock()
 }
+
+// Orphans returns up to limit sessions whose lease expired while a turn
+// was open (the last turn/start has no turn/end after it): their owner died
+// or hung mid-turn. A released lease (graceful hand-off, after the turns
+// ended) is not an orphan. A replica's sweep claims and loads them, so the
+// store's repair closes the interrupted turn without waiting for a request.
+func (s *Store) Orphans(ctx context.Context, limit int) ([]string, error) {
+	if err := s.checkOpen(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT l.session_id FROM dsh_leases l
+		WHERE l.expires_at <= now()
+		  AND coalesce((SELECT max(seq) FROM dsh_events e WHERE e.session_id = l.session_id AND e.type = 'turn/start'), -1)
+		    > coalesce((SELECT max(seq) FROM dsh_events e WHERE e.session_id = l.session_id AND e.type = 'turn/end'), -1)
+		ORDER BY l.expires_at
+		LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: orphans: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: orphans: %w", err)
+	}
+	return ids, nil
+}

@@ -109,6 +109,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// Ping checks that the database answers (a round trip on a pooled
+// connection): the agent's readiness.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.checkOpen(ctx); err != nil {
+		return err
+	}
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("pgstore: ping: %w", err)
+	}
+	return nil
+}
+
 // Close closes the pool.
 func (s *Store) Close() error {
 	s.mu.Lock()

@@ -65,6 +65,9 @@ func run() error {
 	sqliteSync := flag.String("sqlite-sync", env("DSH_SQLITE_SYNC", "FULL"), "SQLite synchronous level: FULL (survives power loss) or NORMAL (survives a process crash; faster) (env DSH_SQLITE_SYNC)")
 	advertise := flag.String("advertise", env("DSH_ADVERTISE", ""), "with --store postgres: the address other replicas reach this one at, stored in its session leases (default: the bound --listen address) (env DSH_ADVERTISE)")
 	leaseTTL := flag.Duration("lease-ttl", envDuration("DSH_LEASE_TTL", 10*time.Second), "with --store postgres: how long a session's lease outlives its last renewal (renewed every third of it); a dead replica's sessions move after this (env DSH_LEASE_TTL)")
+	peerAuthority := flag.String("peer-authority", env("DSH_PEER_AUTHORITY", ""), "with --store postgres: the TLS server name (and :authority) to expect when forwarding to another replica's --advertise address, e.g. agent when replicas advertise their pod IP and present the agent's certificate (env DSH_PEER_AUTHORITY)")
+	sweep := flag.Duration("sweep-interval", envDuration("DSH_SWEEP_INTERVAL", 10*time.Second), "with --store postgres: how often to adopt sessions whose lease expired in the middle of a turn (a dead replica's), closing the turn without waiting for a request; 0 disables (env DSH_SWEEP_INTERVAL)")
+	healthListen := flag.String("health-listen", env("DSH_HEALTH_LISTEN", ""), "serve only the gRPC health service, in plaintext, at this address (for kubelet gRPC probes, which cannot do TLS); on --store postgres it is NOT_SERVING while the database or lease renewal fails (env DSH_HEALTH_LISTEN)")
 	data := flag.String("data", env("DSH_DATA", "."), "data directory (env DSH_DATA)")
 	idle := flag.Duration("idle-unload", envDuration("DSH_IDLE_UNLOAD", 10*time.Minute), "unload sessions idle this long; 0 never (env DSH_IDLE_UNLOAD)")
 	parallel := flag.Int("max-parallel-tools", 10, "parallel-safe tool calls that may overlap")
@@ -123,7 +126,7 @@ func run() error {
 	}
 	sc := agent.ServerConfig{
 		ServerOptions: srvOpts, DialOptions: dialOpts,
-		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, PostgresDSN: *pgDSN, Advertise: *advertise, LeaseTTL: *leaseTTL, Synchronous: *sqliteSync,
+		Listen: *listen, Gateway: *gw, Toolhosts: toolhosts, Store: *store, DataDir: *data, PostgresDSN: *pgDSN, Advertise: *advertise, LeaseTTL: *leaseTTL, HealthListen: *healthListen, SweepInterval: *sweep, PeerAuthority: *peerAuthority, Synchronous: *sqliteSync,
 		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd, Approval: appr, Sandbox: sandbox,
 			MaxQueuedItems: *maxItems, MaxQueuedBytes: *maxBytes, ProcessMaxQueuedItems: *procItems, ProcessMaxQueuedBytes: *procBytes,
 			MaxSubagentDepth: subagentDepthFlag(*subDepth)},

@@ -71,8 +71,9 @@ type Manager struct {
 	cfg    Config
 	log    *slog.Logger
 
-	mu   sync.Mutex
-	held map[string]int64 // session -> epoch
+	mu       sync.Mutex
+	held     map[string]int64 // session -> epoch
+	renewErr error            // the last renewal's failure; nil after a success
 
 	stop    chan struct{}
 	done    chan struct{}
@@ -161,10 +162,25 @@ func (m *Manager) RenewAll(ctx context.Context) error {
 		return nil
 	}
 	lost, err := m.leases.RenewHeld(ctx, ids, m.cfg.TTL)
+	if err != nil {
+		err = fmt.Errorf("renew %d leases: %w", len(ids), err)
+	}
+	m.mu.Lock()
+	m.renewErr = err
+	m.mu.Unlock()
 	for _, id := range lost {
 		m.lost(id, fmt.Errorf("session %q: lease lost: %w", id, persistence.ErrFenced))
 	}
 	return err
+}
+
+// Err reports why lease renewal is failing: the last renewal's error, nil
+// once a renewal succeeds again (or when there was nothing to renew). The
+// agent's health turns NOT_SERVING while it is set.
+func (m *Manager) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.renewErr
 }
 
 // Lost records that the session's lease is gone (an append or renewal was
