@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -101,7 +100,10 @@ func (s *Service) createNew(ctx context.Context, req *agentv1.CreateSessionReque
 		return nil, err
 	}
 	if id == "" {
-		id = cmp.Or(req.GetSessionId(), s.cfg.NewID())
+		id = req.GetSessionId()
+	}
+	if id == "" { // mint one only when needed (NewID may be a sequence)
+		id = s.cfg.NewID()
 	}
 	if err := checkID(id); err != nil {
 		return nil, err
