@@ -155,7 +155,14 @@ func (r *Remote) promptSubmit(ctx context.Context, in *PromptSubmit, next Next[*
 		if !r.failed("prompt-submit", err) || r.FailOpen {
 			return cur, nil
 		}
-		return Block(fmt.Sprintf("prompt hook %s unavailable: %v", r.Name, status.Convert(err).Message())), nil
+		why := status.Convert(err).Message()
+		if dl, ok := cctx.Deadline(); ok && !time.Now().Before(dl) && ctx.Err() == nil {
+			// The hook's own deadline passed: say so, whichever way the
+			// transport reported it (under load the server's reset can
+			// arrive before the client's deadline timer fires).
+			why = context.DeadlineExceeded.Error()
+		}
+		return Block(fmt.Sprintf("prompt hook %s unavailable: %v", r.Name, why)), nil
 	}
 	if d := resp.GetDecision(); d.GetAllow() != nil || d.GetBlock() != nil {
 		return d, nil
