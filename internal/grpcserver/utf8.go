@@ -1,7 +1,6 @@
 package grpcserver
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -106,9 +105,6 @@ func validUTF8(b []byte, md protoreflect.MessageDescriptor) ([]byte, protoreflec
 	return out, first
 }
 
-// errBadUTF8 is returned when no marker is present.
-var errBadUTF8 = errors.New("invalid UTF-8")
-
 // checkUTF8 returns InvalidArgument when req carries the marker the codec
 // leaves on a request that had invalid UTF-8 in a string field.
 func checkUTF8(req any) error {
@@ -128,7 +124,7 @@ func checkUTF8(req any) error {
 		}
 		if num == badUTF8Field && typ == protowire.BytesType {
 			name, _ := protowire.ConsumeString(unk[n:])
-			return status.Error(codes.InvalidArgument, fmt.Sprintf("%s: %v: every string field must be valid UTF-8 (send binary data in a bytes field or encode it)", shortField(name), errBadUTF8))
+			return status.Error(codes.InvalidArgument, fmt.Sprintf("%s: invalid UTF-8: every string field must be valid UTF-8 (send binary data in a bytes field or encode it)", shortField(name)))
 		}
 		unk = unk[n+l:]
 	}

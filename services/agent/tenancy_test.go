@@ -418,3 +418,34 @@ func TestLegacySessionIsDefaultTenant(t *testing.T) {
 		t.Fatalf("acme lists: %v %v", list, err)
 	}
 }
+
+// TestRequestIDIsPerTenant: two tenants that happen to use the same
+// CreateSession request_id get two sessions; a retry answers each with its
+// own, never the other tenant's (the key space is the tenant's).
+func TestRequestIDIsPerTenant(t *testing.T) {
+	t.Parallel()
+	e := newEnvAuth(t, probeAuth(t), nil)
+	ctx := t.Context()
+	create := func(who string) string {
+		t.Helper()
+		resp, err := e.client.CreateSession(as(ctx, who), &agentv1.CreateSessionRequest{RequestId: "same-key",
+			Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m1"}})
+		if err != nil {
+			t.Fatalf("%s: %v", who, err)
+		}
+		if got := resp.GetSession().GetHeader().GetTenant(); got != who {
+			t.Fatalf("%s's retry answered with a session of tenant %q", who, got)
+		}
+		return resp.GetSession().GetHeader().GetId()
+	}
+	a, b := create("acme"), create("beta")
+	if a == b {
+		t.Fatalf("both tenants got session %s for the same request_id", a)
+	}
+	if again := create("beta"); again != b {
+		t.Fatalf("beta's retry got %s, want %s", again, b)
+	}
+	if again := create("acme"); again != a {
+		t.Fatalf("acme's retry got %s, want %s", again, a)
+	}
+}
