@@ -48,7 +48,7 @@ var AgentServiceRoles = map[string]Role{
 	agentv1.AgentService_ForkSession_FullMethodName:   RoleWriter,
 	agentv1.AgentService_Respond_FullMethodName:       RoleWriter,
 	agentv1.AgentService_UpdateSession_FullMethodName: RoleWriter,
-	"/dsh.agent.v1.AgentService/Compact":              RoleWriter,
+	agentv1.AgentService_Compact_FullMethodName:       RoleWriter,
 	// Server reflection describes the API (no session data): readers.
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      RoleReader,
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": RoleReader,

@@ -285,6 +285,9 @@ type Session struct {
 	// The usage of its subagent children (recursively), summed from their
 	// subagent/end events.
 	ChildrenUsage *v11.TokenUsage `protobuf:"bytes,11,opt,name=children_usage,json=childrenUsage,proto3" json:"children_usage,omitempty"`
+	// The token meter's measurement of the model-facing context (loaded
+	// sessions); absent when the session is not loaded.
+	Context       *ContextMeasurement `protobuf:"bytes,12,opt,name=context,proto3" json:"context,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -396,6 +399,106 @@ func (x *Session) GetChildrenUsage() *v11.TokenUsage {
 	return nil
 }
 
+func (x *Session) GetContext() *ContextMeasurement {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+// ContextMeasurement is the token meter's reading of a session against its
+// model's context window (semantics.md §7.5).
+type ContextMeasurement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request + response pressure in tokens.
+	TotalTokens int64 `protobuf:"varint,1,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
+	// The model's context window; absent when the gateway does not know it
+	// (never guessed).
+	ContextWindow *int64 `protobuf:"varint,2,opt,name=context_window,json=contextWindow,proto3,oneof" json:"context_window,omitempty"`
+	// total_tokens / context_window; absent when the window is unknown.
+	Ratio *float64 `protobuf:"fixed64,3,opt,name=ratio,proto3,oneof" json:"ratio,omitempty"`
+	// "usage" when provider usage is the baseline, "estimated" otherwise.
+	Baseline string `protobuf:"bytes,4,opt,name=baseline,proto3" json:"baseline,omitempty"`
+	// Events consumed by the meter (= the next unread seq).
+	LogRevision int64 `protobuf:"varint,5,opt,name=log_revision,json=logRevision,proto3" json:"log_revision,omitempty"`
+	// Surface nodes measured.
+	SurfaceNodes  int32 `protobuf:"varint,6,opt,name=surface_nodes,json=surfaceNodes,proto3" json:"surface_nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContextMeasurement) Reset() {
+	*x = ContextMeasurement{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContextMeasurement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContextMeasurement) ProtoMessage() {}
+
+func (x *ContextMeasurement) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContextMeasurement.ProtoReflect.Descriptor instead.
+func (*ContextMeasurement) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ContextMeasurement) GetTotalTokens() int64 {
+	if x != nil {
+		return x.TotalTokens
+	}
+	return 0
+}
+
+func (x *ContextMeasurement) GetContextWindow() int64 {
+	if x != nil && x.ContextWindow != nil {
+		return *x.ContextWindow
+	}
+	return 0
+}
+
+func (x *ContextMeasurement) GetRatio() float64 {
+	if x != nil && x.Ratio != nil {
+		return *x.Ratio
+	}
+	return 0
+}
+
+func (x *ContextMeasurement) GetBaseline() string {
+	if x != nil {
+		return x.Baseline
+	}
+	return ""
+}
+
+func (x *ContextMeasurement) GetLogRevision() int64 {
+	if x != nil {
+		return x.LogRevision
+	}
+	return 0
+}
+
+func (x *ContextMeasurement) GetSurfaceNodes() int32 {
+	if x != nil {
+		return x.SurfaceNodes
+	}
+	return 0
+}
+
 // PendingRequest is an open approval or question request.
 type PendingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -416,7 +519,7 @@ type PendingRequest struct {
 
 func (x *PendingRequest) Reset() {
 	*x = PendingRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +531,7 @@ func (x *PendingRequest) String() string {
 func (*PendingRequest) ProtoMessage() {}
 
 func (x *PendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +544,7 @@ func (x *PendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingRequest.ProtoReflect.Descriptor instead.
 func (*PendingRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PendingRequest) GetId() string {
@@ -519,7 +622,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +634,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +647,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateSessionRequest) GetSessionId() string {
@@ -586,7 +689,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +701,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +714,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateSessionResponse) GetSession() *Session {
@@ -632,7 +735,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +747,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +760,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -678,7 +781,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +793,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +806,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -731,7 +834,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +846,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +859,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListSessionsRequest) GetPageSize() int32 {
@@ -800,7 +903,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +915,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +928,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -857,7 +960,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +972,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +985,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ForkSessionRequest) GetSessionId() string {
@@ -917,7 +1020,7 @@ type ForkSessionResponse struct {
 
 func (x *ForkSessionResponse) Reset() {
 	*x = ForkSessionResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1032,7 @@ func (x *ForkSessionResponse) String() string {
 func (*ForkSessionResponse) ProtoMessage() {}
 
 func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1045,7 @@ func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ForkSessionResponse) GetSession() *Session {
@@ -972,7 +1075,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1087,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1100,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SendRequest) GetSessionId() string {
@@ -1046,7 +1149,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1161,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1174,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SendResponse) GetStatus() AgentStatus {
@@ -1101,7 +1204,7 @@ type SteerRequest struct {
 
 func (x *SteerRequest) Reset() {
 	*x = SteerRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1216,7 @@ func (x *SteerRequest) String() string {
 func (*SteerRequest) ProtoMessage() {}
 
 func (x *SteerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1229,7 @@ func (x *SteerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerRequest.ProtoReflect.Descriptor instead.
 func (*SteerRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SteerRequest) GetSessionId() string {
@@ -1175,7 +1278,7 @@ type SteerResponse struct {
 
 func (x *SteerResponse) Reset() {
 	*x = SteerResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1290,7 @@ func (x *SteerResponse) String() string {
 func (*SteerResponse) ProtoMessage() {}
 
 func (x *SteerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1303,7 @@ func (x *SteerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerResponse.ProtoReflect.Descriptor instead.
 func (*SteerResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SteerResponse) GetStatus() AgentStatus {
@@ -1230,7 +1333,7 @@ type InjectRequest struct {
 
 func (x *InjectRequest) Reset() {
 	*x = InjectRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1345,7 @@ func (x *InjectRequest) String() string {
 func (*InjectRequest) ProtoMessage() {}
 
 func (x *InjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1358,7 @@ func (x *InjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectRequest.ProtoReflect.Descriptor instead.
 func (*InjectRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InjectRequest) GetSessionId() string {
@@ -1302,7 +1405,7 @@ type InjectResponse struct {
 
 func (x *InjectResponse) Reset() {
 	*x = InjectResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1417,7 @@ func (x *InjectResponse) String() string {
 func (*InjectResponse) ProtoMessage() {}
 
 func (x *InjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1430,7 @@ func (x *InjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectResponse.ProtoReflect.Descriptor instead.
 func (*InjectResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 // CancelRequest clears queued and steering work and aborts the active turn.
@@ -1343,7 +1446,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1458,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1471,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelRequest) GetSessionId() string {
@@ -1396,7 +1499,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1511,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1524,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelResponse) GetEffective() bool {
@@ -1442,7 +1545,7 @@ type WaitIdleRequest struct {
 
 func (x *WaitIdleRequest) Reset() {
 	*x = WaitIdleRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1557,7 @@ func (x *WaitIdleRequest) String() string {
 func (*WaitIdleRequest) ProtoMessage() {}
 
 func (x *WaitIdleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1570,7 @@ func (x *WaitIdleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitIdleRequest.ProtoReflect.Descriptor instead.
 func (*WaitIdleRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WaitIdleRequest) GetSessionId() string {
@@ -1488,7 +1591,7 @@ type WaitIdleResponse struct {
 
 func (x *WaitIdleResponse) Reset() {
 	*x = WaitIdleResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1603,7 @@ func (x *WaitIdleResponse) String() string {
 func (*WaitIdleResponse) ProtoMessage() {}
 
 func (x *WaitIdleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1616,7 @@ func (x *WaitIdleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitIdleResponse.ProtoReflect.Descriptor instead.
 func (*WaitIdleResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WaitIdleResponse) GetSession() *Session {
@@ -1531,14 +1634,18 @@ type StreamEventsRequest struct {
 	// First seq to deliver; 0 replays the whole log.
 	FromSeq int64 `protobuf:"varint,2,opt,name=from_seq,json=fromSeq,proto3" json:"from_seq,omitempty"`
 	// Stop after replaying the stored events instead of following live ones.
-	NoFollow      bool `protobuf:"varint,3,opt,name=no_follow,json=noFollow,proto3" json:"no_follow,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NoFollow bool `protobuf:"varint,3,opt,name=no_follow,json=noFollow,proto3" json:"no_follow,omitempty"`
+	// Also deliver live, non-durable tool progress (ToolProgress messages)
+	// between events. Off by default so consumers that expect only events are
+	// unaffected.
+	IncludeProgress bool `protobuf:"varint,4,opt,name=include_progress,json=includeProgress,proto3" json:"include_progress,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StreamEventsRequest) Reset() {
 	*x = StreamEventsRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1657,7 @@ func (x *StreamEventsRequest) String() string {
 func (*StreamEventsRequest) ProtoMessage() {}
 
 func (x *StreamEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1670,7 @@ func (x *StreamEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamEventsRequest.ProtoReflect.Descriptor instead.
 func (*StreamEventsRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StreamEventsRequest) GetSessionId() string {
@@ -1587,18 +1694,28 @@ func (x *StreamEventsRequest) GetNoFollow() bool {
 	return false
 }
 
+func (x *StreamEventsRequest) GetIncludeProgress() bool {
+	if x != nil {
+		return x.IncludeProgress
+	}
+	return false
+}
+
 // StreamEventsResponse is one event of the stream, in seq order, no gaps.
 type StreamEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The event.
-	Event         *v1.SessionEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// The event; unset on a progress message.
+	Event *v1.SessionEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// Live output of a running tool call (only with include_progress). It is
+	// not part of the durable log and is never replayed.
+	Progress      *ToolProgress `protobuf:"bytes,2,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamEventsResponse) Reset() {
 	*x = StreamEventsResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1727,7 @@ func (x *StreamEventsResponse) String() string {
 func (*StreamEventsResponse) ProtoMessage() {}
 
 func (x *StreamEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,12 +1740,293 @@ func (x *StreamEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamEventsResponse.ProtoReflect.Descriptor instead.
 func (*StreamEventsResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StreamEventsResponse) GetEvent() *v1.SessionEvent {
 	if x != nil {
 		return x.Event
+	}
+	return nil
+}
+
+func (x *StreamEventsResponse) GetProgress() *ToolProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+// ToolProgress is live output of a running tool call.
+type ToolProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Turn of the call.
+	Turn int32 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
+	// Step of the call.
+	Step int32 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	// Call id.
+	CallId string `protobuf:"bytes,3,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// Tool name.
+	ToolName string `protobuf:"bytes,4,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// The output.
+	Output *v12.ToolOutput `protobuf:"bytes,5,opt,name=output,proto3" json:"output,omitempty"`
+	// Seq of the last durable event before this progress.
+	AfterSeq      int64 `protobuf:"varint,6,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolProgress) Reset() {
+	*x = ToolProgress{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolProgress) ProtoMessage() {}
+
+func (x *ToolProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolProgress.ProtoReflect.Descriptor instead.
+func (*ToolProgress) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ToolProgress) GetTurn() int32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+func (x *ToolProgress) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ToolProgress) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolProgress) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ToolProgress) GetOutput() *v12.ToolOutput {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *ToolProgress) GetAfterSeq() int64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+// CompactRequest asks for a compaction of a session's context.
+type CompactRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Session id.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// First surface node (seq) of the span to compact; with end. Unset: the
+	// whole eligible range (everything but the recent tail).
+	Start *int64 `protobuf:"varint,2,opt,name=start,proto3,oneof" json:"start,omitempty"`
+	// Last surface node (seq) of the span, inclusive.
+	End           *int64 `protobuf:"varint,3,opt,name=end,proto3,oneof" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactRequest) Reset() {
+	*x = CompactRequest{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactRequest) ProtoMessage() {}
+
+func (x *CompactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
+func (*CompactRequest) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CompactRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *CompactRequest) GetStart() int64 {
+	if x != nil && x.Start != nil {
+		return *x.Start
+	}
+	return 0
+}
+
+func (x *CompactRequest) GetEnd() int64 {
+	if x != nil && x.End != nil {
+		return *x.End
+	}
+	return 0
+}
+
+// CompactResponse answers Compact.
+type CompactResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Seq of compact/start.
+	StartSeq int64 `protobuf:"varint,1,opt,name=start_seq,json=startSeq,proto3" json:"start_seq,omitempty"`
+	// Seq of compact/summary.
+	SummarySeq int64 `protobuf:"varint,2,opt,name=summary_seq,json=summarySeq,proto3" json:"summary_seq,omitempty"`
+	// Seq of compact/end.
+	EndSeq int64 `protobuf:"varint,3,opt,name=end_seq,json=endSeq,proto3" json:"end_seq,omitempty"`
+	// The summary.
+	Summary string `protobuf:"bytes,4,opt,name=summary,proto3" json:"summary,omitempty"`
+	// The replaced surface range.
+	ShadowedRange *v1.SurfaceReplace `protobuf:"bytes,5,opt,name=shadowed_range,json=shadowedRange,proto3" json:"shadowed_range,omitempty"`
+	// Every shadowed surface node.
+	ShadowedSeqs []int64 `protobuf:"varint,6,rep,packed,name=shadowed_seqs,json=shadowedSeqs,proto3" json:"shadowed_seqs,omitempty"`
+	// Estimated tokens of the shadowed nodes.
+	ShadowedTokenCount int64 `protobuf:"varint,7,opt,name=shadowed_token_count,json=shadowedTokenCount,proto3" json:"shadowed_token_count,omitempty"`
+	// Tool results pruned (model-free) before summarizing.
+	Pruned int32 `protobuf:"varint,8,opt,name=pruned,proto3" json:"pruned,omitempty"`
+	// The measurement after the compaction.
+	Context       *ContextMeasurement `protobuf:"bytes,9,opt,name=context,proto3" json:"context,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactResponse) Reset() {
+	*x = CompactResponse{}
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactResponse) ProtoMessage() {}
+
+func (x *CompactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
+func (*CompactResponse) Descriptor() ([]byte, []int) {
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CompactResponse) GetStartSeq() int64 {
+	if x != nil {
+		return x.StartSeq
+	}
+	return 0
+}
+
+func (x *CompactResponse) GetSummarySeq() int64 {
+	if x != nil {
+		return x.SummarySeq
+	}
+	return 0
+}
+
+func (x *CompactResponse) GetEndSeq() int64 {
+	if x != nil {
+		return x.EndSeq
+	}
+	return 0
+}
+
+func (x *CompactResponse) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *CompactResponse) GetShadowedRange() *v1.SurfaceReplace {
+	if x != nil {
+		return x.ShadowedRange
+	}
+	return nil
+}
+
+func (x *CompactResponse) GetShadowedSeqs() []int64 {
+	if x != nil {
+		return x.ShadowedSeqs
+	}
+	return nil
+}
+
+func (x *CompactResponse) GetShadowedTokenCount() int64 {
+	if x != nil {
+		return x.ShadowedTokenCount
+	}
+	return 0
+}
+
+func (x *CompactResponse) GetPruned() int32 {
+	if x != nil {
+		return x.Pruned
+	}
+	return 0
+}
+
+func (x *CompactResponse) GetContext() *ContextMeasurement {
+	if x != nil {
+		return x.Context
 	}
 	return nil
 }
@@ -1644,7 +2042,7 @@ type GetMessagesRequest struct {
 
 func (x *GetMessagesRequest) Reset() {
 	*x = GetMessagesRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +2054,7 @@ func (x *GetMessagesRequest) String() string {
 func (*GetMessagesRequest) ProtoMessage() {}
 
 func (x *GetMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +2067,7 @@ func (x *GetMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessagesRequest.ProtoReflect.Descriptor instead.
 func (*GetMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetMessagesRequest) GetSessionId() string {
@@ -1690,7 +2088,7 @@ type GetMessagesResponse struct {
 
 func (x *GetMessagesResponse) Reset() {
 	*x = GetMessagesResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +2100,7 @@ func (x *GetMessagesResponse) String() string {
 func (*GetMessagesResponse) ProtoMessage() {}
 
 func (x *GetMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +2113,7 @@ func (x *GetMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessagesResponse.ProtoReflect.Descriptor instead.
 func (*GetMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetMessagesResponse) GetMessages() []*v11.Message {
@@ -1738,7 +2136,7 @@ type ApprovalResponse struct {
 
 func (x *ApprovalResponse) Reset() {
 	*x = ApprovalResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1750,7 +2148,7 @@ func (x *ApprovalResponse) String() string {
 func (*ApprovalResponse) ProtoMessage() {}
 
 func (x *ApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1763,7 +2161,7 @@ func (x *ApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalResponse.ProtoReflect.Descriptor instead.
 func (*ApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ApprovalResponse) GetDecision() ApprovalDecision {
@@ -1791,7 +2189,7 @@ type QuestionResponse struct {
 
 func (x *QuestionResponse) Reset() {
 	*x = QuestionResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +2201,7 @@ func (x *QuestionResponse) String() string {
 func (*QuestionResponse) ProtoMessage() {}
 
 func (x *QuestionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +2214,7 @@ func (x *QuestionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuestionResponse.ProtoReflect.Descriptor instead.
 func (*QuestionResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QuestionResponse) GetAnswers() []*v1.QuestionAnswer {
@@ -1846,7 +2244,7 @@ type RespondRequest struct {
 
 func (x *RespondRequest) Reset() {
 	*x = RespondRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +2256,7 @@ func (x *RespondRequest) String() string {
 func (*RespondRequest) ProtoMessage() {}
 
 func (x *RespondRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +2269,7 @@ func (x *RespondRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondRequest.ProtoReflect.Descriptor instead.
 func (*RespondRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RespondRequest) GetSessionId() string {
@@ -1942,7 +2340,7 @@ type RespondResponse struct {
 
 func (x *RespondResponse) Reset() {
 	*x = RespondResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2352,7 @@ func (x *RespondResponse) String() string {
 func (*RespondResponse) ProtoMessage() {}
 
 func (x *RespondResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2365,7 @@ func (x *RespondResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondResponse.ProtoReflect.Descriptor instead.
 func (*RespondResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RespondResponse) GetSeq() int64 {
@@ -1996,7 +2394,7 @@ type UpdateSessionRequest struct {
 
 func (x *UpdateSessionRequest) Reset() {
 	*x = UpdateSessionRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2406,7 @@ func (x *UpdateSessionRequest) String() string {
 func (*UpdateSessionRequest) ProtoMessage() {}
 
 func (x *UpdateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2419,7 @@ func (x *UpdateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSessionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UpdateSessionRequest) GetSessionId() string {
@@ -2063,7 +2461,7 @@ type UpdateSessionResponse struct {
 
 func (x *UpdateSessionResponse) Reset() {
 	*x = UpdateSessionResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2473,7 @@ func (x *UpdateSessionResponse) String() string {
 func (*UpdateSessionResponse) ProtoMessage() {}
 
 func (x *UpdateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2486,7 @@ func (x *UpdateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSessionResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *UpdateSessionResponse) GetSession() *Session {
@@ -2119,7 +2517,7 @@ type ApproveRequest struct {
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2529,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2542,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ApproveRequest) GetSessionId() string {
@@ -2202,7 +2600,7 @@ type ApproveResponse struct {
 
 func (x *ApproveResponse) Reset() {
 	*x = ApproveResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2214,7 +2612,7 @@ func (x *ApproveResponse) String() string {
 func (*ApproveResponse) ProtoMessage() {}
 
 func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +2625,7 @@ func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveResponse.ProtoReflect.Descriptor instead.
 func (*ApproveResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ApproveResponse) GetVerdict() ApproverVerdict {
@@ -2259,7 +2657,7 @@ type PromptAllow struct {
 
 func (x *PromptAllow) Reset() {
 	*x = PromptAllow{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2669,7 @@ func (x *PromptAllow) String() string {
 func (*PromptAllow) ProtoMessage() {}
 
 func (x *PromptAllow) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2682,7 @@ func (x *PromptAllow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptAllow.ProtoReflect.Descriptor instead.
 func (*PromptAllow) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PromptAllow) GetReplaceContent() bool {
@@ -2319,7 +2717,7 @@ type PromptBlock struct {
 
 func (x *PromptBlock) Reset() {
 	*x = PromptBlock{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2729,7 @@ func (x *PromptBlock) String() string {
 func (*PromptBlock) ProtoMessage() {}
 
 func (x *PromptBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2742,7 @@ func (x *PromptBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptBlock.ProtoReflect.Descriptor instead.
 func (*PromptBlock) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PromptBlock) GetReason() string {
@@ -2370,7 +2768,7 @@ type PromptDecision struct {
 
 func (x *PromptDecision) Reset() {
 	*x = PromptDecision{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2780,7 @@ func (x *PromptDecision) String() string {
 func (*PromptDecision) ProtoMessage() {}
 
 func (x *PromptDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2793,7 @@ func (x *PromptDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptDecision.ProtoReflect.Descriptor instead.
 func (*PromptDecision) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PromptDecision) GetKind() isPromptDecision_Kind {
@@ -2454,7 +2852,7 @@ type ContinueReason struct {
 
 func (x *ContinueReason) Reset() {
 	*x = ContinueReason{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +2864,7 @@ func (x *ContinueReason) String() string {
 func (*ContinueReason) ProtoMessage() {}
 
 func (x *ContinueReason) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +2877,7 @@ func (x *ContinueReason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContinueReason.ProtoReflect.Descriptor instead.
 func (*ContinueReason) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ContinueReason) GetContent() []*v11.ContentBlock {
@@ -2507,7 +2905,7 @@ type ContinueTurn struct {
 
 func (x *ContinueTurn) Reset() {
 	*x = ContinueTurn{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +2917,7 @@ func (x *ContinueTurn) String() string {
 func (*ContinueTurn) ProtoMessage() {}
 
 func (x *ContinueTurn) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +2930,7 @@ func (x *ContinueTurn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContinueTurn.ProtoReflect.Descriptor instead.
 func (*ContinueTurn) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ContinueTurn) GetReason() *ContinueReason {
@@ -2551,7 +2949,7 @@ type StopTurn struct {
 
 func (x *StopTurn) Reset() {
 	*x = StopTurn{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2961,7 @@ func (x *StopTurn) String() string {
 func (*StopTurn) ProtoMessage() {}
 
 func (x *StopTurn) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2974,7 @@ func (x *StopTurn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopTurn.ProtoReflect.Descriptor instead.
 func (*StopTurn) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 // ContinuationDecision is an agent/turn-continuation answer.
@@ -2595,7 +2993,7 @@ type ContinuationDecision struct {
 
 func (x *ContinuationDecision) Reset() {
 	*x = ContinuationDecision{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +3005,7 @@ func (x *ContinuationDecision) String() string {
 func (*ContinuationDecision) ProtoMessage() {}
 
 func (x *ContinuationDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +3018,7 @@ func (x *ContinuationDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContinuationDecision.ProtoReflect.Descriptor instead.
 func (*ContinuationDecision) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ContinuationDecision) GetAction() isContinuationDecision_Action {
@@ -2675,7 +3073,7 @@ type RetryRequest struct {
 
 func (x *RetryRequest) Reset() {
 	*x = RetryRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +3085,7 @@ func (x *RetryRequest) String() string {
 func (*RetryRequest) ProtoMessage() {}
 
 func (x *RetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +3098,7 @@ func (x *RetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryRequest.ProtoReflect.Descriptor instead.
 func (*RetryRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 // FailRequest ends the turn with the failure.
@@ -2712,7 +3110,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +3122,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +3135,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 // RequestErrorDecision is an agent/request-error answer.
@@ -2756,7 +3154,7 @@ type RequestErrorDecision struct {
 
 func (x *RequestErrorDecision) Reset() {
 	*x = RequestErrorDecision{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2768,7 +3166,7 @@ func (x *RequestErrorDecision) String() string {
 func (*RequestErrorDecision) ProtoMessage() {}
 
 func (x *RequestErrorDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2781,7 +3179,7 @@ func (x *RequestErrorDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestErrorDecision.ProtoReflect.Descriptor instead.
 func (*RequestErrorDecision) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RequestErrorDecision) GetAction() isRequestErrorDecision_Action {
@@ -2846,7 +3244,7 @@ type PromptSubmitRequest struct {
 
 func (x *PromptSubmitRequest) Reset() {
 	*x = PromptSubmitRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +3256,7 @@ func (x *PromptSubmitRequest) String() string {
 func (*PromptSubmitRequest) ProtoMessage() {}
 
 func (x *PromptSubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +3269,7 @@ func (x *PromptSubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptSubmitRequest.ProtoReflect.Descriptor instead.
 func (*PromptSubmitRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PromptSubmitRequest) GetSessionId() string {
@@ -2920,7 +3318,7 @@ type PromptSubmitResponse struct {
 
 func (x *PromptSubmitResponse) Reset() {
 	*x = PromptSubmitResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3330,7 @@ func (x *PromptSubmitResponse) String() string {
 func (*PromptSubmitResponse) ProtoMessage() {}
 
 func (x *PromptSubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3343,7 @@ func (x *PromptSubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptSubmitResponse.ProtoReflect.Descriptor instead.
 func (*PromptSubmitResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PromptSubmitResponse) GetDecision() *PromptDecision {
@@ -2974,7 +3372,7 @@ type RequestErrorRequest struct {
 
 func (x *RequestErrorRequest) Reset() {
 	*x = RequestErrorRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2986,7 +3384,7 @@ func (x *RequestErrorRequest) String() string {
 func (*RequestErrorRequest) ProtoMessage() {}
 
 func (x *RequestErrorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2999,7 +3397,7 @@ func (x *RequestErrorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestErrorRequest.ProtoReflect.Descriptor instead.
 func (*RequestErrorRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RequestErrorRequest) GetSessionId() string {
@@ -3048,7 +3446,7 @@ type RequestErrorResponse struct {
 
 func (x *RequestErrorResponse) Reset() {
 	*x = RequestErrorResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3060,7 +3458,7 @@ func (x *RequestErrorResponse) String() string {
 func (*RequestErrorResponse) ProtoMessage() {}
 
 func (x *RequestErrorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3073,7 +3471,7 @@ func (x *RequestErrorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestErrorResponse.ProtoReflect.Descriptor instead.
 func (*RequestErrorResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RequestErrorResponse) GetDecision() *RequestErrorDecision {
@@ -3098,7 +3496,7 @@ type TurnContinuationRequest struct {
 
 func (x *TurnContinuationRequest) Reset() {
 	*x = TurnContinuationRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3508,7 @@ func (x *TurnContinuationRequest) String() string {
 func (*TurnContinuationRequest) ProtoMessage() {}
 
 func (x *TurnContinuationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3521,7 @@ func (x *TurnContinuationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnContinuationRequest.ProtoReflect.Descriptor instead.
 func (*TurnContinuationRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TurnContinuationRequest) GetSessionId() string {
@@ -3158,7 +3556,7 @@ type TurnContinuationResponse struct {
 
 func (x *TurnContinuationResponse) Reset() {
 	*x = TurnContinuationResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3170,7 +3568,7 @@ func (x *TurnContinuationResponse) String() string {
 func (*TurnContinuationResponse) ProtoMessage() {}
 
 func (x *TurnContinuationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3183,7 +3581,7 @@ func (x *TurnContinuationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnContinuationResponse.ProtoReflect.Descriptor instead.
 func (*TurnContinuationResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TurnContinuationResponse) GetDecision() *ContinuationDecision {
@@ -3206,7 +3604,7 @@ type TurnStopRequest struct {
 
 func (x *TurnStopRequest) Reset() {
 	*x = TurnStopRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3218,7 +3616,7 @@ func (x *TurnStopRequest) String() string {
 func (*TurnStopRequest) ProtoMessage() {}
 
 func (x *TurnStopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3231,7 +3629,7 @@ func (x *TurnStopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStopRequest.ProtoReflect.Descriptor instead.
 func (*TurnStopRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TurnStopRequest) GetSessionId() string {
@@ -3259,7 +3657,7 @@ type TurnStopResponse struct {
 
 func (x *TurnStopResponse) Reset() {
 	*x = TurnStopResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3271,7 +3669,7 @@ func (x *TurnStopResponse) String() string {
 func (*TurnStopResponse) ProtoMessage() {}
 
 func (x *TurnStopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3284,7 +3682,7 @@ func (x *TurnStopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStopResponse.ProtoReflect.Descriptor instead.
 func (*TurnStopResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TurnStopResponse) GetStop() bool {
@@ -3309,7 +3707,7 @@ type PreStepRequest struct {
 
 func (x *PreStepRequest) Reset() {
 	*x = PreStepRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3719,7 @@ func (x *PreStepRequest) String() string {
 func (*PreStepRequest) ProtoMessage() {}
 
 func (x *PreStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3732,7 @@ func (x *PreStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreStepRequest.ProtoReflect.Descriptor instead.
 func (*PreStepRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PreStepRequest) GetSessionId() string {
@@ -3369,7 +3767,7 @@ type PreStepResponse struct {
 
 func (x *PreStepResponse) Reset() {
 	*x = PreStepResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3779,7 @@ func (x *PreStepResponse) String() string {
 func (*PreStepResponse) ProtoMessage() {}
 
 func (x *PreStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3792,7 @@ func (x *PreStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreStepResponse.ProtoReflect.Descriptor instead.
 func (*PreStepResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PreStepResponse) GetContexts() []*v12.HookContext {
@@ -3420,7 +3818,7 @@ type PostStepRequest struct {
 
 func (x *PostStepRequest) Reset() {
 	*x = PostStepRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3432,7 +3830,7 @@ func (x *PostStepRequest) String() string {
 func (*PostStepRequest) ProtoMessage() {}
 
 func (x *PostStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3445,7 +3843,7 @@ func (x *PostStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostStepRequest.ProtoReflect.Descriptor instead.
 func (*PostStepRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PostStepRequest) GetSessionId() string {
@@ -3480,7 +3878,7 @@ type PostStepResponse struct {
 
 func (x *PostStepResponse) Reset() {
 	*x = PostStepResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3492,7 +3890,7 @@ func (x *PostStepResponse) String() string {
 func (*PostStepResponse) ProtoMessage() {}
 
 func (x *PostStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3505,7 +3903,7 @@ func (x *PostStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostStepResponse.ProtoReflect.Descriptor instead.
 func (*PostStepResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PostStepResponse) GetContexts() []*v12.HookContext {
@@ -3528,7 +3926,7 @@ type SessionStartRequest struct {
 
 func (x *SessionStartRequest) Reset() {
 	*x = SessionStartRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3938,7 @@ func (x *SessionStartRequest) String() string {
 func (*SessionStartRequest) ProtoMessage() {}
 
 func (x *SessionStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3951,7 @@ func (x *SessionStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStartRequest.ProtoReflect.Descriptor instead.
 func (*SessionStartRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SessionStartRequest) GetSessionId() string {
@@ -3581,7 +3979,7 @@ type SessionStartResponse struct {
 
 func (x *SessionStartResponse) Reset() {
 	*x = SessionStartResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3593,7 +3991,7 @@ func (x *SessionStartResponse) String() string {
 func (*SessionStartResponse) ProtoMessage() {}
 
 func (x *SessionStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3606,7 +4004,7 @@ func (x *SessionStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStartResponse.ProtoReflect.Descriptor instead.
 func (*SessionStartResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SessionStartResponse) GetContexts() []*v12.HookContext {
@@ -3635,7 +4033,7 @@ type PromptSection struct {
 
 func (x *PromptSection) Reset() {
 	*x = PromptSection{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3647,7 +4045,7 @@ func (x *PromptSection) String() string {
 func (*PromptSection) ProtoMessage() {}
 
 func (x *PromptSection) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3660,7 +4058,7 @@ func (x *PromptSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptSection.ProtoReflect.Descriptor instead.
 func (*PromptSection) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PromptSection) GetName() string {
@@ -3709,7 +4107,7 @@ type PromptSectionsRequest struct {
 
 func (x *PromptSectionsRequest) Reset() {
 	*x = PromptSectionsRequest{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3721,7 +4119,7 @@ func (x *PromptSectionsRequest) String() string {
 func (*PromptSectionsRequest) ProtoMessage() {}
 
 func (x *PromptSectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3734,7 +4132,7 @@ func (x *PromptSectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptSectionsRequest.ProtoReflect.Descriptor instead.
 func (*PromptSectionsRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PromptSectionsRequest) GetSessionId() string {
@@ -3777,7 +4175,7 @@ type PromptSectionsResponse struct {
 
 func (x *PromptSectionsResponse) Reset() {
 	*x = PromptSectionsResponse{}
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3789,7 +4187,7 @@ func (x *PromptSectionsResponse) String() string {
 func (*PromptSectionsResponse) ProtoMessage() {}
 
 func (x *PromptSectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_dsh_agent_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3802,7 +4200,7 @@ func (x *PromptSectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptSectionsResponse.ProtoReflect.Descriptor instead.
 func (*PromptSectionsResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_dsh_agent_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PromptSectionsResponse) GetSections() []*PromptSection {
@@ -3816,7 +4214,7 @@ var File_dsh_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18dsh/agent/v1/agent.proto\x12\fdsh.agent.v1\x1a\x14dsh/llm/v1/llm.proto\x1a\x1cdsh/session/v1/session.proto\x1a\x18dsh/tools/v1/tools.proto\x1a google/protobuf/field_mask.proto\"\x89\x04\n" +
+	"\x18dsh/agent/v1/agent.proto\x12\fdsh.agent.v1\x1a\x14dsh/llm/v1/llm.proto\x1a\x1cdsh/session/v1/session.proto\x1a\x18dsh/tools/v1/tools.proto\x1a google/protobuf/field_mask.proto\"\xc5\x04\n" +
 	"\aSession\x125\n" +
 	"\x06header\x18\x01 \x01(\v2\x1d.dsh.session.v1.SessionHeaderR\x06header\x121\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x19.dsh.agent.v1.AgentStatusR\x06status\x12\x19\n" +
@@ -3829,9 +4227,19 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\x10running_children\x18\t \x03(\tR\x0frunningChildren\x12,\n" +
 	"\x05usage\x18\n" +
 	" \x01(\v2\x16.dsh.llm.v1.TokenUsageR\x05usage\x12=\n" +
-	"\x0echildren_usage\x18\v \x01(\v2\x16.dsh.llm.v1.TokenUsageR\rchildrenUsageB\f\n" +
+	"\x0echildren_usage\x18\v \x01(\v2\x16.dsh.llm.v1.TokenUsageR\rchildrenUsage\x12:\n" +
+	"\acontext\x18\f \x01(\v2 .dsh.agent.v1.ContextMeasurementR\acontextB\f\n" +
 	"\n" +
-	"_open_turn\"\xb4\x01\n" +
+	"_open_turn\"\xff\x01\n" +
+	"\x12ContextMeasurement\x12!\n" +
+	"\ftotal_tokens\x18\x01 \x01(\x03R\vtotalTokens\x12*\n" +
+	"\x0econtext_window\x18\x02 \x01(\x03H\x00R\rcontextWindow\x88\x01\x01\x12\x19\n" +
+	"\x05ratio\x18\x03 \x01(\x01H\x01R\x05ratio\x88\x01\x01\x12\x1a\n" +
+	"\bbaseline\x18\x04 \x01(\tR\bbaseline\x12!\n" +
+	"\flog_revision\x18\x05 \x01(\x03R\vlogRevision\x12#\n" +
+	"\rsurface_nodes\x18\x06 \x01(\x05R\fsurfaceNodesB\x11\n" +
+	"\x0f_context_windowB\b\n" +
+	"\x06_ratio\"\xb4\x01\n" +
 	"\x0ePendingRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12;\n" +
@@ -3909,14 +4317,41 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"C\n" +
 	"\x10WaitIdleResponse\x12/\n" +
-	"\asession\x18\x01 \x01(\v2\x15.dsh.agent.v1.SessionR\asession\"l\n" +
+	"\asession\x18\x01 \x01(\v2\x15.dsh.agent.v1.SessionR\asession\"\x97\x01\n" +
 	"\x13StreamEventsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
 	"\bfrom_seq\x18\x02 \x01(\x03R\afromSeq\x12\x1b\n" +
-	"\tno_follow\x18\x03 \x01(\bR\bnoFollow\"J\n" +
+	"\tno_follow\x18\x03 \x01(\bR\bnoFollow\x12)\n" +
+	"\x10include_progress\x18\x04 \x01(\bR\x0fincludeProgress\"\x82\x01\n" +
 	"\x14StreamEventsResponse\x122\n" +
-	"\x05event\x18\x01 \x01(\v2\x1c.dsh.session.v1.SessionEventR\x05event\"3\n" +
+	"\x05event\x18\x01 \x01(\v2\x1c.dsh.session.v1.SessionEventR\x05event\x126\n" +
+	"\bprogress\x18\x02 \x01(\v2\x1a.dsh.agent.v1.ToolProgressR\bprogress\"\xbb\x01\n" +
+	"\fToolProgress\x12\x12\n" +
+	"\x04turn\x18\x01 \x01(\x05R\x04turn\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +
+	"\acall_id\x18\x03 \x01(\tR\x06callId\x12\x1b\n" +
+	"\ttool_name\x18\x04 \x01(\tR\btoolName\x120\n" +
+	"\x06output\x18\x05 \x01(\v2\x18.dsh.tools.v1.ToolOutputR\x06output\x12\x1b\n" +
+	"\tafter_seq\x18\x06 \x01(\x03R\bafterSeq\"s\n" +
+	"\x0eCompactRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
+	"\x05start\x18\x02 \x01(\x03H\x00R\x05start\x88\x01\x01\x12\x15\n" +
+	"\x03end\x18\x03 \x01(\x03H\x01R\x03end\x88\x01\x01B\b\n" +
+	"\x06_startB\x06\n" +
+	"\x04_end\"\xf4\x02\n" +
+	"\x0fCompactResponse\x12\x1b\n" +
+	"\tstart_seq\x18\x01 \x01(\x03R\bstartSeq\x12\x1f\n" +
+	"\vsummary_seq\x18\x02 \x01(\x03R\n" +
+	"summarySeq\x12\x17\n" +
+	"\aend_seq\x18\x03 \x01(\x03R\x06endSeq\x12\x18\n" +
+	"\asummary\x18\x04 \x01(\tR\asummary\x12E\n" +
+	"\x0eshadowed_range\x18\x05 \x01(\v2\x1e.dsh.session.v1.SurfaceReplaceR\rshadowedRange\x12#\n" +
+	"\rshadowed_seqs\x18\x06 \x03(\x03R\fshadowedSeqs\x120\n" +
+	"\x14shadowed_token_count\x18\a \x01(\x03R\x12shadowedTokenCount\x12\x16\n" +
+	"\x06pruned\x18\b \x01(\x05R\x06pruned\x12:\n" +
+	"\acontext\x18\t \x01(\v2 .dsh.agent.v1.ContextMeasurementR\acontext\"3\n" +
 	"\x12GetMessagesRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"F\n" +
@@ -4067,7 +4502,7 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\x1cAPPROVER_VERDICT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16APPROVER_VERDICT_ALLOW\x10\x01\x12\x19\n" +
 	"\x15APPROVER_VERDICT_DENY\x10\x02\x12\x19\n" +
-	"\x15APPROVER_VERDICT_PASS\x10\x032\x89\b\n" +
+	"\x15APPROVER_VERDICT_PASS\x10\x032\xd1\b\n" +
 	"\fAgentService\x12X\n" +
 	"\rCreateSession\x12\".dsh.agent.v1.CreateSessionRequest\x1a#.dsh.agent.v1.CreateSessionResponse\x12O\n" +
 	"\n" +
@@ -4082,7 +4517,8 @@ const file_dsh_agent_v1_agent_proto_rawDesc = "" +
 	"\fStreamEvents\x12!.dsh.agent.v1.StreamEventsRequest\x1a\".dsh.agent.v1.StreamEventsResponse0\x01\x12R\n" +
 	"\vGetMessages\x12 .dsh.agent.v1.GetMessagesRequest\x1a!.dsh.agent.v1.GetMessagesResponse\x12F\n" +
 	"\aRespond\x12\x1c.dsh.agent.v1.RespondRequest\x1a\x1d.dsh.agent.v1.RespondResponse\x12X\n" +
-	"\rUpdateSession\x12\".dsh.agent.v1.UpdateSessionRequest\x1a#.dsh.agent.v1.UpdateSessionResponse2R\n" +
+	"\rUpdateSession\x12\".dsh.agent.v1.UpdateSessionRequest\x1a#.dsh.agent.v1.UpdateSessionResponse\x12F\n" +
+	"\aCompact\x12\x1c.dsh.agent.v1.CompactRequest\x1a\x1d.dsh.agent.v1.CompactResponse2R\n" +
 	"\bApprover\x12F\n" +
 	"\aApprove\x12\x1c.dsh.agent.v1.ApproveRequest\x1a\x1d.dsh.agent.v1.ApproveResponse2\xaf\x05\n" +
 	"\n" +
@@ -4111,197 +4547,210 @@ func file_dsh_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_dsh_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_dsh_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_dsh_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_dsh_agent_v1_agent_proto_goTypes = []any{
 	(AgentStatus)(0),                 // 0: dsh.agent.v1.AgentStatus
 	(CancelCause)(0),                 // 1: dsh.agent.v1.CancelCause
 	(ApprovalDecision)(0),            // 2: dsh.agent.v1.ApprovalDecision
 	(ApproverVerdict)(0),             // 3: dsh.agent.v1.ApproverVerdict
 	(*Session)(nil),                  // 4: dsh.agent.v1.Session
-	(*PendingRequest)(nil),           // 5: dsh.agent.v1.PendingRequest
-	(*CreateSessionRequest)(nil),     // 6: dsh.agent.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),    // 7: dsh.agent.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),        // 8: dsh.agent.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),       // 9: dsh.agent.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),      // 10: dsh.agent.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),     // 11: dsh.agent.v1.ListSessionsResponse
-	(*ForkSessionRequest)(nil),       // 12: dsh.agent.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),      // 13: dsh.agent.v1.ForkSessionResponse
-	(*SendRequest)(nil),              // 14: dsh.agent.v1.SendRequest
-	(*SendResponse)(nil),             // 15: dsh.agent.v1.SendResponse
-	(*SteerRequest)(nil),             // 16: dsh.agent.v1.SteerRequest
-	(*SteerResponse)(nil),            // 17: dsh.agent.v1.SteerResponse
-	(*InjectRequest)(nil),            // 18: dsh.agent.v1.InjectRequest
-	(*InjectResponse)(nil),           // 19: dsh.agent.v1.InjectResponse
-	(*CancelRequest)(nil),            // 20: dsh.agent.v1.CancelRequest
-	(*CancelResponse)(nil),           // 21: dsh.agent.v1.CancelResponse
-	(*WaitIdleRequest)(nil),          // 22: dsh.agent.v1.WaitIdleRequest
-	(*WaitIdleResponse)(nil),         // 23: dsh.agent.v1.WaitIdleResponse
-	(*StreamEventsRequest)(nil),      // 24: dsh.agent.v1.StreamEventsRequest
-	(*StreamEventsResponse)(nil),     // 25: dsh.agent.v1.StreamEventsResponse
-	(*GetMessagesRequest)(nil),       // 26: dsh.agent.v1.GetMessagesRequest
-	(*GetMessagesResponse)(nil),      // 27: dsh.agent.v1.GetMessagesResponse
-	(*ApprovalResponse)(nil),         // 28: dsh.agent.v1.ApprovalResponse
-	(*QuestionResponse)(nil),         // 29: dsh.agent.v1.QuestionResponse
-	(*RespondRequest)(nil),           // 30: dsh.agent.v1.RespondRequest
-	(*RespondResponse)(nil),          // 31: dsh.agent.v1.RespondResponse
-	(*UpdateSessionRequest)(nil),     // 32: dsh.agent.v1.UpdateSessionRequest
-	(*UpdateSessionResponse)(nil),    // 33: dsh.agent.v1.UpdateSessionResponse
-	(*ApproveRequest)(nil),           // 34: dsh.agent.v1.ApproveRequest
-	(*ApproveResponse)(nil),          // 35: dsh.agent.v1.ApproveResponse
-	(*PromptAllow)(nil),              // 36: dsh.agent.v1.PromptAllow
-	(*PromptBlock)(nil),              // 37: dsh.agent.v1.PromptBlock
-	(*PromptDecision)(nil),           // 38: dsh.agent.v1.PromptDecision
-	(*ContinueReason)(nil),           // 39: dsh.agent.v1.ContinueReason
-	(*ContinueTurn)(nil),             // 40: dsh.agent.v1.ContinueTurn
-	(*StopTurn)(nil),                 // 41: dsh.agent.v1.StopTurn
-	(*ContinuationDecision)(nil),     // 42: dsh.agent.v1.ContinuationDecision
-	(*RetryRequest)(nil),             // 43: dsh.agent.v1.RetryRequest
-	(*FailRequest)(nil),              // 44: dsh.agent.v1.FailRequest
-	(*RequestErrorDecision)(nil),     // 45: dsh.agent.v1.RequestErrorDecision
-	(*PromptSubmitRequest)(nil),      // 46: dsh.agent.v1.PromptSubmitRequest
-	(*PromptSubmitResponse)(nil),     // 47: dsh.agent.v1.PromptSubmitResponse
-	(*RequestErrorRequest)(nil),      // 48: dsh.agent.v1.RequestErrorRequest
-	(*RequestErrorResponse)(nil),     // 49: dsh.agent.v1.RequestErrorResponse
-	(*TurnContinuationRequest)(nil),  // 50: dsh.agent.v1.TurnContinuationRequest
-	(*TurnContinuationResponse)(nil), // 51: dsh.agent.v1.TurnContinuationResponse
-	(*TurnStopRequest)(nil),          // 52: dsh.agent.v1.TurnStopRequest
-	(*TurnStopResponse)(nil),         // 53: dsh.agent.v1.TurnStopResponse
-	(*PreStepRequest)(nil),           // 54: dsh.agent.v1.PreStepRequest
-	(*PreStepResponse)(nil),          // 55: dsh.agent.v1.PreStepResponse
-	(*PostStepRequest)(nil),          // 56: dsh.agent.v1.PostStepRequest
-	(*PostStepResponse)(nil),         // 57: dsh.agent.v1.PostStepResponse
-	(*SessionStartRequest)(nil),      // 58: dsh.agent.v1.SessionStartRequest
-	(*SessionStartResponse)(nil),     // 59: dsh.agent.v1.SessionStartResponse
-	(*PromptSection)(nil),            // 60: dsh.agent.v1.PromptSection
-	(*PromptSectionsRequest)(nil),    // 61: dsh.agent.v1.PromptSectionsRequest
-	(*PromptSectionsResponse)(nil),   // 62: dsh.agent.v1.PromptSectionsResponse
-	(*v1.SessionHeader)(nil),         // 63: dsh.session.v1.SessionHeader
-	(*v1.SessionOptions)(nil),        // 64: dsh.session.v1.SessionOptions
-	(*v11.TokenUsage)(nil),           // 65: dsh.llm.v1.TokenUsage
-	(*v1.ApprovalAsked)(nil),         // 66: dsh.session.v1.ApprovalAsked
-	(*v1.QuestionAsked)(nil),         // 67: dsh.session.v1.QuestionAsked
-	(*v11.ContentBlock)(nil),         // 68: dsh.llm.v1.ContentBlock
-	(*v11.MessageSource)(nil),        // 69: dsh.llm.v1.MessageSource
-	(*v12.HookContext)(nil),          // 70: dsh.tools.v1.HookContext
-	(*v1.SessionEvent)(nil),          // 71: dsh.session.v1.SessionEvent
-	(*v11.Message)(nil),              // 72: dsh.llm.v1.Message
-	(*v1.QuestionAnswer)(nil),        // 73: dsh.session.v1.QuestionAnswer
-	(*fieldmaskpb.FieldMask)(nil),    // 74: google.protobuf.FieldMask
-	(*v12.ToolExecution)(nil),        // 75: dsh.tools.v1.ToolExecution
-	(*v11.LlmFailure)(nil),           // 76: dsh.llm.v1.LlmFailure
+	(*ContextMeasurement)(nil),       // 5: dsh.agent.v1.ContextMeasurement
+	(*PendingRequest)(nil),           // 6: dsh.agent.v1.PendingRequest
+	(*CreateSessionRequest)(nil),     // 7: dsh.agent.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),    // 8: dsh.agent.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),        // 9: dsh.agent.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),       // 10: dsh.agent.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),      // 11: dsh.agent.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),     // 12: dsh.agent.v1.ListSessionsResponse
+	(*ForkSessionRequest)(nil),       // 13: dsh.agent.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),      // 14: dsh.agent.v1.ForkSessionResponse
+	(*SendRequest)(nil),              // 15: dsh.agent.v1.SendRequest
+	(*SendResponse)(nil),             // 16: dsh.agent.v1.SendResponse
+	(*SteerRequest)(nil),             // 17: dsh.agent.v1.SteerRequest
+	(*SteerResponse)(nil),            // 18: dsh.agent.v1.SteerResponse
+	(*InjectRequest)(nil),            // 19: dsh.agent.v1.InjectRequest
+	(*InjectResponse)(nil),           // 20: dsh.agent.v1.InjectResponse
+	(*CancelRequest)(nil),            // 21: dsh.agent.v1.CancelRequest
+	(*CancelResponse)(nil),           // 22: dsh.agent.v1.CancelResponse
+	(*WaitIdleRequest)(nil),          // 23: dsh.agent.v1.WaitIdleRequest
+	(*WaitIdleResponse)(nil),         // 24: dsh.agent.v1.WaitIdleResponse
+	(*StreamEventsRequest)(nil),      // 25: dsh.agent.v1.StreamEventsRequest
+	(*StreamEventsResponse)(nil),     // 26: dsh.agent.v1.StreamEventsResponse
+	(*ToolProgress)(nil),             // 27: dsh.agent.v1.ToolProgress
+	(*CompactRequest)(nil),           // 28: dsh.agent.v1.CompactRequest
+	(*CompactResponse)(nil),          // 29: dsh.agent.v1.CompactResponse
+	(*GetMessagesRequest)(nil),       // 30: dsh.agent.v1.GetMessagesRequest
+	(*GetMessagesResponse)(nil),      // 31: dsh.agent.v1.GetMessagesResponse
+	(*ApprovalResponse)(nil),         // 32: dsh.agent.v1.ApprovalResponse
+	(*QuestionResponse)(nil),         // 33: dsh.agent.v1.QuestionResponse
+	(*RespondRequest)(nil),           // 34: dsh.agent.v1.RespondRequest
+	(*RespondResponse)(nil),          // 35: dsh.agent.v1.RespondResponse
+	(*UpdateSessionRequest)(nil),     // 36: dsh.agent.v1.UpdateSessionRequest
+	(*UpdateSessionResponse)(nil),    // 37: dsh.agent.v1.UpdateSessionResponse
+	(*ApproveRequest)(nil),           // 38: dsh.agent.v1.ApproveRequest
+	(*ApproveResponse)(nil),          // 39: dsh.agent.v1.ApproveResponse
+	(*PromptAllow)(nil),              // 40: dsh.agent.v1.PromptAllow
+	(*PromptBlock)(nil),              // 41: dsh.agent.v1.PromptBlock
+	(*PromptDecision)(nil),           // 42: dsh.agent.v1.PromptDecision
+	(*ContinueReason)(nil),           // 43: dsh.agent.v1.ContinueReason
+	(*ContinueTurn)(nil),             // 44: dsh.agent.v1.ContinueTurn
+	(*StopTurn)(nil),                 // 45: dsh.agent.v1.StopTurn
+	(*ContinuationDecision)(nil),     // 46: dsh.agent.v1.ContinuationDecision
+	(*RetryRequest)(nil),             // 47: dsh.agent.v1.RetryRequest
+	(*FailRequest)(nil),              // 48: dsh.agent.v1.FailRequest
+	(*RequestErrorDecision)(nil),     // 49: dsh.agent.v1.RequestErrorDecision
+	(*PromptSubmitRequest)(nil),      // 50: dsh.agent.v1.PromptSubmitRequest
+	(*PromptSubmitResponse)(nil),     // 51: dsh.agent.v1.PromptSubmitResponse
+	(*RequestErrorRequest)(nil),      // 52: dsh.agent.v1.RequestErrorRequest
+	(*RequestErrorResponse)(nil),     // 53: dsh.agent.v1.RequestErrorResponse
+	(*TurnContinuationRequest)(nil),  // 54: dsh.agent.v1.TurnContinuationRequest
+	(*TurnContinuationResponse)(nil), // 55: dsh.agent.v1.TurnContinuationResponse
+	(*TurnStopRequest)(nil),          // 56: dsh.agent.v1.TurnStopRequest
+	(*TurnStopResponse)(nil),         // 57: dsh.agent.v1.TurnStopResponse
+	(*PreStepRequest)(nil),           // 58: dsh.agent.v1.PreStepRequest
+	(*PreStepResponse)(nil),          // 59: dsh.agent.v1.PreStepResponse
+	(*PostStepRequest)(nil),          // 60: dsh.agent.v1.PostStepRequest
+	(*PostStepResponse)(nil),         // 61: dsh.agent.v1.PostStepResponse
+	(*SessionStartRequest)(nil),      // 62: dsh.agent.v1.SessionStartRequest
+	(*SessionStartResponse)(nil),     // 63: dsh.agent.v1.SessionStartResponse
+	(*PromptSection)(nil),            // 64: dsh.agent.v1.PromptSection
+	(*PromptSectionsRequest)(nil),    // 65: dsh.agent.v1.PromptSectionsRequest
+	(*PromptSectionsResponse)(nil),   // 66: dsh.agent.v1.PromptSectionsResponse
+	(*v1.SessionHeader)(nil),         // 67: dsh.session.v1.SessionHeader
+	(*v1.SessionOptions)(nil),        // 68: dsh.session.v1.SessionOptions
+	(*v11.TokenUsage)(nil),           // 69: dsh.llm.v1.TokenUsage
+	(*v1.ApprovalAsked)(nil),         // 70: dsh.session.v1.ApprovalAsked
+	(*v1.QuestionAsked)(nil),         // 71: dsh.session.v1.QuestionAsked
+	(*v11.ContentBlock)(nil),         // 72: dsh.llm.v1.ContentBlock
+	(*v11.MessageSource)(nil),        // 73: dsh.llm.v1.MessageSource
+	(*v12.HookContext)(nil),          // 74: dsh.tools.v1.HookContext
+	(*v1.SessionEvent)(nil),          // 75: dsh.session.v1.SessionEvent
+	(*v12.ToolOutput)(nil),           // 76: dsh.tools.v1.ToolOutput
+	(*v1.SurfaceReplace)(nil),        // 77: dsh.session.v1.SurfaceReplace
+	(*v11.Message)(nil),              // 78: dsh.llm.v1.Message
+	(*v1.QuestionAnswer)(nil),        // 79: dsh.session.v1.QuestionAnswer
+	(*fieldmaskpb.FieldMask)(nil),    // 80: google.protobuf.FieldMask
+	(*v12.ToolExecution)(nil),        // 81: dsh.tools.v1.ToolExecution
+	(*v11.LlmFailure)(nil),           // 82: dsh.llm.v1.LlmFailure
 }
 var file_dsh_agent_v1_agent_proto_depIdxs = []int32{
-	63, // 0: dsh.agent.v1.Session.header:type_name -> dsh.session.v1.SessionHeader
+	67, // 0: dsh.agent.v1.Session.header:type_name -> dsh.session.v1.SessionHeader
 	0,  // 1: dsh.agent.v1.Session.status:type_name -> dsh.agent.v1.AgentStatus
-	5,  // 2: dsh.agent.v1.Session.pending:type_name -> dsh.agent.v1.PendingRequest
-	64, // 3: dsh.agent.v1.Session.effective_options:type_name -> dsh.session.v1.SessionOptions
-	65, // 4: dsh.agent.v1.Session.usage:type_name -> dsh.llm.v1.TokenUsage
-	65, // 5: dsh.agent.v1.Session.children_usage:type_name -> dsh.llm.v1.TokenUsage
-	66, // 6: dsh.agent.v1.PendingRequest.approval:type_name -> dsh.session.v1.ApprovalAsked
-	67, // 7: dsh.agent.v1.PendingRequest.question:type_name -> dsh.session.v1.QuestionAsked
-	64, // 8: dsh.agent.v1.CreateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
-	4,  // 9: dsh.agent.v1.CreateSessionResponse.session:type_name -> dsh.agent.v1.Session
-	4,  // 10: dsh.agent.v1.GetSessionResponse.session:type_name -> dsh.agent.v1.Session
-	4,  // 11: dsh.agent.v1.ListSessionsResponse.sessions:type_name -> dsh.agent.v1.Session
-	4,  // 12: dsh.agent.v1.ForkSessionResponse.session:type_name -> dsh.agent.v1.Session
-	68, // 13: dsh.agent.v1.SendRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	69, // 14: dsh.agent.v1.SendRequest.source:type_name -> dsh.llm.v1.MessageSource
-	70, // 15: dsh.agent.v1.SendRequest.contexts:type_name -> dsh.tools.v1.HookContext
-	0,  // 16: dsh.agent.v1.SendResponse.status:type_name -> dsh.agent.v1.AgentStatus
-	68, // 17: dsh.agent.v1.SteerRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	69, // 18: dsh.agent.v1.SteerRequest.source:type_name -> dsh.llm.v1.MessageSource
-	70, // 19: dsh.agent.v1.SteerRequest.contexts:type_name -> dsh.tools.v1.HookContext
-	0,  // 20: dsh.agent.v1.SteerResponse.status:type_name -> dsh.agent.v1.AgentStatus
-	68, // 21: dsh.agent.v1.InjectRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	69, // 22: dsh.agent.v1.InjectRequest.source:type_name -> dsh.llm.v1.MessageSource
-	1,  // 23: dsh.agent.v1.CancelRequest.cause:type_name -> dsh.agent.v1.CancelCause
-	4,  // 24: dsh.agent.v1.WaitIdleResponse.session:type_name -> dsh.agent.v1.Session
-	71, // 25: dsh.agent.v1.StreamEventsResponse.event:type_name -> dsh.session.v1.SessionEvent
-	72, // 26: dsh.agent.v1.GetMessagesResponse.messages:type_name -> dsh.llm.v1.Message
-	2,  // 27: dsh.agent.v1.ApprovalResponse.decision:type_name -> dsh.agent.v1.ApprovalDecision
-	73, // 28: dsh.agent.v1.QuestionResponse.answers:type_name -> dsh.session.v1.QuestionAnswer
-	28, // 29: dsh.agent.v1.RespondRequest.approval:type_name -> dsh.agent.v1.ApprovalResponse
-	29, // 30: dsh.agent.v1.RespondRequest.question:type_name -> dsh.agent.v1.QuestionResponse
-	64, // 31: dsh.agent.v1.UpdateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
-	74, // 32: dsh.agent.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
-	4,  // 33: dsh.agent.v1.UpdateSessionResponse.session:type_name -> dsh.agent.v1.Session
-	75, // 34: dsh.agent.v1.ApproveRequest.execution:type_name -> dsh.tools.v1.ToolExecution
-	3,  // 35: dsh.agent.v1.ApproveResponse.verdict:type_name -> dsh.agent.v1.ApproverVerdict
-	68, // 36: dsh.agent.v1.PromptAllow.content:type_name -> dsh.llm.v1.ContentBlock
-	70, // 37: dsh.agent.v1.PromptAllow.additional_contexts:type_name -> dsh.tools.v1.HookContext
-	36, // 38: dsh.agent.v1.PromptDecision.allow:type_name -> dsh.agent.v1.PromptAllow
-	37, // 39: dsh.agent.v1.PromptDecision.block:type_name -> dsh.agent.v1.PromptBlock
-	68, // 40: dsh.agent.v1.ContinueReason.content:type_name -> dsh.llm.v1.ContentBlock
-	69, // 41: dsh.agent.v1.ContinueReason.source:type_name -> dsh.llm.v1.MessageSource
-	39, // 42: dsh.agent.v1.ContinueTurn.reason:type_name -> dsh.agent.v1.ContinueReason
-	41, // 43: dsh.agent.v1.ContinuationDecision.stop:type_name -> dsh.agent.v1.StopTurn
-	40, // 44: dsh.agent.v1.ContinuationDecision.continue:type_name -> dsh.agent.v1.ContinueTurn
-	44, // 45: dsh.agent.v1.RequestErrorDecision.fail:type_name -> dsh.agent.v1.FailRequest
-	43, // 46: dsh.agent.v1.RequestErrorDecision.retry:type_name -> dsh.agent.v1.RetryRequest
-	68, // 47: dsh.agent.v1.PromptSubmitRequest.content:type_name -> dsh.llm.v1.ContentBlock
-	69, // 48: dsh.agent.v1.PromptSubmitRequest.source:type_name -> dsh.llm.v1.MessageSource
-	38, // 49: dsh.agent.v1.PromptSubmitRequest.current:type_name -> dsh.agent.v1.PromptDecision
-	38, // 50: dsh.agent.v1.PromptSubmitResponse.decision:type_name -> dsh.agent.v1.PromptDecision
-	76, // 51: dsh.agent.v1.RequestErrorRequest.failure:type_name -> dsh.llm.v1.LlmFailure
-	76, // 52: dsh.agent.v1.RequestErrorRequest.prior_failures:type_name -> dsh.llm.v1.LlmFailure
-	45, // 53: dsh.agent.v1.RequestErrorResponse.decision:type_name -> dsh.agent.v1.RequestErrorDecision
-	42, // 54: dsh.agent.v1.TurnContinuationRequest.current:type_name -> dsh.agent.v1.ContinuationDecision
-	42, // 55: dsh.agent.v1.TurnContinuationResponse.decision:type_name -> dsh.agent.v1.ContinuationDecision
-	70, // 56: dsh.agent.v1.PreStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
-	70, // 57: dsh.agent.v1.PostStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
-	70, // 58: dsh.agent.v1.SessionStartResponse.contexts:type_name -> dsh.tools.v1.HookContext
-	60, // 59: dsh.agent.v1.PromptSectionsRequest.current:type_name -> dsh.agent.v1.PromptSection
-	60, // 60: dsh.agent.v1.PromptSectionsResponse.sections:type_name -> dsh.agent.v1.PromptSection
-	6,  // 61: dsh.agent.v1.AgentService.CreateSession:input_type -> dsh.agent.v1.CreateSessionRequest
-	8,  // 62: dsh.agent.v1.AgentService.GetSession:input_type -> dsh.agent.v1.GetSessionRequest
-	10, // 63: dsh.agent.v1.AgentService.ListSessions:input_type -> dsh.agent.v1.ListSessionsRequest
-	12, // 64: dsh.agent.v1.AgentService.ForkSession:input_type -> dsh.agent.v1.ForkSessionRequest
-	14, // 65: dsh.agent.v1.AgentService.Send:input_type -> dsh.agent.v1.SendRequest
-	16, // 66: dsh.agent.v1.AgentService.Steer:input_type -> dsh.agent.v1.SteerRequest
-	18, // 67: dsh.agent.v1.AgentService.Inject:input_type -> dsh.agent.v1.InjectRequest
-	20, // 68: dsh.agent.v1.AgentService.Cancel:input_type -> dsh.agent.v1.CancelRequest
-	22, // 69: dsh.agent.v1.AgentService.WaitIdle:input_type -> dsh.agent.v1.WaitIdleRequest
-	24, // 70: dsh.agent.v1.AgentService.StreamEvents:input_type -> dsh.agent.v1.StreamEventsRequest
-	26, // 71: dsh.agent.v1.AgentService.GetMessages:input_type -> dsh.agent.v1.GetMessagesRequest
-	30, // 72: dsh.agent.v1.AgentService.Respond:input_type -> dsh.agent.v1.RespondRequest
-	32, // 73: dsh.agent.v1.AgentService.UpdateSession:input_type -> dsh.agent.v1.UpdateSessionRequest
-	34, // 74: dsh.agent.v1.Approver.Approve:input_type -> dsh.agent.v1.ApproveRequest
-	46, // 75: dsh.agent.v1.AgentHooks.PromptSubmit:input_type -> dsh.agent.v1.PromptSubmitRequest
-	48, // 76: dsh.agent.v1.AgentHooks.RequestError:input_type -> dsh.agent.v1.RequestErrorRequest
-	50, // 77: dsh.agent.v1.AgentHooks.TurnContinuation:input_type -> dsh.agent.v1.TurnContinuationRequest
-	52, // 78: dsh.agent.v1.AgentHooks.TurnStop:input_type -> dsh.agent.v1.TurnStopRequest
-	54, // 79: dsh.agent.v1.AgentHooks.PreStep:input_type -> dsh.agent.v1.PreStepRequest
-	56, // 80: dsh.agent.v1.AgentHooks.PostStep:input_type -> dsh.agent.v1.PostStepRequest
-	58, // 81: dsh.agent.v1.AgentHooks.SessionStart:input_type -> dsh.agent.v1.SessionStartRequest
-	61, // 82: dsh.agent.v1.AgentHooks.PromptSections:input_type -> dsh.agent.v1.PromptSectionsRequest
-	7,  // 83: dsh.agent.v1.AgentService.CreateSession:output_type -> dsh.agent.v1.CreateSessionResponse
-	9,  // 84: dsh.agent.v1.AgentService.GetSession:output_type -> dsh.agent.v1.GetSessionResponse
-	11, // 85: dsh.agent.v1.AgentService.ListSessions:output_type -> dsh.agent.v1.ListSessionsResponse
-	13, // 86: dsh.agent.v1.AgentService.ForkSession:output_type -> dsh.agent.v1.ForkSessionResponse
-	15, // 87: dsh.agent.v1.AgentService.Send:output_type -> dsh.agent.v1.SendResponse
-	17, // 88: dsh.agent.v1.AgentService.Steer:output_type -> dsh.agent.v1.SteerResponse
-	19, // 89: dsh.agent.v1.AgentService.Inject:output_type -> dsh.agent.v1.InjectResponse
-	21, // 90: dsh.agent.v1.AgentService.Cancel:output_type -> dsh.agent.v1.CancelResponse
-	23, // 91: dsh.agent.v1.AgentService.WaitIdle:output_type -> dsh.agent.v1.WaitIdleResponse
-	25, // 92: dsh.agent.v1.AgentService.StreamEvents:output_type -> dsh.agent.v1.StreamEventsResponse
-	27, // 93: dsh.agent.v1.AgentService.GetMessages:output_type -> dsh.agent.v1.GetMessagesResponse
-	31, // 94: dsh.agent.v1.AgentService.Respond:output_type -> dsh.agent.v1.RespondResponse
-	33, // 95: dsh.agent.v1.AgentService.UpdateSession:output_type -> dsh.agent.v1.UpdateSessionResponse
-	35, // 96: dsh.agent.v1.Approver.Approve:output_type -> dsh.agent.v1.ApproveResponse
-	47, // 97: dsh.agent.v1.AgentHooks.PromptSubmit:output_type -> dsh.agent.v1.PromptSubmitResponse
-	49, // 98: dsh.agent.v1.AgentHooks.RequestError:output_type -> dsh.agent.v1.RequestErrorResponse
-	51, // 99: dsh.agent.v1.AgentHooks.TurnContinuation:output_type -> dsh.agent.v1.TurnContinuationResponse
-	53, // 100: dsh.agent.v1.AgentHooks.TurnStop:output_type -> dsh.agent.v1.TurnStopResponse
-	55, // 101: dsh.agent.v1.AgentHooks.PreStep:output_type -> dsh.agent.v1.PreStepResponse
-	57, // 102: dsh.agent.v1.AgentHooks.PostStep:output_type -> dsh.agent.v1.PostStepResponse
-	59, // 103: dsh.agent.v1.AgentHooks.SessionStart:output_type -> dsh.agent.v1.SessionStartResponse
-	62, // 104: dsh.agent.v1.AgentHooks.PromptSections:output_type -> dsh.agent.v1.PromptSectionsResponse
-	83, // [83:105] is the sub-list for method output_type
-	61, // [61:83] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	6,  // 2: dsh.agent.v1.Session.pending:type_name -> dsh.agent.v1.PendingRequest
+	68, // 3: dsh.agent.v1.Session.effective_options:type_name -> dsh.session.v1.SessionOptions
+	69, // 4: dsh.agent.v1.Session.usage:type_name -> dsh.llm.v1.TokenUsage
+	69, // 5: dsh.agent.v1.Session.children_usage:type_name -> dsh.llm.v1.TokenUsage
+	5,  // 6: dsh.agent.v1.Session.context:type_name -> dsh.agent.v1.ContextMeasurement
+	70, // 7: dsh.agent.v1.PendingRequest.approval:type_name -> dsh.session.v1.ApprovalAsked
+	71, // 8: dsh.agent.v1.PendingRequest.question:type_name -> dsh.session.v1.QuestionAsked
+	68, // 9: dsh.agent.v1.CreateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
+	4,  // 10: dsh.agent.v1.CreateSessionResponse.session:type_name -> dsh.agent.v1.Session
+	4,  // 11: dsh.agent.v1.GetSessionResponse.session:type_name -> dsh.agent.v1.Session
+	4,  // 12: dsh.agent.v1.ListSessionsResponse.sessions:type_name -> dsh.agent.v1.Session
+	4,  // 13: dsh.agent.v1.ForkSessionResponse.session:type_name -> dsh.agent.v1.Session
+	72, // 14: dsh.agent.v1.SendRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	73, // 15: dsh.agent.v1.SendRequest.source:type_name -> dsh.llm.v1.MessageSource
+	74, // 16: dsh.agent.v1.SendRequest.contexts:type_name -> dsh.tools.v1.HookContext
+	0,  // 17: dsh.agent.v1.SendResponse.status:type_name -> dsh.agent.v1.AgentStatus
+	72, // 18: dsh.agent.v1.SteerRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	73, // 19: dsh.agent.v1.SteerRequest.source:type_name -> dsh.llm.v1.MessageSource
+	74, // 20: dsh.agent.v1.SteerRequest.contexts:type_name -> dsh.tools.v1.HookContext
+	0,  // 21: dsh.agent.v1.SteerResponse.status:type_name -> dsh.agent.v1.AgentStatus
+	72, // 22: dsh.agent.v1.InjectRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	73, // 23: dsh.agent.v1.InjectRequest.source:type_name -> dsh.llm.v1.MessageSource
+	1,  // 24: dsh.agent.v1.CancelRequest.cause:type_name -> dsh.agent.v1.CancelCause
+	4,  // 25: dsh.agent.v1.WaitIdleResponse.session:type_name -> dsh.agent.v1.Session
+	75, // 26: dsh.agent.v1.StreamEventsResponse.event:type_name -> dsh.session.v1.SessionEvent
+	27, // 27: dsh.agent.v1.StreamEventsResponse.progress:type_name -> dsh.agent.v1.ToolProgress
+	76, // 28: dsh.agent.v1.ToolProgress.output:type_name -> dsh.tools.v1.ToolOutput
+	77, // 29: dsh.agent.v1.CompactResponse.shadowed_range:type_name -> dsh.session.v1.SurfaceReplace
+	5,  // 30: dsh.agent.v1.CompactResponse.context:type_name -> dsh.agent.v1.ContextMeasurement
+	78, // 31: dsh.agent.v1.GetMessagesResponse.messages:type_name -> dsh.llm.v1.Message
+	2,  // 32: dsh.agent.v1.ApprovalResponse.decision:type_name -> dsh.agent.v1.ApprovalDecision
+	79, // 33: dsh.agent.v1.QuestionResponse.answers:type_name -> dsh.session.v1.QuestionAnswer
+	32, // 34: dsh.agent.v1.RespondRequest.approval:type_name -> dsh.agent.v1.ApprovalResponse
+	33, // 35: dsh.agent.v1.RespondRequest.question:type_name -> dsh.agent.v1.QuestionResponse
+	68, // 36: dsh.agent.v1.UpdateSessionRequest.options:type_name -> dsh.session.v1.SessionOptions
+	80, // 37: dsh.agent.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
+	4,  // 38: dsh.agent.v1.UpdateSessionResponse.session:type_name -> dsh.agent.v1.Session
+	81, // 39: dsh.agent.v1.ApproveRequest.execution:type_name -> dsh.tools.v1.ToolExecution
+	3,  // 40: dsh.agent.v1.ApproveResponse.verdict:type_name -> dsh.agent.v1.ApproverVerdict
+	72, // 41: dsh.agent.v1.PromptAllow.content:type_name -> dsh.llm.v1.ContentBlock
+	74, // 42: dsh.agent.v1.PromptAllow.additional_contexts:type_name -> dsh.tools.v1.HookContext
+	40, // 43: dsh.agent.v1.PromptDecision.allow:type_name -> dsh.agent.v1.PromptAllow
+	41, // 44: dsh.agent.v1.PromptDecision.block:type_name -> dsh.agent.v1.PromptBlock
+	72, // 45: dsh.agent.v1.ContinueReason.content:type_name -> dsh.llm.v1.ContentBlock
+	73, // 46: dsh.agent.v1.ContinueReason.source:type_name -> dsh.llm.v1.MessageSource
+	43, // 47: dsh.agent.v1.ContinueTurn.reason:type_name -> dsh.agent.v1.ContinueReason
+	45, // 48: dsh.agent.v1.ContinuationDecision.stop:type_name -> dsh.agent.v1.StopTurn
+	44, // 49: dsh.agent.v1.ContinuationDecision.continue:type_name -> dsh.agent.v1.ContinueTurn
+	48, // 50: dsh.agent.v1.RequestErrorDecision.fail:type_name -> dsh.agent.v1.FailRequest
+	47, // 51: dsh.agent.v1.RequestErrorDecision.retry:type_name -> dsh.agent.v1.RetryRequest
+	72, // 52: dsh.agent.v1.PromptSubmitRequest.content:type_name -> dsh.llm.v1.ContentBlock
+	73, // 53: dsh.agent.v1.PromptSubmitRequest.source:type_name -> dsh.llm.v1.MessageSource
+	42, // 54: dsh.agent.v1.PromptSubmitRequest.current:type_name -> dsh.agent.v1.PromptDecision
+	42, // 55: dsh.agent.v1.PromptSubmitResponse.decision:type_name -> dsh.agent.v1.PromptDecision
+	82, // 56: dsh.agent.v1.RequestErrorRequest.failure:type_name -> dsh.llm.v1.LlmFailure
+	82, // 57: dsh.agent.v1.RequestErrorRequest.prior_failures:type_name -> dsh.llm.v1.LlmFailure
+	49, // 58: dsh.agent.v1.RequestErrorResponse.decision:type_name -> dsh.agent.v1.RequestErrorDecision
+	46, // 59: dsh.agent.v1.TurnContinuationRequest.current:type_name -> dsh.agent.v1.ContinuationDecision
+	46, // 60: dsh.agent.v1.TurnContinuationResponse.decision:type_name -> dsh.agent.v1.ContinuationDecision
+	74, // 61: dsh.agent.v1.PreStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
+	74, // 62: dsh.agent.v1.PostStepResponse.contexts:type_name -> dsh.tools.v1.HookContext
+	74, // 63: dsh.agent.v1.SessionStartResponse.contexts:type_name -> dsh.tools.v1.HookContext
+	64, // 64: dsh.agent.v1.PromptSectionsRequest.current:type_name -> dsh.agent.v1.PromptSection
+	64, // 65: dsh.agent.v1.PromptSectionsResponse.sections:type_name -> dsh.agent.v1.PromptSection
+	7,  // 66: dsh.agent.v1.AgentService.CreateSession:input_type -> dsh.agent.v1.CreateSessionRequest
+	9,  // 67: dsh.agent.v1.AgentService.GetSession:input_type -> dsh.agent.v1.GetSessionRequest
+	11, // 68: dsh.agent.v1.AgentService.ListSessions:input_type -> dsh.agent.v1.ListSessionsRequest
+	13, // 69: dsh.agent.v1.AgentService.ForkSession:input_type -> dsh.agent.v1.ForkSessionRequest
+	15, // 70: dsh.agent.v1.AgentService.Send:input_type -> dsh.agent.v1.SendRequest
+	17, // 71: dsh.agent.v1.AgentService.Steer:input_type -> dsh.agent.v1.SteerRequest
+	19, // 72: dsh.agent.v1.AgentService.Inject:input_type -> dsh.agent.v1.InjectRequest
+	21, // 73: dsh.agent.v1.AgentService.Cancel:input_type -> dsh.agent.v1.CancelRequest
+	23, // 74: dsh.agent.v1.AgentService.WaitIdle:input_type -> dsh.agent.v1.WaitIdleRequest
+	25, // 75: dsh.agent.v1.AgentService.StreamEvents:input_type -> dsh.agent.v1.StreamEventsRequest
+	30, // 76: dsh.agent.v1.AgentService.GetMessages:input_type -> dsh.agent.v1.GetMessagesRequest
+	34, // 77: dsh.agent.v1.AgentService.Respond:input_type -> dsh.agent.v1.RespondRequest
+	36, // 78: dsh.agent.v1.AgentService.UpdateSession:input_type -> dsh.agent.v1.UpdateSessionRequest
+	28, // 79: dsh.agent.v1.AgentService.Compact:input_type -> dsh.agent.v1.CompactRequest
+	38, // 80: dsh.agent.v1.Approver.Approve:input_type -> dsh.agent.v1.ApproveRequest
+	50, // 81: dsh.agent.v1.AgentHooks.PromptSubmit:input_type -> dsh.agent.v1.PromptSubmitRequest
+	52, // 82: dsh.agent.v1.AgentHooks.RequestError:input_type -> dsh.agent.v1.RequestErrorRequest
+	54, // 83: dsh.agent.v1.AgentHooks.TurnContinuation:input_type -> dsh.agent.v1.TurnContinuationRequest
+	56, // 84: dsh.agent.v1.AgentHooks.TurnStop:input_type -> dsh.agent.v1.TurnStopRequest
+	58, // 85: dsh.agent.v1.AgentHooks.PreStep:input_type -> dsh.agent.v1.PreStepRequest
+	60, // 86: dsh.agent.v1.AgentHooks.PostStep:input_type -> dsh.agent.v1.PostStepRequest
+	62, // 87: dsh.agent.v1.AgentHooks.SessionStart:input_type -> dsh.agent.v1.SessionStartRequest
+	65, // 88: dsh.agent.v1.AgentHooks.PromptSections:input_type -> dsh.agent.v1.PromptSectionsRequest
+	8,  // 89: dsh.agent.v1.AgentService.CreateSession:output_type -> dsh.agent.v1.CreateSessionResponse
+	10, // 90: dsh.agent.v1.AgentService.GetSession:output_type -> dsh.agent.v1.GetSessionResponse
+	12, // 91: dsh.agent.v1.AgentService.ListSessions:output_type -> dsh.agent.v1.ListSessionsResponse
+	14, // 92: dsh.agent.v1.AgentService.ForkSession:output_type -> dsh.agent.v1.ForkSessionResponse
+	16, // 93: dsh.agent.v1.AgentService.Send:output_type -> dsh.agent.v1.SendResponse
+	18, // 94: dsh.agent.v1.AgentService.Steer:output_type -> dsh.agent.v1.SteerResponse
+	20, // 95: dsh.agent.v1.AgentService.Inject:output_type -> dsh.agent.v1.InjectResponse
+	22, // 96: dsh.agent.v1.AgentService.Cancel:output_type -> dsh.agent.v1.CancelResponse
+	24, // 97: dsh.agent.v1.AgentService.WaitIdle:output_type -> dsh.agent.v1.WaitIdleResponse
+	26, // 98: dsh.agent.v1.AgentService.StreamEvents:output_type -> dsh.agent.v1.StreamEventsResponse
+	31, // 99: dsh.agent.v1.AgentService.GetMessages:output_type -> dsh.agent.v1.GetMessagesResponse
+	35, // 100: dsh.agent.v1.AgentService.Respond:output_type -> dsh.agent.v1.RespondResponse
+	37, // 101: dsh.agent.v1.AgentService.UpdateSession:output_type -> dsh.agent.v1.UpdateSessionResponse
+	29, // 102: dsh.agent.v1.AgentService.Compact:output_type -> dsh.agent.v1.CompactResponse
+	39, // 103: dsh.agent.v1.Approver.Approve:output_type -> dsh.agent.v1.ApproveResponse
+	51, // 104: dsh.agent.v1.AgentHooks.PromptSubmit:output_type -> dsh.agent.v1.PromptSubmitResponse
+	53, // 105: dsh.agent.v1.AgentHooks.RequestError:output_type -> dsh.agent.v1.RequestErrorResponse
+	55, // 106: dsh.agent.v1.AgentHooks.TurnContinuation:output_type -> dsh.agent.v1.TurnContinuationResponse
+	57, // 107: dsh.agent.v1.AgentHooks.TurnStop:output_type -> dsh.agent.v1.TurnStopResponse
+	59, // 108: dsh.agent.v1.AgentHooks.PreStep:output_type -> dsh.agent.v1.PreStepResponse
+	61, // 109: dsh.agent.v1.AgentHooks.PostStep:output_type -> dsh.agent.v1.PostStepResponse
+	63, // 110: dsh.agent.v1.AgentHooks.SessionStart:output_type -> dsh.agent.v1.SessionStartResponse
+	66, // 111: dsh.agent.v1.AgentHooks.PromptSections:output_type -> dsh.agent.v1.PromptSectionsResponse
+	89, // [89:112] is the sub-list for method output_type
+	66, // [66:89] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_dsh_agent_v1_agent_proto_init() }
@@ -4310,25 +4759,27 @@ func file_dsh_agent_v1_agent_proto_init() {
 		return
 	}
 	file_dsh_agent_v1_agent_proto_msgTypes[0].OneofWrappers = []any{}
-	file_dsh_agent_v1_agent_proto_msgTypes[1].OneofWrappers = []any{
+	file_dsh_agent_v1_agent_proto_msgTypes[1].OneofWrappers = []any{}
+	file_dsh_agent_v1_agent_proto_msgTypes[2].OneofWrappers = []any{
 		(*PendingRequest_Approval)(nil),
 		(*PendingRequest_Question)(nil),
 	}
-	file_dsh_agent_v1_agent_proto_msgTypes[8].OneofWrappers = []any{}
-	file_dsh_agent_v1_agent_proto_msgTypes[14].OneofWrappers = []any{}
-	file_dsh_agent_v1_agent_proto_msgTypes[26].OneofWrappers = []any{
+	file_dsh_agent_v1_agent_proto_msgTypes[9].OneofWrappers = []any{}
+	file_dsh_agent_v1_agent_proto_msgTypes[15].OneofWrappers = []any{}
+	file_dsh_agent_v1_agent_proto_msgTypes[24].OneofWrappers = []any{}
+	file_dsh_agent_v1_agent_proto_msgTypes[30].OneofWrappers = []any{
 		(*RespondRequest_Approval)(nil),
 		(*RespondRequest_Question)(nil),
 	}
-	file_dsh_agent_v1_agent_proto_msgTypes[34].OneofWrappers = []any{
+	file_dsh_agent_v1_agent_proto_msgTypes[38].OneofWrappers = []any{
 		(*PromptDecision_Allow)(nil),
 		(*PromptDecision_Block)(nil),
 	}
-	file_dsh_agent_v1_agent_proto_msgTypes[38].OneofWrappers = []any{
+	file_dsh_agent_v1_agent_proto_msgTypes[42].OneofWrappers = []any{
 		(*ContinuationDecision_Stop)(nil),
 		(*ContinuationDecision_Continue)(nil),
 	}
-	file_dsh_agent_v1_agent_proto_msgTypes[41].OneofWrappers = []any{
+	file_dsh_agent_v1_agent_proto_msgTypes[45].OneofWrappers = []any{
 		(*RequestErrorDecision_Fail)(nil),
 		(*RequestErrorDecision_Retry)(nil),
 	}
@@ -4338,7 +4789,7 @@ func file_dsh_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsh_agent_v1_agent_proto_rawDesc), len(file_dsh_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   59,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -37,6 +37,7 @@ const (
 	AgentService_GetMessages_FullMethodName   = "/dsh.agent.v1.AgentService/GetMessages"
 	AgentService_Respond_FullMethodName       = "/dsh.agent.v1.AgentService/Respond"
 	AgentService_UpdateSession_FullMethodName = "/dsh.agent.v1.AgentService/UpdateSession"
+	AgentService_Compact_FullMethodName       = "/dsh.agent.v1.AgentService/Compact"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -72,6 +73,9 @@ type AgentServiceClient interface {
 	// UpdateSession changes a session's mutable settings; each change is a
 	// logged event, effective at the next step.
 	UpdateSession(ctx context.Context, in *UpdateSessionRequest, opts ...grpc.CallOption) (*UpdateSessionResponse, error)
+	// Compact summarizes the oldest part of a session's context (or a given
+	// span) into a checkpoint; FAILED_PRECONDITION while one is in progress.
+	Compact(ctx context.Context, in *CompactRequest, opts ...grpc.CallOption) (*CompactResponse, error)
 }
 
 type agentServiceClient struct {
@@ -221,6 +225,16 @@ func (c *agentServiceClient) UpdateSession(ctx context.Context, in *UpdateSessio
 	return out, nil
 }
 
+func (c *agentServiceClient) Compact(ctx context.Context, in *CompactRequest, opts ...grpc.CallOption) (*CompactResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompactResponse)
+	err := c.cc.Invoke(ctx, AgentService_Compact_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -254,6 +268,9 @@ type AgentServiceServer interface {
 	// UpdateSession changes a session's mutable settings; each change is a
 	// logged event, effective at the next step.
 	UpdateSession(context.Context, *UpdateSessionRequest) (*UpdateSessionResponse, error)
+	// Compact summarizes the oldest part of a session's context (or a given
+	// span) into a checkpoint; FAILED_PRECONDITION while one is in progress.
+	Compact(context.Context, *CompactRequest) (*CompactResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -302,6 +319,9 @@ func (UnimplementedAgentServiceServer) Respond(context.Context, *RespondRequest)
 }
 func (UnimplementedAgentServiceServer) UpdateSession(context.Context, *UpdateSessionRequest) (*UpdateSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateSession not implemented")
+}
+func (UnimplementedAgentServiceServer) Compact(context.Context, *CompactRequest) (*CompactResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Compact not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -551,6 +571,24 @@ func _AgentService_UpdateSession_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_Compact_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompactRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).Compact(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_Compact_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).Compact(ctx, req.(*CompactRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -605,6 +643,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateSession",
 			Handler:    _AgentService_UpdateSession_Handler,
+		},
+		{
+			MethodName: "Compact",
+			Handler:    _AgentService_Compact_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -591,8 +591,14 @@ type ContentBlock struct {
 	//	*ContentBlock_ToolCall
 	//	*ContentBlock_ToolResult
 	//	*ContentBlock_Image
+	//	*ContentBlock_Audio
+	//	*ContentBlock_Document
+	//	*ContentBlock_ResourceLink
 	//	*ContentBlock_Extension
-	Block         isContentBlock_Block `protobuf_oneof:"block"`
+	Block isContentBlock_Block `protobuf_oneof:"block"`
+	// Who the block is for and how much it matters (MCP annotations); unset
+	// means everyone.
+	Annotations   *ContentAnnotations `protobuf:"bytes,16,opt,name=annotations,proto3" json:"annotations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -679,11 +685,45 @@ func (x *ContentBlock) GetImage() *ImageBlock {
 	return nil
 }
 
+func (x *ContentBlock) GetAudio() *AudioBlock {
+	if x != nil {
+		if x, ok := x.Block.(*ContentBlock_Audio); ok {
+			return x.Audio
+		}
+	}
+	return nil
+}
+
+func (x *ContentBlock) GetDocument() *DocumentBlock {
+	if x != nil {
+		if x, ok := x.Block.(*ContentBlock_Document); ok {
+			return x.Document
+		}
+	}
+	return nil
+}
+
+func (x *ContentBlock) GetResourceLink() *ResourceLinkBlock {
+	if x != nil {
+		if x, ok := x.Block.(*ContentBlock_ResourceLink); ok {
+			return x.ResourceLink
+		}
+	}
+	return nil
+}
+
 func (x *ContentBlock) GetExtension() *Extension {
 	if x != nil {
 		if x, ok := x.Block.(*ContentBlock_Extension); ok {
 			return x.Extension
 		}
+	}
+	return nil
+}
+
+func (x *ContentBlock) GetAnnotations() *ContentAnnotations {
+	if x != nil {
+		return x.Annotations
 	}
 	return nil
 }
@@ -717,6 +757,21 @@ type ContentBlock_Image struct {
 	Image *ImageBlock `protobuf:"bytes,5,opt,name=image,proto3,oneof"`
 }
 
+type ContentBlock_Audio struct {
+	// "audio".
+	Audio *AudioBlock `protobuf:"bytes,6,opt,name=audio,proto3,oneof"`
+}
+
+type ContentBlock_Document struct {
+	// "document": an embedded resource (file content).
+	Document *DocumentBlock `protobuf:"bytes,7,opt,name=document,proto3,oneof"`
+}
+
+type ContentBlock_ResourceLink struct {
+	// "resource-link": a reference the model may follow.
+	ResourceLink *ResourceLinkBlock `protobuf:"bytes,8,opt,name=resource_link,json=resourceLink,proto3,oneof"`
+}
+
 type ContentBlock_Extension struct {
 	// Any other block type, passed through untouched.
 	Extension *Extension `protobuf:"bytes,15,opt,name=extension,proto3,oneof"`
@@ -732,7 +787,321 @@ func (*ContentBlock_ToolResult) isContentBlock_Block() {}
 
 func (*ContentBlock_Image) isContentBlock_Block() {}
 
+func (*ContentBlock_Audio) isContentBlock_Block() {}
+
+func (*ContentBlock_Document) isContentBlock_Block() {}
+
+func (*ContentBlock_ResourceLink) isContentBlock_Block() {}
+
 func (*ContentBlock_Extension) isContentBlock_Block() {}
+
+// ContentAnnotations carries MCP content annotations.
+type ContentAnnotations struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Intended audience: "user", "assistant" (the model). Empty means both; a
+	// block for the user only is not sent to the model.
+	Audience []string `protobuf:"bytes,1,rep,name=audience,proto3" json:"audience,omitempty"`
+	// Importance from 0 (optional) to 1 (required), when set.
+	Priority      *float64 `protobuf:"fixed64,2,opt,name=priority,proto3,oneof" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContentAnnotations) Reset() {
+	*x = ContentAnnotations{}
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContentAnnotations) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContentAnnotations) ProtoMessage() {}
+
+func (x *ContentAnnotations) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContentAnnotations.ProtoReflect.Descriptor instead.
+func (*ContentAnnotations) Descriptor() ([]byte, []int) {
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ContentAnnotations) GetAudience() []string {
+	if x != nil {
+		return x.Audience
+	}
+	return nil
+}
+
+func (x *ContentAnnotations) GetPriority() float64 {
+	if x != nil && x.Priority != nil {
+		return *x.Priority
+	}
+	return 0
+}
+
+// AudioBlock is audio content, inline.
+type AudioBlock struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The audio bytes.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// MIME type such as audio/wav.
+	MimeType      string `protobuf:"bytes,2,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AudioBlock) Reset() {
+	*x = AudioBlock{}
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AudioBlock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AudioBlock) ProtoMessage() {}
+
+func (x *AudioBlock) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AudioBlock.ProtoReflect.Descriptor instead.
+func (*AudioBlock) Descriptor() ([]byte, []int) {
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AudioBlock) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *AudioBlock) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+// DocumentBlock is an embedded resource: a file's text or bytes.
+type DocumentBlock struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The resource URI (file:///..., memory://...).
+	Uri string `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	// MIME type, when known.
+	MimeType string `protobuf:"bytes,2,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// The content.
+	//
+	// Types that are valid to be assigned to Content:
+	//
+	//	*DocumentBlock_Text
+	//	*DocumentBlock_Data
+	Content isDocumentBlock_Content `protobuf_oneof:"content"`
+	// Display name, when known.
+	Name          string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DocumentBlock) Reset() {
+	*x = DocumentBlock{}
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DocumentBlock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DocumentBlock) ProtoMessage() {}
+
+func (x *DocumentBlock) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DocumentBlock.ProtoReflect.Descriptor instead.
+func (*DocumentBlock) Descriptor() ([]byte, []int) {
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DocumentBlock) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *DocumentBlock) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *DocumentBlock) GetContent() isDocumentBlock_Content {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *DocumentBlock) GetText() string {
+	if x != nil {
+		if x, ok := x.Content.(*DocumentBlock_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+func (x *DocumentBlock) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Content.(*DocumentBlock_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+func (x *DocumentBlock) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type isDocumentBlock_Content interface {
+	isDocumentBlock_Content()
+}
+
+type DocumentBlock_Text struct {
+	// Text content.
+	Text string `protobuf:"bytes,3,opt,name=text,proto3,oneof"`
+}
+
+type DocumentBlock_Data struct {
+	// Binary content.
+	Data []byte `protobuf:"bytes,4,opt,name=data,proto3,oneof"`
+}
+
+func (*DocumentBlock_Text) isDocumentBlock_Content() {}
+
+func (*DocumentBlock_Data) isDocumentBlock_Content() {}
+
+// ResourceLinkBlock points at a resource the model can read with a tool
+// (e.g. the MCP bridge's read_resource).
+type ResourceLinkBlock struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The resource URI.
+	Uri string `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	// Name of the resource.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Description, when given.
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// MIME type, when known.
+	MimeType string `protobuf:"bytes,4,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// Size in bytes, when known.
+	Size          *int64 `protobuf:"varint,5,opt,name=size,proto3,oneof" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceLinkBlock) Reset() {
+	*x = ResourceLinkBlock{}
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceLinkBlock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceLinkBlock) ProtoMessage() {}
+
+func (x *ResourceLinkBlock) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceLinkBlock.ProtoReflect.Descriptor instead.
+func (*ResourceLinkBlock) Descriptor() ([]byte, []int) {
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ResourceLinkBlock) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *ResourceLinkBlock) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResourceLinkBlock) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ResourceLinkBlock) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *ResourceLinkBlock) GetSize() int64 {
+	if x != nil && x.Size != nil {
+		return *x.Size
+	}
+	return 0
+}
 
 // AssistantProvenance records which provider route and model produced an
 // assistant message, plus adapter-private replay state.
@@ -751,7 +1120,7 @@ type AssistantProvenance struct {
 
 func (x *AssistantProvenance) Reset() {
 	*x = AssistantProvenance{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[7]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +1132,7 @@ func (x *AssistantProvenance) String() string {
 func (*AssistantProvenance) ProtoMessage() {}
 
 func (x *AssistantProvenance) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[7]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +1145,7 @@ func (x *AssistantProvenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantProvenance.ProtoReflect.Descriptor instead.
 func (*AssistantProvenance) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{7}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AssistantProvenance) GetProvider() string {
@@ -815,7 +1184,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[8]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +1196,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[8]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +1209,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{8}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Message) GetRole() Role {
@@ -873,7 +1242,7 @@ type UserSource struct {
 
 func (x *UserSource) Reset() {
 	*x = UserSource{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[9]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1254,7 @@ func (x *UserSource) String() string {
 func (*UserSource) ProtoMessage() {}
 
 func (x *UserSource) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[9]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1267,7 @@ func (x *UserSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserSource.ProtoReflect.Descriptor instead.
 func (*UserSource) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{9}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{13}
 }
 
 // PluginSource labels content produced by a named plugin or integration.
@@ -912,7 +1281,7 @@ type PluginSource struct {
 
 func (x *PluginSource) Reset() {
 	*x = PluginSource{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[10]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1293,7 @@ func (x *PluginSource) String() string {
 func (*PluginSource) ProtoMessage() {}
 
 func (x *PluginSource) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[10]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1306,7 @@ func (x *PluginSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginSource.ProtoReflect.Descriptor instead.
 func (*PluginSource) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{10}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PluginSource) GetPlugin() string {
@@ -959,7 +1328,7 @@ type AgentSource struct {
 
 func (x *AgentSource) Reset() {
 	*x = AgentSource{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[11]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1340,7 @@ func (x *AgentSource) String() string {
 func (*AgentSource) ProtoMessage() {}
 
 func (x *AgentSource) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[11]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1353,7 @@ func (x *AgentSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentSource.ProtoReflect.Descriptor instead.
 func (*AgentSource) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{11}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AgentSource) GetSessionId() string {
@@ -1013,7 +1382,7 @@ type MessageSource struct {
 
 func (x *MessageSource) Reset() {
 	*x = MessageSource{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[12]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1394,7 @@ func (x *MessageSource) String() string {
 func (*MessageSource) ProtoMessage() {}
 
 func (x *MessageSource) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[12]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1407,7 @@ func (x *MessageSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageSource.ProtoReflect.Descriptor instead.
 func (*MessageSource) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{12}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MessageSource) GetKind() isMessageSource_Kind {
@@ -1133,7 +1502,7 @@ type ToolSchema struct {
 
 func (x *ToolSchema) Reset() {
 	*x = ToolSchema{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[13]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1514,7 @@ func (x *ToolSchema) String() string {
 func (*ToolSchema) ProtoMessage() {}
 
 func (x *ToolSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[13]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1527,7 @@ func (x *ToolSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolSchema.ProtoReflect.Descriptor instead.
 func (*ToolSchema) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{13}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolSchema) GetName() string {
@@ -1211,7 +1580,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[14]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1592,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[14]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1605,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{14}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TokenUsage) GetInputTokens() int64 {
@@ -1296,7 +1665,7 @@ type LlmFailure struct {
 
 func (x *LlmFailure) Reset() {
 	*x = LlmFailure{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[15]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1677,7 @@ func (x *LlmFailure) String() string {
 func (*LlmFailure) ProtoMessage() {}
 
 func (x *LlmFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[15]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1690,7 @@ func (x *LlmFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmFailure.ProtoReflect.Descriptor instead.
 func (*LlmFailure) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{15}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LlmFailure) GetMessage() string {
@@ -1368,7 +1737,7 @@ type FinishStop struct {
 
 func (x *FinishStop) Reset() {
 	*x = FinishStop{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[16]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1749,7 @@ func (x *FinishStop) String() string {
 func (*FinishStop) ProtoMessage() {}
 
 func (x *FinishStop) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[16]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1762,7 @@ func (x *FinishStop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishStop.ProtoReflect.Descriptor instead.
 func (*FinishStop) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{16}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{20}
 }
 
 // FinishToolCalls: the model stopped to call tools.
@@ -1405,7 +1774,7 @@ type FinishToolCalls struct {
 
 func (x *FinishToolCalls) Reset() {
 	*x = FinishToolCalls{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[17]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1786,7 @@ func (x *FinishToolCalls) String() string {
 func (*FinishToolCalls) ProtoMessage() {}
 
 func (x *FinishToolCalls) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[17]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1799,7 @@ func (x *FinishToolCalls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishToolCalls.ProtoReflect.Descriptor instead.
 func (*FinishToolCalls) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{17}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{21}
 }
 
 // FinishMaxTokens: output hit the token limit.
@@ -1442,7 +1811,7 @@ type FinishMaxTokens struct {
 
 func (x *FinishMaxTokens) Reset() {
 	*x = FinishMaxTokens{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[18]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1823,7 @@ func (x *FinishMaxTokens) String() string {
 func (*FinishMaxTokens) ProtoMessage() {}
 
 func (x *FinishMaxTokens) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[18]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1836,7 @@ func (x *FinishMaxTokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishMaxTokens.ProtoReflect.Descriptor instead.
 func (*FinishMaxTokens) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{18}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{22}
 }
 
 // FinishAborted: the caller aborted the call.
@@ -1481,7 +1850,7 @@ type FinishAborted struct {
 
 func (x *FinishAborted) Reset() {
 	*x = FinishAborted{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[19]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1862,7 @@ func (x *FinishAborted) String() string {
 func (*FinishAborted) ProtoMessage() {}
 
 func (x *FinishAborted) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[19]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1875,7 @@ func (x *FinishAborted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishAborted.ProtoReflect.Descriptor instead.
 func (*FinishAborted) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{19}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FinishAborted) GetFailure() *LlmFailure {
@@ -1527,7 +1896,7 @@ type FinishError struct {
 
 func (x *FinishError) Reset() {
 	*x = FinishError{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[20]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1908,7 @@ func (x *FinishError) String() string {
 func (*FinishError) ProtoMessage() {}
 
 func (x *FinishError) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[20]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1921,7 @@ func (x *FinishError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishError.ProtoReflect.Descriptor instead.
 func (*FinishError) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{20}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FinishError) GetFailure() *LlmFailure {
@@ -1582,7 +1951,7 @@ type FinishReason struct {
 
 func (x *FinishReason) Reset() {
 	*x = FinishReason{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[21]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1963,7 @@ func (x *FinishReason) String() string {
 func (*FinishReason) ProtoMessage() {}
 
 func (x *FinishReason) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[21]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1976,7 @@ func (x *FinishReason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReason.ProtoReflect.Descriptor instead.
 func (*FinishReason) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{21}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FinishReason) GetKind() isFinishReason_Kind {
@@ -1732,7 +2101,7 @@ type BlockStart struct {
 
 func (x *BlockStart) Reset() {
 	*x = BlockStart{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[22]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +2113,7 @@ func (x *BlockStart) String() string {
 func (*BlockStart) ProtoMessage() {}
 
 func (x *BlockStart) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[22]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +2126,7 @@ func (x *BlockStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStart.ProtoReflect.Descriptor instead.
 func (*BlockStart) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{22}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BlockStart) GetIndex() uint32 {
@@ -1794,7 +2163,7 @@ type TextDelta struct {
 
 func (x *TextDelta) Reset() {
 	*x = TextDelta{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[23]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +2175,7 @@ func (x *TextDelta) String() string {
 func (*TextDelta) ProtoMessage() {}
 
 func (x *TextDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[23]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +2188,7 @@ func (x *TextDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextDelta.ProtoReflect.Descriptor instead.
 func (*TextDelta) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{23}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TextDelta) GetIndex() uint32 {
@@ -1849,7 +2218,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[24]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2230,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[24]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2243,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{24}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReasoningDelta) GetIndex() uint32 {
@@ -1909,7 +2278,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[25]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2290,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[25]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2303,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{25}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ToolCallDelta) GetIndex() uint32 {
@@ -1979,7 +2348,7 @@ type BlockEnd struct {
 
 func (x *BlockEnd) Reset() {
 	*x = BlockEnd{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[26]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2360,7 @@ func (x *BlockEnd) String() string {
 func (*BlockEnd) ProtoMessage() {}
 
 func (x *BlockEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[26]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2373,7 @@ func (x *BlockEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockEnd.ProtoReflect.Descriptor instead.
 func (*BlockEnd) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{26}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BlockEnd) GetIndex() uint32 {
@@ -2032,7 +2401,7 @@ type UsageChunk struct {
 
 func (x *UsageChunk) Reset() {
 	*x = UsageChunk{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[27]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2413,7 @@ func (x *UsageChunk) String() string {
 func (*UsageChunk) ProtoMessage() {}
 
 func (x *UsageChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[27]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2426,7 @@ func (x *UsageChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageChunk.ProtoReflect.Descriptor instead.
 func (*UsageChunk) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{27}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UsageChunk) GetUsage() *TokenUsage {
@@ -2080,7 +2449,7 @@ type FinishChunk struct {
 
 func (x *FinishChunk) Reset() {
 	*x = FinishChunk{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[28]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2461,7 @@ func (x *FinishChunk) String() string {
 func (*FinishChunk) ProtoMessage() {}
 
 func (x *FinishChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[28]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2474,7 @@ func (x *FinishChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishChunk.ProtoReflect.Descriptor instead.
 func (*FinishChunk) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{28}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FinishChunk) GetReason() *FinishReason {
@@ -2143,7 +2512,7 @@ type StreamChunk struct {
 
 func (x *StreamChunk) Reset() {
 	*x = StreamChunk{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[29]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2524,7 @@ func (x *StreamChunk) String() string {
 func (*StreamChunk) ProtoMessage() {}
 
 func (x *StreamChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[29]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2537,7 @@ func (x *StreamChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamChunk.ProtoReflect.Descriptor instead.
 func (*StreamChunk) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{29}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StreamChunk) GetChunk() isStreamChunk_Chunk {
@@ -2314,7 +2683,7 @@ type LlmCallConfig struct {
 
 func (x *LlmCallConfig) Reset() {
 	*x = LlmCallConfig{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[30]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2695,7 @@ func (x *LlmCallConfig) String() string {
 func (*LlmCallConfig) ProtoMessage() {}
 
 func (x *LlmCallConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[30]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2708,7 @@ func (x *LlmCallConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmCallConfig.ProtoReflect.Descriptor instead.
 func (*LlmCallConfig) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{30}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LlmCallConfig) GetProvider() string {
@@ -2407,7 +2776,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[31]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2788,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[31]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2801,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{31}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GenerateRequest) GetProvider() string {
@@ -2516,7 +2885,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[32]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2897,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[32]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2910,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{32}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GenerateResponse) GetChunk() *StreamChunk {
@@ -2566,7 +2935,7 @@ type ProviderInfo struct {
 
 func (x *ProviderInfo) Reset() {
 	*x = ProviderInfo{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[33]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +2947,7 @@ func (x *ProviderInfo) String() string {
 func (*ProviderInfo) ProtoMessage() {}
 
 func (x *ProviderInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[33]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +2960,7 @@ func (x *ProviderInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderInfo.ProtoReflect.Descriptor instead.
 func (*ProviderInfo) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{33}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ProviderInfo) GetId() string {
@@ -2634,7 +3003,7 @@ type ModelInfo struct {
 
 func (x *ModelInfo) Reset() {
 	*x = ModelInfo{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[34]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2646,7 +3015,7 @@ func (x *ModelInfo) String() string {
 func (*ModelInfo) ProtoMessage() {}
 
 func (x *ModelInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[34]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2659,7 +3028,7 @@ func (x *ModelInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
 func (*ModelInfo) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{34}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ModelInfo) GetProvider() string {
@@ -2702,13 +3071,16 @@ type ModelContext struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Maximum combined request and response tokens.
 	ContextWindow int64 `protobuf:"varint,1,opt,name=context_window,json=contextWindow,proto3" json:"context_window,omitempty"`
+	// Compaction overrides configured for the route/model; unset fields keep
+	// the agent's defaults.
+	Compaction    *CompactionPolicy `protobuf:"bytes,2,opt,name=compaction,proto3" json:"compaction,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelContext) Reset() {
 	*x = ModelContext{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[35]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +3092,7 @@ func (x *ModelContext) String() string {
 func (*ModelContext) ProtoMessage() {}
 
 func (x *ModelContext) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[35]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +3105,7 @@ func (x *ModelContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelContext.ProtoReflect.Descriptor instead.
 func (*ModelContext) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{35}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ModelContext) GetContextWindow() int64 {
@@ -2741,6 +3113,123 @@ func (x *ModelContext) GetContextWindow() int64 {
 		return x.ContextWindow
 	}
 	return 0
+}
+
+func (x *ModelContext) GetCompaction() *CompactionPolicy {
+	if x != nil {
+		return x.Compaction
+	}
+	return nil
+}
+
+// CompactionPolicy overrides compaction settings for a route/model
+// (semantics.md §7.6 modelPolicies).
+type CompactionPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pressure threshold as a ratio of the window (default 0.8).
+	ThresholdRatio *float64 `protobuf:"fixed64,1,opt,name=threshold_ratio,json=thresholdRatio,proto3,oneof" json:"threshold_ratio,omitempty"`
+	// Share of the window kept as the recent tail (default 0.16).
+	RetainRatio *float64 `protobuf:"fixed64,2,opt,name=retain_ratio,json=retainRatio,proto3,oneof" json:"retain_ratio,omitempty"`
+	// Tokens kept as the recent tail (overrides retain_ratio).
+	RetainTokens *int64 `protobuf:"varint,3,opt,name=retain_tokens,json=retainTokens,proto3,oneof" json:"retain_tokens,omitempty"`
+	// Output cap of the summarization call (default 8192).
+	MaxTokens *int32 `protobuf:"varint,4,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	// Retries of a failed or non-shrinking summary (default 1).
+	Retries *int32 `protobuf:"varint,5,opt,name=retries,proto3,oneof" json:"retries,omitempty"`
+	// Provider route of the summarization call (default: the session's).
+	Provider string `protobuf:"bytes,6,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Model of the summarization call (default: the session's).
+	Model string `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
+	// Disable automatic compaction on this route.
+	Disabled      bool `protobuf:"varint,8,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactionPolicy) Reset() {
+	*x = CompactionPolicy{}
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactionPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactionPolicy) ProtoMessage() {}
+
+func (x *CompactionPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactionPolicy.ProtoReflect.Descriptor instead.
+func (*CompactionPolicy) Descriptor() ([]byte, []int) {
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *CompactionPolicy) GetThresholdRatio() float64 {
+	if x != nil && x.ThresholdRatio != nil {
+		return *x.ThresholdRatio
+	}
+	return 0
+}
+
+func (x *CompactionPolicy) GetRetainRatio() float64 {
+	if x != nil && x.RetainRatio != nil {
+		return *x.RetainRatio
+	}
+	return 0
+}
+
+func (x *CompactionPolicy) GetRetainTokens() int64 {
+	if x != nil && x.RetainTokens != nil {
+		return *x.RetainTokens
+	}
+	return 0
+}
+
+func (x *CompactionPolicy) GetMaxTokens() int32 {
+	if x != nil && x.MaxTokens != nil {
+		return *x.MaxTokens
+	}
+	return 0
+}
+
+func (x *CompactionPolicy) GetRetries() int32 {
+	if x != nil && x.Retries != nil {
+		return *x.Retries
+	}
+	return 0
+}
+
+func (x *CompactionPolicy) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *CompactionPolicy) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *CompactionPolicy) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
 }
 
 // ListProvidersRequest asks for the registered routes.
@@ -2752,7 +3241,7 @@ type ListProvidersRequest struct {
 
 func (x *ListProvidersRequest) Reset() {
 	*x = ListProvidersRequest{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[36]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +3253,7 @@ func (x *ListProvidersRequest) String() string {
 func (*ListProvidersRequest) ProtoMessage() {}
 
 func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[36]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +3266,7 @@ func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersRequest.ProtoReflect.Descriptor instead.
 func (*ListProvidersRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{36}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{41}
 }
 
 // ListProvidersResponse lists the registered routes in registration order.
@@ -2791,7 +3280,7 @@ type ListProvidersResponse struct {
 
 func (x *ListProvidersResponse) Reset() {
 	*x = ListProvidersResponse{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[37]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +3292,7 @@ func (x *ListProvidersResponse) String() string {
 func (*ListProvidersResponse) ProtoMessage() {}
 
 func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[37]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +3305,7 @@ func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersResponse.ProtoReflect.Descriptor instead.
 func (*ListProvidersResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{37}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListProvidersResponse) GetProviders() []*ProviderInfo {
@@ -2837,7 +3326,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[38]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +3338,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[38]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +3351,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{38}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListModelsRequest) GetProvider() string {
@@ -2883,7 +3372,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[39]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +3384,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[39]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +3397,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{39}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelInfo {
@@ -2931,7 +3420,7 @@ type GetModelContextRequest struct {
 
 func (x *GetModelContextRequest) Reset() {
 	*x = GetModelContextRequest{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[40]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3432,7 @@ func (x *GetModelContextRequest) String() string {
 func (*GetModelContextRequest) ProtoMessage() {}
 
 func (x *GetModelContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[40]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3445,7 @@ func (x *GetModelContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelContextRequest.ProtoReflect.Descriptor instead.
 func (*GetModelContextRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{40}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetModelContextRequest) GetProvider() string {
@@ -2984,7 +3473,7 @@ type GetModelContextResponse struct {
 
 func (x *GetModelContextResponse) Reset() {
 	*x = GetModelContextResponse{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[41]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3485,7 @@ func (x *GetModelContextResponse) String() string {
 func (*GetModelContextResponse) ProtoMessage() {}
 
 func (x *GetModelContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[41]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3498,7 @@ func (x *GetModelContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelContextResponse.ProtoReflect.Descriptor instead.
 func (*GetModelContextResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{41}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetModelContextResponse) GetContext() *ModelContext {
@@ -3046,16 +3535,42 @@ const file_dsh_llm_v1_llm_proto_rawDesc = "" +
 	"\x03url\x18\x01 \x01(\tH\x00R\x03url\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12\x1b\n" +
 	"\tmime_type\x18\x03 \x01(\tR\bmimeTypeB\b\n" +
-	"\x06source\"\xe1\x02\n" +
+	"\x06source\"\xd2\x04\n" +
 	"\fContentBlock\x12+\n" +
 	"\x04text\x18\x01 \x01(\v2\x15.dsh.llm.v1.TextBlockH\x00R\x04text\x12:\n" +
 	"\treasoning\x18\x02 \x01(\v2\x1a.dsh.llm.v1.ReasoningBlockH\x00R\treasoning\x128\n" +
 	"\ttool_call\x18\x03 \x01(\v2\x19.dsh.llm.v1.ToolCallBlockH\x00R\btoolCall\x12>\n" +
 	"\vtool_result\x18\x04 \x01(\v2\x1b.dsh.llm.v1.ToolResultBlockH\x00R\n" +
 	"toolResult\x12.\n" +
-	"\x05image\x18\x05 \x01(\v2\x16.dsh.llm.v1.ImageBlockH\x00R\x05image\x125\n" +
-	"\textension\x18\x0f \x01(\v2\x15.dsh.llm.v1.ExtensionH\x00R\textensionB\a\n" +
-	"\x05block\"\x80\x01\n" +
+	"\x05image\x18\x05 \x01(\v2\x16.dsh.llm.v1.ImageBlockH\x00R\x05image\x12.\n" +
+	"\x05audio\x18\x06 \x01(\v2\x16.dsh.llm.v1.AudioBlockH\x00R\x05audio\x127\n" +
+	"\bdocument\x18\a \x01(\v2\x19.dsh.llm.v1.DocumentBlockH\x00R\bdocument\x12D\n" +
+	"\rresource_link\x18\b \x01(\v2\x1d.dsh.llm.v1.ResourceLinkBlockH\x00R\fresourceLink\x125\n" +
+	"\textension\x18\x0f \x01(\v2\x15.dsh.llm.v1.ExtensionH\x00R\textension\x12@\n" +
+	"\vannotations\x18\x10 \x01(\v2\x1e.dsh.llm.v1.ContentAnnotationsR\vannotationsB\a\n" +
+	"\x05block\"^\n" +
+	"\x12ContentAnnotations\x12\x1a\n" +
+	"\baudience\x18\x01 \x03(\tR\baudience\x12\x1f\n" +
+	"\bpriority\x18\x02 \x01(\x01H\x00R\bpriority\x88\x01\x01B\v\n" +
+	"\t_priority\"=\n" +
+	"\n" +
+	"AudioBlock\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1b\n" +
+	"\tmime_type\x18\x02 \x01(\tR\bmimeType\"\x89\x01\n" +
+	"\rDocumentBlock\x12\x10\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x1b\n" +
+	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\x14\n" +
+	"\x04text\x18\x03 \x01(\tH\x00R\x04text\x12\x14\n" +
+	"\x04data\x18\x04 \x01(\fH\x00R\x04data\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04nameB\t\n" +
+	"\acontent\"\x9a\x01\n" +
+	"\x11ResourceLinkBlock\x12\x10\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x1b\n" +
+	"\tmime_type\x18\x04 \x01(\tR\bmimeType\x12\x17\n" +
+	"\x04size\x18\x05 \x01(\x03H\x00R\x04size\x88\x01\x01B\a\n" +
+	"\x05_size\"\x80\x01\n" +
 	"\x13AssistantProvenance\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12&\n" +
@@ -3204,9 +3719,28 @@ const file_dsh_llm_v1_llm_proto_rawDesc = "" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12*\n" +
 	"\x0econtext_window\x18\x05 \x01(\x03H\x00R\rcontextWindow\x88\x01\x01B\x11\n" +
-	"\x0f_context_window\"5\n" +
+	"\x0f_context_window\"s\n" +
 	"\fModelContext\x12%\n" +
-	"\x0econtext_window\x18\x01 \x01(\x03R\rcontextWindow\"\x16\n" +
+	"\x0econtext_window\x18\x01 \x01(\x03R\rcontextWindow\x12<\n" +
+	"\n" +
+	"compaction\x18\x02 \x01(\v2\x1c.dsh.llm.v1.CompactionPolicyR\n" +
+	"compaction\"\xf5\x02\n" +
+	"\x10CompactionPolicy\x12,\n" +
+	"\x0fthreshold_ratio\x18\x01 \x01(\x01H\x00R\x0ethresholdRatio\x88\x01\x01\x12&\n" +
+	"\fretain_ratio\x18\x02 \x01(\x01H\x01R\vretainRatio\x88\x01\x01\x12(\n" +
+	"\rretain_tokens\x18\x03 \x01(\x03H\x02R\fretainTokens\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"max_tokens\x18\x04 \x01(\x05H\x03R\tmaxTokens\x88\x01\x01\x12\x1d\n" +
+	"\aretries\x18\x05 \x01(\x05H\x04R\aretries\x88\x01\x01\x12\x1a\n" +
+	"\bprovider\x18\x06 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05model\x18\a \x01(\tR\x05model\x12\x1a\n" +
+	"\bdisabled\x18\b \x01(\bR\bdisabledB\x12\n" +
+	"\x10_threshold_ratioB\x0f\n" +
+	"\r_retain_ratioB\x10\n" +
+	"\x0e_retain_tokensB\r\n" +
+	"\v_max_tokensB\n" +
+	"\n" +
+	"\b_retries\"\x16\n" +
 	"\x14ListProvidersRequest\"O\n" +
 	"\x15ListProvidersResponse\x126\n" +
 	"\tproviders\x18\x01 \x03(\v2\x18.dsh.llm.v1.ProviderInfoR\tproviders\"/\n" +
@@ -3260,7 +3794,7 @@ func file_dsh_llm_v1_llm_proto_rawDescGZIP() []byte {
 }
 
 var file_dsh_llm_v1_llm_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_dsh_llm_v1_llm_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_dsh_llm_v1_llm_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_dsh_llm_v1_llm_proto_goTypes = []any{
 	(Role)(0),                       // 0: dsh.llm.v1.Role
 	(BlockType)(0),                  // 1: dsh.llm.v1.BlockType
@@ -3272,41 +3806,46 @@ var file_dsh_llm_v1_llm_proto_goTypes = []any{
 	(*ToolResultBlock)(nil),         // 7: dsh.llm.v1.ToolResultBlock
 	(*ImageBlock)(nil),              // 8: dsh.llm.v1.ImageBlock
 	(*ContentBlock)(nil),            // 9: dsh.llm.v1.ContentBlock
-	(*AssistantProvenance)(nil),     // 10: dsh.llm.v1.AssistantProvenance
-	(*Message)(nil),                 // 11: dsh.llm.v1.Message
-	(*UserSource)(nil),              // 12: dsh.llm.v1.UserSource
-	(*PluginSource)(nil),            // 13: dsh.llm.v1.PluginSource
-	(*AgentSource)(nil),             // 14: dsh.llm.v1.AgentSource
-	(*MessageSource)(nil),           // 15: dsh.llm.v1.MessageSource
-	(*ToolSchema)(nil),              // 16: dsh.llm.v1.ToolSchema
-	(*TokenUsage)(nil),              // 17: dsh.llm.v1.TokenUsage
-	(*LlmFailure)(nil),              // 18: dsh.llm.v1.LlmFailure
-	(*FinishStop)(nil),              // 19: dsh.llm.v1.FinishStop
-	(*FinishToolCalls)(nil),         // 20: dsh.llm.v1.FinishToolCalls
-	(*FinishMaxTokens)(nil),         // 21: dsh.llm.v1.FinishMaxTokens
-	(*FinishAborted)(nil),           // 22: dsh.llm.v1.FinishAborted
-	(*FinishError)(nil),             // 23: dsh.llm.v1.FinishError
-	(*FinishReason)(nil),            // 24: dsh.llm.v1.FinishReason
-	(*BlockStart)(nil),              // 25: dsh.llm.v1.BlockStart
-	(*TextDelta)(nil),               // 26: dsh.llm.v1.TextDelta
-	(*ReasoningDelta)(nil),          // 27: dsh.llm.v1.ReasoningDelta
-	(*ToolCallDelta)(nil),           // 28: dsh.llm.v1.ToolCallDelta
-	(*BlockEnd)(nil),                // 29: dsh.llm.v1.BlockEnd
-	(*UsageChunk)(nil),              // 30: dsh.llm.v1.UsageChunk
-	(*FinishChunk)(nil),             // 31: dsh.llm.v1.FinishChunk
-	(*StreamChunk)(nil),             // 32: dsh.llm.v1.StreamChunk
-	(*LlmCallConfig)(nil),           // 33: dsh.llm.v1.LlmCallConfig
-	(*GenerateRequest)(nil),         // 34: dsh.llm.v1.GenerateRequest
-	(*GenerateResponse)(nil),        // 35: dsh.llm.v1.GenerateResponse
-	(*ProviderInfo)(nil),            // 36: dsh.llm.v1.ProviderInfo
-	(*ModelInfo)(nil),               // 37: dsh.llm.v1.ModelInfo
-	(*ModelContext)(nil),            // 38: dsh.llm.v1.ModelContext
-	(*ListProvidersRequest)(nil),    // 39: dsh.llm.v1.ListProvidersRequest
-	(*ListProvidersResponse)(nil),   // 40: dsh.llm.v1.ListProvidersResponse
-	(*ListModelsRequest)(nil),       // 41: dsh.llm.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),      // 42: dsh.llm.v1.ListModelsResponse
-	(*GetModelContextRequest)(nil),  // 43: dsh.llm.v1.GetModelContextRequest
-	(*GetModelContextResponse)(nil), // 44: dsh.llm.v1.GetModelContextResponse
+	(*ContentAnnotations)(nil),      // 10: dsh.llm.v1.ContentAnnotations
+	(*AudioBlock)(nil),              // 11: dsh.llm.v1.AudioBlock
+	(*DocumentBlock)(nil),           // 12: dsh.llm.v1.DocumentBlock
+	(*ResourceLinkBlock)(nil),       // 13: dsh.llm.v1.ResourceLinkBlock
+	(*AssistantProvenance)(nil),     // 14: dsh.llm.v1.AssistantProvenance
+	(*Message)(nil),                 // 15: dsh.llm.v1.Message
+	(*UserSource)(nil),              // 16: dsh.llm.v1.UserSource
+	(*PluginSource)(nil),            // 17: dsh.llm.v1.PluginSource
+	(*AgentSource)(nil),             // 18: dsh.llm.v1.AgentSource
+	(*MessageSource)(nil),           // 19: dsh.llm.v1.MessageSource
+	(*ToolSchema)(nil),              // 20: dsh.llm.v1.ToolSchema
+	(*TokenUsage)(nil),              // 21: dsh.llm.v1.TokenUsage
+	(*LlmFailure)(nil),              // 22: dsh.llm.v1.LlmFailure
+	(*FinishStop)(nil),              // 23: dsh.llm.v1.FinishStop
+	(*FinishToolCalls)(nil),         // 24: dsh.llm.v1.FinishToolCalls
+	(*FinishMaxTokens)(nil),         // 25: dsh.llm.v1.FinishMaxTokens
+	(*FinishAborted)(nil),           // 26: dsh.llm.v1.FinishAborted
+	(*FinishError)(nil),             // 27: dsh.llm.v1.FinishError
+	(*FinishReason)(nil),            // 28: dsh.llm.v1.FinishReason
+	(*BlockStart)(nil),              // 29: dsh.llm.v1.BlockStart
+	(*TextDelta)(nil),               // 30: dsh.llm.v1.TextDelta
+	(*ReasoningDelta)(nil),          // 31: dsh.llm.v1.ReasoningDelta
+	(*ToolCallDelta)(nil),           // 32: dsh.llm.v1.ToolCallDelta
+	(*BlockEnd)(nil),                // 33: dsh.llm.v1.BlockEnd
+	(*UsageChunk)(nil),              // 34: dsh.llm.v1.UsageChunk
+	(*FinishChunk)(nil),             // 35: dsh.llm.v1.FinishChunk
+	(*StreamChunk)(nil),             // 36: dsh.llm.v1.StreamChunk
+	(*LlmCallConfig)(nil),           // 37: dsh.llm.v1.LlmCallConfig
+	(*GenerateRequest)(nil),         // 38: dsh.llm.v1.GenerateRequest
+	(*GenerateResponse)(nil),        // 39: dsh.llm.v1.GenerateResponse
+	(*ProviderInfo)(nil),            // 40: dsh.llm.v1.ProviderInfo
+	(*ModelInfo)(nil),               // 41: dsh.llm.v1.ModelInfo
+	(*ModelContext)(nil),            // 42: dsh.llm.v1.ModelContext
+	(*CompactionPolicy)(nil),        // 43: dsh.llm.v1.CompactionPolicy
+	(*ListProvidersRequest)(nil),    // 44: dsh.llm.v1.ListProvidersRequest
+	(*ListProvidersResponse)(nil),   // 45: dsh.llm.v1.ListProvidersResponse
+	(*ListModelsRequest)(nil),       // 46: dsh.llm.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),      // 47: dsh.llm.v1.ListModelsResponse
+	(*GetModelContextRequest)(nil),  // 48: dsh.llm.v1.GetModelContextRequest
+	(*GetModelContextResponse)(nil), // 49: dsh.llm.v1.GetModelContextResponse
 }
 var file_dsh_llm_v1_llm_proto_depIdxs = []int32{
 	9,  // 0: dsh.llm.v1.ToolResultBlock.content:type_name -> dsh.llm.v1.ContentBlock
@@ -3315,53 +3854,58 @@ var file_dsh_llm_v1_llm_proto_depIdxs = []int32{
 	6,  // 3: dsh.llm.v1.ContentBlock.tool_call:type_name -> dsh.llm.v1.ToolCallBlock
 	7,  // 4: dsh.llm.v1.ContentBlock.tool_result:type_name -> dsh.llm.v1.ToolResultBlock
 	8,  // 5: dsh.llm.v1.ContentBlock.image:type_name -> dsh.llm.v1.ImageBlock
-	3,  // 6: dsh.llm.v1.ContentBlock.extension:type_name -> dsh.llm.v1.Extension
-	0,  // 7: dsh.llm.v1.Message.role:type_name -> dsh.llm.v1.Role
-	9,  // 8: dsh.llm.v1.Message.content:type_name -> dsh.llm.v1.ContentBlock
-	10, // 9: dsh.llm.v1.Message.provenance:type_name -> dsh.llm.v1.AssistantProvenance
-	12, // 10: dsh.llm.v1.MessageSource.user:type_name -> dsh.llm.v1.UserSource
-	13, // 11: dsh.llm.v1.MessageSource.plugin:type_name -> dsh.llm.v1.PluginSource
-	14, // 12: dsh.llm.v1.MessageSource.agent:type_name -> dsh.llm.v1.AgentSource
-	3,  // 13: dsh.llm.v1.MessageSource.extension:type_name -> dsh.llm.v1.Extension
-	18, // 14: dsh.llm.v1.FinishAborted.failure:type_name -> dsh.llm.v1.LlmFailure
-	18, // 15: dsh.llm.v1.FinishError.failure:type_name -> dsh.llm.v1.LlmFailure
-	19, // 16: dsh.llm.v1.FinishReason.stop:type_name -> dsh.llm.v1.FinishStop
-	20, // 17: dsh.llm.v1.FinishReason.tool_calls:type_name -> dsh.llm.v1.FinishToolCalls
-	21, // 18: dsh.llm.v1.FinishReason.max_tokens:type_name -> dsh.llm.v1.FinishMaxTokens
-	22, // 19: dsh.llm.v1.FinishReason.aborted:type_name -> dsh.llm.v1.FinishAborted
-	23, // 20: dsh.llm.v1.FinishReason.error:type_name -> dsh.llm.v1.FinishError
-	3,  // 21: dsh.llm.v1.FinishReason.extension:type_name -> dsh.llm.v1.Extension
-	1,  // 22: dsh.llm.v1.BlockStart.block_type:type_name -> dsh.llm.v1.BlockType
-	9,  // 23: dsh.llm.v1.BlockEnd.block:type_name -> dsh.llm.v1.ContentBlock
-	17, // 24: dsh.llm.v1.UsageChunk.usage:type_name -> dsh.llm.v1.TokenUsage
-	24, // 25: dsh.llm.v1.FinishChunk.reason:type_name -> dsh.llm.v1.FinishReason
-	25, // 26: dsh.llm.v1.StreamChunk.block_start:type_name -> dsh.llm.v1.BlockStart
-	26, // 27: dsh.llm.v1.StreamChunk.text_delta:type_name -> dsh.llm.v1.TextDelta
-	27, // 28: dsh.llm.v1.StreamChunk.reasoning_delta:type_name -> dsh.llm.v1.ReasoningDelta
-	28, // 29: dsh.llm.v1.StreamChunk.tool_call_delta:type_name -> dsh.llm.v1.ToolCallDelta
-	29, // 30: dsh.llm.v1.StreamChunk.block_end:type_name -> dsh.llm.v1.BlockEnd
-	30, // 31: dsh.llm.v1.StreamChunk.usage:type_name -> dsh.llm.v1.UsageChunk
-	31, // 32: dsh.llm.v1.StreamChunk.finish:type_name -> dsh.llm.v1.FinishChunk
-	11, // 33: dsh.llm.v1.GenerateRequest.messages:type_name -> dsh.llm.v1.Message
-	16, // 34: dsh.llm.v1.GenerateRequest.tools:type_name -> dsh.llm.v1.ToolSchema
-	2,  // 35: dsh.llm.v1.GenerateRequest.purpose:type_name -> dsh.llm.v1.Purpose
-	32, // 36: dsh.llm.v1.GenerateResponse.chunk:type_name -> dsh.llm.v1.StreamChunk
-	36, // 37: dsh.llm.v1.ListProvidersResponse.providers:type_name -> dsh.llm.v1.ProviderInfo
-	37, // 38: dsh.llm.v1.ListModelsResponse.models:type_name -> dsh.llm.v1.ModelInfo
-	38, // 39: dsh.llm.v1.GetModelContextResponse.context:type_name -> dsh.llm.v1.ModelContext
-	34, // 40: dsh.llm.v1.LlmGateway.Generate:input_type -> dsh.llm.v1.GenerateRequest
-	39, // 41: dsh.llm.v1.LlmGateway.ListProviders:input_type -> dsh.llm.v1.ListProvidersRequest
-	41, // 42: dsh.llm.v1.LlmGateway.ListModels:input_type -> dsh.llm.v1.ListModelsRequest
-	43, // 43: dsh.llm.v1.LlmGateway.GetModelContext:input_type -> dsh.llm.v1.GetModelContextRequest
-	35, // 44: dsh.llm.v1.LlmGateway.Generate:output_type -> dsh.llm.v1.GenerateResponse
-	40, // 45: dsh.llm.v1.LlmGateway.ListProviders:output_type -> dsh.llm.v1.ListProvidersResponse
-	42, // 46: dsh.llm.v1.LlmGateway.ListModels:output_type -> dsh.llm.v1.ListModelsResponse
-	44, // 47: dsh.llm.v1.LlmGateway.GetModelContext:output_type -> dsh.llm.v1.GetModelContextResponse
-	44, // [44:48] is the sub-list for method output_type
-	40, // [40:44] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	11, // 6: dsh.llm.v1.ContentBlock.audio:type_name -> dsh.llm.v1.AudioBlock
+	12, // 7: dsh.llm.v1.ContentBlock.document:type_name -> dsh.llm.v1.DocumentBlock
+	13, // 8: dsh.llm.v1.ContentBlock.resource_link:type_name -> dsh.llm.v1.ResourceLinkBlock
+	3,  // 9: dsh.llm.v1.ContentBlock.extension:type_name -> dsh.llm.v1.Extension
+	10, // 10: dsh.llm.v1.ContentBlock.annotations:type_name -> dsh.llm.v1.ContentAnnotations
+	0,  // 11: dsh.llm.v1.Message.role:type_name -> dsh.llm.v1.Role
+	9,  // 12: dsh.llm.v1.Message.content:type_name -> dsh.llm.v1.ContentBlock
+	14, // 13: dsh.llm.v1.Message.provenance:type_name -> dsh.llm.v1.AssistantProvenance
+	16, // 14: dsh.llm.v1.MessageSource.user:type_name -> dsh.llm.v1.UserSource
+	17, // 15: dsh.llm.v1.MessageSource.plugin:type_name -> dsh.llm.v1.PluginSource
+	18, // 16: dsh.llm.v1.MessageSource.agent:type_name -> dsh.llm.v1.AgentSource
+	3,  // 17: dsh.llm.v1.MessageSource.extension:type_name -> dsh.llm.v1.Extension
+	22, // 18: dsh.llm.v1.FinishAborted.failure:type_name -> dsh.llm.v1.LlmFailure
+	22, // 19: dsh.llm.v1.FinishError.failure:type_name -> dsh.llm.v1.LlmFailure
+	23, // 20: dsh.llm.v1.FinishReason.stop:type_name -> dsh.llm.v1.FinishStop
+	24, // 21: dsh.llm.v1.FinishReason.tool_calls:type_name -> dsh.llm.v1.FinishToolCalls
+	25, // 22: dsh.llm.v1.FinishReason.max_tokens:type_name -> dsh.llm.v1.FinishMaxTokens
+	26, // 23: dsh.llm.v1.FinishReason.aborted:type_name -> dsh.llm.v1.FinishAborted
+	27, // 24: dsh.llm.v1.FinishReason.error:type_name -> dsh.llm.v1.FinishError
+	3,  // 25: dsh.llm.v1.FinishReason.extension:type_name -> dsh.llm.v1.Extension
+	1,  // 26: dsh.llm.v1.BlockStart.block_type:type_name -> dsh.llm.v1.BlockType
+	9,  // 27: dsh.llm.v1.BlockEnd.block:type_name -> dsh.llm.v1.ContentBlock
+	21, // 28: dsh.llm.v1.UsageChunk.usage:type_name -> dsh.llm.v1.TokenUsage
+	28, // 29: dsh.llm.v1.FinishChunk.reason:type_name -> dsh.llm.v1.FinishReason
+	29, // 30: dsh.llm.v1.StreamChunk.block_start:type_name -> dsh.llm.v1.BlockStart
+	30, // 31: dsh.llm.v1.StreamChunk.text_delta:type_name -> dsh.llm.v1.TextDelta
+	31, // 32: dsh.llm.v1.StreamChunk.reasoning_delta:type_name -> dsh.llm.v1.ReasoningDelta
+	32, // 33: dsh.llm.v1.StreamChunk.tool_call_delta:type_name -> dsh.llm.v1.ToolCallDelta
+	33, // 34: dsh.llm.v1.StreamChunk.block_end:type_name -> dsh.llm.v1.BlockEnd
+	34, // 35: dsh.llm.v1.StreamChunk.usage:type_name -> dsh.llm.v1.UsageChunk
+	35, // 36: dsh.llm.v1.StreamChunk.finish:type_name -> dsh.llm.v1.FinishChunk
+	15, // 37: dsh.llm.v1.GenerateRequest.messages:type_name -> dsh.llm.v1.Message
+	20, // 38: dsh.llm.v1.GenerateRequest.tools:type_name -> dsh.llm.v1.ToolSchema
+	2,  // 39: dsh.llm.v1.GenerateRequest.purpose:type_name -> dsh.llm.v1.Purpose
+	36, // 40: dsh.llm.v1.GenerateResponse.chunk:type_name -> dsh.llm.v1.StreamChunk
+	43, // 41: dsh.llm.v1.ModelContext.compaction:type_name -> dsh.llm.v1.CompactionPolicy
+	40, // 42: dsh.llm.v1.ListProvidersResponse.providers:type_name -> dsh.llm.v1.ProviderInfo
+	41, // 43: dsh.llm.v1.ListModelsResponse.models:type_name -> dsh.llm.v1.ModelInfo
+	42, // 44: dsh.llm.v1.GetModelContextResponse.context:type_name -> dsh.llm.v1.ModelContext
+	38, // 45: dsh.llm.v1.LlmGateway.Generate:input_type -> dsh.llm.v1.GenerateRequest
+	44, // 46: dsh.llm.v1.LlmGateway.ListProviders:input_type -> dsh.llm.v1.ListProvidersRequest
+	46, // 47: dsh.llm.v1.LlmGateway.ListModels:input_type -> dsh.llm.v1.ListModelsRequest
+	48, // 48: dsh.llm.v1.LlmGateway.GetModelContext:input_type -> dsh.llm.v1.GetModelContextRequest
+	39, // 49: dsh.llm.v1.LlmGateway.Generate:output_type -> dsh.llm.v1.GenerateResponse
+	45, // 50: dsh.llm.v1.LlmGateway.ListProviders:output_type -> dsh.llm.v1.ListProvidersResponse
+	47, // 51: dsh.llm.v1.LlmGateway.ListModels:output_type -> dsh.llm.v1.ListModelsResponse
+	49, // 52: dsh.llm.v1.LlmGateway.GetModelContext:output_type -> dsh.llm.v1.GetModelContextResponse
+	49, // [49:53] is the sub-list for method output_type
+	45, // [45:49] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_dsh_llm_v1_llm_proto_init() }
@@ -3379,18 +3923,27 @@ func file_dsh_llm_v1_llm_proto_init() {
 		(*ContentBlock_ToolCall)(nil),
 		(*ContentBlock_ToolResult)(nil),
 		(*ContentBlock_Image)(nil),
+		(*ContentBlock_Audio)(nil),
+		(*ContentBlock_Document)(nil),
+		(*ContentBlock_ResourceLink)(nil),
 		(*ContentBlock_Extension)(nil),
 	}
 	file_dsh_llm_v1_llm_proto_msgTypes[7].OneofWrappers = []any{}
-	file_dsh_llm_v1_llm_proto_msgTypes[12].OneofWrappers = []any{
+	file_dsh_llm_v1_llm_proto_msgTypes[9].OneofWrappers = []any{
+		(*DocumentBlock_Text)(nil),
+		(*DocumentBlock_Data)(nil),
+	}
+	file_dsh_llm_v1_llm_proto_msgTypes[10].OneofWrappers = []any{}
+	file_dsh_llm_v1_llm_proto_msgTypes[11].OneofWrappers = []any{}
+	file_dsh_llm_v1_llm_proto_msgTypes[16].OneofWrappers = []any{
 		(*MessageSource_User)(nil),
 		(*MessageSource_Plugin)(nil),
 		(*MessageSource_Agent)(nil),
 		(*MessageSource_Extension)(nil),
 	}
-	file_dsh_llm_v1_llm_proto_msgTypes[14].OneofWrappers = []any{}
-	file_dsh_llm_v1_llm_proto_msgTypes[15].OneofWrappers = []any{}
-	file_dsh_llm_v1_llm_proto_msgTypes[21].OneofWrappers = []any{
+	file_dsh_llm_v1_llm_proto_msgTypes[18].OneofWrappers = []any{}
+	file_dsh_llm_v1_llm_proto_msgTypes[19].OneofWrappers = []any{}
+	file_dsh_llm_v1_llm_proto_msgTypes[25].OneofWrappers = []any{
 		(*FinishReason_Stop)(nil),
 		(*FinishReason_ToolCalls)(nil),
 		(*FinishReason_MaxTokens)(nil),
@@ -3398,9 +3951,9 @@ func file_dsh_llm_v1_llm_proto_init() {
 		(*FinishReason_Error)(nil),
 		(*FinishReason_Extension)(nil),
 	}
-	file_dsh_llm_v1_llm_proto_msgTypes[25].OneofWrappers = []any{}
-	file_dsh_llm_v1_llm_proto_msgTypes[28].OneofWrappers = []any{}
-	file_dsh_llm_v1_llm_proto_msgTypes[29].OneofWrappers = []any{
+	file_dsh_llm_v1_llm_proto_msgTypes[29].OneofWrappers = []any{}
+	file_dsh_llm_v1_llm_proto_msgTypes[32].OneofWrappers = []any{}
+	file_dsh_llm_v1_llm_proto_msgTypes[33].OneofWrappers = []any{
 		(*StreamChunk_BlockStart)(nil),
 		(*StreamChunk_TextDelta)(nil),
 		(*StreamChunk_ReasoningDelta)(nil),
@@ -3409,16 +3962,17 @@ func file_dsh_llm_v1_llm_proto_init() {
 		(*StreamChunk_Usage)(nil),
 		(*StreamChunk_Finish)(nil),
 	}
-	file_dsh_llm_v1_llm_proto_msgTypes[30].OneofWrappers = []any{}
-	file_dsh_llm_v1_llm_proto_msgTypes[31].OneofWrappers = []any{}
 	file_dsh_llm_v1_llm_proto_msgTypes[34].OneofWrappers = []any{}
+	file_dsh_llm_v1_llm_proto_msgTypes[35].OneofWrappers = []any{}
+	file_dsh_llm_v1_llm_proto_msgTypes[38].OneofWrappers = []any{}
+	file_dsh_llm_v1_llm_proto_msgTypes[40].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsh_llm_v1_llm_proto_rawDesc), len(file_dsh_llm_v1_llm_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   42,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

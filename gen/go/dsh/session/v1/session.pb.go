@@ -375,6 +375,63 @@ func (SubagentMode) EnumDescriptor() ([]byte, []int) {
 	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{5}
 }
 
+// CompactTrigger says why a compaction ran (semantics.md §7.6).
+type CompactTrigger int32
+
+const (
+	// Not set.
+	CompactTrigger_COMPACT_TRIGGER_UNSPECIFIED CompactTrigger = 0
+	// The measured context crossed the pressure threshold after a step.
+	CompactTrigger_COMPACT_TRIGGER_PRESSURE CompactTrigger = 1
+	// The provider answered CONTEXT_WINDOW_EXCEEDED.
+	CompactTrigger_COMPACT_TRIGGER_CONTEXT_OVERFLOW CompactTrigger = 2
+	// A client asked for it (AgentService.Compact, dsh chat /compact).
+	CompactTrigger_COMPACT_TRIGGER_MANUAL CompactTrigger = 3
+)
+
+// Enum value maps for CompactTrigger.
+var (
+	CompactTrigger_name = map[int32]string{
+		0: "COMPACT_TRIGGER_UNSPECIFIED",
+		1: "COMPACT_TRIGGER_PRESSURE",
+		2: "COMPACT_TRIGGER_CONTEXT_OVERFLOW",
+		3: "COMPACT_TRIGGER_MANUAL",
+	}
+	CompactTrigger_value = map[string]int32{
+		"COMPACT_TRIGGER_UNSPECIFIED":      0,
+		"COMPACT_TRIGGER_PRESSURE":         1,
+		"COMPACT_TRIGGER_CONTEXT_OVERFLOW": 2,
+		"COMPACT_TRIGGER_MANUAL":           3,
+	}
+)
+
+func (x CompactTrigger) Enum() *CompactTrigger {
+	p := new(CompactTrigger)
+	*p = x
+	return p
+}
+
+func (x CompactTrigger) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CompactTrigger) Descriptor() protoreflect.EnumDescriptor {
+	return file_dsh_session_v1_session_proto_enumTypes[6].Descriptor()
+}
+
+func (CompactTrigger) Type() protoreflect.EnumType {
+	return &file_dsh_session_v1_session_proto_enumTypes[6]
+}
+
+func (x CompactTrigger) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CompactTrigger.Descriptor instead.
+func (CompactTrigger) EnumDescriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{6}
+}
+
 // SurfaceAppend pushes the event onto the model-visible surface.
 type SurfaceAppend struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2511,6 +2568,9 @@ type SessionEvent struct {
 	//	*SessionEvent_SessionTitle
 	//	*SessionEvent_SubagentStart
 	//	*SessionEvent_SubagentEnd
+	//	*SessionEvent_CompactStart
+	//	*SessionEvent_CompactSummary
+	//	*SessionEvent_CompactEnd
 	//	*SessionEvent_Extension
 	Payload       isSessionEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
@@ -2805,6 +2865,33 @@ func (x *SessionEvent) GetSubagentEnd() *SubagentEnd {
 	return nil
 }
 
+func (x *SessionEvent) GetCompactStart() *CompactStart {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_CompactStart); ok {
+			return x.CompactStart
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetCompactSummary() *CompactSummary {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_CompactSummary); ok {
+			return x.CompactSummary
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetCompactEnd() *CompactEnd {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_CompactEnd); ok {
+			return x.CompactEnd
+		}
+	}
+	return nil
+}
+
 func (x *SessionEvent) GetExtension() *v1.Extension {
 	if x != nil {
 		if x, ok := x.Payload.(*SessionEvent_Extension); ok {
@@ -2938,6 +3025,21 @@ type SessionEvent_SubagentEnd struct {
 	SubagentEnd *SubagentEnd `protobuf:"bytes,33,opt,name=subagent_end,json=subagentEnd,proto3,oneof"`
 }
 
+type SessionEvent_CompactStart struct {
+	// "compact/start".
+	CompactStart *CompactStart `protobuf:"bytes,34,opt,name=compact_start,json=compactStart,proto3,oneof"`
+}
+
+type SessionEvent_CompactSummary struct {
+	// "compact/summary".
+	CompactSummary *CompactSummary `protobuf:"bytes,35,opt,name=compact_summary,json=compactSummary,proto3,oneof"`
+}
+
+type SessionEvent_CompactEnd struct {
+	// "compact/end".
+	CompactEnd *CompactEnd `protobuf:"bytes,36,opt,name=compact_end,json=compactEnd,proto3,oneof"`
+}
+
 type SessionEvent_Extension struct {
 	// A plugin event such as "approval/asked" or "llm/retry"; its type is the
 	// extension's type and its data the extension's JSON.
@@ -2991,6 +3093,12 @@ func (*SessionEvent_SessionTitle) isSessionEvent_Payload() {}
 func (*SessionEvent_SubagentStart) isSessionEvent_Payload() {}
 
 func (*SessionEvent_SubagentEnd) isSessionEvent_Payload() {}
+
+func (*SessionEvent_CompactStart) isSessionEvent_Payload() {}
+
+func (*SessionEvent_CompactSummary) isSessionEvent_Payload() {}
+
+func (*SessionEvent_CompactEnd) isSessionEvent_Payload() {}
 
 func (*SessionEvent_Extension) isSessionEvent_Payload() {}
 
@@ -4377,6 +4485,220 @@ func (x *SessionHeader) GetRequestId() string {
 	return ""
 }
 
+// CompactStart ("compact/start", log-only) takes the compaction lock: a
+// compact/start without a later compact/end means a compaction is in progress
+// (or a crash orphan, which repair closes).
+type CompactStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The open turn when the compaction started; absent between turns.
+	Turn *int32 `protobuf:"varint,1,opt,name=turn,proto3,oneof" json:"turn,omitempty"`
+	// Why it ran.
+	Trigger       CompactTrigger `protobuf:"varint,2,opt,name=trigger,proto3,enum=dsh.session.v1.CompactTrigger" json:"trigger,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactStart) Reset() {
+	*x = CompactStart{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactStart) ProtoMessage() {}
+
+func (x *CompactStart) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactStart.ProtoReflect.Descriptor instead.
+func (*CompactStart) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *CompactStart) GetTurn() int32 {
+	if x != nil && x.Turn != nil {
+		return *x.Turn
+	}
+	return 0
+}
+
+func (x *CompactStart) GetTrigger() CompactTrigger {
+	if x != nil {
+		return x.Trigger
+	}
+	return CompactTrigger_COMPACT_TRIGGER_UNSPECIFIED
+}
+
+// CompactSummary ("compact/summary", log-only) records the summary that
+// replaces a surface range; the checkpoint user/message follows it.
+type CompactSummary struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The summary text (the model's text only).
+	Summary string `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
+	// The inclusive surface range it replaces (seqs of surface nodes).
+	ShadowedRange *SurfaceReplace `protobuf:"bytes,2,opt,name=shadowed_range,json=shadowedRange,proto3" json:"shadowed_range,omitempty"`
+	// Seqs of every shadowed surface node, in surface order.
+	ShadowedSeqs []int64 `protobuf:"varint,3,rep,packed,name=shadowed_seqs,json=shadowedSeqs,proto3" json:"shadowed_seqs,omitempty"`
+	// Estimated tokens of the shadowed nodes.
+	ShadowedTokenCount int64 `protobuf:"varint,4,opt,name=shadowed_token_count,json=shadowedTokenCount,proto3" json:"shadowed_token_count,omitempty"`
+	// Provider route of the summarization call.
+	Provider string `protobuf:"bytes,5,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Model of the summarization call.
+	Model string `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
+	// Output cap of the summarization call, when set.
+	MaxTokens     *int32 `protobuf:"varint,7,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactSummary) Reset() {
+	*x = CompactSummary{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactSummary) ProtoMessage() {}
+
+func (x *CompactSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactSummary.ProtoReflect.Descriptor instead.
+func (*CompactSummary) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *CompactSummary) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *CompactSummary) GetShadowedRange() *SurfaceReplace {
+	if x != nil {
+		return x.ShadowedRange
+	}
+	return nil
+}
+
+func (x *CompactSummary) GetShadowedSeqs() []int64 {
+	if x != nil {
+		return x.ShadowedSeqs
+	}
+	return nil
+}
+
+func (x *CompactSummary) GetShadowedTokenCount() int64 {
+	if x != nil {
+		return x.ShadowedTokenCount
+	}
+	return 0
+}
+
+func (x *CompactSummary) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *CompactSummary) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *CompactSummary) GetMaxTokens() int32 {
+	if x != nil && x.MaxTokens != nil {
+		return *x.MaxTokens
+	}
+	return 0
+}
+
+// CompactEnd ("compact/end", log-only) releases the compaction lock; it is
+// appended on success and on failure.
+type CompactEnd struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Same as the matching compact/start.
+	Turn *int32 `protobuf:"varint,1,opt,name=turn,proto3,oneof" json:"turn,omitempty"`
+	// Why the compaction failed; empty on success.
+	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactEnd) Reset() {
+	*x = CompactEnd{}
+	mi := &file_dsh_session_v1_session_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactEnd) ProtoMessage() {}
+
+func (x *CompactEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_session_v1_session_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactEnd.ProtoReflect.Descriptor instead.
+func (*CompactEnd) Descriptor() ([]byte, []int) {
+	return file_dsh_session_v1_session_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *CompactEnd) GetTurn() int32 {
+	if x != nil && x.Turn != nil {
+		return *x.Turn
+	}
+	return 0
+}
+
+func (x *CompactEnd) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_dsh_session_v1_session_proto protoreflect.FileDescriptor
 
 const file_dsh_session_v1_session_proto_rawDesc = "" +
@@ -4505,7 +4827,7 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\a_system\"z\n" +
 	"\rRequestHeader\x123\n" +
 	"\x06header\x18\x01 \x01(\v2\x1b.dsh.session.v1.EpochHeaderR\x06header\x124\n" +
-	"\x06reason\x18\x02 \x01(\x0e2\x1c.dsh.session.v1.HeaderReasonR\x06reason\"\x93\x0f\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x1c.dsh.session.v1.HeaderReasonR\x06reason\"\xe2\x10\n" +
 	"\fSessionEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x12\n" +
 	"\x04time\x18\x02 \x01(\x03R\x04time\x12E\n" +
@@ -4542,7 +4864,11 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\rmodel_changed\x18\x1e \x01(\v2\x1c.dsh.session.v1.ModelChangedH\x00R\fmodelChanged\x12C\n" +
 	"\rsession_title\x18\x1f \x01(\v2\x1c.dsh.session.v1.SessionTitleH\x00R\fsessionTitle\x12F\n" +
 	"\x0esubagent_start\x18  \x01(\v2\x1d.dsh.session.v1.SubagentStartH\x00R\rsubagentStart\x12@\n" +
-	"\fsubagent_end\x18! \x01(\v2\x1b.dsh.session.v1.SubagentEndH\x00R\vsubagentEnd\x125\n" +
+	"\fsubagent_end\x18! \x01(\v2\x1b.dsh.session.v1.SubagentEndH\x00R\vsubagentEnd\x12C\n" +
+	"\rcompact_start\x18\" \x01(\v2\x1c.dsh.session.v1.CompactStartH\x00R\fcompactStart\x12I\n" +
+	"\x0fcompact_summary\x18# \x01(\v2\x1e.dsh.session.v1.CompactSummaryH\x00R\x0ecompactSummary\x12=\n" +
+	"\vcompact_end\x18$ \x01(\v2\x1a.dsh.session.v1.CompactEndH\x00R\n" +
+	"compactEnd\x125\n" +
 	"\textension\x182 \x01(\v2\x15.dsh.llm.v1.ExtensionH\x00R\textensionB\t\n" +
 	"\apayload\"p\n" +
 	"\fApprovalRule\x12\x12\n" +
@@ -4661,7 +4987,26 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	" \x01(\v2\x1c.dsh.session.v1.SubagentSpecR\bsubagent\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x0e \x01(\tR\trequestIdB\x0e\n" +
-	"\f_seed_length*z\n" +
+	"\f_seed_length\"j\n" +
+	"\fCompactStart\x12\x17\n" +
+	"\x04turn\x18\x01 \x01(\x05H\x00R\x04turn\x88\x01\x01\x128\n" +
+	"\atrigger\x18\x02 \x01(\x0e2\x1e.dsh.session.v1.CompactTriggerR\atriggerB\a\n" +
+	"\x05_turn\"\xad\x02\n" +
+	"\x0eCompactSummary\x12\x18\n" +
+	"\asummary\x18\x01 \x01(\tR\asummary\x12E\n" +
+	"\x0eshadowed_range\x18\x02 \x01(\v2\x1e.dsh.session.v1.SurfaceReplaceR\rshadowedRange\x12#\n" +
+	"\rshadowed_seqs\x18\x03 \x03(\x03R\fshadowedSeqs\x120\n" +
+	"\x14shadowed_token_count\x18\x04 \x01(\x03R\x12shadowedTokenCount\x12\x1a\n" +
+	"\bprovider\x18\x05 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\x12\"\n" +
+	"\n" +
+	"max_tokens\x18\a \x01(\x05H\x00R\tmaxTokens\x88\x01\x01B\r\n" +
+	"\v_max_tokens\"D\n" +
+	"\n" +
+	"CompactEnd\x12\x17\n" +
+	"\x04turn\x18\x01 \x01(\x05H\x00R\x04turn\x88\x01\x01\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05errorB\a\n" +
+	"\x05_turn*z\n" +
 	"\n" +
 	"TodoStatus\x12\x1b\n" +
 	"\x17TODO_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -4694,7 +5039,12 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\fSubagentMode\x12\x1d\n" +
 	"\x19SUBAGENT_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SUBAGENT_MODE_SPAWN\x10\x01\x12\x16\n" +
-	"\x12SUBAGENT_MODE_FORK\x10\x02B\xb4\x01\n" +
+	"\x12SUBAGENT_MODE_FORK\x10\x02*\x91\x01\n" +
+	"\x0eCompactTrigger\x12\x1f\n" +
+	"\x1bCOMPACT_TRIGGER_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18COMPACT_TRIGGER_PRESSURE\x10\x01\x12$\n" +
+	" COMPACT_TRIGGER_CONTEXT_OVERFLOW\x10\x02\x12\x1a\n" +
+	"\x16COMPACT_TRIGGER_MANUAL\x10\x03B\xb4\x01\n" +
 	"\x12com.dsh.session.v1B\fSessionProtoP\x01Z6github.com/dsh-dev/dsh/gen/go/dsh/session/v1;sessionv1\xa2\x02\x03DSX\xaa\x02\x0eDsh.Session.V1\xca\x02\x0eDsh\\Session\\V1\xe2\x02\x1aDsh\\Session\\V1\\GPBMetadata\xea\x02\x10Dsh::Session::V1b\x06proto3"
 
 var (
@@ -4709,8 +5059,8 @@ func file_dsh_session_v1_session_proto_rawDescGZIP() []byte {
 	return file_dsh_session_v1_session_proto_rawDescData
 }
 
-var file_dsh_session_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_dsh_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_dsh_session_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_dsh_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_dsh_session_v1_session_proto_goTypes = []any{
 	(TodoStatus)(0),                // 0: dsh.session.v1.TodoStatus
 	(HeaderReason)(0),              // 1: dsh.session.v1.HeaderReason
@@ -4718,169 +5068,178 @@ var file_dsh_session_v1_session_proto_goTypes = []any{
 	(RuleAction)(0),                // 3: dsh.session.v1.RuleAction
 	(ApprovalOutcome)(0),           // 4: dsh.session.v1.ApprovalOutcome
 	(SubagentMode)(0),              // 5: dsh.session.v1.SubagentMode
-	(*SurfaceAppend)(nil),          // 6: dsh.session.v1.SurfaceAppend
-	(*SurfaceReplace)(nil),         // 7: dsh.session.v1.SurfaceReplace
-	(*SurfaceOp)(nil),              // 8: dsh.session.v1.SurfaceOp
-	(*EventSeqs)(nil),              // 9: dsh.session.v1.EventSeqs
-	(*TriggerMessage)(nil),         // 10: dsh.session.v1.TriggerMessage
-	(*TriggerInjection)(nil),       // 11: dsh.session.v1.TriggerInjection
-	(*TurnTrigger)(nil),            // 12: dsh.session.v1.TurnTrigger
-	(*EndCompleted)(nil),           // 13: dsh.session.v1.EndCompleted
-	(*EndAborted)(nil),             // 14: dsh.session.v1.EndAborted
-	(*EndError)(nil),               // 15: dsh.session.v1.EndError
-	(*EndDisposed)(nil),            // 16: dsh.session.v1.EndDisposed
-	(*EndMaxTokens)(nil),           // 17: dsh.session.v1.EndMaxTokens
-	(*EndRejected)(nil),            // 18: dsh.session.v1.EndRejected
-	(*EndInterrupted)(nil),         // 19: dsh.session.v1.EndInterrupted
-	(*TurnEndReason)(nil),          // 20: dsh.session.v1.TurnEndReason
-	(*PromptPrefixContext)(nil),    // 21: dsh.session.v1.PromptPrefixContext
-	(*PromptEnvelope)(nil),         // 22: dsh.session.v1.PromptEnvelope
-	(*TurnStart)(nil),              // 23: dsh.session.v1.TurnStart
-	(*TurnEnd)(nil),                // 24: dsh.session.v1.TurnEnd
-	(*StepStart)(nil),              // 25: dsh.session.v1.StepStart
-	(*StepEnd)(nil),                // 26: dsh.session.v1.StepEnd
-	(*UserMessage)(nil),            // 27: dsh.session.v1.UserMessage
-	(*PromptBlocked)(nil),          // 28: dsh.session.v1.PromptBlocked
-	(*ContextMessage)(nil),         // 29: dsh.session.v1.ContextMessage
-	(*AssistantChunk)(nil),         // 30: dsh.session.v1.AssistantChunk
-	(*AssistantMessage)(nil),       // 31: dsh.session.v1.AssistantMessage
-	(*ToolCall)(nil),               // 32: dsh.session.v1.ToolCall
-	(*ToolResult)(nil),             // 33: dsh.session.v1.ToolResult
-	(*SteeringMessage)(nil),        // 34: dsh.session.v1.SteeringMessage
-	(*TodoItem)(nil),               // 35: dsh.session.v1.TodoItem
-	(*TodoWrite)(nil),              // 36: dsh.session.v1.TodoWrite
-	(*EpochHeader)(nil),            // 37: dsh.session.v1.EpochHeader
-	(*RequestHeader)(nil),          // 38: dsh.session.v1.RequestHeader
-	(*SessionEvent)(nil),           // 39: dsh.session.v1.SessionEvent
-	(*ApprovalRule)(nil),           // 40: dsh.session.v1.ApprovalRule
-	(*ApprovalAsked)(nil),          // 41: dsh.session.v1.ApprovalAsked
-	(*ApprovalDecided)(nil),        // 42: dsh.session.v1.ApprovalDecided
-	(*QuestionOption)(nil),         // 43: dsh.session.v1.QuestionOption
-	(*Question)(nil),               // 44: dsh.session.v1.Question
-	(*QuestionAnswer)(nil),         // 45: dsh.session.v1.QuestionAnswer
-	(*QuestionAsked)(nil),          // 46: dsh.session.v1.QuestionAsked
-	(*QuestionAnswered)(nil),       // 47: dsh.session.v1.QuestionAnswered
-	(*SandboxModeChanged)(nil),     // 48: dsh.session.v1.SandboxModeChanged
-	(*ApprovalPolicyChanged)(nil),  // 49: dsh.session.v1.ApprovalPolicyChanged
-	(*ModelChanged)(nil),           // 50: dsh.session.v1.ModelChanged
-	(*SessionTitle)(nil),           // 51: dsh.session.v1.SessionTitle
-	(*SubagentStart)(nil),          // 52: dsh.session.v1.SubagentStart
-	(*SubagentEnd)(nil),            // 53: dsh.session.v1.SubagentEnd
-	(*SubagentSpec)(nil),           // 54: dsh.session.v1.SubagentSpec
-	(*SessionOptions)(nil),         // 55: dsh.session.v1.SessionOptions
-	(*SessionHeader)(nil),          // 56: dsh.session.v1.SessionHeader
-	(*v1.MessageSource)(nil),       // 57: dsh.llm.v1.MessageSource
-	(*v1.Extension)(nil),           // 58: dsh.llm.v1.Extension
-	(*v1.LlmFailure)(nil),          // 59: dsh.llm.v1.LlmFailure
-	(*v1.ContentBlock)(nil),        // 60: dsh.llm.v1.ContentBlock
-	(*v1.StreamChunk)(nil),         // 61: dsh.llm.v1.StreamChunk
-	(*v1.AssistantProvenance)(nil), // 62: dsh.llm.v1.AssistantProvenance
-	(*v1.TokenUsage)(nil),          // 63: dsh.llm.v1.TokenUsage
-	(*v11.ToolCallView)(nil),       // 64: dsh.tools.v1.ToolCallView
-	(*v11.ToolErrorInfo)(nil),      // 65: dsh.tools.v1.ToolErrorInfo
-	(*v11.ToolResultView)(nil),     // 66: dsh.tools.v1.ToolResultView
-	(*v1.LlmCallConfig)(nil),       // 67: dsh.llm.v1.LlmCallConfig
-	(*v1.ToolSchema)(nil),          // 68: dsh.llm.v1.ToolSchema
-	(*v1.Message)(nil),             // 69: dsh.llm.v1.Message
-	(*v11.SandboxPolicy)(nil),      // 70: dsh.tools.v1.SandboxPolicy
+	(CompactTrigger)(0),            // 6: dsh.session.v1.CompactTrigger
+	(*SurfaceAppend)(nil),          // 7: dsh.session.v1.SurfaceAppend
+	(*SurfaceReplace)(nil),         // 8: dsh.session.v1.SurfaceReplace
+	(*SurfaceOp)(nil),              // 9: dsh.session.v1.SurfaceOp
+	(*EventSeqs)(nil),              // 10: dsh.session.v1.EventSeqs
+	(*TriggerMessage)(nil),         // 11: dsh.session.v1.TriggerMessage
+	(*TriggerInjection)(nil),       // 12: dsh.session.v1.TriggerInjection
+	(*TurnTrigger)(nil),            // 13: dsh.session.v1.TurnTrigger
+	(*EndCompleted)(nil),           // 14: dsh.session.v1.EndCompleted
+	(*EndAborted)(nil),             // 15: dsh.session.v1.EndAborted
+	(*EndError)(nil),               // 16: dsh.session.v1.EndError
+	(*EndDisposed)(nil),            // 17: dsh.session.v1.EndDisposed
+	(*EndMaxTokens)(nil),           // 18: dsh.session.v1.EndMaxTokens
+	(*EndRejected)(nil),            // 19: dsh.session.v1.EndRejected
+	(*EndInterrupted)(nil),         // 20: dsh.session.v1.EndInterrupted
+	(*TurnEndReason)(nil),          // 21: dsh.session.v1.TurnEndReason
+	(*PromptPrefixContext)(nil),    // 22: dsh.session.v1.PromptPrefixContext
+	(*PromptEnvelope)(nil),         // 23: dsh.session.v1.PromptEnvelope
+	(*TurnStart)(nil),              // 24: dsh.session.v1.TurnStart
+	(*TurnEnd)(nil),                // 25: dsh.session.v1.TurnEnd
+	(*StepStart)(nil),              // 26: dsh.session.v1.StepStart
+	(*StepEnd)(nil),                // 27: dsh.session.v1.StepEnd
+	(*UserMessage)(nil),            // 28: dsh.session.v1.UserMessage
+	(*PromptBlocked)(nil),          // 29: dsh.session.v1.PromptBlocked
+	(*ContextMessage)(nil),         // 30: dsh.session.v1.ContextMessage
+	(*AssistantChunk)(nil),         // 31: dsh.session.v1.AssistantChunk
+	(*AssistantMessage)(nil),       // 32: dsh.session.v1.AssistantMessage
+	(*ToolCall)(nil),               // 33: dsh.session.v1.ToolCall
+	(*ToolResult)(nil),             // 34: dsh.session.v1.ToolResult
+	(*SteeringMessage)(nil),        // 35: dsh.session.v1.SteeringMessage
+	(*TodoItem)(nil),               // 36: dsh.session.v1.TodoItem
+	(*TodoWrite)(nil),              // 37: dsh.session.v1.TodoWrite
+	(*EpochHeader)(nil),            // 38: dsh.session.v1.EpochHeader
+	(*RequestHeader)(nil),          // 39: dsh.session.v1.RequestHeader
+	(*SessionEvent)(nil),           // 40: dsh.session.v1.SessionEvent
+	(*ApprovalRule)(nil),           // 41: dsh.session.v1.ApprovalRule
+	(*ApprovalAsked)(nil),          // 42: dsh.session.v1.ApprovalAsked
+	(*ApprovalDecided)(nil),        // 43: dsh.session.v1.ApprovalDecided
+	(*QuestionOption)(nil),         // 44: dsh.session.v1.QuestionOption
+	(*Question)(nil),               // 45: dsh.session.v1.Question
+	(*QuestionAnswer)(nil),         // 46: dsh.session.v1.QuestionAnswer
+	(*QuestionAsked)(nil),          // 47: dsh.session.v1.QuestionAsked
+	(*QuestionAnswered)(nil),       // 48: dsh.session.v1.QuestionAnswered
+	(*SandboxModeChanged)(nil),     // 49: dsh.session.v1.SandboxModeChanged
+	(*ApprovalPolicyChanged)(nil),  // 50: dsh.session.v1.ApprovalPolicyChanged
+	(*ModelChanged)(nil),           // 51: dsh.session.v1.ModelChanged
+	(*SessionTitle)(nil),           // 52: dsh.session.v1.SessionTitle
+	(*SubagentStart)(nil),          // 53: dsh.session.v1.SubagentStart
+	(*SubagentEnd)(nil),            // 54: dsh.session.v1.SubagentEnd
+	(*SubagentSpec)(nil),           // 55: dsh.session.v1.SubagentSpec
+	(*SessionOptions)(nil),         // 56: dsh.session.v1.SessionOptions
+	(*SessionHeader)(nil),          // 57: dsh.session.v1.SessionHeader
+	(*CompactStart)(nil),           // 58: dsh.session.v1.CompactStart
+	(*CompactSummary)(nil),         // 59: dsh.session.v1.CompactSummary
+	(*CompactEnd)(nil),             // 60: dsh.session.v1.CompactEnd
+	(*v1.MessageSource)(nil),       // 61: dsh.llm.v1.MessageSource
+	(*v1.Extension)(nil),           // 62: dsh.llm.v1.Extension
+	(*v1.LlmFailure)(nil),          // 63: dsh.llm.v1.LlmFailure
+	(*v1.ContentBlock)(nil),        // 64: dsh.llm.v1.ContentBlock
+	(*v1.StreamChunk)(nil),         // 65: dsh.llm.v1.StreamChunk
+	(*v1.AssistantProvenance)(nil), // 66: dsh.llm.v1.AssistantProvenance
+	(*v1.TokenUsage)(nil),          // 67: dsh.llm.v1.TokenUsage
+	(*v11.ToolCallView)(nil),       // 68: dsh.tools.v1.ToolCallView
+	(*v11.ToolErrorInfo)(nil),      // 69: dsh.tools.v1.ToolErrorInfo
+	(*v11.ToolResultView)(nil),     // 70: dsh.tools.v1.ToolResultView
+	(*v1.LlmCallConfig)(nil),       // 71: dsh.llm.v1.LlmCallConfig
+	(*v1.ToolSchema)(nil),          // 72: dsh.llm.v1.ToolSchema
+	(*v1.Message)(nil),             // 73: dsh.llm.v1.Message
+	(*v11.SandboxPolicy)(nil),      // 74: dsh.tools.v1.SandboxPolicy
 }
 var file_dsh_session_v1_session_proto_depIdxs = []int32{
-	6,  // 0: dsh.session.v1.SurfaceOp.append:type_name -> dsh.session.v1.SurfaceAppend
-	7,  // 1: dsh.session.v1.SurfaceOp.replace:type_name -> dsh.session.v1.SurfaceReplace
-	57, // 2: dsh.session.v1.TriggerMessage.source:type_name -> dsh.llm.v1.MessageSource
-	57, // 3: dsh.session.v1.TriggerInjection.source:type_name -> dsh.llm.v1.MessageSource
-	10, // 4: dsh.session.v1.TurnTrigger.message:type_name -> dsh.session.v1.TriggerMessage
-	11, // 5: dsh.session.v1.TurnTrigger.injection:type_name -> dsh.session.v1.TriggerInjection
-	58, // 6: dsh.session.v1.TurnTrigger.extension:type_name -> dsh.llm.v1.Extension
-	59, // 7: dsh.session.v1.EndError.failure:type_name -> dsh.llm.v1.LlmFailure
-	13, // 8: dsh.session.v1.TurnEndReason.completed:type_name -> dsh.session.v1.EndCompleted
-	14, // 9: dsh.session.v1.TurnEndReason.aborted:type_name -> dsh.session.v1.EndAborted
-	15, // 10: dsh.session.v1.TurnEndReason.error:type_name -> dsh.session.v1.EndError
-	16, // 11: dsh.session.v1.TurnEndReason.disposed:type_name -> dsh.session.v1.EndDisposed
-	17, // 12: dsh.session.v1.TurnEndReason.max_tokens:type_name -> dsh.session.v1.EndMaxTokens
-	18, // 13: dsh.session.v1.TurnEndReason.rejected:type_name -> dsh.session.v1.EndRejected
-	19, // 14: dsh.session.v1.TurnEndReason.interrupted:type_name -> dsh.session.v1.EndInterrupted
-	58, // 15: dsh.session.v1.TurnEndReason.extension:type_name -> dsh.llm.v1.Extension
-	57, // 16: dsh.session.v1.PromptPrefixContext.source:type_name -> dsh.llm.v1.MessageSource
-	60, // 17: dsh.session.v1.PromptEnvelope.display_content:type_name -> dsh.llm.v1.ContentBlock
-	21, // 18: dsh.session.v1.PromptEnvelope.prefix_contexts:type_name -> dsh.session.v1.PromptPrefixContext
-	12, // 19: dsh.session.v1.TurnStart.trigger:type_name -> dsh.session.v1.TurnTrigger
-	20, // 20: dsh.session.v1.TurnEnd.reason:type_name -> dsh.session.v1.TurnEndReason
-	60, // 21: dsh.session.v1.UserMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	57, // 22: dsh.session.v1.UserMessage.source:type_name -> dsh.llm.v1.MessageSource
-	22, // 23: dsh.session.v1.UserMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
-	60, // 24: dsh.session.v1.PromptBlocked.content:type_name -> dsh.llm.v1.ContentBlock
-	57, // 25: dsh.session.v1.PromptBlocked.source:type_name -> dsh.llm.v1.MessageSource
-	60, // 26: dsh.session.v1.ContextMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	57, // 27: dsh.session.v1.ContextMessage.source:type_name -> dsh.llm.v1.MessageSource
-	61, // 28: dsh.session.v1.AssistantChunk.chunk:type_name -> dsh.llm.v1.StreamChunk
-	60, // 29: dsh.session.v1.AssistantMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	62, // 30: dsh.session.v1.AssistantMessage.provenance:type_name -> dsh.llm.v1.AssistantProvenance
-	63, // 31: dsh.session.v1.AssistantMessage.usage:type_name -> dsh.llm.v1.TokenUsage
-	64, // 32: dsh.session.v1.ToolCall.view:type_name -> dsh.tools.v1.ToolCallView
-	60, // 33: dsh.session.v1.ToolResult.content:type_name -> dsh.llm.v1.ContentBlock
-	65, // 34: dsh.session.v1.ToolResult.error:type_name -> dsh.tools.v1.ToolErrorInfo
-	66, // 35: dsh.session.v1.ToolResult.view:type_name -> dsh.tools.v1.ToolResultView
-	60, // 36: dsh.session.v1.SteeringMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	57, // 37: dsh.session.v1.SteeringMessage.source:type_name -> dsh.llm.v1.MessageSource
-	22, // 38: dsh.session.v1.SteeringMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
+	7,  // 0: dsh.session.v1.SurfaceOp.append:type_name -> dsh.session.v1.SurfaceAppend
+	8,  // 1: dsh.session.v1.SurfaceOp.replace:type_name -> dsh.session.v1.SurfaceReplace
+	61, // 2: dsh.session.v1.TriggerMessage.source:type_name -> dsh.llm.v1.MessageSource
+	61, // 3: dsh.session.v1.TriggerInjection.source:type_name -> dsh.llm.v1.MessageSource
+	11, // 4: dsh.session.v1.TurnTrigger.message:type_name -> dsh.session.v1.TriggerMessage
+	12, // 5: dsh.session.v1.TurnTrigger.injection:type_name -> dsh.session.v1.TriggerInjection
+	62, // 6: dsh.session.v1.TurnTrigger.extension:type_name -> dsh.llm.v1.Extension
+	63, // 7: dsh.session.v1.EndError.failure:type_name -> dsh.llm.v1.LlmFailure
+	14, // 8: dsh.session.v1.TurnEndReason.completed:type_name -> dsh.session.v1.EndCompleted
+	15, // 9: dsh.session.v1.TurnEndReason.aborted:type_name -> dsh.session.v1.EndAborted
+	16, // 10: dsh.session.v1.TurnEndReason.error:type_name -> dsh.session.v1.EndError
+	17, // 11: dsh.session.v1.TurnEndReason.disposed:type_name -> dsh.session.v1.EndDisposed
+	18, // 12: dsh.session.v1.TurnEndReason.max_tokens:type_name -> dsh.session.v1.EndMaxTokens
+	19, // 13: dsh.session.v1.TurnEndReason.rejected:type_name -> dsh.session.v1.EndRejected
+	20, // 14: dsh.session.v1.TurnEndReason.interrupted:type_name -> dsh.session.v1.EndInterrupted
+	62, // 15: dsh.session.v1.TurnEndReason.extension:type_name -> dsh.llm.v1.Extension
+	61, // 16: dsh.session.v1.PromptPrefixContext.source:type_name -> dsh.llm.v1.MessageSource
+	64, // 17: dsh.session.v1.PromptEnvelope.display_content:type_name -> dsh.llm.v1.ContentBlock
+	22, // 18: dsh.session.v1.PromptEnvelope.prefix_contexts:type_name -> dsh.session.v1.PromptPrefixContext
+	13, // 19: dsh.session.v1.TurnStart.trigger:type_name -> dsh.session.v1.TurnTrigger
+	21, // 20: dsh.session.v1.TurnEnd.reason:type_name -> dsh.session.v1.TurnEndReason
+	64, // 21: dsh.session.v1.UserMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	61, // 22: dsh.session.v1.UserMessage.source:type_name -> dsh.llm.v1.MessageSource
+	23, // 23: dsh.session.v1.UserMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
+	64, // 24: dsh.session.v1.PromptBlocked.content:type_name -> dsh.llm.v1.ContentBlock
+	61, // 25: dsh.session.v1.PromptBlocked.source:type_name -> dsh.llm.v1.MessageSource
+	64, // 26: dsh.session.v1.ContextMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	61, // 27: dsh.session.v1.ContextMessage.source:type_name -> dsh.llm.v1.MessageSource
+	65, // 28: dsh.session.v1.AssistantChunk.chunk:type_name -> dsh.llm.v1.StreamChunk
+	64, // 29: dsh.session.v1.AssistantMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	66, // 30: dsh.session.v1.AssistantMessage.provenance:type_name -> dsh.llm.v1.AssistantProvenance
+	67, // 31: dsh.session.v1.AssistantMessage.usage:type_name -> dsh.llm.v1.TokenUsage
+	68, // 32: dsh.session.v1.ToolCall.view:type_name -> dsh.tools.v1.ToolCallView
+	64, // 33: dsh.session.v1.ToolResult.content:type_name -> dsh.llm.v1.ContentBlock
+	69, // 34: dsh.session.v1.ToolResult.error:type_name -> dsh.tools.v1.ToolErrorInfo
+	70, // 35: dsh.session.v1.ToolResult.view:type_name -> dsh.tools.v1.ToolResultView
+	64, // 36: dsh.session.v1.SteeringMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	61, // 37: dsh.session.v1.SteeringMessage.source:type_name -> dsh.llm.v1.MessageSource
+	23, // 38: dsh.session.v1.SteeringMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
 	0,  // 39: dsh.session.v1.TodoItem.status:type_name -> dsh.session.v1.TodoStatus
-	35, // 40: dsh.session.v1.TodoWrite.todos:type_name -> dsh.session.v1.TodoItem
-	67, // 41: dsh.session.v1.EpochHeader.config:type_name -> dsh.llm.v1.LlmCallConfig
-	68, // 42: dsh.session.v1.EpochHeader.tools:type_name -> dsh.llm.v1.ToolSchema
-	69, // 43: dsh.session.v1.EpochHeader.message_prefix:type_name -> dsh.llm.v1.Message
-	37, // 44: dsh.session.v1.RequestHeader.header:type_name -> dsh.session.v1.EpochHeader
+	36, // 40: dsh.session.v1.TodoWrite.todos:type_name -> dsh.session.v1.TodoItem
+	71, // 41: dsh.session.v1.EpochHeader.config:type_name -> dsh.llm.v1.LlmCallConfig
+	72, // 42: dsh.session.v1.EpochHeader.tools:type_name -> dsh.llm.v1.ToolSchema
+	73, // 43: dsh.session.v1.EpochHeader.message_prefix:type_name -> dsh.llm.v1.Message
+	38, // 44: dsh.session.v1.RequestHeader.header:type_name -> dsh.session.v1.EpochHeader
 	1,  // 45: dsh.session.v1.RequestHeader.reason:type_name -> dsh.session.v1.HeaderReason
-	9,  // 46: dsh.session.v1.SessionEvent.source_event_seqs:type_name -> dsh.session.v1.EventSeqs
-	8,  // 47: dsh.session.v1.SessionEvent.surface_op:type_name -> dsh.session.v1.SurfaceOp
-	23, // 48: dsh.session.v1.SessionEvent.turn_start:type_name -> dsh.session.v1.TurnStart
-	24, // 49: dsh.session.v1.SessionEvent.turn_end:type_name -> dsh.session.v1.TurnEnd
-	25, // 50: dsh.session.v1.SessionEvent.step_start:type_name -> dsh.session.v1.StepStart
-	26, // 51: dsh.session.v1.SessionEvent.step_end:type_name -> dsh.session.v1.StepEnd
-	27, // 52: dsh.session.v1.SessionEvent.user_message:type_name -> dsh.session.v1.UserMessage
-	28, // 53: dsh.session.v1.SessionEvent.prompt_blocked:type_name -> dsh.session.v1.PromptBlocked
-	29, // 54: dsh.session.v1.SessionEvent.context_message:type_name -> dsh.session.v1.ContextMessage
-	30, // 55: dsh.session.v1.SessionEvent.assistant_chunk:type_name -> dsh.session.v1.AssistantChunk
-	31, // 56: dsh.session.v1.SessionEvent.assistant_message:type_name -> dsh.session.v1.AssistantMessage
-	32, // 57: dsh.session.v1.SessionEvent.tool_call:type_name -> dsh.session.v1.ToolCall
-	33, // 58: dsh.session.v1.SessionEvent.tool_result:type_name -> dsh.session.v1.ToolResult
-	34, // 59: dsh.session.v1.SessionEvent.steering_message:type_name -> dsh.session.v1.SteeringMessage
-	36, // 60: dsh.session.v1.SessionEvent.todo_write:type_name -> dsh.session.v1.TodoWrite
-	38, // 61: dsh.session.v1.SessionEvent.request_header:type_name -> dsh.session.v1.RequestHeader
-	41, // 62: dsh.session.v1.SessionEvent.approval_asked:type_name -> dsh.session.v1.ApprovalAsked
-	42, // 63: dsh.session.v1.SessionEvent.approval_decided:type_name -> dsh.session.v1.ApprovalDecided
-	46, // 64: dsh.session.v1.SessionEvent.question_asked:type_name -> dsh.session.v1.QuestionAsked
-	47, // 65: dsh.session.v1.SessionEvent.question_answered:type_name -> dsh.session.v1.QuestionAnswered
-	48, // 66: dsh.session.v1.SessionEvent.sandbox_mode:type_name -> dsh.session.v1.SandboxModeChanged
-	49, // 67: dsh.session.v1.SessionEvent.approval_policy:type_name -> dsh.session.v1.ApprovalPolicyChanged
-	50, // 68: dsh.session.v1.SessionEvent.model_changed:type_name -> dsh.session.v1.ModelChanged
-	51, // 69: dsh.session.v1.SessionEvent.session_title:type_name -> dsh.session.v1.SessionTitle
-	52, // 70: dsh.session.v1.SessionEvent.subagent_start:type_name -> dsh.session.v1.SubagentStart
-	53, // 71: dsh.session.v1.SessionEvent.subagent_end:type_name -> dsh.session.v1.SubagentEnd
-	58, // 72: dsh.session.v1.SessionEvent.extension:type_name -> dsh.llm.v1.Extension
-	3,  // 73: dsh.session.v1.ApprovalRule.action:type_name -> dsh.session.v1.RuleAction
-	4,  // 74: dsh.session.v1.ApprovalDecided.outcome:type_name -> dsh.session.v1.ApprovalOutcome
-	40, // 75: dsh.session.v1.ApprovalDecided.added_rule:type_name -> dsh.session.v1.ApprovalRule
-	43, // 76: dsh.session.v1.Question.options:type_name -> dsh.session.v1.QuestionOption
-	44, // 77: dsh.session.v1.QuestionAsked.questions:type_name -> dsh.session.v1.Question
-	45, // 78: dsh.session.v1.QuestionAnswered.answers:type_name -> dsh.session.v1.QuestionAnswer
-	4,  // 79: dsh.session.v1.QuestionAnswered.unanswered:type_name -> dsh.session.v1.ApprovalOutcome
-	70, // 80: dsh.session.v1.SandboxModeChanged.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
-	2,  // 81: dsh.session.v1.ApprovalPolicyChanged.policy:type_name -> dsh.session.v1.ApprovalPolicy
-	40, // 82: dsh.session.v1.ApprovalPolicyChanged.rules:type_name -> dsh.session.v1.ApprovalRule
-	5,  // 83: dsh.session.v1.SubagentStart.mode:type_name -> dsh.session.v1.SubagentMode
-	63, // 84: dsh.session.v1.SubagentEnd.usage:type_name -> dsh.llm.v1.TokenUsage
-	5,  // 85: dsh.session.v1.SubagentSpec.mode:type_name -> dsh.session.v1.SubagentMode
-	70, // 86: dsh.session.v1.SessionOptions.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
-	2,  // 87: dsh.session.v1.SessionOptions.approval:type_name -> dsh.session.v1.ApprovalPolicy
-	40, // 88: dsh.session.v1.SessionOptions.approval_rules:type_name -> dsh.session.v1.ApprovalRule
-	55, // 89: dsh.session.v1.SessionHeader.options:type_name -> dsh.session.v1.SessionOptions
-	54, // 90: dsh.session.v1.SessionHeader.subagent:type_name -> dsh.session.v1.SubagentSpec
-	91, // [91:91] is the sub-list for method output_type
-	91, // [91:91] is the sub-list for method input_type
-	91, // [91:91] is the sub-list for extension type_name
-	91, // [91:91] is the sub-list for extension extendee
-	0,  // [0:91] is the sub-list for field type_name
+	10, // 46: dsh.session.v1.SessionEvent.source_event_seqs:type_name -> dsh.session.v1.EventSeqs
+	9,  // 47: dsh.session.v1.SessionEvent.surface_op:type_name -> dsh.session.v1.SurfaceOp
+	24, // 48: dsh.session.v1.SessionEvent.turn_start:type_name -> dsh.session.v1.TurnStart
+	25, // 49: dsh.session.v1.SessionEvent.turn_end:type_name -> dsh.session.v1.TurnEnd
+	26, // 50: dsh.session.v1.SessionEvent.step_start:type_name -> dsh.session.v1.StepStart
+	27, // 51: dsh.session.v1.SessionEvent.step_end:type_name -> dsh.session.v1.StepEnd
+	28, // 52: dsh.session.v1.SessionEvent.user_message:type_name -> dsh.session.v1.UserMessage
+	29, // 53: dsh.session.v1.SessionEvent.prompt_blocked:type_name -> dsh.session.v1.PromptBlocked
+	30, // 54: dsh.session.v1.SessionEvent.context_message:type_name -> dsh.session.v1.ContextMessage
+	31, // 55: dsh.session.v1.SessionEvent.assistant_chunk:type_name -> dsh.session.v1.AssistantChunk
+	32, // 56: dsh.session.v1.SessionEvent.assistant_message:type_name -> dsh.session.v1.AssistantMessage
+	33, // 57: dsh.session.v1.SessionEvent.tool_call:type_name -> dsh.session.v1.ToolCall
+	34, // 58: dsh.session.v1.SessionEvent.tool_result:type_name -> dsh.session.v1.ToolResult
+	35, // 59: dsh.session.v1.SessionEvent.steering_message:type_name -> dsh.session.v1.SteeringMessage
+	37, // 60: dsh.session.v1.SessionEvent.todo_write:type_name -> dsh.session.v1.TodoWrite
+	39, // 61: dsh.session.v1.SessionEvent.request_header:type_name -> dsh.session.v1.RequestHeader
+	42, // 62: dsh.session.v1.SessionEvent.approval_asked:type_name -> dsh.session.v1.ApprovalAsked
+	43, // 63: dsh.session.v1.SessionEvent.approval_decided:type_name -> dsh.session.v1.ApprovalDecided
+	47, // 64: dsh.session.v1.SessionEvent.question_asked:type_name -> dsh.session.v1.QuestionAsked
+	48, // 65: dsh.session.v1.SessionEvent.question_answered:type_name -> dsh.session.v1.QuestionAnswered
+	49, // 66: dsh.session.v1.SessionEvent.sandbox_mode:type_name -> dsh.session.v1.SandboxModeChanged
+	50, // 67: dsh.session.v1.SessionEvent.approval_policy:type_name -> dsh.session.v1.ApprovalPolicyChanged
+	51, // 68: dsh.session.v1.SessionEvent.model_changed:type_name -> dsh.session.v1.ModelChanged
+	52, // 69: dsh.session.v1.SessionEvent.session_title:type_name -> dsh.session.v1.SessionTitle
+	53, // 70: dsh.session.v1.SessionEvent.subagent_start:type_name -> dsh.session.v1.SubagentStart
+	54, // 71: dsh.session.v1.SessionEvent.subagent_end:type_name -> dsh.session.v1.SubagentEnd
+	58, // 72: dsh.session.v1.SessionEvent.compact_start:type_name -> dsh.session.v1.CompactStart
+	59, // 73: dsh.session.v1.SessionEvent.compact_summary:type_name -> dsh.session.v1.CompactSummary
+	60, // 74: dsh.session.v1.SessionEvent.compact_end:type_name -> dsh.session.v1.CompactEnd
+	62, // 75: dsh.session.v1.SessionEvent.extension:type_name -> dsh.llm.v1.Extension
+	3,  // 76: dsh.session.v1.ApprovalRule.action:type_name -> dsh.session.v1.RuleAction
+	4,  // 77: dsh.session.v1.ApprovalDecided.outcome:type_name -> dsh.session.v1.ApprovalOutcome
+	41, // 78: dsh.session.v1.ApprovalDecided.added_rule:type_name -> dsh.session.v1.ApprovalRule
+	44, // 79: dsh.session.v1.Question.options:type_name -> dsh.session.v1.QuestionOption
+	45, // 80: dsh.session.v1.QuestionAsked.questions:type_name -> dsh.session.v1.Question
+	46, // 81: dsh.session.v1.QuestionAnswered.answers:type_name -> dsh.session.v1.QuestionAnswer
+	4,  // 82: dsh.session.v1.QuestionAnswered.unanswered:type_name -> dsh.session.v1.ApprovalOutcome
+	74, // 83: dsh.session.v1.SandboxModeChanged.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
+	2,  // 84: dsh.session.v1.ApprovalPolicyChanged.policy:type_name -> dsh.session.v1.ApprovalPolicy
+	41, // 85: dsh.session.v1.ApprovalPolicyChanged.rules:type_name -> dsh.session.v1.ApprovalRule
+	5,  // 86: dsh.session.v1.SubagentStart.mode:type_name -> dsh.session.v1.SubagentMode
+	67, // 87: dsh.session.v1.SubagentEnd.usage:type_name -> dsh.llm.v1.TokenUsage
+	5,  // 88: dsh.session.v1.SubagentSpec.mode:type_name -> dsh.session.v1.SubagentMode
+	74, // 89: dsh.session.v1.SessionOptions.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
+	2,  // 90: dsh.session.v1.SessionOptions.approval:type_name -> dsh.session.v1.ApprovalPolicy
+	41, // 91: dsh.session.v1.SessionOptions.approval_rules:type_name -> dsh.session.v1.ApprovalRule
+	56, // 92: dsh.session.v1.SessionHeader.options:type_name -> dsh.session.v1.SessionOptions
+	55, // 93: dsh.session.v1.SessionHeader.subagent:type_name -> dsh.session.v1.SubagentSpec
+	6,  // 94: dsh.session.v1.CompactStart.trigger:type_name -> dsh.session.v1.CompactTrigger
+	8,  // 95: dsh.session.v1.CompactSummary.shadowed_range:type_name -> dsh.session.v1.SurfaceReplace
+	96, // [96:96] is the sub-list for method output_type
+	96, // [96:96] is the sub-list for method input_type
+	96, // [96:96] is the sub-list for extension type_name
+	96, // [96:96] is the sub-list for extension extendee
+	0,  // [0:96] is the sub-list for field type_name
 }
 
 func init() { file_dsh_session_v1_session_proto_init() }
@@ -4936,18 +5295,24 @@ func file_dsh_session_v1_session_proto_init() {
 		(*SessionEvent_SessionTitle)(nil),
 		(*SessionEvent_SubagentStart)(nil),
 		(*SessionEvent_SubagentEnd)(nil),
+		(*SessionEvent_CompactStart)(nil),
+		(*SessionEvent_CompactSummary)(nil),
+		(*SessionEvent_CompactEnd)(nil),
 		(*SessionEvent_Extension)(nil),
 	}
 	file_dsh_session_v1_session_proto_msgTypes[39].OneofWrappers = []any{}
 	file_dsh_session_v1_session_proto_msgTypes[49].OneofWrappers = []any{}
 	file_dsh_session_v1_session_proto_msgTypes[50].OneofWrappers = []any{}
+	file_dsh_session_v1_session_proto_msgTypes[51].OneofWrappers = []any{}
+	file_dsh_session_v1_session_proto_msgTypes[52].OneofWrappers = []any{}
+	file_dsh_session_v1_session_proto_msgTypes[53].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsh_session_v1_session_proto_rawDesc), len(file_dsh_session_v1_session_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   51,
+			NumEnums:      7,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
