@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import queue
 import signal
@@ -45,7 +46,8 @@ import grpc
 from dsh_toolhost.gen.dsh.tools.v1 import tools_pb2, tools_pb2_grpc
 from dsh_toolhost.gen.grpc.health.v1 import health_pb2, health_pb2_grpc
 from dsh_toolhost.interceptor import Interceptor, InterceptorServicer
-from dsh_toolhost.tool import Output, Tool, ToolContext, parse_arguments, run_call, sandbox_from_proto
+from dsh_toolhost.tool import (Output, Tool, ToolContext, error_result, log_failure, parse_arguments, run_call,
+                               sandbox_from_proto)
 
 __all__ = ["ToolHost", "Server", "serve", "HealthServicer", "TLSConfigError"]
 
@@ -208,7 +210,7 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
             try:
                 result = run_call(t, ex, ctx, events.put)
             except BaseException as e:  # noqa: BLE001 - last line of defence
-                from dsh_toolhost.tool import error_result
+                log_failure(ex.name, ctx, e)
                 result = error_result(str(e) or type(e).__name__)
             events.put(result)
 
@@ -462,7 +464,12 @@ def serve(tools: Iterable[Tool] = (), *, host: Optional[ToolHost] = None, addres
     is printed on stdout as ``dsh-toolhost listening on HOST:PORT``. The TLS
     options default to ``$DSH_TLS_CERT``, ``$DSH_TLS_KEY``, ``$DSH_TLS_CLIENT_CA``,
     ``$DSH_ALLOW_PEER`` (comma-separated) and ``$DSH_INSECURE`` (see Server).
+    When the program configured no logging, log records (a tool's exception
+    with its traceback) go to stderr.
     """
+    if not logging.getLogger().handlers:  # the program set up no logging: failures go to stderr
+        logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     env = os.environ.get
     if allow_peers is None:
         allow_peers = [p.strip() for p in env("DSH_ALLOW_PEER", "").split(",") if p.strip()]

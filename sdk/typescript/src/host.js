@@ -30,7 +30,7 @@ import net from 'node:net'
 import path from 'node:path'
 import * as grpc from '@grpc/grpc-js'
 import { loadProtos } from './proto.js'
-import { callView, descriptor, executionMode, parseArguments, runCall, errorResult, toProtoResult } from './tool.js'
+import { callView, descriptor, executionMode, parseArguments, runCall, errorResult, toProtoResult, logFailure, stderrLogger } from './tool.js'
 import { interceptorService } from './interceptor.js'
 
 const TOOLHOST_SERVICE = 'dsh.tools.v1.ToolHost'
@@ -54,10 +54,12 @@ export class ToolHost {
    * they really do: agents then refuse confined calls on this host.
    * workspaceContext(cwd) → GetWorkspaceContextResponse (or a promise of it)
    * answers GetWorkspaceContext for a host that owns a workspace; without it
-   * the host owns none and answers an empty context.
+   * the host owns none and answers an empty context. logger.error(msg)
+   * receives a tool's unexpected throw with its stack (default: stderr).
    */
-  constructor(tools = [], { maxArgumentBytes = 1 << 20, enforcesSandbox = false, workspaceContext } = {}) {
+  constructor(tools = [], { maxArgumentBytes = 1 << 20, enforcesSandbox = false, workspaceContext, logger = stderrLogger } = {}) {
     this.maxArgumentBytes = maxArgumentBytes
+    this.logger = logger
     this.sandboxSupport = enforcesSandbox ? 'SANDBOX_SUPPORT_ENFORCED' : 'SANDBOX_SUPPORT_UNSPECIFIED'
     this.workspaceContext = workspaceContext
     for (const t of tools) this.#add(t)
@@ -183,8 +185,11 @@ export class ToolHost {
         const emit = (stream, text) => {
           if (!ac.signal.aborted) call.write({ output: { stream, text } })
         }
-        runCall(this.#tools.get(ex.name), ex, { signal: ac.signal, emit })
-          .catch((e) => toProtoResult(errorResult(e instanceof Error ? e.message : String(e))))
+        runCall(this.#tools.get(ex.name), ex, { signal: ac.signal, emit, logger: this.logger })
+          .catch((e) => {
+            logFailure(this.logger, ex.name, { callId: ex.callId, sessionId: ex.context?.sessionId }, e)
+            return toProtoResult(errorResult(e instanceof Error ? e.message : String(e)))
+          })
           .then((result) => {
             finished = true
             if (ac.signal.aborted) return
