@@ -55,6 +55,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 )
@@ -102,6 +108,7 @@ func Run(t *testing.T, dial func() (*grpc.ClientConn, error), opts Options) {
 	s := &suite{opts: opts, client: toolsv1.NewToolHostClient(conn), conn: conn}
 	t.Run("Health", s.health)
 	t.Run("Listing", s.listing)
+	t.Run("Reflection", s.reflection)
 	t.Run("Group", func(t *testing.T) {
 		t.Run("Success", s.success)
 		t.Run("Validation", s.validation)
@@ -155,6 +162,89 @@ func (s *suite) health(t *testing.T) {
 	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("health = %v, want SERVING", resp.GetStatus())
 	}
+}
+
+// reflection checks server reflection as grpcurl uses it: the services are
+// listed, and the ToolHost service resolves from the descriptors the host
+// sends (with their imports) into a working description of Execute; an
+// unknown symbol is NOT_FOUND in the stream.
+func (s *suite) reflection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := reflectionpb.NewServerReflectionClient(s.conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatalf("reflection: %v", err)
+	}
+	ask := func(req *reflectionpb.ServerReflectionRequest) *reflectionpb.ServerReflectionResponse {
+		t.Helper()
+		if err := stream.Send(req); err != nil {
+			t.Fatalf("reflection send: %v", err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("reflection recv: %v", err)
+		}
+		return resp
+	}
+	list := ask(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+	var names []string
+	for _, svc := range list.GetListServicesResponse().GetService() {
+		names = append(names, svc.GetName())
+	}
+	for _, want := range []string{"dsh.tools.v1.ToolHost", "grpc.health.v1.Health"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("reflection lists %v, without %s", names, want)
+		}
+	}
+	files := ask(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{
+		FileContainingSymbol: "dsh.tools.v1.ToolHost"}}).GetFileDescriptorResponse().GetFileDescriptorProto()
+	set := &descriptorpb.FileDescriptorSet{}
+	for _, b := range files {
+		fd := &descriptorpb.FileDescriptorProto{}
+		if err := proto.Unmarshal(b, fd); err != nil {
+			t.Fatalf("reflection sent a file descriptor that does not decode: %v", err)
+		}
+		set.File = append(set.File, fd)
+	}
+	// Imports the host did not send (well-known types) come from the global registry.
+	reg, err := protodesc.NewFiles(withKnownImports(set))
+	if err != nil {
+		t.Fatalf("the descriptors reflection sent for dsh.tools.v1.ToolHost do not resolve: %v", err)
+	}
+	d, err := reg.FindDescriptorByName("dsh.tools.v1.ToolHost")
+	if err != nil {
+		t.Fatalf("resolved descriptors lack the service: %v", err)
+	}
+	m := d.(protoreflect.ServiceDescriptor).Methods().ByName("Execute")
+	if m == nil || m.Input().FullName() != "dsh.tools.v1.ExecuteRequest" || !m.IsStreamingServer() {
+		t.Errorf("Execute via reflection = %v, want a server-streaming method taking dsh.tools.v1.ExecuteRequest", m)
+	}
+	bad := ask(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{
+		FileContainingSymbol: "dsh.nope.v1.Nothing"}})
+	if got := codes.Code(bad.GetErrorResponse().GetErrorCode()); got != codes.NotFound {
+		t.Errorf("unknown symbol: error code %v (%q), want NotFound", got, bad.GetErrorResponse().GetErrorMessage())
+	}
+}
+
+// withKnownImports adds the files set imports but does not carry (they are
+// in the global registry, e.g. google/protobuf/*.proto).
+func withKnownImports(set *descriptorpb.FileDescriptorSet) *descriptorpb.FileDescriptorSet {
+	have := map[string]bool{}
+	for _, f := range set.GetFile() {
+		have[f.GetName()] = true
+	}
+	for i := 0; i < len(set.File); i++ {
+		for _, dep := range set.File[i].GetDependency() {
+			if have[dep] {
+				continue
+			}
+			if fd, err := protoregistry.GlobalFiles.FindFileByPath(dep); err == nil {
+				have[dep] = true
+				set.File = append(set.File, protodesc.ToFileDescriptorProto(fd))
+			}
+		}
+	}
+	return set
 }
 
 func (s *suite) listing(t *testing.T) {

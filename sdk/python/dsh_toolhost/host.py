@@ -46,12 +46,15 @@ import grpc
 from dsh_toolhost.gen.dsh.tools.v1 import tools_pb2, tools_pb2_grpc
 from dsh_toolhost.gen.grpc.health.v1 import health_pb2, health_pb2_grpc
 from dsh_toolhost.interceptor import Interceptor, InterceptorServicer
+from dsh_toolhost.reflection import add_reflection
 from dsh_toolhost.tool import (Output, Tool, ToolContext, error_result, log_failure, parse_arguments, run_call,
                                sandbox_from_proto)
 
 __all__ = ["ToolHost", "Server", "serve", "HealthServicer", "TLSConfigError"]
 
 _TOOLHOST_SERVICE = "dsh.tools.v1.ToolHost"
+_INTERCEPTOR_SERVICE = "dsh.tools.v1.ToolInterceptor"
+_HEALTH_SERVICE = "grpc.health.v1.Health"
 
 
 class ToolHost(tools_pb2_grpc.ToolHostServicer):
@@ -384,7 +387,8 @@ class _AllowPeers(grpc.ServerInterceptor):
 
 
 class Server:
-    """A running host: ToolHost (+ optional ToolInterceptor) + health on one port.
+    """A running host: ToolHost (+ optional ToolInterceptor) + health + server
+    reflection (v1 and v1alpha, for grpcurl) on one port.
 
     ``tls_cert``/``tls_key`` serve TLS; ``tls_client_ca`` requires client
     certificates from that CA (mTLS); ``allow_peers`` limits callers to
@@ -423,8 +427,11 @@ class Server:
             self.health.set(_TOOLHOST_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         if interceptor is not None:
             tools_pb2_grpc.add_ToolInterceptorServicer_to_server(InterceptorServicer(interceptor), self._server)
-            self.health.set("dsh.tools.v1.ToolInterceptor", health_pb2.HealthCheckResponse.SERVING)
+            self.health.set(_INTERCEPTOR_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        services = [n for n in (_TOOLHOST_SERVICE if host is not None else None,
+                                _INTERCEPTOR_SERVICE if interceptor is not None else None) if n]
+        add_reflection(self._server, services + [_HEALTH_SERVICE])
         hostpart = address.rsplit(":", 1)[0]
         if creds is not None:
             self.port = self._server.add_secure_port(address, creds)

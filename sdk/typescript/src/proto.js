@@ -12,7 +12,7 @@ const here = path.dirname(fileURLToPath(import.meta.url))
 export const LOADER_OPTIONS = { longs: String, enums: String, defaults: true, oneofs: true }
 
 let cached
-/** @returns {{tools: any, health: any}} the loaded gRPC package objects */
+/** @returns {{tools: any, health: any, definition: object}} the loaded gRPC package objects and their proto-loader definition (for reflection) */
 export function loadProtos() {
   if (cached) return cached
   const protoDir = process.env.DSH_PROTO_DIR || path.resolve(here, '..', '..', '..', 'proto')
@@ -22,6 +22,6 @@ export function loadProtos() {
     includeDirs: [protoDir, localDir],
   })
   const pkg = grpc.loadPackageDefinition(def)
-  cached = { tools: pkg.dsh.tools.v1, health: pkg.grpc.health.v1 }
+  cached = { tools: pkg.dsh.tools.v1, health: pkg.grpc.health.v1, definition: def }
   return cached
 }
