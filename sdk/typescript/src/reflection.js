@@ -10,29 +10,17 @@
 // not used: it sends descriptors without their imports, grpc-node#3034.)
 
 import * as grpc from '@grpc/grpc-js'
-import { create, createRegistry, fromBinary, toBinary } from '@bufbuild/protobuf'
+import { create, createRegistry, toBinary } from '@bufbuild/protobuf'
 import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt'
-import { ServerReflectionRequestSchema, ServerReflectionResponseSchema } from '../gen/grpc/reflection/v1/reflection_pb.js'
+import { ServerReflection, ServerReflectionResponseSchema } from '../gen/grpc/reflection/v1/reflection_pb.js'
+import { grpcDefinition } from './grpcdef.js'
 
 export const REFLECTION_SERVICES = ['grpc.reflection.v1.ServerReflection', 'grpc.reflection.v1alpha.ServerReflection']
 
 class NotFound extends Error {}
 
 /** The grpc-js service definition of ServerReflection under a service name (v1 and v1alpha share the messages). */
-export function reflectionDefinition(serviceName) {
-  return {
-    ServerReflectionInfo: {
-      path: `/${serviceName}/ServerReflectionInfo`,
-      requestStream: true,
-      responseStream: true,
-      requestSerialize: (m) => Buffer.from(toBinary(ServerReflectionRequestSchema, m)),
-      requestDeserialize: (b) => fromBinary(ServerReflectionRequestSchema, b),
-      responseSerialize: (m) => Buffer.from(toBinary(ServerReflectionResponseSchema, m)),
-      responseDeserialize: (b) => fromBinary(ServerReflectionResponseSchema, b),
-      originalName: 'serverReflectionInfo',
-    },
-  }
-}
+export const reflectionDefinition = (serviceName) => grpcDefinition(ServerReflection, serviceName)
 
 /**
  * Reflection about `services` (full names) described by `files` (protobuf-es
