@@ -6,7 +6,10 @@ itself — just enough for one job: an ephemeral JetStream push consumer
 session) on a subject filter such as ``dsh.events.*.<session_id>`` (one
 session) or ``dsh.events.<tenant>.>`` (a tenant). Each message is yielded as
 an :class:`Event` with its headers (``Dsh-Event-Type``, ``Dsh-Seq``,
-``Dsh-Session-Id``, ``Dsh-Tenant``) and the decoded ``SessionEvent``.
+``Dsh-Session-Id``, ``Dsh-Tenant``) and the decoded ``SessionEvent`` — or
+None for an event too large for the server's max_payload
+(``Dsh-Event-Omitted``: fetch it with ``AgentClient.stream_events(sid,
+from_seq=ev.seq, follow=False)``).
 
     from dsh_toolhost.events import read_events, session_subject
 
@@ -53,7 +56,7 @@ def session_subject(session_id: str) -> str:
 class Event:
     subject: str
     headers: dict = field(default_factory=dict)
-    event: session_pb2.SessionEvent = field(default_factory=session_pb2.SessionEvent)
+    event: Optional[session_pb2.SessionEvent] = None  # None when omitted
 
     @property
     def type(self) -> str:
@@ -62,6 +65,10 @@ class Event:
     @property
     def seq(self) -> int:
         return int(self.headers.get("Dsh-Seq", "0"))
+
+    @property
+    def omitted(self) -> bool:
+        return "Dsh-Event-Omitted" in self.headers
 
 
 def read_events(url: str, subject: str, *, timeout: float = 30.0, tls: Optional[ssl.SSLContext] = None,
@@ -85,7 +92,7 @@ def read_events(url: str, subject: str, *, timeout: float = 30.0, tls: Optional[
     config = {"name": name, "deliver_subject": inbox + ".d", "filter_subject": subject, "deliver_policy": "all",
               "ack_policy": "none", "inactive_threshold": 30_000_000_000}
     body = json.dumps({"stream_name": STREAM, "config": config}).encode()
-    sock.sendall(f"CONNECT {json.dumps(connect)}\r\nSUB {inbox}.* 1\r\n".encode()
+    sock.sendall(f"CONNECT {json.dumps(connect)}\r\nSUB {inbox}.r 1\r\nSUB {inbox}.d 2\r\n".encode()
                  + f"PUB $JS.API.CONSUMER.CREATE.{STREAM}.{name}.{subject} {inbox}.r {len(body)}\r\n".encode()
                  + body + b"\r\n")
     try:
@@ -107,7 +114,8 @@ def read_events(url: str, subject: str, *, timeout: float = 30.0, tls: Optional[
                         raise ConnectionError(f"nats: cannot create a consumer on {STREAM} for {subject}: "
                                               f"{reply['error'].get('description')}")
                 elif not status:  # status messages (heartbeats, flow control) carry no event
-                    yield Event(subject=subj, headers=headers, event=session_pb2.SessionEvent.FromString(data[hlen:]))
+                    ev = None if "Dsh-Event-Omitted" in headers else session_pb2.SessionEvent.FromString(data[hlen:])
+                    yield Event(subject=subj, headers=headers, event=ev)
     finally:
         sock.close()
 
