@@ -47,9 +47,12 @@ def subject_token(session_id: str) -> str:
     return out or "%"
 
 
-def session_subject(session_id: str) -> str:
-    """The subject filter of one session's events, whatever its tenant."""
-    return "dsh.events.*." + subject_token(session_id)
+def session_subject(session_id: str, tenant: str = "*") -> str:
+    """The subject filter of one session's events: of any tenant ("*", for
+    an unscoped NATS user), or of ``tenant`` (what a tenant-scoped user may
+    read; "" is the agent's default tenant)."""
+    t = tenant if tenant == "*" else (subject_token(tenant) if tenant else "default")
+    return f"dsh.events.{t}.{subject_token(session_id)}"
 
 
 @dataclass

@@ -103,6 +103,8 @@ class SubjectTokenTest(unittest.TestCase):
                           ("a b", "a%20b"), ("é", "%C3%A9"), ("~\x7f", "~%7F"), ("", "%")]:
             self.assertEqual(subject_token(sid), want, sid)
         self.assertEqual(session_subject("a.b"), "dsh.events.*.a%2Eb")
+        self.assertEqual(session_subject("s1", tenant="ac.me"), "dsh.events.ac%2Eme.s1")
+        self.assertEqual(session_subject("s1", tenant=""), "dsh.events.default.s1")
 
 
 if __name__ == "__main__":
