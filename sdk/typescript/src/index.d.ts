@@ -190,4 +190,4 @@ export function serve(
 export function runCall(tool: ToolDefinition<any> | undefined, execution: any, io: { signal: AbortSignal; emit(stream: string, text: string): void; logger?: Logger }): Promise<any>
 export function errorResult(message: string, code?: string, name?: string): any
 export function descriptor(tool: ToolDefinition<any>): any
-export function loadProtos(): { tools: any; health: any }
+export function loadProtos(): { tools: any; health: any; definition: object }
