@@ -81,10 +81,10 @@ fuzz: ## Run each fuzz target briefly (FUZZTIME=30s to go longer).
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-10s} $$t || exit 1; done; done
 
 .PHONY: test-sdk
-test-sdk: ## The Python and TypeScript SDK suites, and the Python stub drift check.
+test-sdk: ## The Python and TypeScript SDK suites and their generated-code drift checks (the client examples run in test-go: examples/clients).
 	sdk/python/scripts/gen.sh --check
 	/usr/bin/python3 -m unittest discover -s sdk/python/tests -t sdk/python
-	cd sdk/typescript && node --test --test-reporter=spec test/ && npx --no-install tsc -p tsconfig.json
+	cd sdk/typescript && npm run --silent generate:check && node --test --test-reporter=spec test/ && npx --no-install tsc -p tsconfig.json
 
 .PHONY: test-polyglot
 test-polyglot: setup test-sdk ## Polyglot toolhosts only: SDK suites, conformance suite, MCP bridge.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# setup-polyglot.sh installs what the Python and TypeScript toolhost SDKs need:
+# setup-polyglot.sh installs what the Python and TypeScript SDKs need:
 # Debian's grpcio/protobuf for /usr/bin/python3, protoc + grpc_python_plugin
-# (for the stub drift check), the npm dependencies of sdk/typescript, and
+# (for the stub drift check), pip, venv, setuptools and wheel (to build and
+# install the Python package, as examples/clients does), the npm dependencies
+# of sdk/typescript (buf and protoc-gen-es for its generated types), and
 # Debian's postgresql (internal/pgtest starts a throwaway server from its
 # binaries for the PostgreSQL store's tests; the tests fail rather than skip
 # when DSH_REQUIRE_POSTGRES is set).
@@ -10,7 +12,8 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-debs=(python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc postgresql)
+debs=(python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc python3-pip python3-venv
+	python3-setuptools python3-wheel postgresql)
 
 missing=()
 for p in "${debs[@]}"; do

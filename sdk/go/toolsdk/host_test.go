@@ -169,7 +169,7 @@ func TestExecuteResults(t *testing.T) {
 			IsError: true, Error: &toolsv1.ToolErrorInfo{Name: "ToolArgsError", Code: "INVALID_ARGS"},
 		}},
 		{"not json", "echo", `{"text":`, &toolsv1.ToolExecutionResult{
-			Content: text(`Error: invalid arguments: arguments are not valid JSON: unexpected EOF`),
+			Content: text(`Error: invalid arguments: arguments are not valid JSON: unexpected end of JSON input`),
 			IsError: true, Error: &toolsv1.ToolErrorInfo{Name: "ToolArgsError", Code: "INVALID_ARGS"},
 		}},
 		{"not an object", "echo", `"hi"`, &toolsv1.ToolExecutionResult{

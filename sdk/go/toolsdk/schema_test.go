@@ -102,7 +102,7 @@ func TestValidate(t *testing.T) {
 		{"valid minimal", `{"command":"ls","items":[]}`, nil},
 		{"extra keys allowed", `{"command":"ls","items":[],"whatever":1}`, nil},
 		{"null optional is absent", `{"command":"ls","items":[],"mode":null}`, nil},
-		{"not json", `{"command":`, []string{"arguments are not valid JSON: unexpected EOF"}},
+		{"not json", `{"command":`, []string{"arguments are not valid JSON: unexpected end of JSON input"}},
 		{"trailing data", `{} {}`, []string{"arguments are not valid JSON: unexpected data after the JSON value"}},
 		{"not an object", `[1]`, []string{`"arguments" must be an object`}},
 		{"null", `null`, []string{`"arguments" must be an object`}},

@@ -322,8 +322,8 @@ func (t *typed[Args]) decode(raw string) (Args, error) {
 		if v := Validate(t.schema, []byte(raw)); len(v) > 0 {
 			return a, &ArgsError{Violations: v}
 		}
-	} else if !json.Valid([]byte(raw)) {
-		return a, &ArgsError{Violations: []string{"arguments are not valid JSON"}}
+	} else if _, err := decodeJSON([]byte(raw)); err != nil {
+		return a, &ArgsError{Violations: []string{"arguments are not valid JSON: " + err.Error()}}
 	}
 	if err := unmarshalArgs([]byte(raw), &a); err != nil {
 		return a, &ArgsError{Violations: []string{err.Error()}}

@@ -49,11 +49,21 @@ func Validate(s *Schema, args []byte) []string {
 	return out
 }
 
+// errEndOfInput is the reason for empty or truncated argument text, worded as
+// encoding/json's Unmarshal (and JavaScript's JSON.parse) word it; the
+// Python and TypeScript SDKs use the same words (conformance suite).
+var errEndOfInput = errors.New("unexpected end of JSON input")
+
+// decodeJSON decodes exactly one JSON value. Its errors are the reasons every
+// dsh host gives after "arguments are not valid JSON: ".
 func decodeJSON(b []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, errEndOfInput
+		}
 		return nil, err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {

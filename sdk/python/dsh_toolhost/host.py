@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import queue
 import signal
@@ -45,11 +46,15 @@ import grpc
 from dsh_toolhost.gen.dsh.tools.v1 import tools_pb2, tools_pb2_grpc
 from dsh_toolhost.gen.grpc.health.v1 import health_pb2, health_pb2_grpc
 from dsh_toolhost.interceptor import Interceptor, InterceptorServicer
-from dsh_toolhost.tool import Output, Tool, ToolContext, parse_arguments, run_call, sandbox_from_proto
+from dsh_toolhost.reflection import add_reflection
+from dsh_toolhost.tool import (Output, Tool, ToolContext, error_result, log_failure, parse_arguments, run_call,
+                               sandbox_from_proto)
 
 __all__ = ["ToolHost", "Server", "serve", "HealthServicer", "TLSConfigError"]
 
 _TOOLHOST_SERVICE = "dsh.tools.v1.ToolHost"
+_INTERCEPTOR_SERVICE = "dsh.tools.v1.ToolInterceptor"
+_HEALTH_SERVICE = "grpc.health.v1.Health"
 
 
 class ToolHost(tools_pb2_grpc.ToolHostServicer):
@@ -208,7 +213,7 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
             try:
                 result = run_call(t, ex, ctx, events.put)
             except BaseException as e:  # noqa: BLE001 - last line of defence
-                from dsh_toolhost.tool import error_result
+                log_failure(ex.name, ctx, e)
                 result = error_result(str(e) or type(e).__name__)
             events.put(result)
 
@@ -382,7 +387,8 @@ class _AllowPeers(grpc.ServerInterceptor):
 
 
 class Server:
-    """A running host: ToolHost (+ optional ToolInterceptor) + health on one port.
+    """A running host: ToolHost (+ optional ToolInterceptor) + health + server
+    reflection (v1 and v1alpha, for grpcurl) on one port.
 
     ``tls_cert``/``tls_key`` serve TLS; ``tls_client_ca`` requires client
     certificates from that CA (mTLS); ``allow_peers`` limits callers to
@@ -421,8 +427,11 @@ class Server:
             self.health.set(_TOOLHOST_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         if interceptor is not None:
             tools_pb2_grpc.add_ToolInterceptorServicer_to_server(InterceptorServicer(interceptor), self._server)
-            self.health.set("dsh.tools.v1.ToolInterceptor", health_pb2.HealthCheckResponse.SERVING)
+            self.health.set(_INTERCEPTOR_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        services = [n for n in (_TOOLHOST_SERVICE if host is not None else None,
+                                _INTERCEPTOR_SERVICE if interceptor is not None else None) if n]
+        add_reflection(self._server, services + [_HEALTH_SERVICE])
         hostpart = address.rsplit(":", 1)[0]
         if creds is not None:
             self.port = self._server.add_secure_port(address, creds)
@@ -462,7 +471,12 @@ def serve(tools: Iterable[Tool] = (), *, host: Optional[ToolHost] = None, addres
     is printed on stdout as ``dsh-toolhost listening on HOST:PORT``. The TLS
     options default to ``$DSH_TLS_CERT``, ``$DSH_TLS_KEY``, ``$DSH_TLS_CLIENT_CA``,
     ``$DSH_ALLOW_PEER`` (comma-separated) and ``$DSH_INSECURE`` (see Server).
+    When the program configured no logging, log records (a tool's exception
+    with its traceback) go to stderr.
     """
+    if not logging.getLogger().handlers:  # the program set up no logging: failures go to stderr
+        logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     env = os.environ.get
     if allow_peers is None:
         allow_peers = [p.strip() for p in env("DSH_ALLOW_PEER", "").split(",") if p.strip()]

@@ -16,7 +16,10 @@ A body may
 * observe cancellation: ``ctx.cancelled`` is a :class:`threading.Event` that is
   set when the caller cancels the RPC (``ctx.check_cancelled()`` raises);
 * fail: raise :class:`ToolError` (message + stable code) or any exception. The
-  model then sees ``Error: <message>``; the host never dies.
+  model then sees ``Error: <message>``; the host never dies. Any other
+  exception is also logged at ERROR with its traceback on the
+  ``dsh_toolhost`` logger (the tool, the call id and the session name it),
+  so the host's operator sees what the model only gets the message of.
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import logging
 import threading
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from dsh_toolhost import schema as _schema
+from dsh_toolhost.jsonsyntax import syntax_error
 from dsh_toolhost.gen.dsh.llm.v1 import llm_pb2
 from dsh_toolhost.gen.dsh.tools.v1 import tools_pb2
 from dsh_toolhost.views import ToolResult, text
@@ -38,6 +43,8 @@ __all__ = [
     "tool", "raw_tool", "Tool", "ToolContext", "ToolError", "Cancelled", "Result", "Output",
     "run_call", "error_result", "Concurrency",
 ]
+
+log = logging.getLogger("dsh_toolhost")
 
 Concurrency = typing.Literal["never", "always", "per_call"]
 _CONCURRENCY = {
@@ -377,15 +384,15 @@ def _message(e: BaseException) -> str:
     return msg if msg else type(e).__name__
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def parse_arguments(raw: str) -> tuple[Any, Optional[str]]:
-    """Parse the model's argument text (empty text is not JSON, as in the Go SDK)."""
+    """Parse the model's argument text; the error is worded as every dsh host
+    words it (see :mod:`dsh_toolhost.jsonsyntax`; empty text is not JSON)."""
+    bad = syntax_error(raw)
+    if bad is not None:
+        return None, f"arguments are not valid JSON: {bad}"
     try:
-        return json.loads(raw, parse_constant=_reject_constant), None
-    except ValueError as e:
+        return json.loads(raw), None
+    except (ValueError, RecursionError) as e:  # the scan accepted it: only nesting Python cannot hold
         return None, f"arguments are not valid JSON: {e}"
 
 
@@ -427,12 +434,19 @@ def run_call(t: Optional[Tool], execution: tools_pb2.ToolExecution, ctx: ToolCon
         result = error_result(_message(e) or "tool call aborted", "ABORTED", "AbortError")
         meta = None
     except Exception as e:  # noqa: BLE001 - a throwing tool fails the call, never the host
+        log_failure(t.name, ctx, e)
         result = error_result(_message(e))
         meta = None
     view = t.result_view(args, ToolResult(content=list(result.content), is_error=result.is_error, meta=meta))
     if view is not None:
         result.view.CopyFrom(view)
     return result
+
+
+def log_failure(tool_name: str, ctx: ToolContext, e: BaseException) -> None:
+    """Log an unexpected exception of a tool body with its traceback."""
+    log.error("tool %s failed (call %s, session %s): %s", tool_name, ctx.call_id or "-", ctx.session_id or "-",
+              _message(e), exc_info=(type(e), e, e.__traceback__))
 
 
 def _drain(gen: Iterator, ctx: ToolContext, emit: Callable[[Output], None]) -> Any:

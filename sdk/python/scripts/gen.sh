@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# gen.sh regenerates dsh_toolhost/gen from ../../proto (the dsh contract) and
-# proto/ (the vendored gRPC health protocol) with Debian's protoc and
-# grpc_python_plugin. `gen.sh --check` regenerates into a temporary directory
-# and fails when the committed stubs differ (drift check).
+# gen.sh regenerates dsh_toolhost/gen from ../../proto (the dsh contract: all
+# four packages, llm, tools, session and agent) and proto/ (the vendored gRPC
+# health and reflection protocols, and google/protobuf/field_mask.proto which
+# protoc needs to parse agent.proto; its module comes with python3-protobuf)
+# with Debian's protoc and grpc_python_plugin. `gen.sh --check` regenerates
+# into a temporary directory and fails when the committed stubs differ
+# (drift check).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -16,12 +19,13 @@ if ((!check)); then rm -rf "$out"; fi
 mkdir -p "$out"
 protoc -I "$repo/proto" -I "$here/proto" \
 	--python_out="$out" --grpc_python_out="$out" --plugin=protoc-gen-grpc_python="$plugin" \
-	dsh/llm/v1/llm.proto dsh/tools/v1/tools.proto grpc/health/v1/health.proto
+	dsh/llm/v1/llm.proto dsh/tools/v1/tools.proto dsh/session/v1/session.proto dsh/agent/v1/agent.proto \
+	grpc/health/v1/health.proto grpc/reflection/v1/reflection.proto
 
 # protoc emits absolute imports ("from dsh.llm.v1 import llm_pb2"); make them
 # package-relative so the stubs live inside dsh_toolhost without touching sys.path.
 find "$out" -name '*.py' -print0 | xargs -0 sed -i -E \
-	-e 's/^from (dsh|grpc\.health)\.([a-z0-9_.]+) import ([a-z0-9_]+_pb2)/from dsh_toolhost.gen.\1.\2 import \3/'
+	-e 's/^from (dsh|grpc\.health|grpc\.reflection)\.([a-z0-9_.]+) import ([a-z0-9_]+_pb2)/from dsh_toolhost.gen.\1.\2 import \3/'
 for d in $(find "$out" -type d); do touch "$d/__init__.py"; done
 
 if ((check)); then

@@ -38,6 +38,13 @@ def text(r):
     return "".join(b.text.text for b in r.content)
 
 
+def helper_that_fails(x: int) -> str:
+    try:
+        return str(1 // 0)
+    except ZeroDivisionError as e:
+        raise RuntimeError(f"no luck with {x}") from e
+
+
 class ToolTest(unittest.TestCase):
     def test_argument_conversion(self):
         seen = {}
@@ -151,6 +158,62 @@ class ToolTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             Tool(name="", description="", parameters={"type": "object"}, fn=lambda: None)
 
+    def test_exception_is_logged_with_traceback(self):
+        @tool
+        def explode(x: int) -> str:
+            """Fails deep inside."""
+            return helper_that_fails(x)
+
+        ctx = ToolContext(call_id="call-7", session_id="s-1")
+        with self.assertLogs("dsh_toolhost", "ERROR") as logs:
+            r = call(explode, {"x": 3}, ctx)
+        # The model sees only the message ...
+        self.assertEqual((text(r), r.is_error), ("Error: no luck with 3", True))
+        self.assertNotIn("Traceback", text(r))
+        # ... the host's log has the tool, the call, the session and the traceback.
+        self.assertEqual(len(logs.records), 1)
+        line = logs.output[0]
+        for want in ("explode", "call-7", "s-1", "no luck with 3", "Traceback", "helper_that_fails", "ZeroDivisionError"):
+            self.assertIn(want, line)
+
+    def test_tool_error_is_not_logged(self):
+        from dsh_toolhost import ToolError
+
+        @tool
+        def typed() -> str:
+            """Fails on purpose."""
+            raise ToolError("not today", "NOPE")
+
+        with self.assertNoLogs("dsh_toolhost", "ERROR"):
+            r = call(typed, {})
+        self.assertEqual((text(r), r.error.code), ("Error: not today", "NOPE"))
+
+    def test_invalid_json_message(self):
+        @tool
+        def t(a: int = 0) -> str:
+            """T."""
+            return "ok"
+
+        cases = [
+            ("", "unexpected end of JSON input"),
+            ('{"a":', "unexpected end of JSON input"),
+            ("{} x", "unexpected data after the JSON value"),
+            ('{"a" 1}', "invalid character '1' after object key"),
+            ('{"a":1,}', "invalid character '}' looking for beginning of object key string"),
+            ('{"a":[1 2]}', "invalid character '2' after array element"),
+            ('{"a":tru}', "invalid character '}' in literal true (expecting 'e')"),
+            ('{"a":"\\u12g4"}', "invalid character 'g' in \\u hexadecimal character escape"),
+            ('{"a":"\x01"}', "invalid character '\\x01' in string literal"),
+            ('{"a":\u00e9}', "invalid character '\u00c3' looking for beginning of value"),
+            ('{"a":\u00a0}', "invalid character '\u00c2' looking for beginning of value"),
+            ('[' * 10001, "invalid character '[' exceeded max depth"), ('[' * 10000, "unexpected end of JSON input"),
+        ]
+        for raw, want in cases:
+            with self.subTest(raw=raw[:20]):
+                r = run_call(t, tools_pb2.ToolExecution(call_id="c", name="t", arguments=raw), ToolContext(), lambda o: None)
+                self.assertEqual(text(r), "Error: invalid arguments: arguments are not valid JSON: " + want)
+                self.assertEqual(r.error.code, "INVALID_ARGS")
+
     def test_json_values(self):
         @tool
         def j() -> dict:
@@ -158,7 +221,7 @@ class ToolTest(unittest.TestCase):
             return {"a": [1, 2]}
 
         self.assertEqual(text(call(j, {})), '{"a": [1, 2]}')
-        self.assertEqual(text(call(j, "NaN")), "Error: invalid arguments: arguments are not valid JSON: NaN is not JSON")
+        self.assertEqual(text(call(j, "NaN")), "Error: invalid arguments: arguments are not valid JSON: invalid character 'N' looking for beginning of value")
 
 
 if __name__ == "__main__":

@@ -29,11 +29,16 @@ import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
 import * as grpc from '@grpc/grpc-js'
+import { file_dsh_tools_v1_tools } from '../gen/dsh/tools/v1/tools_pb.js'
+import { file_grpc_health_v1_health } from '../gen/grpc/health/v1/health_pb.js'
+import { file_grpc_reflection_v1_reflection } from '../gen/grpc/reflection/v1/reflection_pb.js'
+import { REFLECTION_SERVICES, reflectionDefinition, reflectionHandlers } from './reflection.js'
 import { loadProtos } from './proto.js'
-import { callView, descriptor, executionMode, parseArguments, runCall, errorResult, toProtoResult } from './tool.js'
+import { callView, descriptor, executionMode, parseArguments, runCall, errorResult, toProtoResult, logFailure, stderrLogger } from './tool.js'
 import { interceptorService } from './interceptor.js'
 
 const TOOLHOST_SERVICE = 'dsh.tools.v1.ToolHost'
+const INTERCEPTOR_SERVICE = 'dsh.tools.v1.ToolInterceptor'
 
 /** path.normalize without a trailing slash (Go's filepath.Clean). */
 const cleanPath = (p) => {
@@ -54,10 +59,12 @@ export class ToolHost {
    * they really do: agents then refuse confined calls on this host.
    * workspaceContext(cwd) → GetWorkspaceContextResponse (or a promise of it)
    * answers GetWorkspaceContext for a host that owns a workspace; without it
-   * the host owns none and answers an empty context.
+   * the host owns none and answers an empty context. logger.error(msg)
+   * receives a tool's unexpected throw with its stack (default: stderr).
    */
-  constructor(tools = [], { maxArgumentBytes = 1 << 20, enforcesSandbox = false, workspaceContext } = {}) {
+  constructor(tools = [], { maxArgumentBytes = 1 << 20, enforcesSandbox = false, workspaceContext, logger = stderrLogger } = {}) {
     this.maxArgumentBytes = maxArgumentBytes
+    this.logger = logger
     this.sandboxSupport = enforcesSandbox ? 'SANDBOX_SUPPORT_ENFORCED' : 'SANDBOX_SUPPORT_UNSPECIFIED'
     this.workspaceContext = workspaceContext
     for (const t of tools) this.#add(t)
@@ -183,8 +190,11 @@ export class ToolHost {
         const emit = (stream, text) => {
           if (!ac.signal.aborted) call.write({ output: { stream, text } })
         }
-        runCall(this.#tools.get(ex.name), ex, { signal: ac.signal, emit })
-          .catch((e) => toProtoResult(errorResult(e instanceof Error ? e.message : String(e))))
+        runCall(this.#tools.get(ex.name), ex, { signal: ac.signal, emit, logger: this.logger })
+          .catch((e) => {
+            logFailure(this.logger, ex.name, { callId: ex.callId, sessionId: ex.context?.sessionId }, e)
+            return toProtoResult(errorResult(e instanceof Error ? e.message : String(e)))
+          })
           .then((result) => {
             finished = true
             if (ac.signal.aborted) return
@@ -288,7 +298,8 @@ function guard(service, handlers, allowed) {
 }
 
 /**
- * A running server: ToolHost (+ optional ToolInterceptor) + health on one port.
+ * A running server: ToolHost (+ optional ToolInterceptor) + health + server
+ * reflection (v1 and v1alpha) on one port.
  * tlsCert/tlsKey serve TLS, tlsClientCa requires client certificates (mTLS),
  * allowPeers limits callers to those URI or DNS SANs; insecure allows a
  * plaintext non-loopback listen.
@@ -330,9 +341,15 @@ export class Server {
     }
     if (interceptor) {
       add(protos.tools.ToolInterceptor.service, interceptorService(interceptor))
-      this.health.set('dsh.tools.v1.ToolInterceptor', 'SERVING')
+      this.health.set(INTERCEPTOR_SERVICE, 'SERVING')
     }
     add(protos.health.Health.service, this.health.handlers())
+    // Server reflection (v1 and v1alpha) of the services above, so grpcurl
+    // and other generic clients work without the .proto files, as on every
+    // Go dsh server.
+    const served = [host && TOOLHOST_SERVICE, interceptor && INTERCEPTOR_SERVICE, 'grpc.health.v1.Health'].filter(Boolean)
+    const reflection = reflectionHandlers(served, [file_dsh_tools_v1_tools, file_grpc_health_v1_health, file_grpc_reflection_v1_reflection])
+    for (const name of REFLECTION_SERVICES) add(reflectionDefinition(name), reflection)
   }
 
   /** Bind and start; resolves to the bound "host:port". */

@@ -136,8 +136,13 @@ export function specToJsonSchema(spec: SchemaSpec): Record<string, unknown>
 export function validateArgs(spec: SchemaSpec, args: unknown): string[]
 export function text(s: string): { type: 'text'; text: string }
 
+/** Where a host logs a tool's unexpected throw (with its stack); the default writes to stderr. */
+export interface Logger {
+  error(message: string): void
+}
+
 export class ToolHost {
-  constructor(tools?: ToolDefinition<any>[], opts?: { maxArgumentBytes?: number; enforcesSandbox?: boolean; workspaceContext?: (cwd: string) => any })
+  constructor(tools?: ToolDefinition<any>[], opts?: { maxArgumentBytes?: number; enforcesSandbox?: boolean; workspaceContext?: (cwd: string) => any; logger?: Logger })
   /** SANDBOX_SUPPORT_ENFORCED when constructed with enforcesSandbox, else SANDBOX_SUPPORT_UNSPECIFIED. */
   readonly sandboxSupport: string
   add(tool: ToolDefinition<any>): void
@@ -182,7 +187,7 @@ export function serve(
   tools?: ToolDefinition<any>[],
   opts?: { host?: ToolHost; address?: string; interceptor?: Interceptor; graceMs?: number } & TLSOptions,
 ): Promise<Server>
-export function runCall(tool: ToolDefinition<any> | undefined, execution: any, io: { signal: AbortSignal; emit(stream: string, text: string): void }): Promise<any>
+export function runCall(tool: ToolDefinition<any> | undefined, execution: any, io: { signal: AbortSignal; emit(stream: string, text: string): void; logger?: Logger }): Promise<any>
 export function errorResult(message: string, code?: string, name?: string): any
 export function descriptor(tool: ToolDefinition<any>): any
-export function loadProtos(): { tools: any; health: any }
+export function loadProtos(): { tools: any; health: any; definition: object }

@@ -1,9 +1,12 @@
 // Tool definitions (defineTool / rawTool) and the transport-free run of one
 // call: parse → validate → body (with an AbortSignal and an emit callback) →
 // result → result view. A body that throws becomes an `Error: <message>`
-// result; nothing a tool does can take the host down.
+// result; nothing a tool does can take the host down. Any throw other than a
+// ToolError or an abort is also logged with its stack at the host (the
+// model gets only the message).
 
 import { specToJsonSchema, validateArgs } from './schema.js'
+import { syntaxError } from './jsonsyntax.js'
 import { blockToProto, callViewToProto, resultViewToProto } from './views.js'
 
 /** A typed failure: the model sees `Error: <message>` and the result carries {name, code}. */
@@ -80,8 +83,13 @@ export function descriptor(t) {
   }
 }
 
-/** Parse the model's argument text (empty text is not JSON, as in the Go SDK). */
+/**
+ * Parse the model's argument text; the error is worded as every dsh host
+ * words it (see jsonsyntax.js; empty text is not JSON).
+ */
 export function parseArguments(raw) {
+  const bad = syntaxError(raw)
+  if (bad !== undefined) return { error: `arguments are not valid JSON: ${bad}` }
   try {
     return { args: JSON.parse(raw) }
   } catch (e) {
@@ -175,12 +183,21 @@ async function drain(gen, ctx) {
  * aborts when the caller cancels; `emit(stream, text)` sends live output.
  * Resolves to the wire ToolExecutionResult; never rejects for tool failures.
  */
-export async function runCall(t, execution, { signal, emit }) {
-  const r = await runCallAuthor(t, execution, { signal, emit })
+export async function runCall(t, execution, { signal, emit, logger = stderrLogger }) {
+  const r = await runCallAuthor(t, execution, { signal, emit, logger })
   return toProtoResult(r)
 }
 
-async function runCallAuthor(t, execution, { signal, emit }) {
+/** The default logger: one line (plus the stack) on stderr. */
+export const stderrLogger = { error: (msg) => process.stderr.write(`${new Date().toISOString()} ERROR dsh-toolhost: ${msg}\n`) }
+
+/** Log an unexpected throw of a tool body with its stack. */
+export function logFailure(logger, toolName, ctx, e) {
+  const detail = e instanceof Error ? (e.stack ?? `${e.name}: ${e.message}`) : `thrown value: ${String(e)}`
+  logger.error(`tool ${toolName} failed (call ${ctx.callId || '-'}, session ${ctx.sessionId || '-'}): ${messageOf(e)}\n${detail}`)
+}
+
+async function runCallAuthor(t, execution, { signal, emit, logger }) {
   if (!t) return errorResult(`unknown tool "${execution.name}"`, 'UNKNOWN_TOOL', 'ToolNotFoundError')
   const parsed = parseArguments(execution.arguments ?? '')
   if (parsed.error) return errorResult(`invalid arguments: ${parsed.error}`, 'INVALID_ARGS', 'ToolArgsError')
@@ -213,7 +230,10 @@ async function runCallAuthor(t, execution, { signal, emit }) {
   } catch (e) {
     if (e instanceof ToolError) result = errorResult(e.message, e.code, e.errorName)
     else if (signal.aborted) result = errorResult('tool call aborted', 'ABORTED', 'AbortError')
-    else result = errorResult(messageOf(e))
+    else {
+      logFailure(logger, t.name, ctx, e)
+      result = errorResult(messageOf(e))
+    }
   }
   const view = resultView(t, args, { content: result.content, isError: result.isError === true, meta: result.meta })
   if (view) result.view = view

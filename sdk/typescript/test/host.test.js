@@ -21,8 +21,9 @@ const policyProbe = defineTool({ name: 'policy_probe', execute: async (_a, ctx) 
 const raw = rawTool({ name: 'raw', parameters: { type: 'object', properties: { a: { type: 'string' } } }, execute: async (a) => JSON.stringify(a) })
 
 let srv, client, stub
+const logged = []
 before(async () => {
-  const host = new ToolHost([boom, typedFail, syncThrow, emitter, badReturn, raw, policyProbe])
+  const host = new ToolHost([boom, typedFail, syncThrow, emitter, badReturn, raw, policyProbe], { logger: { error: (m) => logged.push(m) } })
   for (const t of conformanceTools(host)) host.add(t)
   srv = new Server({ host })
   const addr = await srv.listen('127.0.0.1:0')
@@ -86,7 +87,7 @@ test('results', async (t) => {
   const cases = [
     ['echo', 'conf_echo', { text: 'hi', mode: 'upper' }, 'HI', false, null],
     ['invalid', 'conf_echo', { mode: 'x', opts: {} }, 'Error: invalid arguments: missing required property "text"; "mode" must be one of [plain, upper]; missing required property "opts.flag"', true, ['ToolArgsError', 'INVALID_ARGS']],
-    ['not json', 'conf_echo', '{', null, true, ['ToolArgsError', 'INVALID_ARGS']],
+    ['not json', 'conf_echo', '{', 'Error: invalid arguments: arguments are not valid JSON: unexpected end of JSON input', true, ['ToolArgsError', 'INVALID_ARGS']],
     ['not object', 'conf_echo', '[]', 'Error: invalid arguments: "arguments" must be an object', true, ['ToolArgsError', 'INVALID_ARGS']],
     ['unknown', 'nope', {}, 'Error: unknown tool "nope"', true, ['ToolNotFoundError', 'UNKNOWN_TOOL']],
     ['throws', 'boom', { x: 2 }, 'Error: bad x 2', true, null],
@@ -98,13 +99,19 @@ test('results', async (t) => {
   for (const [name, tool, args, want, isError, err] of cases) {
     await t.test(name, async () => {
       const { result } = await run(tool, args)
-      if (want !== null) assert.equal(textOf(result), want)
-      else assert.match(textOf(result), /^Error: invalid arguments: arguments are not valid JSON/)
+      assert.equal(textOf(result), want)
       assert.equal(result.isError, isError)
       if (err) assert.deepEqual([result.error.name, result.error.code], err)
       else assert.equal(result.error, null)
     })
   }
+})
+
+test('a throwing tool is logged at the host with its stack, the call and the session', () => {
+  const line = logged.find((l) => l.includes('tool boom failed'))
+  assert.ok(line, `no log line for boom in ${JSON.stringify(logged)}`)
+  for (const want of ['call c1', 'session s1', 'bad x 2', 'Error: bad x 2\n    at ']) assert.ok(line.includes(want), `${want} missing from ${line}`)
+  assert.ok(!logged.some((l) => l.includes('typed_fail')), 'a ToolError is a result, not a host failure')
 })
 
 test('meta and views', async () => {

@@ -1,6 +1,6 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { defineTool, rawTool, runCall, descriptor } from '../src/index.js'
+import { defineTool, rawTool, runCall, descriptor, ToolError } from '../src/index.js'
 import { executionMode, callView } from '../src/tool.js'
 
 const run = (t, args, signal = new AbortController().signal, outs = []) =>
@@ -77,4 +77,47 @@ test('definition errors', () => {
   assert.throws(() => defineTool({ name: '', execute: () => '' }), /needs a name/)
   assert.throws(() => defineTool({ name: 'x' }), /execute must be a function/)
   assert.throws(() => defineTool({ name: 'x', concurrency: 'sometimes', execute: () => '' }), /concurrency/)
+})
+
+test('invalid JSON is worded as every dsh host words it', async () => {
+  const t = defineTool({ name: 'j', parameters: { a: { type: 'number' } }, execute: () => 'ok' })
+  const cases = [
+    ['', 'unexpected end of JSON input'],
+    ['{"a":', 'unexpected end of JSON input'],
+    ['{} x', 'unexpected data after the JSON value'],
+    ['{"a" 1}', "invalid character '1' after object key"],
+    ['{"a":1,}', "invalid character '}' looking for beginning of object key string"],
+    ['{"a":[1 2]}', "invalid character '2' after array element"],
+    ['{"a":tru}', "invalid character '}' in literal true (expecting 'e')"],
+    ['{"a":"\\u12g4"}', "invalid character 'g' in \\u hexadecimal character escape"],
+    ['{"a":"\x01"}', "invalid character '\\x01' in string literal"],
+    ['{"a":\u00e9}', "invalid character '\u00c3' looking for beginning of value"],
+    ['{"a":\u0080}', "invalid character '\u00c2' looking for beginning of value"],
+    ['{"a":\uffff}', "invalid character '\u00ef' looking for beginning of value"],
+    ['['.repeat(10001), "invalid character '[' exceeded max depth"],
+    ['['.repeat(10000), 'unexpected end of JSON input'],
+  ]
+  for (const [raw, want] of cases) {
+    const r = await run(t, raw)
+    assert.equal(textOf(r), `Error: invalid arguments: arguments are not valid JSON: ${want}`, raw.slice(0, 20))
+    assert.equal(r.error.code, 'INVALID_ARGS')
+  }
+})
+
+test('a throw is logged with its stack; the model gets only the message', async () => {
+  function helperThatFails(x) {
+    throw new RangeError(`no luck with ${x}`)
+  }
+  const t = defineTool({ name: 'explode', parameters: { x: { type: 'number', required: true } }, execute: (a) => helperThatFails(a.x) })
+  const typed = defineTool({ name: 'typed', execute: () => { throw new ToolError('not today', 'NOPE') } })
+  const lines = []
+  const logger = { error: (m) => lines.push(m) }
+  const ex = (tool, args) => ({ callId: 'call-7', name: tool.name, arguments: JSON.stringify(args), context: { sessionId: 's-1' } })
+  const r = await runCall(t, ex(t, { x: 3 }), { signal: new AbortController().signal, emit: () => {}, logger })
+  assert.equal(textOf(r), 'Error: no luck with 3')
+  assert.equal(lines.length, 1)
+  for (const want of ['explode', 'call-7', 's-1', 'no luck with 3', 'RangeError', 'helperThatFails']) assert.ok(lines[0].includes(want), `${want} missing from ${lines[0]}`)
+  const r2 = await runCall(typed, ex(typed, {}), { signal: new AbortController().signal, emit: () => {}, logger })
+  assert.equal(textOf(r2), 'Error: not today')
+  assert.equal(lines.length, 1, 'a ToolError is a result, not a host failure')
 })
