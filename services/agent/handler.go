@@ -99,6 +99,9 @@ func (s *Service) createNew(ctx context.Context, req *agentv1.CreateSessionReque
 	if err := checkSandbox(opts.GetSandbox()); err != nil {
 		return nil, err
 	}
+	if err := s.checkCwd(ctx, cwd, opts.GetToolhosts()); err != nil {
+		return nil, err
+	}
 	if id == "" {
 		id = req.GetSessionId()
 	}
@@ -545,4 +548,27 @@ func cloneContexts(cs []*toolsv1.HookContext) []*toolsv1.HookContext {
 		out[i] = proto.CloneOf(c)
 	}
 	return out
+}
+
+// cwdChecker is a workspace source that can tell, before a session exists,
+// whether its toolhosts accept its cwd (prompt.Workspaces).
+type cwdChecker interface {
+	CheckCwd(ctx context.Context, cwd string, hosts []string) error
+}
+
+// checkCwd refuses a new session whose cwd a visible toolhost refuses (in a
+// cluster: a client's local path, or an agent default outside the
+// toolhost's workspace volume), as INVALID_ARGUMENT at creation.
+func (s *Service) checkCwd(ctx context.Context, cwd string, hosts []string) error {
+	c, ok := s.deps.Workspace.(cwdChecker)
+	if !ok || cwd == "" {
+		return nil
+	}
+	if err := c.CheckCwd(ctx, cwd, hosts); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return invalidf("%v; create the session with a cwd inside that toolhost's workspace (the agent's --default-cwd is the default)", err)
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -92,6 +93,7 @@ func run() error {
 	titleProvider := flag.String("title-provider", env("DSH_TITLE_PROVIDER", ""), "provider route of session-title calls; empty: the session's (env DSH_TITLE_PROVIDER)")
 	titleModel := flag.String("title-model", env("DSH_TITLE_MODEL", ""), "small model of session-title calls; empty: the session's (env DSH_TITLE_MODEL)")
 	noTitles := flag.Bool("no-titles", false, "do not title sessions with a model call")
+	defaultCwd := flag.String("default-cwd", env("DSH_DEFAULT_CWD", ""), "cwd of sessions created without one, inside the toolhosts' workspace (in a cluster: the toolhost's workspace volume, e.g. /workspace); default: the agent's own working directory (env DSH_DEFAULT_CWD)")
 	flag.Parse()
 	if err := cmdline.NoArgs(flag.CommandLine); err != nil {
 		return err
@@ -104,9 +106,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cwd, err := os.Getwd()
-	if err != nil {
-		return err
+	cwd := *defaultCwd
+	if cwd == "" {
+		if cwd, err = os.Getwd(); err != nil {
+			return err
+		}
+	} else if !filepath.IsAbs(cwd) {
+		return fmt.Errorf("--default-cwd %q must be an absolute path", cwd)
 	}
 	srvOpts, err := srvFlags.ServerOptions(auth.Options{Listen: *listen, Unauthenticated: authFlags.Unauthenticated(), Logger: logger})
 	if err != nil {
