@@ -319,6 +319,14 @@ func (s *Service) Steer(ctx context.Context, req *agentv1.SteerRequest) (*agentv
 }
 
 func (s *Service) submit(ctx context.Context, id, rid string, content []*llmv1.ContentBlock, src *llmv1.MessageSource, contexts []*toolsv1.HookContext, steer bool) (agentv1.AgentStatus, error) {
+	// Draining: running turns finish, no new one starts (a live session's
+	// fast path in acquire does not look at closing).
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		return 0, ErrClosing
+	}
 	if err := checkContent("content", content); err != nil {
 		return 0, err
 	}

@@ -145,7 +145,11 @@ type ServerConfig struct {
 	// DialOptions are added to every connection the agent opens (gateway,
 	// toolhosts, hooks, interceptors): the client TLS credentials.
 	DialOptions []grpc.DialOption
-	// ShutdownTimeout bounds Close; default 30 s.
+	// ShutdownTimeout is the drain budget (--drain-timeout): from the
+	// shutdown signal, new turns are refused and readiness is NOT_SERVING at
+	// once; running and queued turns may finish until DrainReserve(budget)
+	// before its end, the rest of it disposes and flushes. Default
+	// DefaultDrainTimeout.
 	ShutdownTimeout time.Duration
 	// Ready, when set, receives the bound address once serving.
 	Ready func(addr string)
@@ -400,8 +404,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	}
 	timeout := sc.ShutdownTimeout
 	if timeout <= 0 {
-		timeout = 30 * time.Second
+		timeout = DefaultDrainTimeout
 	}
+	health.drain()
+	logger.Info("draining: new turns are refused, readiness is NOT_SERVING; running turns may finish", "budget", timeout, "turns_until", timeout-DrainReserve(timeout))
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	closeErr := svc.Close(cctx)
