@@ -93,6 +93,7 @@ func run() error {
 	titleProvider := flag.String("title-provider", env("DSH_TITLE_PROVIDER", ""), "provider route of session-title calls; empty: the session's (env DSH_TITLE_PROVIDER)")
 	titleModel := flag.String("title-model", env("DSH_TITLE_MODEL", ""), "small model of session-title calls; empty: the session's (env DSH_TITLE_MODEL)")
 	noTitles := flag.Bool("no-titles", false, "do not title sessions with a model call")
+	connAge := grpcserver.MaxConnectionAgeFlag(flag.CommandLine, os.Getenv)
 	drain := flag.Duration("drain-timeout", envDuration("DSH_DRAIN_TIMEOUT", agent.DefaultDrainTimeout), "shutdown budget after SIGTERM: readiness goes NOT_SERVING and new turns are refused at once, running turns may finish until a fifth of it (at most 5 s) is left, then the rest is disposed; keep it 5 s under the pod's terminationGracePeriodSeconds (env DSH_DRAIN_TIMEOUT)")
 	defaultCwd := flag.String("default-cwd", env("DSH_DEFAULT_CWD", ""), "cwd of sessions created without one, inside the toolhosts' workspace (in a cluster: the toolhost's workspace volume, e.g. /workspace); default: the agent's own working directory (env DSH_DEFAULT_CWD)")
 	flag.Parse()
@@ -119,6 +120,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	srvOpts = append(srvOpts, grpcserver.ConnectionAge(*connAge)...)
 	creds, err := clientTLS.Credentials(logger)
 	if err != nil {
 		return err
