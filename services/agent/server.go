@@ -134,6 +134,9 @@ type ServerConfig struct {
 	// (subject dsh.events.<tenant>.<session>) through internal/events; the stored
 	// published cursor lets a restart catch up.
 	NATS events.Conn
+	// NATSLimits bound the JetStream stream (max age, max bytes; the oldest
+	// messages are discarded), sized to NATS's volume.
+	NATSLimits events.StreamLimits
 	// ServerOptions are extra gRPC server options: the transport credentials
 	// of auth.ServerFlags.ServerOptions (TLS, mTLS).
 	ServerOptions []grpc.ServerOption
@@ -313,7 +316,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		if sc.NATS.Name == "" {
 			sc.NATS.Name = "dsh-agent"
 		}
-		pub, err = events.New(ctx, events.Config{Conn: sc.NATS, Store: store, Logger: logger})
+		pub, err = events.New(ctx, events.Config{Conn: sc.NATS, Store: store, Logger: logger, Limits: sc.NATSLimits})
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}
