@@ -349,12 +349,13 @@ func checkReach(t *testing.T, objs []runtime.Object) {
 	// Who may reach each Service (by peer name).
 	everyone := []string{"the internet", "a pod in another namespace", "a stranger pod in the namespace", "an agent pod", "a declared NATS consumer"}
 	want := map[string][]string{
-		"agent":         everyone,
-		"agent-peers":   everyone, // the replicas' headless Service: the same pods and port
-		"llmgateway":    {"an agent pod"},
-		"toolhost":      {"an agent pod"},
-		"nats":          {"an agent pod", "a declared NATS consumer"},
-		"nats-headless": {"an agent pod", "a declared NATS consumer"},
+		"agent":          everyone,
+		"agent-peers":    everyone, // the replicas' headless Service: the same pods and port
+		"agent-headless": everyone, // the single agent's governing Service: the same pod and port
+		"llmgateway":     {"an agent pod"},
+		"toolhost":       {"an agent pod"},
+		"nats":           {"an agent pod", "a declared NATS consumer"},
+		"nats-headless":  {"an agent pod", "a declared NATS consumer"},
 	}
 	seen := 0
 	for _, svc := range find[*corev1.Service](objs) {
@@ -383,8 +384,10 @@ func checkReach(t *testing.T, objs []runtime.Object) {
 			}
 		}
 	}
-	if _, err := findService(objs, "agent-peers"); err != nil {
-		seen++ // the single-node agent has no peers Service
+	for _, shape := range []string{"agent-peers", "agent-headless"} {
+		if _, err := findService(objs, shape); err != nil {
+			seen++ // each agent shape has one of these two
+		}
 	}
 	if seen != len(want) {
 		t.Errorf("checked %d Services, want %d", seen, len(want))
