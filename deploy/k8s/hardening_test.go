@@ -676,3 +676,39 @@ func TestHardeningCheckCanFail(t *testing.T) {
 		})
 	}
 }
+
+// TestDockerfileMatchesManifests: the image runs as the user the dsh pods
+// declare (runAsUser) and works in the toolhost's workspace directory.
+func TestDockerfileMatchesManifests(t *testing.T) {
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var user, workdir string
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "USER "); ok {
+			user = strings.TrimSpace(v)
+		}
+		if v, ok := strings.CutPrefix(line, "WORKDIR "); ok {
+			workdir = strings.TrimSpace(v) // the last stage's wins
+		}
+	}
+	uid, _, _ := strings.Cut(user, ":")
+	if n, err := strconv.Atoi(uid); err != nil || n == 0 {
+		t.Fatalf("Dockerfile USER %q: want a numeric non-root uid", user)
+	}
+	for _, overlay := range overlays {
+		objs := render(t, overlay).objs
+		for _, role := range []string{agentLabel, "llmgateway", "toolhost"} {
+			w, _ := workloadOf(objs, role)
+			sc := w.pod.Spec.SecurityContext
+			if sc == nil || sc.RunAsUser == nil || strconv.FormatInt(*sc.RunAsUser, 10) != uid {
+				t.Errorf("%s %s: runAsUser differs from the Dockerfile's USER %s", overlay, w.name, user)
+			}
+		}
+		th, _ := workloadOf(objs, "toolhost")
+		if ws := first(flagsOfQuiet(th.pod.Spec.Containers[0])["workspace"]); ws != workdir {
+			t.Errorf("%s: the toolhost's workspace %q is not the image's WORKDIR %q", overlay, ws, workdir)
+		}
+	}
+}
