@@ -25,6 +25,7 @@ func runChat(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&sf.id, "session", "", "resume this session (default: create one)")
 	fs.StringVar(&sf.provider, "provider", envOr(e, "DSH_PROVIDER", "scripted"), "provider route for a new session (env DSH_PROVIDER)")
 	fs.StringVar(&sf.model, "model", envOr(e, "DSH_MODEL", "demo"), "model for a new session (env DSH_MODEL)")
+	cwdFlag(e, fs, &sf)
 	reasoning := reasoningFlag(e, fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -33,7 +34,6 @@ func runChat(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	sf.cwd, _ = os.Getwd()
 	conn, err := dialService(ctx, *addr, "agent service", cf)
 	if err != nil {
 		return err

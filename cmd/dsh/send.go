@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/dsh-dev/dsh/cmd/dsh/internal/render"
@@ -20,6 +19,7 @@ func runSend(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&sf.id, "session", "", "session id (default: create one)")
 	fs.StringVar(&sf.provider, "provider", envOr(e, "DSH_PROVIDER", "scripted"), "provider route for a new session (env DSH_PROVIDER)")
 	fs.StringVar(&sf.model, "model", envOr(e, "DSH_MODEL", "demo"), "model for a new session (env DSH_MODEL)")
+	cwdFlag(e, fs, &sf)
 	asJSON := fs.Bool("json", false, "print every event of the turn as JSON lines instead of the answer")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -28,7 +28,6 @@ func runSend(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	sf.cwd, _ = os.Getwd()
 	conn, err := dialService(ctx, *addr, "agent service", cf)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -18,6 +19,14 @@ type sessionFlags struct {
 	id, provider, model, cwd string
 	approval                 sessionv1.ApprovalPolicy // unset: the deployment's
 	rules                    []*sessionv1.ApprovalRule
+}
+
+// cwdFlag registers --cwd: a new session's working directory as the agent
+// (its toolhosts) sees it. Empty by default, so the agent's --default-cwd
+// applies: this machine's path means nothing to a remote agent (only `dsh
+// dev`, which runs the toolhost here, sends the local directory).
+func cwdFlag(e *env, fs *flag.FlagSet, f *sessionFlags) {
+	fs.StringVar(&f.cwd, "cwd", envOr(e, "DSH_CWD", ""), "working directory of a new session, as the agent's toolhost sees it (default: the agent's --default-cwd; env DSH_CWD)")
 }
 
 // openSession returns the session named by f.id, or creates one.

@@ -37,6 +37,10 @@ import (
 // overlays are the deployable entry points.
 var overlays = []string{"overlays/dev", "overlays/prod"}
 
+// overlayNamespace is where each overlay deploys: dev and prod never share
+// a namespace (nor, so, a Secret, a volume or a name).
+var overlayNamespace = map[string]string{"overlays/dev": "dsh-dev", "overlays/prod": "dsh"}
+
 // crdHead is the type and object metadata of a cert-manager object.
 type crdHead struct {
 	APIVersion string `json:"apiVersion"`
@@ -246,29 +250,33 @@ func find[T runtime.Object](objs []runtime.Object) []T {
 
 // TestOverlaysRender: every overlay renders, every object is of a known
 // kind, and every namespaced object (components' Secrets, Issuers and
-// Certificates included) lands in the dsh namespace, where the pods that
-// mount the Secrets run.
+// Certificates included) lands in the overlay's namespace, where the pods
+// that mount the Secrets run, and that namespace is the one it creates.
 func TestOverlaysRender(t *testing.T) {
 	for _, overlay := range overlays {
 		t.Run(overlay, func(t *testing.T) {
 			r := render(t, overlay)
+			ns := overlayNamespace[overlay]
+			if nss := find[*corev1.Namespace](r.objs); len(nss) != 1 || nss[0].Name != ns {
+				t.Errorf("the overlay creates namespaces %v, want exactly %s", nss, ns)
+			}
 			for _, o := range r.objs {
 				if key(o) == "?" {
 					t.Errorf("an object of an unexpected kind: %T", o)
 				}
 				m, ok := o.(metav1.Object)
-				if _, isNS := o.(*corev1.Namespace); ok && !isNS && m.GetNamespace() != "dsh" {
-					t.Errorf("%s is in namespace %q, want dsh", key(o), m.GetNamespace())
+				if _, isNS := o.(*corev1.Namespace); ok && !isNS && m.GetNamespace() != ns {
+					t.Errorf("%s is in namespace %q, want %s", key(o), m.GetNamespace(), ns)
 				}
 			}
 			for _, c := range r.certs {
-				if c.Metadata.Namespace != "dsh" {
-					t.Errorf("Certificate/%s is in namespace %q, want dsh", c.Metadata.Name, c.Metadata.Namespace)
+				if c.Metadata.Namespace != ns {
+					t.Errorf("Certificate/%s is in namespace %q, want %s", c.Metadata.Name, c.Metadata.Namespace, ns)
 				}
 			}
 			for _, i := range r.iss {
-				if i.Metadata.Namespace != "dsh" {
-					t.Errorf("Issuer/%s is in namespace %q, want dsh", i.Metadata.Name, i.Metadata.Namespace)
+				if i.Metadata.Namespace != ns {
+					t.Errorf("Issuer/%s is in namespace %q, want %s", i.Metadata.Name, i.Metadata.Namespace, ns)
 				}
 			}
 		})
@@ -283,7 +291,7 @@ func TestWorkloads(t *testing.T) {
 
 func checkWorkloads(t *testing.T, res []runtime.Object) {
 	// The services and the ports the binaries listen on by default (design README).
-	want := map[string]int32{"Deployment/llmgateway": 7701, "Deployment/toolhost": 7702}
+	want := map[string]int32{"Deployment/llmgateway": 7701, "StatefulSet/toolhost": 7702}
 	pods := podTemplates(res)
 	// The agent is a StatefulSet (SQLite, dev) or a Deployment (replicas
 	// on PostgreSQL, prod), never both.
@@ -309,10 +317,10 @@ func checkWorkloads(t *testing.T, res []runtime.Object) {
 		// kubelet's gRPC probes speak plaintext only; the servers require
 		// TLS, so the probes check the socket.
 		probes := map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe}
-		if name == "Deployment/agent" {
-			// Replicas: readiness is the agent's gRPC health (store and
-			// lease health) on its plaintext health-only port;
-			// checkAgentReplicas checks it.
+		if strings.HasSuffix(name, "/agent") {
+			// Readiness is the agent's gRPC health (store, lease and drain)
+			// on its plaintext health-only port; checkAgentReplicas and
+			// checkHardening check it.
 			delete(probes, "readiness")
 		}
 		for probeName, pr := range probes {

@@ -60,6 +60,11 @@ func TestNATSConfigScopesTenants(t *testing.T) {
 		}
 	}
 	conf = strings.ReplaceAll(conf, "/etc/nats/tls/", dir+"/")
+	// The monitor's fixed loopback port, made random for the test.
+	if !strings.Contains(conf, `http: "127.0.0.1:8222"`) {
+		t.Fatal("nats.conf: the monitor does not listen on the pod's loopback")
+	}
+	conf = strings.ReplaceAll(conf, `http: "127.0.0.1:8222"`, `http: "127.0.0.1:-1"`)
 	agentSeed, agentPub := seedFile(t, "agent")
 	acmeSeed, acmePub := seedFile(t, "acme")
 	t.Setenv("AGENT_NKEY", agentPub)
@@ -95,6 +100,10 @@ func TestNATSConfigScopesTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
+	// max_payload matches the agent's largest request (gRPC's 4 MiB).
+	if got := nc.MaxPayload(); got != 4<<20 {
+		t.Errorf("the shipped config's max_payload is %d, want %d", got, 4<<20)
+	}
 	js, _ := jetstream.New(nc)
 	cons, err := js.OrderedConsumer(t.Context(), events.StreamName, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.TenantEvents("acme")}, DeliverPolicy: jetstream.DeliverAllPolicy})

@@ -258,7 +258,7 @@ func allowed(t *testing.T, pols []*networkingv1.NetworkPolicy, labels map[string
 				return true
 			}
 			for _, from := range rule.From {
-				if peerMatches(t, from, p) {
+				if peerMatches(t, pol.Namespace, from, p) {
 					return true
 				}
 			}
@@ -282,7 +282,7 @@ func portMatches(ports []networkingv1.NetworkPolicyPort, port int32) bool {
 	return false
 }
 
-func peerMatches(t *testing.T, from networkingv1.NetworkPolicyPeer, p peer) bool {
+func peerMatches(t *testing.T, polNS string, from networkingv1.NetworkPolicyPeer, p peer) bool {
 	t.Helper()
 	if from.IPBlock != nil {
 		return true // conservative: any address, including outside the cluster
@@ -290,7 +290,7 @@ func peerMatches(t *testing.T, from networkingv1.NetworkPolicyPeer, p peer) bool
 	if p.namespace == "" {
 		return false
 	}
-	nsOK := p.namespace == namespace // a bare podSelector: the policy's namespace
+	nsOK := p.namespace == polNS // a bare podSelector: the policy's namespace
 	if from.NamespaceSelector != nil {
 		if len(from.NamespaceSelector.MatchExpressions) > 0 {
 			t.Fatalf("matchExpressions in a policy: extend the test's evaluator")
@@ -338,6 +338,7 @@ func checkReach(t *testing.T, objs []runtime.Object) {
 	t.Helper()
 	pols := find[*networkingv1.NetworkPolicy](objs)
 	pods := podTemplates(objs)
+	namespace := pols[0].Namespace // the overlay's
 	peers := []peer{
 		{name: "the internet", namespace: ""},
 		{name: "a pod in another namespace", namespace: "elsewhere", labels: map[string]string{labelName: agentLabel, consumerKey: "true"}},
@@ -348,11 +349,13 @@ func checkReach(t *testing.T, objs []runtime.Object) {
 	// Who may reach each Service (by peer name).
 	everyone := []string{"the internet", "a pod in another namespace", "a stranger pod in the namespace", "an agent pod", "a declared NATS consumer"}
 	want := map[string][]string{
-		"agent":       everyone,
-		"agent-peers": everyone, // the replicas' headless Service: the same pods and port
-		"llmgateway":  {"an agent pod"},
-		"toolhost":    {"an agent pod"},
-		"nats":        {"an agent pod", "a declared NATS consumer"},
+		"agent":          everyone,
+		"agent-peers":    everyone, // the replicas' headless Service: the same pods and port
+		"agent-headless": everyone, // the single agent's governing Service: the same pod and port
+		"llmgateway":     {"an agent pod"},
+		"toolhost":       {"an agent pod"},
+		"nats":           {"an agent pod", "a declared NATS consumer"},
+		"nats-headless":  {"an agent pod", "a declared NATS consumer"},
 	}
 	seen := 0
 	for _, svc := range find[*corev1.Service](objs) {
@@ -381,8 +384,10 @@ func checkReach(t *testing.T, objs []runtime.Object) {
 			}
 		}
 	}
-	if _, err := findService(objs, "agent-peers"); err != nil {
-		seen++ // the single-node agent has no peers Service
+	for _, shape := range []string{"agent-peers", "agent-headless"} {
+		if _, err := findService(objs, shape); err != nil {
+			seen++ // each agent shape has one of these two
+		}
 	}
 	if seen != len(want) {
 		t.Errorf("checked %d Services, want %d", seen, len(want))
@@ -428,13 +433,16 @@ func TestReachCheckCanFail(t *testing.T) {
 
 // Secret heuristics over manifest text.
 var (
-	pemBlock    = regexp.MustCompile(`-----BEGIN [A-Z ]+-----`)
-	secretKey   = regexp.MustCompile(`(?i)^\s*-?\s*"?([a-z0-9_.-]*(password|passwd|secret|token|api[_-]?key|private[_-]?key))"?\s*[:=]\s*(\S.*)$`)
-	secretFlag  = regexp.MustCompile(`(?i)--[a-z-]*(password|token|secret|api-key)[a-z-]*=`)
-	nkeySeed    = regexp.MustCompile(`\bS[UACONP][A-Z2-7]{50,}\b`)
-	jwtLiteral  = regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.`)
-	inlineKey   = regexp.MustCompile(`(?i)[{,\s](password|passwd|token|secret)\s*[:=]\s*"?[A-Za-z0-9]`)
-	providerKey = regexp.MustCompile(`\b(sk-[A-Za-z0-9_-]{16,}|sk-ant-[A-Za-z0-9_-]{16,})\b`)
+	pemBlock   = regexp.MustCompile(`-----BEGIN [A-Z ]+-----`)
+	secretKey  = regexp.MustCompile(`(?i)^\s*-?\s*"?([a-z0-9_.-]*(password|passwd|secret|token|api[_-]?key|private[_-]?key))"?\s*[:=]\s*(\S.*)$`)
+	secretFlag = regexp.MustCompile(`(?i)--[a-z-]*(password|token|secret|api-key)[a-z-]*=`)
+	nkeySeed   = regexp.MustCompile(`\bS[UACONP][A-Z2-7]{50,}\b`)
+	jwtLiteral = regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.`)
+	inlineKey  = regexp.MustCompile(`(?i)[{,\s](password|passwd|token|secret)\s*[:=]\s*"?[A-Za-z0-9]`)
+	// The pod field that keeps the service-account token out: a setting,
+	// not a secret (only true/false are accepted).
+	serviceAccountToken = regexp.MustCompile(`^\s*automountServiceAccountToken:\s*(true|false)\s*$`)
+	providerKey         = regexp.MustCompile(`\b(sk-[A-Za-z0-9_-]{16,}|sk-ant-[A-Za-z0-9_-]{16,})\b`)
 )
 
 // secretFindings lists the places in one manifest file's text that look like
@@ -458,7 +466,7 @@ func secretFindings(t *testing.T, name string, raw []byte) []string {
 		case inlineKey.MatchString(line) && !secretKey.MatchString(line):
 			out = append(out, where+": an inline password or token")
 		}
-		if m := secretKey.FindStringSubmatch(line); m != nil {
+		if m := secretKey.FindStringSubmatch(line); m != nil && !serviceAccountToken.MatchString(line) {
 			v := strings.Trim(strings.TrimSpace(m[3]), `"'`)
 			// A reference (a Secret's name or key, a file path, an env
 			// var name) is fine; a literal value is not.

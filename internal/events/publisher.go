@@ -115,6 +115,9 @@ type Config struct {
 	AckTimeout time.Duration
 	// Replicas is the replica count used when dsh creates the stream.
 	Replicas int
+	// Limits bound the stream (set at creation, and on an existing stream
+	// whose limits differ); zero fields leave it unbounded or as it is.
+	Limits StreamLimits
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// CursorEvery bounds how often a session's cursor is written to the
@@ -530,6 +533,9 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 	if err == nil {
 		err = p.widenStream(ctx, st)
 	}
+	if err == nil {
+		err = p.limitStream(ctx, st)
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        StreamName,
@@ -539,6 +545,9 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 			Retention:   jetstream.LimitsPolicy,
 			Duplicates:  DefaultDuplicates,
 			Replicas:    p.cfg.Replicas,
+			MaxAge:      p.cfg.Limits.MaxAge,
+			MaxBytes:    cmp.Or(p.cfg.Limits.MaxBytes, -1),
+			Discard:     jetstream.DiscardOld,
 		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			err = nil
@@ -570,6 +579,36 @@ func (p *Publisher) widenStream(ctx context.Context, st jetstream.Stream) error 
 		return fmt.Errorf("widen the subjects of %s to %s: %w", StreamName, AllEvents, err)
 	}
 	p.log.Info("widened the jetstream stream's subjects", "stream", StreamName, "subjects", AllEvents)
+	return nil
+}
+
+// StreamLimits bound the DSH_EVENTS stream so it fits its volume: the oldest
+// messages are discarded past MaxAge or MaxBytes (the session logs in the
+// agent's store stay the truth; a consumer that finds a gap reads the
+// session from the agent). Zero is no limit.
+type StreamLimits struct {
+	MaxAge   time.Duration
+	MaxBytes int64
+}
+
+// limitStream applies the configured limits to an existing stream whose
+// limits differ (the configured ones win; unset ones are left as they are).
+func (p *Publisher) limitStream(ctx context.Context, st jetstream.Stream) error {
+	cfg := st.CachedInfo().Config
+	want := cfg
+	if p.cfg.Limits.MaxAge > 0 {
+		want.MaxAge = p.cfg.Limits.MaxAge
+	}
+	if p.cfg.Limits.MaxBytes > 0 {
+		want.MaxBytes, want.Discard = p.cfg.Limits.MaxBytes, jetstream.DiscardOld
+	}
+	if want.MaxAge == cfg.MaxAge && want.MaxBytes == cfg.MaxBytes && want.Discard == cfg.Discard {
+		return nil
+	}
+	if _, err := p.js.UpdateStream(ctx, want); err != nil {
+		return fmt.Errorf("set the limits of %s (max age %v, max bytes %d): %w", StreamName, want.MaxAge, want.MaxBytes, err)
+	}
+	p.log.Info("set the jetstream stream's limits", "stream", StreamName, "max_age", want.MaxAge, "max_bytes", want.MaxBytes, "discard", "old")
 	return nil
 }
 

@@ -235,7 +235,9 @@ func (s utf8Stream) RecvMsg(m any) error {
 
 // Dial opens a client connection to a dsh service with OpenTelemetry
 // propagation (and spans when tracing is on; see Tracing and WithTracing). Addresses are host:port; connections are insecure unless opts
-// say otherwise (loopback and in-cluster traffic; put TLS in opts).
+// say otherwise (loopback and in-cluster traffic; put TLS in opts). Calls are
+// spread round-robin over every address the name resolves to (e.g.
+// dns:///llmgateway:7701 of a headless Service: every ready pod).
 func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	var base []grpc.DialOption
 	if dialTracing(opts).enabled() {
@@ -246,6 +248,7 @@ func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if !hasCreds(opts) {
 		base = append(base, insecureCreds())
 	}
+	base = append(base, grpc.WithDefaultServiceConfig(roundRobin))
 	conn, err := grpc.NewClient(addr, append(base, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)

@@ -20,8 +20,8 @@
 // # Shutdown
 //
 // Close stops admission (new commands fail with Unavailable), lets running
-// and queued turns finish during the first half of the time its context
-// leaves, then disposes what is left (the open turn ends as disposed;
+// and queued turns finish until DrainReserve before its context's deadline,
+// then disposes what is left (the open turn ends as disposed;
 // queued sends that never ran are logged by session and count), ends every
 // event stream, and flushes every session.
 package agent
@@ -605,12 +605,12 @@ func (s *Service) Close(ctx context.Context) error {
 	s.stop()
 	s.wg.Wait()
 
-	// Half of the remaining time lets running and queued turns finish; the
-	// other half is for disposing what is left and the final flushes.
+	// Running and queued turns may finish until DrainReserve before the
+	// deadline; the reserve disposes what is left and flushes.
 	drainCtx := ctx
 	if dl, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
-		drainCtx, cancel = context.WithDeadline(ctx, dl.Add(-time.Until(dl)/2))
+		drainCtx, cancel = context.WithDeadline(ctx, dl.Add(-DrainReserve(time.Until(dl))))
 		defer cancel()
 	}
 	var wg sync.WaitGroup

@@ -38,16 +38,24 @@ type agentProc struct {
 
 func startAgent(t *testing.T, b backend, dir string) *agentProc {
 	t.Helper()
+	return startAgentWith(t, b, dir, nil)
+}
+
+// startAgentWith is startAgent with the ServerConfig adjusted by edit.
+func startAgentWith(t *testing.T, b backend, dir string, edit func(*agent.ServerConfig)) *agentProc {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &agentProc{cancel: cancel, done: make(chan error, 1)}
-	go func() {
-		p.done <- agent.Run(ctx, agent.ServerConfig{Listener: lis, Gateway: b.gwAddr, Toolhosts: []string{"main=" + b.thAddr},
-			DataDir: dir, Service: agent.Config{Debug: true}, ShutdownTimeout: 10 * time.Second, NoTitles: !b.titles}, slog.New(slog.DiscardHandler))
-	}()
+	sc := agent.ServerConfig{Listener: lis, Gateway: b.gwAddr, Toolhosts: []string{"main=" + b.thAddr},
+		DataDir: dir, Service: agent.Config{Debug: true}, ShutdownTimeout: 10 * time.Second, NoTitles: !b.titles}
+	if edit != nil {
+		edit(&sc)
+	}
+	go func() { p.done <- agent.Run(ctx, sc, slog.New(slog.DiscardHandler)) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

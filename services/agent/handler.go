@@ -99,6 +99,9 @@ func (s *Service) createNew(ctx context.Context, req *agentv1.CreateSessionReque
 	if err := checkSandbox(opts.GetSandbox()); err != nil {
 		return nil, err
 	}
+	if err := s.checkCwd(ctx, cwd, opts.GetToolhosts()); err != nil {
+		return nil, err
+	}
 	if id == "" {
 		id = req.GetSessionId()
 	}
@@ -316,6 +319,14 @@ func (s *Service) Steer(ctx context.Context, req *agentv1.SteerRequest) (*agentv
 }
 
 func (s *Service) submit(ctx context.Context, id, rid string, content []*llmv1.ContentBlock, src *llmv1.MessageSource, contexts []*toolsv1.HookContext, steer bool) (agentv1.AgentStatus, error) {
+	// Draining: running turns finish, no new one starts (a live session's
+	// fast path in acquire does not look at closing).
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		return 0, ErrClosing
+	}
 	if err := checkContent("content", content); err != nil {
 		return 0, err
 	}
@@ -545,4 +556,27 @@ func cloneContexts(cs []*toolsv1.HookContext) []*toolsv1.HookContext {
 		out[i] = proto.CloneOf(c)
 	}
 	return out
+}
+
+// cwdChecker is a workspace source that can tell, before a session exists,
+// whether its toolhosts accept its cwd (prompt.Workspaces).
+type cwdChecker interface {
+	CheckCwd(ctx context.Context, cwd string, hosts []string) error
+}
+
+// checkCwd refuses a new session whose cwd a visible toolhost refuses (in a
+// cluster: a client's local path, or an agent default outside the
+// toolhost's workspace volume), as INVALID_ARGUMENT at creation.
+func (s *Service) checkCwd(ctx context.Context, cwd string, hosts []string) error {
+	c, ok := s.deps.Workspace.(cwdChecker)
+	if !ok || cwd == "" {
+		return nil
+	}
+	if err := c.CheckCwd(ctx, cwd, hosts); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return invalidf("%v; create the session with a cwd inside that toolhost's workspace (the agent's --default-cwd is the default)", err)
+	}
+	return nil
 }

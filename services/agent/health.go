@@ -47,9 +47,10 @@ type depHealth struct {
 	store pinger // nil: the store cannot be probed and counts as up
 	log   *slog.Logger
 
-	mu     sync.Mutex
-	status map[string]bool
-	out    statusSetter
+	mu       sync.Mutex
+	status   map[string]bool
+	out      statusSetter
+	draining bool // shutting down: the agent as a whole stays NOT_SERVING
 }
 
 func newDepHealth(store any, log *slog.Logger) *depHealth {
@@ -61,6 +62,9 @@ func newDepHealth(store any, log *slog.Logger) *depHealth {
 func (d *depHealth) set(name string, up bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.draining && (name == "" || name == HealthService) {
+		up = false
+	}
 	d.status[name] = up
 	if d.out != nil {
 		d.out.SetStatus(name, up)
@@ -104,4 +108,15 @@ func (d *depHealth) probeStore(ctx context.Context) {
 // run probes the store every interval until ctx ends.
 func (d *depHealth) run(ctx context.Context, interval time.Duration) {
 	every(ctx, interval, func() { d.probeStore(ctx) })
+}
+
+// drain makes the agent as a whole ("" and HealthService) NOT_SERVING from
+// now on, whatever the probes find: on shutdown, readiness fails at once so
+// the Service stops routing new work here while running turns finish.
+func (d *depHealth) drain() {
+	d.mu.Lock()
+	d.draining = true
+	d.mu.Unlock()
+	d.set("", false)
+	d.set(HealthService, false)
 }

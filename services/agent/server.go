@@ -134,6 +134,9 @@ type ServerConfig struct {
 	// (subject dsh.events.<tenant>.<session>) through internal/events; the stored
 	// published cursor lets a restart catch up.
 	NATS events.Conn
+	// NATSLimits bound the JetStream stream (max age, max bytes; the oldest
+	// messages are discarded), sized to NATS's volume.
+	NATSLimits events.StreamLimits
 	// ServerOptions are extra gRPC server options: the transport credentials
 	// of auth.ServerFlags.ServerOptions (TLS, mTLS).
 	ServerOptions []grpc.ServerOption
@@ -145,7 +148,11 @@ type ServerConfig struct {
 	// DialOptions are added to every connection the agent opens (gateway,
 	// toolhosts, hooks, interceptors): the client TLS credentials.
 	DialOptions []grpc.DialOption
-	// ShutdownTimeout bounds Close; default 30 s.
+	// ShutdownTimeout is the drain budget (--drain-timeout): from the
+	// shutdown signal, new turns are refused and readiness is NOT_SERVING at
+	// once; running and queued turns may finish until DrainReserve(budget)
+	// before its end, the rest of it disposes and flushes. Default
+	// DefaultDrainTimeout.
 	ShutdownTimeout time.Duration
 	// Ready, when set, receives the bound address once serving.
 	Ready func(addr string)
@@ -309,7 +316,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		if sc.NATS.Name == "" {
 			sc.NATS.Name = "dsh-agent"
 		}
-		pub, err = events.New(ctx, events.Config{Conn: sc.NATS, Store: store, Logger: logger})
+		pub, err = events.New(ctx, events.Config{Conn: sc.NATS, Store: store, Logger: logger, Limits: sc.NATSLimits})
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}
@@ -400,8 +407,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	}
 	timeout := sc.ShutdownTimeout
 	if timeout <= 0 {
-		timeout = 30 * time.Second
+		timeout = DefaultDrainTimeout
 	}
+	health.drain()
+	logger.Info("draining: new turns are refused, readiness is NOT_SERVING; running turns may finish", "budget", timeout, "turns_until", timeout-DrainReserve(timeout))
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	closeErr := svc.Close(cctx)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -92,6 +93,12 @@ func run() error {
 	titleProvider := flag.String("title-provider", env("DSH_TITLE_PROVIDER", ""), "provider route of session-title calls; empty: the session's (env DSH_TITLE_PROVIDER)")
 	titleModel := flag.String("title-model", env("DSH_TITLE_MODEL", ""), "small model of session-title calls; empty: the session's (env DSH_TITLE_MODEL)")
 	noTitles := flag.Bool("no-titles", false, "do not title sessions with a model call")
+	connAge := grpcserver.MaxConnectionAgeFlag(flag.CommandLine, os.Getenv)
+	var natsLimits events.StreamLimits
+	flag.DurationVar(&natsLimits.MaxAge, "nats-stream-max-age", envDuration("DSH_NATS_STREAM_MAX_AGE", 0), "drop events older than this from the JetStream stream; 0 keeps them (env DSH_NATS_STREAM_MAX_AGE)")
+	flag.Int64Var(&natsLimits.MaxBytes, "nats-stream-max-bytes", int64(envInt("DSH_NATS_STREAM_MAX_BYTES", 0)), "keep the JetStream stream under this many bytes, dropping the oldest events (size it under NATS's volume); 0 unbounded (env DSH_NATS_STREAM_MAX_BYTES)")
+	drain := flag.Duration("drain-timeout", envDuration("DSH_DRAIN_TIMEOUT", agent.DefaultDrainTimeout), "shutdown budget after SIGTERM: readiness goes NOT_SERVING and new turns are refused at once, running turns may finish until a fifth of it (at most 5 s) is left, then the rest is disposed; keep it 5 s under the pod's terminationGracePeriodSeconds (env DSH_DRAIN_TIMEOUT)")
+	defaultCwd := flag.String("default-cwd", env("DSH_DEFAULT_CWD", ""), "cwd of sessions created without one, inside the toolhosts' workspace (in a cluster: the toolhost's workspace volume, e.g. /workspace); default: the agent's own working directory (env DSH_DEFAULT_CWD)")
 	flag.Parse()
 	if err := cmdline.NoArgs(flag.CommandLine); err != nil {
 		return err
@@ -104,14 +111,19 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cwd, err := os.Getwd()
-	if err != nil {
-		return err
+	cwd := *defaultCwd
+	if cwd == "" {
+		if cwd, err = os.Getwd(); err != nil {
+			return err
+		}
+	} else if !filepath.IsAbs(cwd) {
+		return fmt.Errorf("--default-cwd %q must be an absolute path", cwd)
 	}
 	srvOpts, err := srvFlags.ServerOptions(auth.Options{Listen: *listen, Unauthenticated: authFlags.Unauthenticated(), Logger: logger})
 	if err != nil {
 		return err
 	}
+	srvOpts = append(srvOpts, grpcserver.ConnectionAge(*connAge)...)
 	creds, err := clientTLS.Credentials(logger)
 	if err != nil {
 		return err
@@ -130,6 +142,7 @@ func run() error {
 		Service: agent.Config{IdleUnload: *idle, MaxParallelToolCalls: *parallel, Debug: *debug, DefaultCwd: cwd, Approval: appr, Sandbox: sandbox,
 			MaxQueuedItems: *maxItems, MaxQueuedBytes: *maxBytes, ProcessMaxQueuedItems: *procItems, ProcessMaxQueuedBytes: *procBytes,
 			MaxSubagentDepth: subagentDepthFlag(*subDepth)},
+		ShutdownTimeout: *drain, NATSLimits: natsLimits,
 		NATS: nc, AllowUnenforcedHosts: *allowUnenforced, PromptSections: *promptSections, TitleProvider: *titleProvider, TitleModel: *titleModel, NoTitles: *noTitles,
 	}
 	for _, h := range hookFlags {

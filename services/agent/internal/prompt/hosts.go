@@ -104,3 +104,36 @@ func (w *Workspaces) Context(ctx context.Context, cwd string, hosts []string) (*
 	out.Version = strings.Join(versions, ",")
 	return out, nil
 }
+
+// CheckCwd asks the visible hosts (hosts empty = all) whether a session may
+// work in cwd, before the session exists: a host that refuses it
+// (INVALID_ARGUMENT: outside its workspace, or missing) makes it an error
+// naming the host, so a mismatch fails at creation instead of in every tool
+// call. A host that does not answer (down, or predating the RPC) is not a
+// refusal: the turn's own read reports it as a notice.
+func (w *Workspaces) CheckCwd(ctx context.Context, cwd string, hosts []string) error {
+	timeout := w.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	for _, h := range w.Hosts {
+		if len(hosts) > 0 && !slices.Contains(hosts, h.Name) {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		_, err := h.Client.GetWorkspaceContext(cctx, &toolsv1.GetWorkspaceContextRequest{Cwd: cwd})
+		cancel()
+		switch {
+		case err == nil, status.Code(err) == codes.Unimplemented:
+		case status.Code(err) == codes.InvalidArgument:
+			return fmt.Errorf("toolhost %s refuses cwd %s: %s", h.Name, cwd, status.Convert(err).Message())
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			if w.Logger != nil {
+				w.Logger.Warn("could not check a new session's cwd", "toolhost", h.Name, "cwd", cwd, "err", err)
+			}
+		}
+	}
+	return nil
+}

@@ -369,3 +369,36 @@ func BenchmarkAssemble(b *testing.B) {
 		}
 	}
 }
+
+// TestCheckCwd: a visible host that refuses the cwd (INVALID_ARGUMENT) makes
+// it an error naming the host; hosts that accept it, own no workspace,
+// predate the RPC, are down or are not visible do not.
+func TestCheckCwd(t *testing.T) {
+	t.Parallel()
+	ok := &fakeHost{resp: &toolsv1.GetWorkspaceContextResponse{OwnsWorkspace: true}}
+	none := &fakeHost{resp: &toolsv1.GetWorkspaceContextResponse{}}
+	old := &fakeHost{err: status.Error(codes.Unimplemented, "unknown method")}
+	down := &fakeHost{err: status.Error(codes.Unavailable, "connection refused")}
+	refuses := &fakeHost{err: status.Error(codes.InvalidArgument, "cwd is outside the workspace: /home/me is not inside /workspace")}
+	all := []prompt.Host{{"ok", ok}, {"none", none}, {"old", old}, {"down", down}, {"ws", refuses}}
+	for _, tc := range []struct {
+		name    string
+		hosts   []prompt.Host
+		visible []string
+		wantErr string
+	}{
+		{"accepted or unknowable", all[:4], nil, ""},
+		{"a visible host refuses", all, nil, "toolhost ws refuses cwd /home/me: cwd is outside the workspace"},
+		{"the refusing host is not visible", all, []string{"ok", "down"}, ""},
+		{"only the refusing host is visible", all, []string{"ws"}, "toolhost ws refuses"},
+	} {
+		w := &prompt.Workspaces{Hosts: tc.hosts}
+		err := w.CheckCwd(t.Context(), "/home/me", tc.visible)
+		if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.wantErr)
+		}
+	}
+	if ok.cwd != "/home/me" {
+		t.Errorf("the host was asked about %q", ok.cwd)
+	}
+}

@@ -18,6 +18,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -77,6 +79,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	listen := fs.String("listen", env("DSH_LISTEN", "127.0.0.1:7701"), "gRPC listen address (env DSH_LISTEN)")
 	configFile := fs.String("config", env("DSH_LLM_CONFIG", ""), "optional JSON config file with extra routes and model catalogues (env DSH_LLM_CONFIG)")
 	idle := fs.Duration("idle-timeout", cfg.IdleTimeout, "provider stream idle bound; 0 means 5m (env DSH_LLM_IDLE_TIMEOUT)")
+	connAge := grpcserver.MaxConnectionAgeFlag(fs, getenv)
+	scriptedOn := fs.Bool("scripted", getenv("DSH_SCRIPTED") != "false", "serve the scripted route (the offline demo model); --scripted=false in production (env DSH_SCRIPTED=false)")
+	var required requiredProviders
+	fs.Var(&required, "require-provider", "a provider route that must be configured, repeatable or comma-separated (e.g. deepseek): without it the gateway refuses to start, so a missing key Secret fails the pod's readiness with a log line saying which (env DSH_REQUIRE_PROVIDER)")
+	if v := getenv("DSH_REQUIRE_PROVIDER"); v != "" {
+		_ = required.Set(v)
+	}
 	var srvFlags auth.ServerFlags
 	srvFlags.RegisterFlags(fs, getenv)
 	srvFlags.RegisterPeerFlag(fs, getenv)
@@ -99,6 +108,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if *idle > 0 {
 		cfg.IdleTimeout = *idle
 	}
+	if !*scriptedOn {
+		cfg.Routes = slices.DeleteFunc(cfg.Routes, func(r llmgateway.RouteConfig) bool { return r.Kind == llmgateway.KindScripted })
+	}
+	if err := required.check(cfg); err != nil {
+		logger.Error("refusing to start: a required provider is not configured", "err", err)
+		return err
+	}
+	srvOpts = append(srvOpts, grpcserver.ConnectionAge(*connAge)...)
 	cfg.Version = version
 
 	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-llmgateway", ServiceVersion: version, Logger: logger, Getenv: getenv})
@@ -128,4 +145,36 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		ready(lis.Addr().String())
 	}
 	return srv.Serve(ctx, lis)
+}
+
+// requiredProviders is --require-provider: route names that must be
+// configured.
+type requiredProviders []string
+
+func (r *requiredProviders) String() string { return strings.Join(*r, ",") }
+
+func (r *requiredProviders) Set(v string) error {
+	for _, name := range strings.Split(v, ",") {
+		if name = strings.TrimSpace(name); name != "" && !slices.Contains(*r, name) {
+			*r = append(*r, name)
+		}
+	}
+	return nil
+}
+
+// check names every required route cfg lacks, and the variable that would
+// configure it.
+func (r requiredProviders) check(cfg llmgateway.Config) error {
+	var missing []string
+	for _, name := range r {
+		if !slices.ContainsFunc(cfg.Routes, func(rc llmgateway.RouteConfig) bool {
+			return rc.Name == name && (rc.APIKey != "" || rc.Kind == llmgateway.KindScripted || (rc.Kind == llmgateway.KindOpenAI && rc.BaseURL != ""))
+		}) {
+			missing = append(missing, fmt.Sprintf("%s (set %s_API_KEY, e.g. from the Secret dsh-provider-keys, or a config-file route)", name, strings.ToUpper(name)))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("--require-provider: not configured: %s", strings.Join(missing, "; "))
+	}
+	return nil
 }

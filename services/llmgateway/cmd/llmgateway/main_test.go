@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,5 +94,84 @@ func TestBinary(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("server did not shut down")
+	}
+}
+
+// syncWriter collects a server's log.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.WriteString(string(p))
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestRequiredProviders is the prod overlay's guard (issue 21): with
+// --require-provider a gateway whose key Secret is missing refuses to start
+// (the pod never gets ready) with a line naming the provider and its
+// variable; with the key it serves; --scripted=false drops the demo route.
+func TestRequiredProviders(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		wantErr    string // "" = starts
+		wantRoutes string
+	}{
+		{"missing key", []string{"--require-provider", "deepseek", "--scripted=false"}, nil, "deepseek (set DEEPSEEK_API_KEY", ""},
+		{"one of two missing", []string{"--require-provider", "deepseek,anthropic"}, map[string]string{"DEEPSEEK_API_KEY": "k"}, "not configured: anthropic (set ANTHROPIC_API_KEY", ""},
+		{"missing key from env", nil, map[string]string{"DSH_REQUIRE_PROVIDER": "deepseek"}, "deepseek (set DEEPSEEK_API_KEY", ""},
+		{"scripted switched off cannot be required", []string{"--require-provider", "scripted", "--scripted=false"}, nil, "not configured: scripted", ""},
+		{"key present, scripted off", []string{"--require-provider", "deepseek", "--scripted=false"}, map[string]string{"DEEPSEEK_API_KEY": "k"}, "", "routes=[deepseek]"},
+		{"scripted off by env", nil, map[string]string{"DEEPSEEK_API_KEY": "k", "DSH_SCRIPTED": "false"}, "", "routes=[deepseek]"},
+		{"default keeps scripted", []string{"--require-provider", "scripted"}, nil, "", "routes=[scripted]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			env := map[string]string{"OTEL_SDK_DISABLED": "true"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			var log syncWriter
+			ready := make(chan string, 1)
+			errc := make(chan error, 1)
+			go func() {
+				errc <- run(ctx, append([]string{"--listen", "127.0.0.1:0"}, tc.args...), func(k string) string { return env[k] }, &log, func(a string) { ready <- a })
+			}()
+			select {
+			case err := <-errc:
+				if tc.wantErr == "" || err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("run = %v, want an error with %q", err, tc.wantErr)
+				}
+				if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), tc.wantErr) {
+					t.Fatalf("no ERROR line naming it:\n%s", log.String())
+				}
+			case <-ready:
+				if tc.wantErr != "" {
+					t.Fatalf("started; want it to refuse with %q", tc.wantErr)
+				}
+				if !strings.Contains(log.String(), tc.wantRoutes) {
+					t.Fatalf("log lacks %q:\n%s", tc.wantRoutes, log.String())
+				}
+				cancel()
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("neither started nor failed")
+			}
+		})
 	}
 }

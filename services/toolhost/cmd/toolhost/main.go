@@ -19,6 +19,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/buildinfo"
 	"github.com/dsh-dev/dsh/internal/cmdline"
+	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/toolhost"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox"
@@ -70,6 +71,7 @@ func run() error {
 	home, _ := os.UserHomeDir()
 	dshHome := flag.String("dsh-home", env("DSH_HOME", filepath.Join(home, ".dsh")), "dsh's home; its skills/ folder is a skill root (env DSH_HOME; empty: none)")
 	agentsHome := flag.String("agents-home", env("DSH_AGENTS_HOME", filepath.Join(home, ".agents")), "the shared agents home; its skills/ folder is a skill root (env DSH_AGENTS_HOME; empty: none)")
+	connAge := grpcserver.MaxConnectionAgeFlag(flag.CommandLine, os.Getenv)
 	var skillDirs stringList
 	flag.Var(&skillDirs, "skill-dir", "an extra skill root (repeatable)")
 	flag.Parse()
@@ -90,6 +92,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	srvOpts = append(srvOpts, grpcserver.ConnectionAge(*connAge)...)
 	root, err := filepath.Abs(*workspace)
 	if err != nil {
 		return err

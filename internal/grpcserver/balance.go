@@ -1,0 +1,46 @@
+package grpcserver
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Balancing across replicas (deploy/k8s): a client resolves a name to every
+// address behind it (dns:/// of a headless Service lists one address per
+// ready pod) and spreads its calls over them with round_robin; a server ends
+// each connection after a maximum age so its clients resolve again and reach
+// replicas that started since.
+
+// roundRobin is the default service config of every client Dial opens; a
+// name with one address behaves as before.
+const roundRobin = `{"loadBalancingConfig":[{"round_robin":{}}]}`
+
+// DefaultMaxConnectionAge is the --max-connection-age of the servers.
+const DefaultMaxConnectionAge = 5 * time.Minute
+
+// ConnectionAge returns the server options that end every client connection
+// after about age (gRPC adds ±10% jitter) with a GOAWAY: calls running on it
+// finish (no grace limit: a long model stream or event stream is never
+// cut), new calls go over a new connection. Zero or negative: none.
+func ConnectionAge(age time.Duration) []grpc.ServerOption {
+	if age <= 0 {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: age})}
+}
+
+// MaxConnectionAgeFlag registers --max-connection-age (env
+// DSH_MAX_CONNECTION_AGE) on fs.
+func MaxConnectionAgeFlag(fs *flag.FlagSet, getenv func(string) string) *time.Duration {
+	def := DefaultMaxConnectionAge
+	if v := getenv("DSH_MAX_CONNECTION_AGE"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			def = d
+		}
+	}
+	return fs.Duration("max-connection-age", def, fmt.Sprintf("end each client connection after this long (gracefully: running calls finish) so clients re-resolve and new replicas get traffic; 0 never (env DSH_MAX_CONNECTION_AGE; default %v)", DefaultMaxConnectionAge))
+}
