@@ -195,29 +195,32 @@ func (s *Store) SetPublishedCursor(ctx context.Context, id string, next int64) e
 	if err := s.checkOpen(ctx); err != nil {
 		return err
 	}
-	res, err := s.raiseCursor.ExecContext(ctx, id, next)
-	if err != nil {
-		return fmt.Errorf("session %q: published cursor: %w", id, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("session %q: published cursor: %w", id, err)
-	} else if n == 1 {
+	// A write like an Append: raises of many sessions share a commit.
+	return s.submit(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.StmtContext(ctx, s.raiseCursor).ExecContext(ctx, id, next)
+		if err != nil {
+			return fmt.Errorf("session %q: published cursor: %w", id, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("session %q: published cursor: %w", id, err)
+		} else if n == 1 {
+			return nil
+		}
+		// Not raised: the session is missing, the value is not higher, or
+		// it is beyond the log.
+		var stored int64
+		err = tx.StmtContext(ctx, s.selectNext).QueryRowContext(ctx, id).Scan(&stored)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("session %q: published cursor: %w", id, err)
+		}
+		if next > stored {
+			return &persistence.CursorError{SessionID: id, Next: next, Len: stored}
+		}
 		return nil
-	}
-	// Not raised: the session is missing, the value is not higher, or it
-	// is beyond the log.
-	var stored, published int64
-	err = s.w.QueryRowContext(ctx, `SELECT next_seq, published_next FROM sessions WHERE id = ?`, id).Scan(&stored, &published)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
-	}
-	if err != nil {
-		return fmt.Errorf("session %q: published cursor: %w", id, err)
-	}
-	if next > stored {
-		return &persistence.CursorError{SessionID: id, Next: next, Len: stored}
-	}
-	return nil
+	}, nil)
 }
 
 // ReadHeader returns a stored session's header.

@@ -10,11 +10,14 @@
 //
 // # Delivery
 //
-// Every Append is one IMMEDIATE transaction on the single writer connection:
-// it materialises the sessions row of a lazily created session, asserts that
-// the batch starts at the stored next seq, inserts the rows and advances
-// next_seq; any failure rolls the whole batch back. With the default
-// synchronous=FULL the commit fsyncs the WAL, so an Append that returned nil
+// Every Append is a savepoint in an IMMEDIATE transaction on the single
+// writer connection: it materialises the sessions row of a lazily created
+// session, asserts that the batch starts at the stored next seq, inserts the
+// rows and advances next_seq; any failure rolls the whole batch back. Appends
+// of different sessions that arrive together share one transaction and one
+// commit (group commit, commit.go); each returns only after that commit.
+// With the default synchronous=FULL the commit fsyncs the WAL, so an Append
+// that returned nil
 // survives a process crash and a power loss; with Synchronous "NORMAL" it
 // survives a process crash only. Load repairs an interrupted turn in its own
 // transaction, asserting that the log did not grow meanwhile.
@@ -58,6 +61,9 @@ type Config struct {
 	Readers int
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// OnCommit, when set, is called by the committer after each group
+	// commit (metrics); it must not block.
+	OnCommit func(CommitStats)
 }
 
 // Store is a persistence.Store over one SQLite database.
@@ -71,6 +77,14 @@ type Store struct {
 	mu      sync.Mutex
 	closed  bool
 	pending map[string]*sessionv1.SessionHeader // created, not yet materialised
+
+	// Group commit (commit.go): writes queue for the committer goroutine.
+	gate     sync.RWMutex // held shared while queueing; Close takes it to stop queueing
+	gateShut bool
+	queue    chan *writeReq
+	stop     chan struct{} // closed by Close
+	stopped  chan struct{} // closed by the committer when it has drained
+	onCommit func(CommitStats)
 }
 
 var (
@@ -117,7 +131,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	f.Close()
 
-	s := &Store{log: cfg.Logger, pending: make(map[string]*sessionv1.SessionHeader)}
+	s := &Store{log: cfg.Logger, pending: make(map[string]*sessionv1.SessionHeader), onCommit: cfg.OnCommit,
+		queue: make(chan *writeReq, maxGroup), stop: make(chan struct{}), stopped: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -142,6 +157,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.r.SetMaxOpenConns(readers)
 	s.r.SetMaxIdleConns(readers)
+	go s.committer()
 	if err := s.prepare(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -228,6 +244,11 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.gate.Lock()
+	s.gateShut = true
+	s.gate.Unlock()
+	close(s.stop)
+	<-s.stopped // every queued write answered
 	var errs []error
 	for _, st := range []*sql.Stmt{s.insertSession, s.selectNext, s.insertEvent, s.insertEvents, s.updateNext, s.raiseCursor} {
 		if st != nil {
@@ -303,28 +324,17 @@ func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.Sessi
 	h := s.pending[id]
 	s.mu.Unlock()
 
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		if h != nil {
-			if err := s.materialize(ctx, tx, h); err != nil {
-				return err
-			}
-		}
-		if err := s.appendRows(ctx, tx, id, events, data); err != nil {
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
+	var after func()
 	if h != nil {
-		s.mu.Lock()
-		if s.pending[id] == h {
-			delete(s.pending, id)
+		after = func() {
+			s.mu.Lock()
+			if s.pending[id] == h {
+				delete(s.pending, id)
+			}
+			s.mu.Unlock()
 		}
-		s.mu.Unlock()
 	}
-	return nil
+	return s.submit(ctx, s.appendReq(id, h, events, data), after)
 }
 
 func (s *Store) materialize(ctx context.Context, tx *sql.Tx, h *sessionv1.SessionHeader) error {

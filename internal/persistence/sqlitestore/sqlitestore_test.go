@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -214,4 +215,15 @@ func TestFailedAppendRollsBack(t *testing.T) {
 // once, through SQLite's single writer (compare pgstore's).
 func BenchmarkParallelSessions(b *testing.B) {
 	persistencetest.BenchParallel(b, func(b *testing.B, dir string) persistence.Store { return open(b, dir) }, 16, 20)
+}
+
+// BenchmarkConcurrentFlush: N sessions flushing small batches (4 events, an
+// agent step's flush) at once, with the default synchronous=FULL: group
+// commit lets them share transactions and fsyncs.
+func BenchmarkConcurrentFlush(b *testing.B) {
+	for _, n := range []int{1, 16, 100} {
+		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
+			persistencetest.BenchParallel(b, func(b *testing.B, dir string) persistence.Store { return open(b, dir) }, n, 4)
+		})
+	}
 }
