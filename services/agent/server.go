@@ -426,7 +426,7 @@ func openStore(ctx context.Context, sc ServerConfig) (persistence.Store, error) 
 	}
 	switch sc.Store {
 	case "", "sqlite":
-		st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(dir, "sessions.db"), Synchronous: sc.Synchronous})
+		st, err := openSQLite(ctx, sqlitestore.Config{Path: filepath.Join(dir, "sessions.db"), Synchronous: sc.Synchronous})
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite store: %w", err)
 		}

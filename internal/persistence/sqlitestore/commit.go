@@ -31,7 +31,8 @@ const maxGroup = 512
 
 // writeReq is one write waiting for the committer.
 type writeReq struct {
-	ctx context.Context
+	ctx    context.Context
+	queued time.Time
 	// run does the request's statements in tx; nil result means its
 	// savepoint is released, else rolled back.
 	run  func(ctx context.Context, tx *sql.Tx) error
@@ -45,14 +46,20 @@ type CommitStats struct {
 	Requests int           // writes in the transaction
 	Queued   int           // writes still waiting when it committed
 	Duration time.Duration // begin to commit, fsync included
+	// Waits holds, per committed write, the time from its submission to
+	// the commit (its flush latency); valid only during the OnCommit call.
+	Waits []time.Duration
 }
+
+// QueueDepth is the number of writes waiting for the committer.
+func (s *Store) QueueDepth() int { return len(s.queue) }
 
 // submit hands fn to the committer and waits for its durable result. Once
 // queued, the request is waited for regardless of ctx (the committer skips
 // it if ctx ended before it ran), so an error always means nothing of it
 // was stored.
 func (s *Store) submit(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, after func()) error {
-	r := &writeReq{ctx: ctx, run: fn, done: make(chan error, 1), after: after}
+	r := &writeReq{ctx: ctx, queued: time.Now(), run: fn, done: make(chan error, 1), after: after}
 	s.gate.RLock()
 	if s.gateShut {
 		s.gate.RUnlock()
@@ -145,7 +152,15 @@ func (s *Store) commitGroup(group []*writeReq) {
 		return
 	}
 	if s.onCommit != nil {
-		s.onCommit(CommitStats{Requests: ran, Queued: len(s.queue), Duration: time.Since(start)})
+		now := time.Now()
+		waits := s.waits[:0]
+		for i, r := range group {
+			if results[i] == nil {
+				waits = append(waits, now.Sub(r.queued))
+			}
+		}
+		s.waits = waits
+		s.onCommit(CommitStats{Requests: ran, Queued: len(s.queue), Duration: now.Sub(start), Waits: waits})
 	}
 	s.answer(group, results, nil)
 }

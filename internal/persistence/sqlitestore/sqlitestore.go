@@ -37,6 +37,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -85,6 +86,7 @@ type Store struct {
 	stop     chan struct{} // closed by Close
 	stopped  chan struct{} // closed by the committer when it has drained
 	onCommit func(CommitStats)
+	waits    []time.Duration // the committer's scratch for CommitStats.Waits
 }
 
 var (

@@ -18,6 +18,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/buildinfo"
 	"github.com/dsh-dev/dsh/internal/cmdline"
+	"github.com/dsh-dev/dsh/internal/debugserver"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/telemetry"
@@ -92,6 +93,8 @@ func run() error {
 	titleProvider := flag.String("title-provider", env("DSH_TITLE_PROVIDER", ""), "provider route of session-title calls; empty: the session's (env DSH_TITLE_PROVIDER)")
 	titleModel := flag.String("title-model", env("DSH_TITLE_MODEL", ""), "small model of session-title calls; empty: the session's (env DSH_TITLE_MODEL)")
 	noTitles := flag.Bool("no-titles", false, "do not title sessions with a model call")
+	var dbg debugserver.Flags
+	dbg.RegisterFlags(flag.CommandLine, os.Getenv)
 	flag.Parse()
 	if err := cmdline.NoArgs(flag.CommandLine); err != nil {
 		return err
@@ -158,8 +161,15 @@ func run() error {
 	// Telemetry first: the gRPC server and clients agent.Run builds instrument
 	// themselves fully only when a recording provider is installed
 	// (grpcserver.TracingAuto), i.e. when an OTLP endpoint is configured.
-	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-agent", Logger: logger})
+	dbgExp, err := dbg.Setup()
 	if err != nil {
+		return err
+	}
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-agent", Logger: logger, ExtraMetricReaders: dbgExp.Readers()})
+	if err != nil {
+		return err
+	}
+	if _, err := dbgExp.Serve(ctx, dbg.Addr, logger); err != nil {
 		return err
 	}
 	defer func() {

@@ -19,6 +19,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/buildinfo"
 	"github.com/dsh-dev/dsh/internal/cmdline"
+	"github.com/dsh-dev/dsh/internal/debugserver"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/toolhost"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox"
@@ -72,6 +73,8 @@ func run() error {
 	agentsHome := flag.String("agents-home", env("DSH_AGENTS_HOME", filepath.Join(home, ".agents")), "the shared agents home; its skills/ folder is a skill root (env DSH_AGENTS_HOME; empty: none)")
 	var skillDirs stringList
 	flag.Var(&skillDirs, "skill-dir", "an extra skill root (repeatable)")
+	var dbg debugserver.Flags
+	dbg.RegisterFlags(flag.CommandLine, os.Getenv)
 	flag.Parse()
 	if err := cmdline.NoArgs(flag.CommandLine); err != nil {
 		return err
@@ -120,8 +123,15 @@ func run() error {
 	defer stop()
 	// Telemetry before the server: it instruments RPCs fully only when a
 	// recording provider is installed (grpcserver.TracingAuto).
-	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-toolhost", Logger: log})
+	dbgExp, err := dbg.Setup()
 	if err != nil {
+		return err
+	}
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-toolhost", Logger: log, ExtraMetricReaders: dbgExp.Readers()})
+	if err != nil {
+		return err
+	}
+	if _, err := dbgExp.Serve(ctx, dbg.Addr, log); err != nil {
 		return err
 	}
 	defer func() {
