@@ -343,7 +343,7 @@ func (l *liveSession) flush(ctx context.Context) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	if err := l.s.deps.Store.Append(ctx, l.id, evs); err != nil {
+	if err := persistence.AppendLogged(ctx, l.s.deps.Store, l.id, evs); err != nil {
 		return fmt.Errorf("flush session %s from seq %d: %w", l.id, from, err)
 	}
 	l.durable.Store(evs[len(evs)-1].GetSeq() + 1)

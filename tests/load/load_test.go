@@ -21,6 +21,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,6 +52,8 @@ var (
 	flagSteps    = flag.Int("load.steps", 5, "tool steps per turn")
 	flagTurns    = flag.Int("load.turns", 1, "turns per session")
 	flagAgent    = flag.String("load.agent-args", "", "extra agent flags, space-separated (e.g. --sqlite-sync=NORMAL)")
+	flagPprof    = flag.String("load.pprof", "", "directory: take a CPU profile of each process (through --debug-addr) during each level's first -load.pprof-seconds")
+	flagPprofSec = flag.Int("load.pprof-seconds", 5, "length of the -load.pprof CPU profiles")
 )
 
 // binDir holds the binaries TestMain built.
@@ -280,15 +284,21 @@ func runLevel(tb testing.TB, lv level) result {
 		tb.Fatal(err)
 	}
 	gwAddr, thAddr, agAddr := proctest.FreeAddr(tb), proctest.FreeAddr(tb), proctest.FreeAddr(tb)
+	debug := map[string][]string{}
+	if *flagPprof != "" {
+		for _, name := range procNames {
+			debug[name] = []string{"--debug-addr", proctest.FreeAddr(tb)}
+		}
+	}
 	procs := map[string]*proc{
-		"llmgateway": startProc(tb, "llmgateway", cleanEnv("OPENAI_API_KEY=load", "OPENAI_BASE_URL="+url, "OPENAI_MODEL=load"), "--listen", gwAddr),
-		"toolhost":   startProc(tb, "toolhost", cleanEnv(), "--listen", thAddr, "--workspace", ws),
+		"llmgateway": startProc(tb, "llmgateway", cleanEnv("OPENAI_API_KEY=load", "OPENAI_BASE_URL="+url, "OPENAI_MODEL=load"), append([]string{"--listen", gwAddr}, debug["llmgateway"]...)...),
+		"toolhost":   startProc(tb, "toolhost", cleanEnv(), append([]string{"--listen", thAddr, "--workspace", ws}, debug["toolhost"]...)...),
 	}
 	dial(ctx, tb, gwAddr)
 	dial(ctx, tb, thAddr)
-	procs["agent"] = startProc(tb, "agent", cleanEnv(), append([]string{"--listen", agAddr, "--gateway", gwAddr,
+	procs["agent"] = startProc(tb, "agent", cleanEnv(), append(append([]string{"--listen", agAddr, "--gateway", gwAddr,
 		"--toolhost", "builtin=" + thAddr, "--data", data, "--nats", nats.URL(),
-		"--approval-rule", "*=allow", "--no-titles"}, lv.agentArgs...)...)
+		"--approval-rule", "*=allow", "--no-titles"}, debug["agent"]...), lv.agentArgs...)...)
 	// A few client connections, as several frontends would hold.
 	var clients []agentv1.AgentServiceClient
 	for range 4 {
@@ -339,6 +349,13 @@ func runLevel(tb testing.TB, lv level) result {
 		mu.Unlock()
 	}
 	started := time.Now()
+	for name, d := range debug {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			profile(tb, d[1], filepath.Join(*flagPprof, fmt.Sprintf("%s-%s-%d.pprof", name, lv.tool, lv.sessions)))
+		}()
+	}
 	for i, id := range ids {
 		wg.Add(1)
 		go func() {
@@ -371,6 +388,23 @@ func runLevel(tb testing.TB, lv level) result {
 		r.errors["upstream: unparsable request"] += up.bad
 	}
 	return r
+}
+
+// profile saves a CPU profile of the process whose --debug-addr is addr.
+func profile(tb testing.TB, addr, path string) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, *flagPprofSec))
+	if err != nil {
+		tb.Errorf("profile %s: %v", addr, err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		tb.Errorf("profile %s: %v", addr, err)
+	}
 }
 
 // runTurn sends text to session id, waits for the session to go idle and

@@ -189,7 +189,7 @@ func (s *Store) answer(group []*writeReq, results []error, err error) {
 
 // appendReq is the statement sequence of one Append: materialise a pending
 // session, check the stored next seq and insert the rows.
-func (s *Store) appendReq(id string, h *sessionv1.SessionHeader, events []*sessionv1.SessionEvent, data []encoded) func(context.Context, *sql.Tx) error {
+func (s *Store) appendReq(id string, h *sessionv1.SessionHeader, events []*sessionv1.SessionEvent, data [][]byte) func(context.Context, *sql.Tx) error {
 	return func(ctx context.Context, tx *sql.Tx) error {
 		if h != nil {
 			if err := s.materialize(ctx, tx, h); err != nil {

@@ -5,8 +5,9 @@
 // Schema: a sessions table (one row per materialised session: header
 // columns, the full header, the stored log length and the published cursor)
 // and an events table (one row per event: session_id, seq, type, time and the
-// event as readable JSON in data). PRAGMA user_version carries SchemaVersion;
-// an unknown version is refused at Open, never migrated silently.
+// event in protobuf binary). PRAGMA user_version carries SchemaVersion; a
+// version-1 database (which also kept each event as JSON) is migrated at
+// Open; an unknown version is refused, never migrated silently.
 //
 // # Delivery
 //
@@ -93,6 +94,8 @@ var (
 	_ persistence.Store     = (*Store)(nil)
 	_ persistence.Reader    = (*Store)(nil)
 	_ persistence.Discarder = (*Store)(nil)
+
+	_ persistence.ValidatedAppender = (*Store)(nil)
 )
 
 func dsn(path, sync string, readOnly bool) string {
@@ -182,6 +185,8 @@ func (s *Store) migrate(ctx context.Context) error {
 	switch version {
 	case SchemaVersion:
 		return nil
+	case 1:
+		return s.migrate1to2(ctx, tx)
 	case 0:
 		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&tables); err != nil {
 			return fmt.Errorf("sqlitestore: %w", err)
@@ -212,9 +217,9 @@ func (s *Store) prepare(ctx context.Context) error {
 		{&s.insertSession, `INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, delegation_depth, header, next_seq)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (id) DO NOTHING`},
 		{&s.selectNext, `SELECT next_seq FROM sessions WHERE id = ?`},
-		{&s.insertEvent, `INSERT INTO events (session_id, seq, type, time, data, pb) VALUES (?, ?, ?, ?, ?, ?)`},
-		{&s.insertEvents, `INSERT INTO events (session_id, seq, type, time, data, pb) VALUES ` +
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", rowsPerInsert), ", ")},
+		{&s.insertEvent, `INSERT INTO events (session_id, seq, type, time, pb) VALUES (?, ?, ?, ?, ?)`},
+		{&s.insertEvents, `INSERT INTO events (session_id, seq, type, time, pb) VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", rowsPerInsert), ", ")},
 		{&s.updateNext, `UPDATE sessions SET next_seq = ? WHERE id = ?`},
 		{&s.raiseCursor, `UPDATE sessions SET published_next = ?2 WHERE id = ?1 AND published_next < ?2 AND ?2 <= next_seq`},
 	} {
@@ -310,6 +315,16 @@ func (s *Store) Create(ctx context.Context, h *sessionv1.SessionHeader) error {
 
 // Append durably appends one batch in one transaction.
 func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.SessionEvent) error {
+	return s.append(ctx, id, events, true)
+}
+
+// AppendValidated is Append for events a session.Log committed, which
+// applied session.ValidateEvent's rules already (persistence.ValidatedAppender).
+func (s *Store) AppendValidated(ctx context.Context, id string, events []*sessionv1.SessionEvent) error {
+	return s.append(ctx, id, events, false)
+}
+
+func (s *Store) append(ctx context.Context, id string, events []*sessionv1.SessionEvent, validate bool) error {
 	if len(events) == 0 {
 		return ctx.Err()
 	}
@@ -318,7 +333,7 @@ func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.Sessi
 	}
 	// Encode outside the transaction (contiguity checked here); the check
 	// against the stored next seq is made inside it.
-	data, err := encodeRows(id, events[0].GetSeq(), events)
+	data, err := encodeRows(id, events[0].GetSeq(), events, validate)
 	if err != nil {
 		return err
 	}
@@ -362,7 +377,7 @@ func (s *Store) materialize(ctx context.Context, tx *sql.Tx, h *sessionv1.Sessio
 }
 
 // appendRows asserts the stored next seq and inserts the rows.
-func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []*sessionv1.SessionEvent, data []encoded) error {
+func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []*sessionv1.SessionEvent, data [][]byte) error {
 	var next int64
 	err := tx.StmtContext(ctx, s.selectNext).QueryRowContext(ctx, id).Scan(&next)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -379,12 +394,12 @@ func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []
 	i := 0
 	if len(events) >= rowsPerInsert {
 		many := tx.StmtContext(ctx, s.insertEvents)
-		args := make([]any, 0, 6*rowsPerInsert)
+		args := make([]any, 0, 5*rowsPerInsert)
 		for ; i+rowsPerInsert <= len(events); i += rowsPerInsert {
 			args = args[:0]
 			for j := i; j < i+rowsPerInsert; j++ {
 				ev := events[j]
-				args = append(args, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), string(data[j].json), data[j].pb)
+				args = append(args, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), data[j])
 			}
 			if _, err := many.ExecContext(ctx, args...); err != nil {
 				return fmt.Errorf("session %q: insert seqs %d..%d: %w", id, events[i].GetSeq(), events[i+rowsPerInsert-1].GetSeq(), err)
@@ -395,7 +410,7 @@ func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []
 		one := tx.StmtContext(ctx, s.insertEvent)
 		for ; i < len(events); i++ {
 			ev := events[i]
-			if _, err := one.ExecContext(ctx, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), string(data[i].json), data[i].pb); err != nil {
+			if _, err := one.ExecContext(ctx, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), data[i]); err != nil {
 				return fmt.Errorf("session %q: insert seq %d: %w", id, ev.GetSeq(), err)
 			}
 		}
@@ -406,26 +421,33 @@ func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []
 	return nil
 }
 
-// encoded is the stored form of one event.
-type encoded struct {
-	json []byte // canonical JSON (validated: raw-JSON fields hold JSON)
-	pb   []byte // protobuf binary
-}
-
 var pbMarshal = proto.MarshalOptions{Deterministic: true}
 
-func encodeRows(id string, next int64, events []*sessionv1.SessionEvent) ([]encoded, error) {
-	js, err := persistence.EncodeBatch(id, next, events)
-	if err != nil {
+// encodeRows checks a batch (contiguity; with validate, the per-event rules
+// of session.ValidateEvent, so that the store never writes an event its Load
+// would reject) and encodes each event to its stored form, protobuf binary.
+// Events a session.Log committed passed those rules already (AppendValidated
+// skips them).
+func encodeRows(id string, next int64, events []*sessionv1.SessionEvent, validate bool) ([][]byte, error) {
+	if err := persistence.CheckBatch(id, next, events); err != nil {
 		return nil, err
 	}
-	out := make([]encoded, len(events))
+	out := make([][]byte, len(events))
 	for i, ev := range events {
+		typ := session.TypeName(ev)
+		if typ == "" {
+			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: "(none)", Err: errors.New("event has no payload")}
+		}
+		if validate {
+			if err := session.ValidateEvent(ev); err != nil {
+				return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
+			}
+		}
 		pb, err := pbMarshal.Marshal(ev)
 		if err != nil {
-			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: session.TypeName(ev), Err: err}
+			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
 		}
-		out[i] = encoded{js[i], pb}
+		out[i] = pb
 	}
 	return out, nil
 }
