@@ -339,3 +339,20 @@ func (s *Store) CheckStorage(ctx context.Context, id string) error {
 	}
 	return errors.Join(problems...)
 }
+
+// StoredLength returns a stored session's log length (next_seq) without
+// reading its events.
+func (s *Store) StoredLength(ctx context.Context, id string) (int64, error) {
+	if err := s.checkOpen(ctx); err != nil {
+		return 0, err
+	}
+	var next int64
+	err := s.r.QueryRowContext(ctx, `SELECT next_seq FROM sessions WHERE id = ?`, id).Scan(&next)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("session %q: %w", id, err)
+	}
+	return next, nil
+}
