@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
@@ -134,6 +135,9 @@ type ServerConfig struct {
 	// (subject dsh.events.<tenant>.<session>) through internal/events; the stored
 	// published cursor lets a restart catch up.
 	NATS events.Conn
+	// NATSOptions are extra NATS client options of the publisher (dsh dev
+	// dials its embedded server through them).
+	NATSOptions []nats.Option
 	// ServerOptions are extra gRPC server options: the transport credentials
 	// of auth.ServerFlags.ServerOptions (TLS, mTLS).
 	ServerOptions []grpc.ServerOption
@@ -309,7 +313,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		if sc.NATS.Name == "" {
 			sc.NATS.Name = "dsh-agent"
 		}
-		pub, err = events.New(ctx, events.Config{Conn: sc.NATS, Store: store, Logger: logger})
+		pub, err = events.New(ctx, events.Config{Conn: sc.NATS, Store: store, Logger: logger, ExtraOptions: sc.NATSOptions})
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}
