@@ -284,6 +284,10 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 			// left unpublished.
 			NATS:        events.Conn{URL: natsURL, Name: "dsh dev agent"},
 			NATSOptions: gate.options(),
+			// One-shot: exit right after the answer; events the embedded
+			// NATS has not acknowledged by then are published by the next
+			// start (the durable published cursor hands them over).
+			PublishOnClose: publishOnClose(f.prompt),
 			// Deployment defaults: bash, write and edit ask; a question or
 			// approval nobody answers settles after 15 minutes.
 			Service: agent.Config{DefaultCwd: cwd, Sandbox: sandbox,

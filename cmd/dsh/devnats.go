@@ -51,3 +51,12 @@ func (g *natsGate) options() []nats.Option {
 		}),
 	}
 }
+
+// publishOnClose is how long dsh dev's agent keeps publishing at shutdown:
+// a moment in one-shot mode (-p), the default otherwise.
+func publishOnClose(prompt string) time.Duration {
+	if prompt != "" {
+		return time.Millisecond
+	}
+	return 0
+}

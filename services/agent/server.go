@@ -138,6 +138,11 @@ type ServerConfig struct {
 	// NATSOptions are extra NATS client options of the publisher (dsh dev
 	// dials its embedded server through them).
 	NATSOptions []nats.Option
+	// PublishOnClose, when positive, bounds how long shutdown keeps
+	// publishing; what is left stays behind the durable cursor for the next
+	// start (dsh dev -p exits without waiting for NATS). Zero: up to
+	// ShutdownTimeout.
+	PublishOnClose time.Duration
 	// ServerOptions are extra gRPC server options: the transport credentials
 	// of auth.ServerFlags.ServerOptions (TLS, mTLS).
 	ServerOptions []grpc.ServerOption
@@ -414,7 +419,13 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		closeErr = errors.Join(closeErr, rep.mgr.Close(cctx))
 	}
 	if pub != nil {
-		closeErr = errors.Join(closeErr, pub.Close(cctx))
+		pctx := cctx
+		if sc.PublishOnClose > 0 {
+			var pcancel context.CancelFunc
+			pctx, pcancel = context.WithTimeout(cctx, sc.PublishOnClose)
+			defer pcancel()
+		}
+		closeErr = errors.Join(closeErr, pub.Close(pctx))
 	}
 	stopSrv()
 	if serveErr == nil {
