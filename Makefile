@@ -74,6 +74,16 @@ test-go: ## The Go test suite with the race detector.
 bench: ## Run every Go benchmark (figures go into docs/benchmarks.md).
 	$(GOTEST) -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(PKGS)
 
+.PHONY: load
+load: ## The load ladder (tests/load): LOAD_TOOL=read|bash LOAD_SESSIONS=10,100,1000 LOAD_DELAY=1s LOAD_ARGS='extra agent flags'.
+	DSH_LOAD=1 $(GOTEST) -run '^$$' -bench 'Load' -benchtime 1x -count 1 -timeout 60m ./tests/load \
+	  -args -load.tool=$(LOAD_TOOL) -load.sessions=$(LOAD_SESSIONS) -load.delay=$(LOAD_DELAY) -load.agent-args="$(LOAD_ARGS)"
+
+LOAD_TOOL     ?= read
+LOAD_SESSIONS ?= 10,100,300,1000
+LOAD_DELAY    ?= 1s
+LOAD_ARGS     ?=
+
 .PHONY: fuzz
 fuzz: ## Run each fuzz target briefly (FUZZTIME=30s to go longer).
 	@for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \

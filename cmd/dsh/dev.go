@@ -201,17 +201,21 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	natsReady := make(chan *natstest.Server, 1)
 	var natsStarted atomic.Bool
 	var natsOnce sync.Once
+	gate := &natsGate{}
 	startNATS := func() {
 		natsOnce.Do(func() {
 			natsStarted.Store(true)
+			gate.state.Store(natsStarting)
 			go func() {
 				srv, err := natstest.New(natstest.Options{Host: natsHost, Port: natsPort, StoreDir: filepath.Join(f.data, "nats")})
 				if err != nil {
 					logger.Error("embedded NATS failed to start; events stay queued", "err", err)
+					gate.state.Store(natsIdle)
 					natsReady <- nil
 					return
 				}
 				phase("nats ready")
+				gate.state.Store(natsUp)
 				natsReady <- srv
 			}()
 		})
@@ -278,7 +282,12 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 			// The agent publishes every durable event to the embedded NATS
 			// (internal/events) and catches up on sessions a previous run
 			// left unpublished.
-			NATS: events.Conn{URL: natsURL, Name: "dsh dev agent"},
+			NATS:        events.Conn{URL: natsURL, Name: "dsh dev agent"},
+			NATSOptions: gate.options(),
+			// One-shot: exit right after the answer; events the embedded
+			// NATS has not acknowledged by then are published by the next
+			// start (the durable published cursor hands them over).
+			PublishOnClose: publishOnClose(f.prompt),
 			// Deployment defaults: bash, write and edit ask; a question or
 			// approval nobody answers settles after 15 minutes.
 			Service: agent.Config{DefaultCwd: cwd, Sandbox: sandbox,

@@ -102,3 +102,21 @@ type Reader interface {
 type Discarder interface {
 	Discard(ctx context.Context, id string) error
 }
+
+// ValidatedAppender is implemented by stores that can skip the per-event
+// rules (session.ValidateEvent) for events a session.Log committed, which
+// applied them on the way in. AppendValidated is Append otherwise (batch
+// contiguity, the stored next seq, atomicity and durability are unchanged);
+// the agent flushes its logs through it.
+type ValidatedAppender interface {
+	AppendValidated(ctx context.Context, id string, events []*sessionv1.SessionEvent) error
+}
+
+// AppendLogged appends events a session.Log committed: through
+// AppendValidated when s offers it, else through Append.
+func AppendLogged(ctx context.Context, s Appender, id string, events []*sessionv1.SessionEvent) error {
+	if va, ok := s.(ValidatedAppender); ok {
+		return va.AppendValidated(ctx, id, events)
+	}
+	return s.Append(ctx, id, events)
+}

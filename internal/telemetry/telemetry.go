@@ -70,6 +70,10 @@ type Config struct {
 	// MetricReaders, when set, are used instead of any OTLP metric exporter
 	// (tests pass an sdkmetric.ManualReader here).
 	MetricReaders []sdkmetric.Reader
+	// ExtraMetricReaders are added to the metric readers (OTLP or
+	// MetricReaders) and turn metering on by themselves: the Prometheus
+	// reader of --debug-addr (internal/debugserver).
+	ExtraMetricReaders []sdkmetric.Reader
 	// NoGlobal leaves the otel global providers alone.
 	NoGlobal bool
 }
@@ -111,8 +115,8 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	disabled := strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true")
 	traceOn := len(cfg.SpanProcessors) > 0 ||
 		(!disabled && signalOn(getenv, "TRACES"))
-	metricOn := len(cfg.MetricReaders) > 0 ||
-		(!disabled && signalOn(getenv, "METRICS"))
+	otlpMetrics := !disabled && signalOn(getenv, "METRICS")
+	metricOn := len(cfg.MetricReaders) > 0 || len(cfg.ExtraMetricReaders) > 0 || otlpMetrics
 
 	if traceOn || metricOn {
 		res, err := newResource(ctx, cfg)
@@ -138,7 +142,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		}
 		if metricOn {
 			readers := cfg.MetricReaders
-			if len(readers) == 0 {
+			if len(readers) == 0 && otlpMetrics {
 				exp, err := metricExporter(ctx, getenv)
 				if err != nil {
 					return nil, errors.Join(err, t.Shutdown(ctx))
@@ -146,7 +150,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 				readers = []sdkmetric.Reader{sdkmetric.NewPeriodicReader(exp)}
 			}
 			opts := []sdkmetric.Option{sdkmetric.WithResource(res)}
-			for _, r := range readers {
+			for _, r := range append(readers, cfg.ExtraMetricReaders...) {
 				opts = append(opts, sdkmetric.WithReader(r))
 			}
 			mp := sdkmetric.NewMeterProvider(opts...)

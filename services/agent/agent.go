@@ -48,6 +48,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/session"
+	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/agent/internal/agenttools"
 	"github.com/dsh-dev/dsh/services/agent/internal/approval"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
@@ -197,9 +198,10 @@ func ParseApprovalRule(s string) (*sessionv1.ApprovalRule, error) { return appro
 type Service struct {
 	agentv1.UnimplementedAgentServiceServer
 
-	cfg  Config
-	deps Deps
-	log  *slog.Logger
+	cfg     Config
+	deps    Deps
+	log     *slog.Logger
+	metrics *telemetry.Metrics // step time (stepmetrics.go); nil records nothing
 
 	appr *approval.Config
 
@@ -242,6 +244,7 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Service, error) {
 		replies: idem.New[proto.Message](cmp.Or(cfg.ReplyCache, defaultReplyCache)),
 		appr: &approval.Config{Policy: cfg.Approval.Policy, Rules: cfg.Approval.Rules, Timeout: cfg.Approval.Timeout,
 			Approvers: deps.Approvers, Logger: logger}}
+	s.metrics, _ = telemetry.NewMetrics(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	if cfg.IdleUnload > 0 {
@@ -269,6 +272,7 @@ type liveSession struct {
 
 	flushMu sync.Mutex
 	durable atomic.Int64 // next seq not yet durable; written under flushMu
+	steps   stepTimer    // under flushMu (stepmetrics.go)
 
 	subMu sync.Mutex
 	subs  map[chan struct{}]struct{}
@@ -343,10 +347,11 @@ func (l *liveSession) flush(ctx context.Context) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	if err := l.s.deps.Store.Append(ctx, l.id, evs); err != nil {
+	if err := persistence.AppendLogged(ctx, l.s.deps.Store, l.id, evs); err != nil {
 		return fmt.Errorf("flush session %s from seq %d: %w", l.id, from, err)
 	}
 	l.durable.Store(evs[len(evs)-1].GetSeq() + 1)
+	l.steps.observe(l.s.metrics, l.log.Header(), evs)
 	if l.s.cfg.Sink != nil {
 		l.s.cfg.Sink.Durable(l.log.Header().GetTenant(), l.id, evs)
 	}

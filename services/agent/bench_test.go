@@ -220,7 +220,14 @@ func BenchmarkResume10k(b *testing.B) {
 
 // BenchmarkIdleUnloadedSessionMemory reports the heap a session keeps after
 // it ran a turn and was unloaded (B/session).
-func BenchmarkIdleUnloadedSessionMemory(b *testing.B) {
+func BenchmarkIdleUnloadedSessionMemory(b *testing.B) { benchIdleSessionMemory(b, true) }
+
+// BenchmarkIdleLoadedSessionMemory reports what a session holds while it
+// stays loaded but idle after a turn: heap plus goroutine stacks
+// (B/session), and its goroutines (goroutines/session; 0: no parked driver).
+func BenchmarkIdleLoadedSessionMemory(b *testing.B) { benchIdleSessionMemory(b, false) }
+
+func benchIdleSessionMemory(b *testing.B, unload bool) {
 	var budget atomic.Int64
 	gw := budgetGateway(&budget)
 	gwAddr := fakes.Serve(b, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
@@ -255,7 +262,7 @@ func BenchmarkIdleUnloadedSessionMemory(b *testing.B) {
 				b.Fatal(err)
 			}
 			deadline := time.Now().Add(5 * time.Second)
-			for !svc.Unload(ctx, id) {
+			for unload && !svc.Unload(ctx, id) {
 				if time.Now().After(deadline) {
 					b.Fatalf("%s never unloaded", id)
 				}
@@ -264,15 +271,18 @@ func BenchmarkIdleUnloadedSessionMemory(b *testing.B) {
 		}
 	}
 	run("warm") // warm pools and caches
-	var per float64
+	var per, goroutines float64
 	for i := 0; b.Loop(); i++ {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
+		g0 := runtime.NumGoroutine()
 		run(fmt.Sprintf("s%d", i))
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		per = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+		goroutines = float64(runtime.NumGoroutine()-g0) / n
+		per = (float64(after.HeapAlloc+after.StackInuse) - float64(before.HeapAlloc+before.StackInuse)) / n
 	}
 	b.ReportMetric(per, "B/session")
+	b.ReportMetric(goroutines, "goroutines/session")
 }

@@ -171,6 +171,12 @@ func checkID(id string) error {
 
 // GetSession reads a session (loading it when persisted).
 func (s *Service) GetSession(ctx context.Context, req *agentv1.GetSessionRequest) (*agentv1.GetSessionResponse, error) {
+	if sn, ok, err := s.peekStored(ctx, req.GetSessionId()); ok { // not in memory: not loaded for this
+		if err != nil {
+			return nil, toStatus(s.log, "GetSession", err)
+		}
+		return &agentv1.GetSessionResponse{Session: sn}, nil
+	}
 	l, err := s.acquire(ctx, req.GetSessionId())
 	if err != nil {
 		return nil, toStatus(s.log, "GetSession", err)

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
@@ -137,6 +138,14 @@ type ServerConfig struct {
 	// NATSLimits bound the JetStream stream (max age, max bytes; the oldest
 	// messages are discarded), sized to NATS's volume.
 	NATSLimits events.StreamLimits
+	// NATSOptions are extra NATS client options of the publisher (dsh dev
+	// dials its embedded server through them).
+	NATSOptions []nats.Option
+	// PublishOnClose, when positive, bounds how long shutdown keeps
+	// publishing; what is left stays behind the durable cursor for the next
+	// start (dsh dev -p exits without waiting for NATS). Zero: up to
+	// ShutdownTimeout.
+	PublishOnClose time.Duration
 	// ServerOptions are extra gRPC server options: the transport credentials
 	// of auth.ServerFlags.ServerOptions (TLS, mTLS).
 	ServerOptions []grpc.ServerOption
@@ -316,7 +325,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		if sc.NATS.Name == "" {
 			sc.NATS.Name = "dsh-agent"
 		}
-		pub, err = events.New(ctx, events.Config{Conn: sc.NATS, Store: store, Logger: logger, Limits: sc.NATSLimits})
+		pub, err = events.New(ctx, events.Config{Conn: sc.NATS, Store: store, Logger: logger, Limits: sc.NATSLimits, ExtraOptions: sc.NATSOptions})
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}
@@ -419,7 +428,13 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		closeErr = errors.Join(closeErr, rep.mgr.Close(cctx))
 	}
 	if pub != nil {
-		closeErr = errors.Join(closeErr, pub.Close(cctx))
+		pctx := cctx
+		if sc.PublishOnClose > 0 {
+			var pcancel context.CancelFunc
+			pctx, pcancel = context.WithTimeout(cctx, sc.PublishOnClose)
+			defer pcancel()
+		}
+		closeErr = errors.Join(closeErr, pub.Close(pctx))
 	}
 	stopSrv()
 	if serveErr == nil {
@@ -435,7 +450,7 @@ func openStore(ctx context.Context, sc ServerConfig) (persistence.Store, error) 
 	}
 	switch sc.Store {
 	case "", "sqlite":
-		st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(dir, "sessions.db"), Synchronous: sc.Synchronous})
+		st, err := openSQLite(ctx, sqlitestore.Config{Path: filepath.Join(dir, "sessions.db"), Synchronous: sc.Synchronous})
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite store: %w", err)
 		}

@@ -67,8 +67,15 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Messages []struct {
 			Role string `json:"role"`
 		} `json:"messages"`
+		Tools []json.RawMessage `json:"tools"`
 	}
 	_ = json.Unmarshal(body, &req)
+	if len(req.Tools) == 0 {
+		// The session-title call (no tools): answer, but it is not a step.
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"id\":\"t\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"bench\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Echo steps\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+		return
+	}
 	tools := 0
 	for _, m := range req.Messages {
 		if m.Role == "tool" {
@@ -112,7 +119,7 @@ func median(d []time.Duration) time.Duration {
 // BenchmarkDevTenSteps runs `dsh dev -p` once per iteration and reports the
 // median step gap, the launch-to-first-request time and the peak RSS.
 func BenchmarkDevTenSteps(b *testing.B) {
-	var gaps, launches []time.Duration
+	var gaps, launches, exits []time.Duration
 	var rss []int64
 	for b.Loop() {
 		u := &upstream{}
@@ -129,6 +136,7 @@ func BenchmarkDevTenSteps(b *testing.B) {
 			srv.Close()
 			b.Fatalf("dsh dev -p: %v\n%s", err, out.String())
 		}
+		exited := time.Now()
 		srv.Close()
 		if !strings.Contains(out.String(), "done") {
 			b.Fatalf("no answer:\n%s", out.String())
@@ -138,6 +146,7 @@ func BenchmarkDevTenSteps(b *testing.B) {
 			b.Fatalf("upstream saw %d requests, want %d", len(u.requests), steps+1)
 		}
 		launches = append(launches, u.requests[0].Sub(launched))
+		exits = append(exits, exited.Sub(u.finished[len(u.finished)-1]))
 		for i := 1; i < len(u.requests); i++ {
 			gaps = append(gaps, u.requests[i].Sub(u.finished[i-1]))
 		}
@@ -148,6 +157,7 @@ func BenchmarkDevTenSteps(b *testing.B) {
 	}
 	b.ReportMetric(float64(median(gaps).Microseconds())/1000, "gap-ms/step")
 	b.ReportMetric(float64(median(launches).Microseconds())/1000, "launch-to-first-request-ms")
+	b.ReportMetric(float64(median(exits).Microseconds())/1000, "answer-to-exit-ms")
 	if len(rss) > 0 {
 		slices.Sort(rss)
 		b.ReportMetric(float64(rss[len(rss)-1])/1024, "peak-rss-MiB")

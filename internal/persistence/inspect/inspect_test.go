@@ -159,9 +159,9 @@ func TestVerifyFindsProblems(t *testing.T) {
 		tamper func(t *testing.T, dir string)
 		want   string
 	}{
-		{"sqlite data and pb disagree", backends[0], func(t *testing.T, dir string) {
-			execSQL(t, dir, `UPDATE events SET data = replace(data, 'hello', 'HELLO') WHERE session_id = 'p' AND seq = 1`)
-		}, "data and pb disagree"},
+		{"sqlite pb and type column disagree", backends[0], func(t *testing.T, dir string) {
+			execSQL(t, dir, `UPDATE events SET type = 'turn/end' WHERE session_id = 'p' AND seq = 1`)
+		}, `seq 1: type column "turn/end"`},
 		{"sqlite type column", backends[0], func(t *testing.T, dir string) {
 			execSQL(t, dir, `UPDATE events SET type = 'step/end' WHERE session_id = 'p' AND seq = 0`)
 		}, `type column "step/end"`},

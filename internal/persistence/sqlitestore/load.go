@@ -34,7 +34,7 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 		if len(closers) == 0 {
 			return h, events, nil
 		}
-		data, err := encodeRows(id, closers[0].GetSeq(), closers)
+		data, err := encodeRows(id, closers[0].GetSeq(), closers, true)
 		if err != nil {
 			return nil, nil, fmt.Errorf("session %q: repair: %w", id, err)
 		}
@@ -195,29 +195,32 @@ func (s *Store) SetPublishedCursor(ctx context.Context, id string, next int64) e
 	if err := s.checkOpen(ctx); err != nil {
 		return err
 	}
-	res, err := s.raiseCursor.ExecContext(ctx, id, next)
-	if err != nil {
-		return fmt.Errorf("session %q: published cursor: %w", id, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("session %q: published cursor: %w", id, err)
-	} else if n == 1 {
+	// A write like an Append: raises of many sessions share a commit.
+	return s.submit(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.StmtContext(ctx, s.raiseCursor).ExecContext(ctx, id, next)
+		if err != nil {
+			return fmt.Errorf("session %q: published cursor: %w", id, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("session %q: published cursor: %w", id, err)
+		} else if n == 1 {
+			return nil
+		}
+		// Not raised: the session is missing, the value is not higher, or
+		// it is beyond the log.
+		var stored int64
+		err = tx.StmtContext(ctx, s.selectNext).QueryRowContext(ctx, id).Scan(&stored)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("session %q: published cursor: %w", id, err)
+		}
+		if next > stored {
+			return &persistence.CursorError{SessionID: id, Next: next, Len: stored}
+		}
 		return nil
-	}
-	// Not raised: the session is missing, the value is not higher, or it
-	// is beyond the log.
-	var stored, published int64
-	err = s.w.QueryRowContext(ctx, `SELECT next_seq, published_next FROM sessions WHERE id = ?`, id).Scan(&stored, &published)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
-	}
-	if err != nil {
-		return fmt.Errorf("session %q: published cursor: %w", id, err)
-	}
-	if next > stored {
-		return &persistence.CursorError{SessionID: id, Next: next, Len: stored}
-	}
-	return nil
+	}, nil)
 }
 
 // ReadHeader returns a stored session's header.
@@ -286,9 +289,9 @@ func (s *Store) ReadEvents(ctx context.Context, id string, from int64) ([]*sessi
 	return events, nil
 }
 
-// CheckStorage checks the redundancy of a stored session (inspect.Verify
-// calls it): next_seq equals the row count and every row's JSON data
-// decodes to the same event as its protobuf binary.
+// CheckStorage checks a stored session's storage (inspect.Verify calls it):
+// next_seq equals the row count and every row's protobuf decodes to an event
+// of the type its type column names.
 func (s *Store) CheckStorage(ctx context.Context, id string) error {
 	if err := s.checkOpen(ctx); err != nil {
 		return err
@@ -309,36 +312,47 @@ func (s *Store) CheckStorage(ctx context.Context, id string) error {
 	if next != count {
 		problems = append(problems, fmt.Errorf("next_seq %d but %d event rows", next, count))
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT seq, type, data, pb FROM events WHERE session_id = ? ORDER BY seq`, id)
+	rows, err := tx.QueryContext(ctx, `SELECT seq, type, pb FROM events WHERE session_id = ? ORDER BY seq`, id)
 	if err != nil {
 		return fmt.Errorf("session %q: %w", id, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			seq     int64
-			typ, js string
-			pb      []byte
+			seq int64
+			typ string
+			pb  []byte
 		)
-		if err := rows.Scan(&seq, &typ, &js, &pb); err != nil {
+		if err := rows.Scan(&seq, &typ, &pb); err != nil {
 			return fmt.Errorf("session %q: %w", id, err)
 		}
-		fromPB := &sessionv1.SessionEvent{}
-		perr := proto.Unmarshal(pb, fromPB)
-		fromJSON, jerr := persistence.DecodeEvent([]byte(js))
-		switch {
-		case perr != nil:
-			problems = append(problems, fmt.Errorf("seq %d: pb: %w", seq, perr))
-		case jerr != nil:
-			problems = append(problems, fmt.Errorf("seq %d: data: %w", seq, jerr))
-		case !proto.Equal(fromPB, fromJSON):
-			problems = append(problems, fmt.Errorf("seq %d: data and pb disagree", seq))
-		case session.TypeName(fromPB) != typ:
-			problems = append(problems, fmt.Errorf("seq %d: type column %q, event is %q", seq, typ, session.TypeName(fromPB)))
+		ev := &sessionv1.SessionEvent{}
+		switch err := proto.Unmarshal(pb, ev); {
+		case err != nil:
+			problems = append(problems, fmt.Errorf("seq %d: pb: %w", seq, err))
+		case session.TypeName(ev) != typ:
+			problems = append(problems, fmt.Errorf("seq %d: type column %q, event is %q", seq, typ, session.TypeName(ev)))
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("session %q: %w", id, err)
 	}
 	return errors.Join(problems...)
+}
+
+// StoredLength returns a stored session's log length (next_seq) without
+// reading its events.
+func (s *Store) StoredLength(ctx context.Context, id string) (int64, error) {
+	if err := s.checkOpen(ctx); err != nil {
+		return 0, err
+	}
+	var next int64
+	err := s.r.QueryRowContext(ctx, `SELECT next_seq FROM sessions WHERE id = ?`, id).Scan(&next)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("session %q: %w", id, err)
+	}
+	return next, nil
 }

@@ -1,21 +1,24 @@
 package sqlitestore
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads. A
-// fresh database (user_version 0 and no tables) is stamped with it; any other
-// value is refused with persistence.ErrUnknownVersion.
-const SchemaVersion = 1
+// fresh database (user_version 0 and no tables) is stamped with it; a
+// version-1 database is migrated (migrate.go); any other value is refused
+// with persistence.ErrUnknownVersion.
+//
+// Version 2 dropped events.data, the second (JSON) copy of every event.
+const SchemaVersion = 2
 
 // schema creates the tables. A sessions row exists exactly when the session
 // has at least one stored event (it is written by the first append), so List
 // never returns a created-but-never-appended session.
 //
-// events.data holds the whole event as canonical JSON (session.MarshalEventJSON),
-// readable with the sqlite3 CLI (`SELECT seq, type, data FROM events WHERE
-// session_id = ? ORDER BY seq`); type, seq and time are copied into columns
-// for queries. events.pb holds the same event in protobuf binary form, which
-// Load decodes (about ten times faster than protojson, which keeps a
-// 10,000-event load well under 100 ms); inspect.Verify checks that both
-// forms agree.
+// events.pb holds the whole event in protobuf binary form — its one
+// encoding, which Load decodes (about ten times faster than protojson) —
+// and type, seq and time are copied into columns for queries. People read a
+// log as canonical JSON through the CLI (`dsh sessions events ID --json
+// --data DIR`, which reads the file when no agent runs) or inspect.Dump;
+// version 1 kept a JSON copy of every event in events.data, which cost
+// about a fifth of the agent's CPU under load (docs/arch/throughput.md).
 const schema = `
 CREATE TABLE sessions (
 	id               TEXT PRIMARY KEY,
@@ -35,8 +38,7 @@ CREATE TABLE events (
 	seq        INTEGER NOT NULL,
 	type       TEXT NOT NULL,
 	time       INTEGER NOT NULL,
-	data       TEXT NOT NULL,              -- canonical JSON, for people
-	pb         BLOB NOT NULL,              -- protobuf binary, for Load
+	pb         BLOB NOT NULL,              -- the event, protobuf binary
 	PRIMARY KEY (session_id, seq)
 ) STRICT;
 `

@@ -5,16 +5,20 @@
 // Schema: a sessions table (one row per materialised session: header
 // columns, the full header, the stored log length and the published cursor)
 // and an events table (one row per event: session_id, seq, type, time and the
-// event as readable JSON in data). PRAGMA user_version carries SchemaVersion;
-// an unknown version is refused at Open, never migrated silently.
+// event in protobuf binary). PRAGMA user_version carries SchemaVersion; a
+// version-1 database (which also kept each event as JSON) is migrated at
+// Open; an unknown version is refused, never migrated silently.
 //
 // # Delivery
 //
-// Every Append is one IMMEDIATE transaction on the single writer connection:
-// it materialises the sessions row of a lazily created session, asserts that
-// the batch starts at the stored next seq, inserts the rows and advances
-// next_seq; any failure rolls the whole batch back. With the default
-// synchronous=FULL the commit fsyncs the WAL, so an Append that returned nil
+// Every Append is a savepoint in an IMMEDIATE transaction on the single
+// writer connection: it materialises the sessions row of a lazily created
+// session, asserts that the batch starts at the stored next seq, inserts the
+// rows and advances next_seq; any failure rolls the whole batch back. Appends
+// of different sessions that arrive together share one transaction and one
+// commit (group commit, commit.go); each returns only after that commit.
+// With the default synchronous=FULL the commit fsyncs the WAL, so an Append
+// that returned nil
 // survives a process crash and a power loss; with Synchronous "NORMAL" it
 // survives a process crash only. Load repairs an interrupted turn in its own
 // transaction, asserting that the log did not grow meanwhile.
@@ -34,6 +38,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -58,6 +63,9 @@ type Config struct {
 	Readers int
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// OnCommit, when set, is called by the committer after each group
+	// commit (metrics); it must not block.
+	OnCommit func(CommitStats)
 }
 
 // Store is a persistence.Store over one SQLite database.
@@ -71,12 +79,23 @@ type Store struct {
 	mu      sync.Mutex
 	closed  bool
 	pending map[string]*sessionv1.SessionHeader // created, not yet materialised
+
+	// Group commit (commit.go): writes queue for the committer goroutine.
+	gate     sync.RWMutex // held shared while queueing; Close takes it to stop queueing
+	gateShut bool
+	queue    chan *writeReq
+	stop     chan struct{} // closed by Close
+	stopped  chan struct{} // closed by the committer when it has drained
+	onCommit func(CommitStats)
+	waits    []time.Duration // the committer's scratch for CommitStats.Waits
 }
 
 var (
 	_ persistence.Store     = (*Store)(nil)
 	_ persistence.Reader    = (*Store)(nil)
 	_ persistence.Discarder = (*Store)(nil)
+
+	_ persistence.ValidatedAppender = (*Store)(nil)
 )
 
 func dsn(path, sync string, readOnly bool) string {
@@ -117,7 +136,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	f.Close()
 
-	s := &Store{log: cfg.Logger, pending: make(map[string]*sessionv1.SessionHeader)}
+	s := &Store{log: cfg.Logger, pending: make(map[string]*sessionv1.SessionHeader), onCommit: cfg.OnCommit,
+		queue: make(chan *writeReq, maxGroup), stop: make(chan struct{}), stopped: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -142,6 +162,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.r.SetMaxOpenConns(readers)
 	s.r.SetMaxIdleConns(readers)
+	go s.committer()
 	if err := s.prepare(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -164,6 +185,8 @@ func (s *Store) migrate(ctx context.Context) error {
 	switch version {
 	case SchemaVersion:
 		return nil
+	case 1:
+		return s.migrate1to2(ctx, tx)
 	case 0:
 		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&tables); err != nil {
 			return fmt.Errorf("sqlitestore: %w", err)
@@ -194,9 +217,9 @@ func (s *Store) prepare(ctx context.Context) error {
 		{&s.insertSession, `INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, delegation_depth, header, next_seq)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (id) DO NOTHING`},
 		{&s.selectNext, `SELECT next_seq FROM sessions WHERE id = ?`},
-		{&s.insertEvent, `INSERT INTO events (session_id, seq, type, time, data, pb) VALUES (?, ?, ?, ?, ?, ?)`},
-		{&s.insertEvents, `INSERT INTO events (session_id, seq, type, time, data, pb) VALUES ` +
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", rowsPerInsert), ", ")},
+		{&s.insertEvent, `INSERT INTO events (session_id, seq, type, time, pb) VALUES (?, ?, ?, ?, ?)`},
+		{&s.insertEvents, `INSERT INTO events (session_id, seq, type, time, pb) VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", rowsPerInsert), ", ")},
 		{&s.updateNext, `UPDATE sessions SET next_seq = ? WHERE id = ?`},
 		{&s.raiseCursor, `UPDATE sessions SET published_next = ?2 WHERE id = ?1 AND published_next < ?2 AND ?2 <= next_seq`},
 	} {
@@ -228,6 +251,11 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.gate.Lock()
+	s.gateShut = true
+	s.gate.Unlock()
+	close(s.stop)
+	<-s.stopped // every queued write answered
 	var errs []error
 	for _, st := range []*sql.Stmt{s.insertSession, s.selectNext, s.insertEvent, s.insertEvents, s.updateNext, s.raiseCursor} {
 		if st != nil {
@@ -287,6 +315,16 @@ func (s *Store) Create(ctx context.Context, h *sessionv1.SessionHeader) error {
 
 // Append durably appends one batch in one transaction.
 func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.SessionEvent) error {
+	return s.append(ctx, id, events, true)
+}
+
+// AppendValidated is Append for events a session.Log committed, which
+// applied session.ValidateEvent's rules already (persistence.ValidatedAppender).
+func (s *Store) AppendValidated(ctx context.Context, id string, events []*sessionv1.SessionEvent) error {
+	return s.append(ctx, id, events, false)
+}
+
+func (s *Store) append(ctx context.Context, id string, events []*sessionv1.SessionEvent, validate bool) error {
 	if len(events) == 0 {
 		return ctx.Err()
 	}
@@ -295,7 +333,7 @@ func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.Sessi
 	}
 	// Encode outside the transaction (contiguity checked here); the check
 	// against the stored next seq is made inside it.
-	data, err := encodeRows(id, events[0].GetSeq(), events)
+	data, err := encodeRows(id, events[0].GetSeq(), events, validate)
 	if err != nil {
 		return err
 	}
@@ -303,28 +341,17 @@ func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.Sessi
 	h := s.pending[id]
 	s.mu.Unlock()
 
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		if h != nil {
-			if err := s.materialize(ctx, tx, h); err != nil {
-				return err
-			}
-		}
-		if err := s.appendRows(ctx, tx, id, events, data); err != nil {
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
+	var after func()
 	if h != nil {
-		s.mu.Lock()
-		if s.pending[id] == h {
-			delete(s.pending, id)
+		after = func() {
+			s.mu.Lock()
+			if s.pending[id] == h {
+				delete(s.pending, id)
+			}
+			s.mu.Unlock()
 		}
-		s.mu.Unlock()
 	}
-	return nil
+	return s.submit(ctx, s.appendReq(id, h, events, data), after)
 }
 
 func (s *Store) materialize(ctx context.Context, tx *sql.Tx, h *sessionv1.SessionHeader) error {
@@ -350,7 +377,7 @@ func (s *Store) materialize(ctx context.Context, tx *sql.Tx, h *sessionv1.Sessio
 }
 
 // appendRows asserts the stored next seq and inserts the rows.
-func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []*sessionv1.SessionEvent, data []encoded) error {
+func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []*sessionv1.SessionEvent, data [][]byte) error {
 	var next int64
 	err := tx.StmtContext(ctx, s.selectNext).QueryRowContext(ctx, id).Scan(&next)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -367,12 +394,12 @@ func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []
 	i := 0
 	if len(events) >= rowsPerInsert {
 		many := tx.StmtContext(ctx, s.insertEvents)
-		args := make([]any, 0, 6*rowsPerInsert)
+		args := make([]any, 0, 5*rowsPerInsert)
 		for ; i+rowsPerInsert <= len(events); i += rowsPerInsert {
 			args = args[:0]
 			for j := i; j < i+rowsPerInsert; j++ {
 				ev := events[j]
-				args = append(args, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), string(data[j].json), data[j].pb)
+				args = append(args, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), data[j])
 			}
 			if _, err := many.ExecContext(ctx, args...); err != nil {
 				return fmt.Errorf("session %q: insert seqs %d..%d: %w", id, events[i].GetSeq(), events[i+rowsPerInsert-1].GetSeq(), err)
@@ -383,7 +410,7 @@ func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []
 		one := tx.StmtContext(ctx, s.insertEvent)
 		for ; i < len(events); i++ {
 			ev := events[i]
-			if _, err := one.ExecContext(ctx, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), string(data[i].json), data[i].pb); err != nil {
+			if _, err := one.ExecContext(ctx, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), data[i]); err != nil {
 				return fmt.Errorf("session %q: insert seq %d: %w", id, ev.GetSeq(), err)
 			}
 		}
@@ -394,26 +421,33 @@ func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []
 	return nil
 }
 
-// encoded is the stored form of one event.
-type encoded struct {
-	json []byte // canonical JSON (validated: raw-JSON fields hold JSON)
-	pb   []byte // protobuf binary
-}
-
 var pbMarshal = proto.MarshalOptions{Deterministic: true}
 
-func encodeRows(id string, next int64, events []*sessionv1.SessionEvent) ([]encoded, error) {
-	js, err := persistence.EncodeBatch(id, next, events)
-	if err != nil {
+// encodeRows checks a batch (contiguity; with validate, the per-event rules
+// of session.ValidateEvent, so that the store never writes an event its Load
+// would reject) and encodes each event to its stored form, protobuf binary.
+// Events a session.Log committed passed those rules already (AppendValidated
+// skips them).
+func encodeRows(id string, next int64, events []*sessionv1.SessionEvent, validate bool) ([][]byte, error) {
+	if err := persistence.CheckBatch(id, next, events); err != nil {
 		return nil, err
 	}
-	out := make([]encoded, len(events))
+	out := make([][]byte, len(events))
 	for i, ev := range events {
+		typ := session.TypeName(ev)
+		if typ == "" {
+			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: "(none)", Err: errors.New("event has no payload")}
+		}
+		if validate {
+			if err := session.ValidateEvent(ev); err != nil {
+				return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
+			}
+		}
 		pb, err := pbMarshal.Marshal(ev)
 		if err != nil {
-			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: session.TypeName(ev), Err: err}
+			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
 		}
-		out[i] = encoded{js[i], pb}
+		out[i] = pb
 	}
 	return out, nil
 }

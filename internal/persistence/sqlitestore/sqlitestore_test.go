@@ -3,16 +3,20 @@ package sqlitestore_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/persistence/persistencetest"
 	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
+	"github.com/dsh-dev/dsh/internal/session"
 )
 
 func dbPath(dir string) string { return filepath.Join(dir, "data", "dsh.db") }
@@ -136,14 +140,16 @@ func TestSchemaVersionRefused(t *testing.T) {
 	}
 }
 
-// TestReadableRows checks that a person can read the log with plain SQL.
-func TestReadableRows(t *testing.T) {
+// TestQueryableRows checks that each event is one row with its seq, type and
+// time in columns (for queries) and its one encoding, protobuf, in pb; people
+// read the events as JSON through the CLI (inspect.Dump).
+func TestQueryableRows(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := open(t, dir)
 	defer s.Close()
 	b := stored(t, s, "r")
-	rows, err := rawDB(t, dir).Query(`SELECT seq, type, time, data FROM events WHERE session_id = 'r' ORDER BY seq`)
+	rows, err := rawDB(t, dir).Query(`SELECT seq, type, time, pb FROM events WHERE session_id = 'r' ORDER BY seq`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,20 +157,26 @@ func TestReadableRows(t *testing.T) {
 	n := 0
 	for rows.Next() {
 		var (
-			seq, tm   int64
-			typ, data string
+			seq, tm int64
+			typ     string
+			pb      []byte
 		)
-		if err := rows.Scan(&seq, &typ, &tm, &data); err != nil {
+		if err := rows.Scan(&seq, &typ, &tm, &pb); err != nil {
 			t.Fatal(err)
 		}
 		ev := b.Events()[seq]
-		if seq != int64(n) || tm != ev.GetTime() || typ == "" || !json.Valid([]byte(data)) {
-			t.Errorf("row %d: seq %d type %q time %d data %q", n, seq, typ, tm, data)
+		var got sessionv1.SessionEvent
+		if seq != int64(n) || tm != ev.GetTime() || typ != session.TypeName(ev) || proto.Unmarshal(pb, &got) != nil || !proto.Equal(&got, ev) {
+			t.Errorf("row %d: seq %d type %q time %d pb %x", n, seq, typ, tm, pb)
 		}
 		n++
 	}
 	if n != int(b.Len()) {
 		t.Fatalf("%d rows, want %d", n, b.Len())
+	}
+	var cols int
+	if err := rawDB(t, dir).QueryRow(`SELECT count(*) FROM pragma_table_info('events') WHERE name = 'data'`).Scan(&cols); err != nil || cols != 0 {
+		t.Fatalf("events.data still there (%d, %v): one encoding per event", cols, err)
 	}
 }
 
@@ -214,4 +226,15 @@ func TestFailedAppendRollsBack(t *testing.T) {
 // once, through SQLite's single writer (compare pgstore's).
 func BenchmarkParallelSessions(b *testing.B) {
 	persistencetest.BenchParallel(b, func(b *testing.B, dir string) persistence.Store { return open(b, dir) }, 16, 20)
+}
+
+// BenchmarkConcurrentFlush: N sessions flushing small batches (4 events, an
+// agent step's flush) at once, with the default synchronous=FULL: group
+// commit lets them share transactions and fsyncs.
+func BenchmarkConcurrentFlush(b *testing.B) {
+	for _, n := range []int{1, 16, 100} {
+		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
+			persistencetest.BenchParallel(b, func(b *testing.B, dir string) persistence.Store { return open(b, dir) }, n, 4)
+		})
+	}
 }

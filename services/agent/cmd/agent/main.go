@@ -19,6 +19,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/buildinfo"
 	"github.com/dsh-dev/dsh/internal/cmdline"
+	"github.com/dsh-dev/dsh/internal/debugserver"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/telemetry"
@@ -99,6 +100,8 @@ func run() error {
 	flag.Int64Var(&natsLimits.MaxBytes, "nats-stream-max-bytes", int64(envInt("DSH_NATS_STREAM_MAX_BYTES", 0)), "keep the JetStream stream under this many bytes, dropping the oldest events (size it under NATS's volume); 0 unbounded (env DSH_NATS_STREAM_MAX_BYTES)")
 	drain := flag.Duration("drain-timeout", envDuration("DSH_DRAIN_TIMEOUT", agent.DefaultDrainTimeout), "shutdown budget after SIGTERM: readiness goes NOT_SERVING and new turns are refused at once, running turns may finish until a fifth of it (at most 5 s) is left, then the rest is disposed; keep it 5 s under the pod's terminationGracePeriodSeconds (env DSH_DRAIN_TIMEOUT)")
 	defaultCwd := flag.String("default-cwd", env("DSH_DEFAULT_CWD", ""), "cwd of sessions created without one, inside the toolhosts' workspace (in a cluster: the toolhost's workspace volume, e.g. /workspace); default: the agent's own working directory (env DSH_DEFAULT_CWD)")
+	var dbg debugserver.Flags
+	dbg.RegisterFlags(flag.CommandLine, os.Getenv)
 	flag.Parse()
 	if err := cmdline.NoArgs(flag.CommandLine); err != nil {
 		return err
@@ -171,8 +174,15 @@ func run() error {
 	// Telemetry first: the gRPC server and clients agent.Run builds instrument
 	// themselves fully only when a recording provider is installed
 	// (grpcserver.TracingAuto), i.e. when an OTLP endpoint is configured.
-	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-agent", Logger: logger})
+	dbgExp, err := dbg.Setup()
 	if err != nil {
+		return err
+	}
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-agent", Logger: logger, ExtraMetricReaders: dbgExp.Readers()})
+	if err != nil {
+		return err
+	}
+	if _, err := dbgExp.Serve(ctx, dbg.Addr, logger); err != nil {
 		return err
 	}
 	defer func() {

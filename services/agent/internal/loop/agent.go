@@ -122,8 +122,7 @@ type Agent struct {
 
 	ctx     context.Context
 	dispose context.CancelCauseFunc
-	done    chan struct{}
-	wake    chan struct{}
+	done    chan struct{} // closed once disposed and no driver runs
 
 	mu          sync.Mutex
 	queued      []Item
@@ -132,6 +131,8 @@ type Agent struct {
 	status      agentv1.AgentStatus
 	disposed    bool
 	started     bool
+	live        bool // Start finished: queued items start a driver
+	driving     bool // a driver goroutine runs (only while there is work)
 	turnCancel  context.CancelCauseFunc
 	inBatch     bool
 	batchFIFO   []*sessionv1.SessionEvent
@@ -170,7 +171,6 @@ func New(cfg Config, log *session.Log) *Agent {
 		ctx:     ctx,
 		dispose: cancel,
 		done:    make(chan struct{}),
-		wake:    make(chan struct{}, 1),
 		status:  agentv1.AgentStatus_AGENT_STATUS_IDLE,
 	}
 	a.lastTurn = log.NextTurn() - 1
@@ -208,7 +208,20 @@ func (a *Agent) Start(ctx context.Context, source string) {
 			a.reportError(0, 0, err)
 		}
 	}
-	go a.run()
+	a.mu.Lock()
+	a.live = true
+	a.kickLocked()
+	a.mu.Unlock()
+}
+
+// kickLocked starts a driver when there is queued work and none runs. The
+// driver exits when the queue is empty, so an idle session holds no
+// goroutine (issue 19: a loaded idle session costs ≤ 10 KiB).
+func (a *Agent) kickLocked() {
+	if a.live && !a.driving && !a.disposed && len(a.queued) > 0 {
+		a.driving = true
+		go a.run()
+	}
 }
 
 // Status is the live status.
@@ -247,10 +260,7 @@ func (a *Agent) Send(it Item) (agentv1.AgentStatus, error) {
 	}
 	a.noteLocked(it.RequestID)
 	a.queued = append(a.queued, it)
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
+	a.kickLocked()
 	if a.status == agentv1.AgentStatus_AGENT_STATUS_IDLE {
 		// The driver is about to claim the item: say so rather than IDLE.
 		return agentv1.AgentStatus_AGENT_STATUS_RUNNING, nil
@@ -446,16 +456,16 @@ func (a *Agent) Dispose(ctx context.Context) ([]Item, error) {
 	a.releaseLocked(a.queued...)
 	a.releaseLocked(a.steering...)
 	a.queued, a.steering = nil, nil
-	started := a.started
+	if !a.driving {
+		close(a.done) // else the driver closes it as it exits
+	}
 	a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_DISPOSED)
 	a.dispose(ErrDisposed)
 	a.mu.Unlock()
-	if started {
-		select {
-		case <-a.done:
-		case <-ctx.Done():
-			return dropped, fmt.Errorf("dispose %s: driver did not stop: %w", a.ID(), ctx.Err())
-		}
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		return dropped, fmt.Errorf("dispose %s: driver did not stop: %w", a.ID(), ctx.Err())
 	}
 	a.idleFlushes.Wait()
 	return dropped, nil
@@ -479,21 +489,18 @@ func (a *Agent) setStatusLocked(s agentv1.AgentStatus) {
 	}
 }
 
-// run is the driver (semantics.md §4.5).
+// run is the driver (semantics.md §4.5). It runs while there is queued
+// work: kickLocked starts it, and it exits (idle) when the queue is empty.
 func (a *Agent) run() {
-	defer close(a.done)
 	for {
 		a.mu.Lock()
-		for len(a.queued) == 0 && !a.disposed {
-			a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_IDLE)
-			a.mu.Unlock()
-			select {
-			case <-a.wake:
-			case <-a.ctx.Done():
+		if a.disposed || len(a.queued) == 0 {
+			a.driving = false
+			if a.disposed {
+				close(a.done)
+			} else {
+				a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_IDLE)
 			}
-			a.mu.Lock()
-		}
-		if a.disposed {
 			a.mu.Unlock()
 			return
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/buildinfo"
 	"github.com/dsh-dev/dsh/internal/cmdline"
+	"github.com/dsh-dev/dsh/internal/debugserver"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/llmgateway"
@@ -89,6 +90,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var srvFlags auth.ServerFlags
 	srvFlags.RegisterFlags(fs, getenv)
 	srvFlags.RegisterPeerFlag(fs, getenv)
+	var dbg debugserver.Flags
+	dbg.RegisterFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -118,8 +121,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	srvOpts = append(srvOpts, grpcserver.ConnectionAge(*connAge)...)
 	cfg.Version = version
 
-	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-llmgateway", ServiceVersion: version, Logger: logger, Getenv: getenv})
+	dbgExp, err := dbg.Setup()
 	if err != nil {
+		return err
+	}
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-llmgateway", ServiceVersion: version, Logger: logger, Getenv: getenv,
+		ExtraMetricReaders: dbgExp.Readers()})
+	if err != nil {
+		return err
+	}
+	if _, err := dbgExp.Serve(ctx, dbg.Addr, logger); err != nil {
 		return err
 	}
 	defer func() {
@@ -133,7 +144,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer svc.Close()
-	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: append(llmgateway.ServerOptions(), srvOpts...),
+	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: append(append(llmgateway.ServerOptions(), srvOpts...), llmgateway.ChunkCounting(nil)),
 		Tracing: grpcserver.TracingFor(tel.Tracing || tel.Metering)})
 	svc.Register(srv.Server)
 	lis, err := net.Listen("tcp", *listen)

@@ -19,6 +19,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/buildinfo"
 	"github.com/dsh-dev/dsh/internal/cmdline"
+	"github.com/dsh-dev/dsh/internal/debugserver"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/toolhost"
@@ -74,6 +75,8 @@ func run() error {
 	connAge := grpcserver.MaxConnectionAgeFlag(flag.CommandLine, os.Getenv)
 	var skillDirs stringList
 	flag.Var(&skillDirs, "skill-dir", "an extra skill root (repeatable)")
+	var dbg debugserver.Flags
+	dbg.RegisterFlags(flag.CommandLine, os.Getenv)
 	flag.Parse()
 	if err := cmdline.NoArgs(flag.CommandLine); err != nil {
 		return err
@@ -123,8 +126,15 @@ func run() error {
 	defer stop()
 	// Telemetry before the server: it instruments RPCs fully only when a
 	// recording provider is installed (grpcserver.TracingAuto).
-	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-toolhost", Logger: log})
+	dbgExp, err := dbg.Setup()
 	if err != nil {
+		return err
+	}
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-toolhost", Logger: log, ExtraMetricReaders: dbgExp.Readers()})
+	if err != nil {
+		return err
+	}
+	if _, err := dbgExp.Serve(ctx, dbg.Addr, log); err != nil {
 		return err
 	}
 	defer func() {

@@ -1,0 +1,150 @@
+package sqlitestore
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/persistence"
+	"github.com/dsh-dev/dsh/internal/persistence/persistencetest"
+)
+
+// TestGroupCommit holds the committer inside its first commit while n more
+// sessions queue their appends (one of them at a wrong seq), then checks
+// that the n share the next transaction, that the bad one failed alone and
+// that every other batch is stored — in a fresh store over the same file,
+// as after a crash.
+func TestGroupCommit(t *testing.T) {
+	const n = 12
+	entered, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var groups []CommitStats
+	path := filepath.Join(t.TempDir(), "dsh.db")
+	s, err := Open(t.Context(), Config{Path: path, OnCommit: func(c CommitStats) {
+		mu.Lock()
+		groups = append(groups, c)
+		first := len(groups) == 1
+		mu.Unlock()
+		if first {
+			close(entered)
+			<-release
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := make([][]*sessionv1.SessionEvent, n+1)
+	for i := range logs {
+		id := fmt.Sprint("s", i)
+		if err := s.Create(t.Context(), persistencetest.Header(id)); err != nil {
+			t.Fatal(err)
+		}
+		var b persistencetest.Builder
+		b.CompletedTurn(2)
+		logs[i] = b.Events()
+	}
+	first := make(chan error, 1)
+	go func() { first <- s.Append(t.Context(), "s0", logs[0]) }()
+	<-entered
+	const bad = 5
+	errs := make([]error, n+1)
+	var wg sync.WaitGroup
+	for i := 1; i <= n; i++ {
+		batch := logs[i]
+		if i == bad {
+			batch = batch[1:] // starts at seq 1 of an empty log
+		}
+		wg.Go(func() { errs[i] = s.Append(t.Context(), fmt.Sprint("s", i), batch) })
+	}
+	for len(s.queue) < n { // wait for all n to queue behind the held commit
+		runtime.Gosched()
+	}
+	close(release)
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatalf("first append: %v", err)
+	}
+	for i := 1; i <= n; i++ {
+		var seqErr *persistence.SeqError
+		switch {
+		case i == bad && !errors.As(errs[i], &seqErr):
+			t.Errorf("append at a wrong seq: got %v, want a *SeqError", errs[i])
+		case i != bad && errs[i] != nil:
+			t.Errorf("session s%d: %v", i, errs[i])
+		}
+	}
+	mu.Lock()
+	if len(groups) != 2 || groups[1].Requests != n-1 {
+		t.Errorf("groups %+v: want the held one, then one of %d requests", groups, n-1)
+	}
+	mu.Unlock()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	for i := 0; i <= n; i++ {
+		_, got, err := s2.Load(t.Context(), fmt.Sprint("s", i))
+		if i == bad {
+			if !errors.Is(err, persistence.ErrNotFound) {
+				t.Errorf("the failed session: Load = %d events, %v; want ErrNotFound", len(got), err)
+			}
+			continue
+		}
+		if err != nil || len(got) != len(logs[i]) {
+			t.Errorf("session s%d: Load = %d events, %v; want %d", i, len(got), err, len(logs[i]))
+		}
+	}
+}
+
+// TestCloseAnswersQueuedWrites: appends racing Close either commit or fail
+// with ErrClosed; none hangs and none is half stored.
+func TestCloseAnswersQueuedWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dsh.db")
+	s, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	logs := make([][]*sessionv1.SessionEvent, n)
+	for i := range logs {
+		if err := s.Create(t.Context(), persistencetest.Header(fmt.Sprint("s", i))); err != nil {
+			t.Fatal(err)
+		}
+		var b persistencetest.Builder
+		b.CompletedTurn(1)
+		logs[i] = b.Events()
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range logs {
+		wg.Go(func() { errs[i] = s.Append(t.Context(), fmt.Sprint("s", i), logs[i]) })
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	s2, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	for i, e := range errs {
+		_, got, err := s2.Load(t.Context(), fmt.Sprint("s", i))
+		switch {
+		case e == nil && (err != nil || len(got) != len(logs[i])):
+			t.Errorf("s%d: Append returned nil but Load = %d events, %v", i, len(got), err)
+		case e != nil && !errors.Is(e, persistence.ErrClosed):
+			t.Errorf("s%d: Append = %v, want nil or ErrClosed", i, e)
+		case e != nil && !errors.Is(err, persistence.ErrNotFound):
+			t.Errorf("s%d: Append failed (%v) but Load = %d events, %v", i, e, len(got), err)
+		}
+	}
+}

@@ -1,0 +1,444 @@
+// Package load is dsh's load benchmark: S sessions at once through the real
+// services — the agent (SQLite store, default settings), the LLM gateway
+// and the built-in toolhost, each its own process built once by TestMain —
+// against an OpenAI-compatible fake upstream that answers after a
+// configurable delay, with real NATS JetStream (the embedded server).
+//
+// Each session runs its turns of -load.steps tool calls of -load.tool
+// (`read` or `bash`) and a final answer. The benchmark reports, per ladder
+// level: the steps taken, the errors by gRPC code or turn-end kind, the
+// harness-added step time (from the upstream's own clock: the end of one
+// response to the arrival of the next request of the same turn) at p50 and
+// p99, the CPU of each process (its own, and for the toolhost also that of
+// the tool processes it reaped) per step, and each process's peak RSS.
+//
+// `make load` runs the ladder (see the Makefile for the knobs);
+// TestLoadSmoke runs three sessions so the harness itself stays tested.
+package load
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/internal/natstest"
+	"github.com/dsh-dev/dsh/internal/proctest"
+)
+
+var (
+	flagSessions = flag.String("load.sessions", "10,100,1000", "ladder: concurrent sessions per level, comma-separated")
+	flagTool     = flag.String("load.tool", "read", "tool of every step: read or bash")
+	flagDelay    = flag.Duration("load.delay", time.Second, "the model's latency: the upstream answers each request after this long")
+	flagSteps    = flag.Int("load.steps", 5, "tool steps per turn")
+	flagTurns    = flag.Int("load.turns", 1, "turns per session")
+	flagAgent    = flag.String("load.agent-args", "", "extra agent flags, space-separated (e.g. --sqlite-sync=NORMAL)")
+	flagPprof    = flag.String("load.pprof", "", "directory: take a CPU profile of each process (through --debug-addr) during each level's first -load.pprof-seconds")
+	flagPprofSec = flag.Int("load.pprof-seconds", 5, "length of the -load.pprof CPU profiles")
+)
+
+// binDir holds the binaries TestMain built.
+var binDir string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "dsh-load-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	build := func(env []string, pkgs ...string) error {
+		cmd := exec.Command("go", append([]string{"build", "-o", dir + string(os.PathSeparator)}, pkgs...)...)
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		return cmd.Run()
+	}
+	err = build(nil, "github.com/dsh-dev/dsh/services/llmgateway/cmd/llmgateway",
+		"github.com/dsh-dev/dsh/services/toolhost/cmd/toolhost",
+		"github.com/dsh-dev/dsh/services/agent/cmd/agent")
+	if err == nil {
+		err = build([]string{"CGO_ENABLED=0"}, "github.com/dsh-dev/dsh/services/toolhost/cmd/dsh-sandbox-launcher")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load: go build:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// level is one rung of the ladder.
+type level struct {
+	sessions, steps, turns int
+	tool                   string
+	delay                  time.Duration
+	agentArgs              []string
+}
+
+// result is what one level measured.
+type result struct {
+	level
+	stepsTaken int            // tool steps (gaps the upstream measured)
+	requests   int            // model requests answered
+	errors     map[string]int // by gRPC code or turn-end kind
+	p50, p99   time.Duration  // harness-added step time
+	wall       time.Duration  // first Send to last turn end
+	cpu        map[string]cpu // per process, over the measured window
+	rss        map[string]int64
+}
+
+// harnessCPUPerStep is agent + gateway + toolhost CPU (not the tool
+// processes) per step.
+func (r result) harnessCPUPerStep() time.Duration {
+	if r.stepsTaken == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, c := range r.cpu {
+		sum += c.self
+	}
+	return sum / time.Duration(r.stepsTaken)
+}
+
+func (r result) errorText() string {
+	if len(r.errors) == 0 {
+		return "0"
+	}
+	var keys []string
+	for k := range r.errors {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, r.errors[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+var procNames = []string{"agent", "llmgateway", "toolhost"}
+
+// row is the result as a docs/benchmarks.md table row.
+func (r result) row() string {
+	perStep := func(d time.Duration) string {
+		if r.stepsTaken == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000/float64(r.stepsTaken))
+	}
+	return fmt.Sprintf("| %s | %d | %d | %s | %.1f | %.1f | %s / %s / %s (+%s tools) | %.2f | %d / %d / %d |",
+		r.tool, r.sessions, r.stepsTaken, r.errorText(),
+		float64(r.p50.Microseconds())/1000, float64(r.p99.Microseconds())/1000,
+		perStep(r.cpu["agent"].self), perStep(r.cpu["llmgateway"].self), perStep(r.cpu["toolhost"].self), perStep(r.cpu["toolhost"].children),
+		float64(r.harnessCPUPerStep().Microseconds())/1000,
+		r.rss["agent"]/1024, r.rss["llmgateway"]/1024, r.rss["toolhost"]/1024)
+}
+
+const tableHead = "| tool | sessions | steps | errors | step p50 ms | step p99 ms | CPU ms/step agent / gateway / toolhost (+tools) | harness CPU ms/step | peak RSS MiB agent / gateway / toolhost |\n|---|---|---|---|---|---|---|---|---|"
+
+// BenchmarkLoad runs the ladder of -load.sessions once each (use
+// -benchtime 1x) and prints the table.
+// It skips unless DSH_LOAD=1 (`make load` sets it), so `make bench` does not
+// run a ladder of minutes.
+func BenchmarkLoad(b *testing.B) {
+	if os.Getenv("DSH_LOAD") != "1" {
+		b.Skip("the load ladder runs under `make load` (DSH_LOAD=1)")
+	}
+	var rows []string
+	for _, f := range strings.Split(*flagSessions, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("-load.sessions: %q is not a positive count", f)
+		}
+		lv := level{sessions: n, steps: *flagSteps, turns: *flagTurns, tool: *flagTool, delay: *flagDelay, agentArgs: strings.Fields(*flagAgent)}
+		b.Run(fmt.Sprintf("tool=%s/sessions=%d", lv.tool, n), func(b *testing.B) {
+			var r result
+			for b.Loop() {
+				r = runLevel(b, lv)
+			}
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(float64(r.stepsTaken), "steps")
+			b.ReportMetric(float64(len(r.errors)), "error-kinds")
+			b.ReportMetric(float64(r.p50.Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(r.p99.Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(r.harnessCPUPerStep().Microseconds())/1000, "harness-cpu-ms/step")
+			rows = append(rows, r.row())
+		})
+	}
+	fmt.Printf("\n%s\n%s\n", tableHead, strings.Join(rows, "\n"))
+}
+
+// TestLoadSmoke runs three sessions of two steps through the real stack and
+// checks the measurement itself: every step measured, no error.
+func TestLoadSmoke(t *testing.T) {
+	for _, tool := range []string{"read", "bash"} {
+		t.Run(tool, func(t *testing.T) {
+			r := runLevel(t, level{sessions: 3, steps: 2, turns: 1, tool: tool})
+			if len(r.errors) != 0 {
+				t.Fatalf("errors: %s", r.errorText())
+			}
+			if r.stepsTaken != 3*2 || r.requests != 3*3 {
+				t.Fatalf("upstream measured %d steps over %d requests, want 6 over 9", r.stepsTaken, r.requests)
+			}
+			if r.p99 <= 0 || r.cpu["agent"].self < 0 || r.rss["agent"] <= 0 {
+				t.Fatalf("implausible measurement: p99 %v, agent CPU %v, RSS %d KiB", r.p99, r.cpu["agent"], r.rss["agent"])
+			}
+			t.Log(r.row())
+		})
+	}
+}
+
+// proc is a started service binary.
+type proc struct {
+	cmd  *exec.Cmd
+	out  *proctest.Buffer
+	done chan struct{}
+}
+
+func startProc(tb testing.TB, name string, env []string, args ...string) *proc {
+	tb.Helper()
+	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	cmd.Env = env
+	p := &proc{cmd: cmd, out: &proctest.Buffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", name, err)
+	}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if tb.Failed() {
+			tb.Logf("--- %s ---\n%s", name, p.out.String())
+		}
+	})
+	return p
+}
+
+// cleanEnv is the environment without provider keys and dsh settings.
+func cleanEnv(extra ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasSuffix(k, "_API_KEY") || strings.HasPrefix(k, "OPENAI_") || strings.HasPrefix(k, "DSH_") ||
+			strings.HasPrefix(k, "OTEL_") || strings.HasPrefix(k, "NATS_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, extra...)
+}
+
+func dial(ctx context.Context, tb testing.TB, addr string) *grpc.ClientConn {
+	tb.Helper()
+	conn, err := grpcserver.Dial(addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	proctest.WaitServing(ctx, tb, conn, "")
+	return conn
+}
+
+// runLevel starts a fresh stack, runs lv and measures it.
+func runLevel(tb testing.TB, lv level) result {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	up := newUpstream(lv.delay, lv.steps, lv.tool)
+	url, stopUp, err := up.serve()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer stopUp()
+	nats := natstest.Start(tb)
+	ws, data := tb.TempDir(), tb.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "notes.txt"), []byte(strings.Repeat("a line of notes for the load benchmark\n", 40)), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	gwAddr, thAddr, agAddr := proctest.FreeAddr(tb), proctest.FreeAddr(tb), proctest.FreeAddr(tb)
+	debug := map[string][]string{}
+	if *flagPprof != "" {
+		for _, name := range procNames {
+			debug[name] = []string{"--debug-addr", proctest.FreeAddr(tb)}
+		}
+	}
+	procs := map[string]*proc{
+		"llmgateway": startProc(tb, "llmgateway", cleanEnv("OPENAI_API_KEY=load", "OPENAI_BASE_URL="+url, "OPENAI_MODEL=load"), append([]string{"--listen", gwAddr}, debug["llmgateway"]...)...),
+		"toolhost":   startProc(tb, "toolhost", cleanEnv(), append([]string{"--listen", thAddr, "--workspace", ws}, debug["toolhost"]...)...),
+	}
+	dial(ctx, tb, gwAddr)
+	dial(ctx, tb, thAddr)
+	procs["agent"] = startProc(tb, "agent", cleanEnv(), append(append([]string{"--listen", agAddr, "--gateway", gwAddr,
+		"--toolhost", "builtin=" + thAddr, "--data", data, "--nats", nats.URL(),
+		"--approval-rule", "*=allow", "--no-titles"}, debug["agent"]...), lv.agentArgs...)...)
+	// A few client connections, as several frontends would hold.
+	var clients []agentv1.AgentServiceClient
+	for range 4 {
+		clients = append(clients, agentv1.NewAgentServiceClient(dial(ctx, tb, agAddr)))
+	}
+
+	// Create the sessions before the measured window.
+	ids := make([]string, lv.sessions)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	var createErr error
+	var mu sync.Mutex
+	for i := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			resp, err := clients[i%len(clients)].CreateSession(ctx, &agentv1.CreateSessionRequest{
+				Cwd:     ws,
+				Options: &sessionv1.SessionOptions{Provider: "openai", Model: "load", WorkspaceRoot: ws},
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				createErr = err
+				return
+			}
+			ids[i] = resp.GetSession().GetHeader().GetId()
+		}()
+	}
+	wg.Wait()
+	if createErr != nil {
+		tb.Fatalf("CreateSession: %v", createErr)
+	}
+
+	before := map[string]cpu{}
+	for name, p := range procs {
+		c, err := readCPU(p.cmd.Process.Pid)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		before[name] = c
+	}
+	r := result{level: lv, errors: map[string]int{}, cpu: map[string]cpu{}, rss: map[string]int64{}}
+	count := func(kind string) {
+		mu.Lock()
+		r.errors[kind]++
+		mu.Unlock()
+	}
+	started := time.Now()
+	for name, d := range debug {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			profile(tb, d[1], filepath.Join(*flagPprof, fmt.Sprintf("%s-%s-%d.pprof", name, lv.tool, lv.sessions)))
+		}()
+	}
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clients[i%len(clients)]
+			for turn := range lv.turns {
+				if kind := runTurn(ctx, c, id, prompt(i, turn)); kind != "" {
+					count(kind)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r.wall = time.Since(started)
+	for name, p := range procs {
+		c, err := readCPU(p.cmd.Process.Pid)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		r.cpu[name] = c.sub(before[name])
+		if r.rss[name], err = peakRSS(p.cmd.Process.Pid); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	gaps := up.gaps()
+	r.stepsTaken, r.requests = len(gaps), up.requests()
+	r.p50, r.p99 = percentile(gaps, 0.50), percentile(gaps, 0.99)
+	if up.bad > 0 {
+		r.errors["upstream: unparsable request"] += up.bad
+	}
+	return r
+}
+
+// profile saves a CPU profile of the process whose --debug-addr is addr.
+func profile(tb testing.TB, addr, path string) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, *flagPprofSec))
+	if err != nil {
+		tb.Errorf("profile %s: %v", addr, err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		tb.Errorf("profile %s: %v", addr, err)
+	}
+}
+
+// runTurn sends text to session id, waits for the session to go idle and
+// returns "" when the turn completed, else the kind of failure.
+func runTurn(ctx context.Context, c agentv1.AgentServiceClient, id, text string) string {
+	s, err := c.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: id})
+	if err != nil {
+		return "GetSession " + status.Code(err).String()
+	}
+	from := s.GetSession().GetNextSeq()
+	_, err = c.Send(ctx, &agentv1.SendRequest{SessionId: id, Content: []*llmv1.ContentBlock{{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: text}}}}})
+	if err != nil {
+		return "Send " + status.Code(err).String()
+	}
+	if _, err := c.WaitIdle(ctx, &agentv1.WaitIdleRequest{SessionId: id}); err != nil {
+		return "WaitIdle " + status.Code(err).String()
+	}
+	stream, err := c.StreamEvents(ctx, &agentv1.StreamEventsRequest{SessionId: id, FromSeq: from, NoFollow: true})
+	if err != nil {
+		return "StreamEvents " + status.Code(err).String()
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				return "canceled"
+			}
+			return "no turn/end"
+		}
+		if end := resp.GetEvent().GetTurnEnd(); end != nil {
+			if end.GetReason().GetCompleted() != nil {
+				return ""
+			}
+			return "turn/end " + fmt.Sprint(end.GetReason().ProtoReflect().WhichOneof(end.GetReason().ProtoReflect().Descriptor().Oneofs().Get(0)).Name())
+		}
+	}
+}
