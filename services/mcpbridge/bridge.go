@@ -35,7 +35,17 @@ type Bridge struct {
 
 	ready     chan struct{}
 	readyWait sync.WaitGroup
+
+	healthMu sync.Mutex
+	health   func(name string, serving bool) // set by Serve
+
+	links linkIndex // resource URI → server, from tool results
 }
+
+// HealthService is the gRPC health service name that reports one MCP
+// server: SERVING while it is connected with its tools listed,
+// NOT_SERVING while it is starting, not answering or restarting.
+func HealthService(server string) string { return "dsh.mcpbridge/" + server }
 
 // New builds a bridge; Run or Serve connects it.
 func New(cfg Config, logger *slog.Logger) (*Bridge, error) {
@@ -51,11 +61,24 @@ func New(cfg Config, logger *slog.Logger) (*Bridge, error) {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 30 * time.Second
 	}
-	host, err := toolsdk.NewHost(toolsdk.HostConfig{Logger: logger, DefaultTimeout: cfg.CallTimeout})
+	if cfg.InitTimeout <= 0 {
+		cfg.InitTimeout = 30 * time.Second
+	}
+	if cfg.KeepAlive == 0 {
+		cfg.KeepAlive = 15 * time.Second
+	}
+	if cfg.Getenv == nil {
+		cfg.Getenv = os.LookupEnv
+	}
+	for _, n := range cfg.Servers.Notes {
+		logger.Info("mcp config: " + n)
+	}
+	b := &Bridge{cfg: cfg, log: logger, ready: make(chan struct{}), links: linkIndex{m: map[string]string{}}}
+	host, err := toolsdk.NewHost(toolsdk.HostConfig{Logger: logger, DefaultTimeout: cfg.CallTimeout, WorkspaceContext: b.workspaceContext})
 	if err != nil {
 		return nil, err
 	}
-	b := &Bridge{cfg: cfg, log: logger, host: host, ready: make(chan struct{})}
+	b.host = host
 	b.readyWait.Add(len(cfg.Servers.Servers))
 	go func() {
 		b.readyWait.Wait()
@@ -66,6 +89,9 @@ func New(cfg Config, logger *slog.Logger) (*Bridge, error) {
 			b: b, name: name, cfg: cfg.Servers.Servers[name],
 			log: logger.With("mcp_server", name), tools: map[string]string{}, resync: make(chan struct{}, 1),
 		})
+	}
+	if err := host.Add(b.readResourceTool()); err != nil {
+		return nil, err
 	}
 	return b, nil
 }
@@ -92,6 +118,12 @@ func (b *Bridge) Run(ctx context.Context) {
 func (b *Bridge) Serve(ctx context.Context, lis net.Listener) error {
 	srv := grpcserver.New(grpcserver.Config{Logger: b.log, Options: b.cfg.ServerOptions})
 	b.host.Register(srv.Server)
+	b.healthMu.Lock()
+	b.health = srv.SetStatus
+	for _, s := range b.servers {
+		srv.SetStatus(HealthService(s.name), s.current() != nil)
+	}
+	b.healthMu.Unlock()
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -126,10 +158,27 @@ func (s *server) current() *mcp.ClientSession {
 	return s.session
 }
 
+// setSession records the live session (nil: none) and reports the
+// server's health.
 func (s *server) setSession(cs *mcp.ClientSession) {
 	s.mu.Lock()
 	s.session = cs
 	s.mu.Unlock()
+	s.b.healthMu.Lock()
+	if s.b.health != nil {
+		s.b.health(HealthService(s.name), cs != nil)
+	}
+	s.b.healthMu.Unlock()
+}
+
+// instructions is the connected server's initialize instructions.
+func (s *server) instructions() string {
+	if cs := s.current(); cs != nil {
+		if r := cs.InitializeResult(); r != nil {
+			return r.Instructions
+		}
+	}
+	return ""
 }
 
 func (s *server) kick() {
@@ -151,7 +200,7 @@ func (s *server) run(ctx context.Context) {
 		if time.Since(start) > time.Minute {
 			backoff = s.b.cfg.MinBackoff
 		}
-		s.log.Warn("mcp server disconnected; reconnecting", "err", err, "backoff", backoff)
+		s.log.Warn("mcp server unavailable; retrying", "err", err, "backoff", backoff)
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
@@ -169,29 +218,49 @@ func (s *server) run(ctx context.Context) {
 func (s *server) transport() mcp.Transport {
 	if s.cfg.URL != "" {
 		hc := &http.Client{Transport: sseTapTransport{base: http.DefaultTransport, headers: s.cfg.Headers, b: s.b}}
-		return &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: hc}
+		if s.cfg.transportType() == "sse" {
+			return &mcp.SSEClientTransport{Endpoint: s.cfg.URL, HTTPClient: hc}
+		}
+		// One resume attempt (after 1-2 s) when a stream breaks: a dead
+		// server fails its calls then, not after go-sdk's default five
+		// attempts with growing delays (~20 s).
+		return &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: hc, MaxRetries: 1}
 	}
 	cmd := exec.Command(s.cfg.Command, s.cfg.Args...)
-	cmd.Env = os.Environ()
-	for k, v := range s.cfg.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
+	cmd.Env = s.cfg.environ(s.b.cfg.Getenv)
 	cmd.Dir = s.cfg.Dir
 	cmd.Stderr = os.Stderr
 	return tapTransport{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, b: s.b}
 }
 
 func (s *server) connectAndServe(ctx context.Context) error {
-	client := mcp.NewClient(&mcp.Implementation{Name: "dsh-mcpbridge", Version: "v1"}, &mcp.ClientOptions{
+	opts := &mcp.ClientOptions{
 		ToolListChangedHandler:      func(context.Context, *mcp.ToolListChangedRequest) { s.kick() },
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) { s.b.onProgress(req.Params) },
-	})
-	session, err := client.Connect(ctx, s.transport(), nil)
+		LoggingMessageHandler:       func(ctx context.Context, req *mcp.LoggingMessageRequest) { s.logMessage(ctx, req.Params) },
+	}
+	if s.b.cfg.KeepAlive > 0 {
+		opts.KeepAlive = s.b.cfg.KeepAlive
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "dsh-mcpbridge", Version: "v1"}, opts)
+	ictx, cancel := context.WithTimeout(ctx, s.b.cfg.InitTimeout)
+	session, err := client.Connect(ictx, s.transport(), nil)
+	timedOut := ictx.Err() != nil && ctx.Err() == nil
+	cancel()
 	if err != nil {
+		if timedOut {
+			return fmt.Errorf("the server did not answer initialize within %s", s.b.cfg.InitTimeout)
+		}
 		return fmt.Errorf("connect: %w", err)
 	}
-	s.log.Info("mcp server connected")
-	s.setSession(session)
+	init := session.InitializeResult()
+	s.log.Info("mcp server connected", "server_name", init.ServerInfo.Name, "server_version", init.ServerInfo.Version,
+		"protocol", init.ProtocolVersion, "instructions_bytes", len(init.Instructions))
+	if init.Capabilities != nil && init.Capabilities.Logging != nil {
+		if err := session.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+			s.log.Debug("logging/setLevel refused", "err", err)
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- session.Wait() }()
 	defer func() {
@@ -201,6 +270,7 @@ func (s *server) connectAndServe(ctx context.Context) error {
 	if err := s.sync(ctx, session); err != nil {
 		s.log.Warn("listing tools failed", "err", err)
 	}
+	s.setSession(session)
 	s.firstTry()
 	for {
 		select {
@@ -325,20 +395,20 @@ func (s *server) call(ctx context.Context, call *toolsdk.Call, mcpName string, a
 	defer s.b.progress.Delete(tok)
 	params := &mcp.CallToolParams{Name: mcpName, Arguments: args}
 	params.SetProgressToken(tok)
+	// Protocol 2026-07-28 asks for server logs per request; older ones
+	// took logging/setLevel at connect.
+	params.Meta[mcp.MetaKeyLogLevel] = "info"
 	res, err := session.CallTool(ctx, params)
 	sink.drain(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return toolsdk.Result{}, ctx.Err()
 		}
-		return toolsdk.Result{}, errProtocol(s.name, err)
+		return toolsdk.Result{}, callError(s.name, err)
 	}
 	if res.IsError {
 		return toolsdk.Result{}, errors.New(errorText(res.Content))
 	}
-	r := toolsdk.Result{Content: ResultBlocks(res.Content)}
-	if res.StructuredContent != nil {
-		r.Meta = map[string]any{"structuredContent": res.StructuredContent}
-	}
-	return r, nil
+	s.b.links.note(s.name, res.Content)
+	return mapResult(res.Content, res.StructuredContent), nil
 }

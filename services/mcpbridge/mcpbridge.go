@@ -31,97 +31,10 @@
 package mcpbridge
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"regexp"
-	"sort"
 	"time"
 
 	"google.golang.org/grpc"
 )
-
-// ServerConfig is one MCP server: exactly one of Command or URL.
-type ServerConfig struct {
-	// Command starts a stdio server.
-	Command string `json:"command,omitempty"`
-	// Args are the command's arguments.
-	Args []string `json:"args,omitempty"`
-	// Env adds variables to the command's environment (the bridge's
-	// environment is inherited).
-	Env map[string]string `json:"env,omitempty"`
-	// Dir is the command's working directory.
-	Dir string `json:"cwd,omitempty"`
-	// URL is a streamable-HTTP endpoint.
-	URL string `json:"url,omitempty"`
-	// Headers are sent with every HTTP request (e.g. Authorization).
-	Headers map[string]string `json:"headers,omitempty"`
-}
-
-// FileConfig is the JSON config file: {"servers": {"<name>": ServerConfig}}.
-type FileConfig struct {
-	Servers map[string]ServerConfig `json:"servers"`
-}
-
-var serverNameRE = regexp.MustCompile(`^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$`)
-
-// Validate checks server names (letters, digits, '-', single '_'; no "__",
-// which separates server and tool) and that each server has exactly one of
-// command or url.
-func (c FileConfig) Validate() error {
-	if len(c.Servers) == 0 {
-		return errors.New("config: no servers")
-	}
-	var errs []error
-	for _, name := range c.Names() {
-		s := c.Servers[name]
-		if !serverNameRE.MatchString(name) || len(name) > 32 {
-			errs = append(errs, fmt.Errorf("config: server name %q must be 1-32 letters, digits, '-' or single '_'", name))
-		}
-		if (s.Command == "") == (s.URL == "") {
-			errs = append(errs, fmt.Errorf("config: server %q needs exactly one of command or url", name))
-		}
-		if s.URL == "" && (len(s.Headers) > 0) {
-			errs = append(errs, fmt.Errorf("config: server %q: headers need a url", name))
-		}
-		if s.Command == "" && (len(s.Args) > 0 || len(s.Env) > 0 || s.Dir != "") {
-			errs = append(errs, fmt.Errorf("config: server %q: args, env and cwd need a command", name))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Names returns the server names in sorted order.
-func (c FileConfig) Names() []string {
-	out := make([]string, 0, len(c.Servers))
-	for n := range c.Servers {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// ParseConfig decodes and validates a config; unknown fields are errors.
-func ParseConfig(b []byte) (FileConfig, error) {
-	var c FileConfig
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return FileConfig{}, fmt.Errorf("config: %w", err)
-	}
-	return c, c.Validate()
-}
-
-// LoadConfig reads and validates a config file.
-func LoadConfig(path string) (FileConfig, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return FileConfig{}, fmt.Errorf("config: %w", err)
-	}
-	return ParseConfig(b)
-}
 
 // Config configures a Bridge.
 type Config struct {
@@ -134,6 +47,18 @@ type Config struct {
 	// CallTimeout bounds one MCP call when the tool declares none; zero
 	// means the toolhost default.
 	CallTimeout time.Duration
+	// InitTimeout bounds a connection attempt (the initialize handshake
+	// and, for stdio, starting the process); a server that does not answer
+	// in time is logged, marked NOT_SERVING and retried with backoff. Zero
+	// means 30s (npx may download the server on its first start).
+	InitTimeout time.Duration
+	// KeepAlive is the interval of MCP pings on an idle connection; a
+	// server that misses one is treated as gone (reconnect). Zero means
+	// 15s; negative disables pings.
+	KeepAlive time.Duration
+	// Getenv reads the bridge's environment for the stdio servers'
+	// allow-list; nil means os.LookupEnv.
+	Getenv func(string) (string, bool)
 	// ServerOptions are added to the gRPC server Serve builds: TLS
 	// credentials and the peer check (internal/auth.ServerFlags).
 	ServerOptions []grpc.ServerOption
