@@ -202,4 +202,3 @@ func TestHTTPServerDyingMidCall(t *testing.T) {
 		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
 	})
 }
-
