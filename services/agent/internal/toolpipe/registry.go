@@ -102,6 +102,11 @@ type Config struct {
 	// reachability (and each host's first state after Start), in order per
 	// host; err is why it is down.
 	OnHostState func(host string, up bool, err error)
+	// Progress, when set, is handed every live ToolOutput of a remote
+	// call as it arrives, on the call's goroutine: it must not block (the
+	// agent fans it out to StreamEvents subscribers, dropping for slow
+	// ones). The output is never part of the result.
+	Progress func(ex *toolsv1.ToolExecution, out *toolsv1.ToolOutput)
 }
 
 type hostState struct {
