@@ -44,7 +44,9 @@ func openSession(ctx context.Context, c agentv1.AgentServiceClient, f sessionFla
 // stream fails; the error channel gets exactly one value when it stops.
 func follow(ctx context.Context, c agentv1.AgentServiceClient, id string, from int64) (<-chan *sessionv1.SessionEvent, <-chan error, error) {
 	return followStream(ctx, c, &agentv1.StreamEventsRequest{SessionId: id, FromSeq: from},
-		func(r *agentv1.StreamEventsResponse) (*sessionv1.SessionEvent, bool) { return r.GetEvent(), r.GetEvent() != nil })
+		func(r *agentv1.StreamEventsResponse) (*sessionv1.SessionEvent, bool) {
+			return r.GetEvent(), r.GetEvent() != nil
+		})
 }
 
 // followStream streams req's responses, each picked into a T (or skipped),
