@@ -74,14 +74,18 @@ func TestReferenceServers(t *testing.T) {
 			}
 		}},
 		{"every__get-tiny-image", `{}`, func(t *testing.T, _ []*toolsv1.ToolOutput, r *toolsv1.ToolExecutionResult) {
-			if count(r, func(b *llmv1.ContentBlock) bool { return b.GetImage().GetMimeType() == "image/png" && len(b.GetImage().GetData()) > 0 }) != 1 {
+			if count(r, func(b *llmv1.ContentBlock) bool {
+				return b.GetImage().GetMimeType() == "image/png" && len(b.GetImage().GetData()) > 0
+			}) != 1 {
 				t.Errorf("want one inline PNG, got %v", r)
 			}
 		}},
 		{"every__get-annotated-message", `{"messageType":"error","includeImage":true}`, func(t *testing.T, _ []*toolsv1.ToolOutput, r *toolsv1.ToolExecutionResult) {
 			// The error text is for both audiences, the image for the user
 			// only: the model gets the text, the card shows both.
-			annotated := count(r, func(b *llmv1.ContentBlock) bool { return b.GetAnnotations().GetPriority() == 1 && len(b.GetAnnotations().GetAudience()) == 2 })
+			annotated := count(r, func(b *llmv1.ContentBlock) bool {
+				return b.GetAnnotations().GetPriority() == 1 && len(b.GetAnnotations().GetAudience()) == 2
+			})
 			images := count(r, func(b *llmv1.ContentBlock) bool { return b.GetImage() != nil })
 			var viewImages int
 			for _, b := range r.GetView().GetGeneric().GetContent() {
@@ -99,12 +103,16 @@ func TestReferenceServers(t *testing.T) {
 					link = l
 				}
 			}
-			if n := count(r, func(b *llmv1.ContentBlock) bool { return b.GetResourceLink().GetUri() != "" && b.GetResourceLink().GetMimeType() != "" }); n != 2 {
+			if n := count(r, func(b *llmv1.ContentBlock) bool {
+				return b.GetResourceLink().GetUri() != "" && b.GetResourceLink().GetMimeType() != ""
+			}); n != 2 {
 				t.Errorf("want 2 resource links with mime types, got %d: %v", n, r)
 			}
 		}},
 		{"every__get-resource-reference", `{"resourceType":"Text","resourceId":1}`, func(t *testing.T, _ []*toolsv1.ToolOutput, r *toolsv1.ToolExecutionResult) {
-			if count(r, func(b *llmv1.ContentBlock) bool { return b.GetDocument().GetUri() != "" && b.GetDocument().GetText() != "" }) != 1 {
+			if count(r, func(b *llmv1.ContentBlock) bool {
+				return b.GetDocument().GetUri() != "" && b.GetDocument().GetText() != ""
+			}) != 1 {
 				t.Errorf("want an embedded text resource as a document, got %v", r)
 			}
 		}},
