@@ -17,6 +17,7 @@ import (
 
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -145,6 +146,7 @@ type server struct {
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
+	conn    context.Context   // the session's life: cancelled, with the cause, when it is lost
 	tools   map[string]string // dsh name → fingerprint
 	resync  chan struct{}
 	tried   sync.Once
@@ -158,11 +160,39 @@ func (s *server) current() *mcp.ClientSession {
 	return s.session
 }
 
-// setSession records the live session (nil: none) and reports the
-// server's health.
-func (s *server) setSession(cs *mcp.ClientSession) {
+// begin returns the live session and a context for one request on it: ctx,
+// also cancelled (with the cause) when the connection is lost, so a
+// request to a server that stopped answering ends at once instead of
+// holding the session's close. nil when the server is not connected.
+func (s *server) begin(ctx context.Context) (*mcp.ClientSession, context.Context, func()) {
 	s.mu.Lock()
-	s.session = cs
+	session, conn := s.session, s.conn
+	s.mu.Unlock()
+	if session == nil {
+		return nil, ctx, func() {}
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(conn, func() { cancel(context.Cause(conn)) })
+	return session, rctx, func() { stop(); cancel(nil) }
+}
+
+// requestError maps a failed request: the caller's own cancellation, a
+// lost connection (its cause), or the server's error.
+func (s *server) requestError(ctx, rctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case rctx.Err() != nil:
+		return errProtocol(s.name, context.Cause(rctx))
+	}
+	return callError(s.name, err)
+}
+
+// setSession records the live session and its connection context (nil:
+// none) and reports the server's health.
+func (s *server) setSession(cs *mcp.ClientSession, conn context.Context) {
+	s.mu.Lock()
+	s.session, s.conn = cs, conn
 	s.mu.Unlock()
 	s.b.healthMu.Lock()
 	if s.b.health != nil {
@@ -233,14 +263,11 @@ func (s *server) transport() mcp.Transport {
 	return tapTransport{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, b: s.b}
 }
 
-func (s *server) connectAndServe(ctx context.Context) error {
+func (s *server) connectAndServe(ctx context.Context) (retErr error) {
 	opts := &mcp.ClientOptions{
 		ToolListChangedHandler:      func(context.Context, *mcp.ToolListChangedRequest) { s.kick() },
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) { s.b.onProgress(req.Params) },
 		LoggingMessageHandler:       func(ctx context.Context, req *mcp.LoggingMessageRequest) { s.logMessage(ctx, req.Params) },
-	}
-	if s.b.cfg.KeepAlive > 0 {
-		opts.KeepAlive = s.b.cfg.KeepAlive
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "dsh-mcpbridge", Version: "v1"}, opts)
 	ictx, cancel := context.WithTimeout(ctx, s.b.cfg.InitTimeout)
@@ -264,20 +291,32 @@ func (s *server) connectAndServe(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() { done <- session.Wait() }()
 	defer func() {
-		s.setSession(nil)
+		s.setSession(nil, nil)
 		_ = session.Close()
 	}()
+	// Runs before the close above: requests in flight end with the cause
+	// (go-sdk's close waits for them).
+	conn, lost := context.WithCancelCause(ctx)
+	defer func() { lost(fmt.Errorf("connection lost: %w", retErr)) }()
 	if err := s.sync(ctx, session); err != nil {
 		s.log.Warn("listing tools failed", "err", err)
 	}
-	s.setSession(session)
+	s.setSession(session, conn)
 	s.firstTry()
+	if s.b.cfg.KeepAlive > 0 && s.cfg.URL != "" {
+		// Pings find an HTTP server that hangs without closing its
+		// connections; a stdio server's death is its pipe's EOF, and a
+		// busy single-threaded server must not be killed for a late pong.
+		go s.keepalive(conn, session, lost)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			_ = session.Close()
 			<-done
 			return ctx.Err()
+		case <-conn.Done():
+			return context.Cause(conn)
 		case err := <-done:
 			if err == nil {
 				err = errors.New("connection closed")
@@ -287,6 +326,34 @@ func (s *server) connectAndServe(ctx context.Context) error {
 			if err := s.sync(ctx, session); err != nil {
 				s.log.Warn("re-listing tools failed", "err", err)
 			}
+		}
+	}
+}
+
+// keepalive pings the server every KeepAlive; one that does not answer
+// within half of it ends the connection (lost), failing the requests in
+// flight. A server without ping is left alone.
+func (s *server) keepalive(conn context.Context, session *mcp.ClientSession, lost context.CancelCauseFunc) {
+	every := s.b.cfg.KeepAlive
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-conn.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(conn, every/2)
+		err := session.Ping(pctx, nil)
+		cancel()
+		var werr *jsonrpc.Error
+		switch {
+		case err == nil || conn.Err() != nil:
+		case errors.As(err, &werr) && werr.Code == jsonrpc.CodeMethodNotFound:
+			return
+		default:
+			lost(fmt.Errorf("the server did not answer a ping within %s: %w", every/2, err))
+			return
 		}
 	}
 }
@@ -387,7 +454,8 @@ func (s *server) call(ctx context.Context, call *toolsdk.Call, mcpName string, a
 	if err := json.Unmarshal(args, &obj); err != nil || obj == nil {
 		return toolsdk.Result{}, &toolsdk.ArgsError{Violations: []string{`"arguments" must be an object`}}
 	}
-	session := s.current()
+	session, rctx, done := s.begin(ctx)
+	defer done()
 	if session == nil {
 		return toolsdk.Result{}, errUnavailable(s.name)
 	}
@@ -398,13 +466,10 @@ func (s *server) call(ctx context.Context, call *toolsdk.Call, mcpName string, a
 	// Protocol 2026-07-28 asks for server logs per request; older ones
 	// took logging/setLevel at connect.
 	params.Meta[mcp.MetaKeyLogLevel] = "info"
-	res, err := session.CallTool(ctx, params)
-	sink.drain(ctx)
+	res, err := session.CallTool(rctx, params)
+	sink.drain(rctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return toolsdk.Result{}, ctx.Err()
-		}
-		return toolsdk.Result{}, callError(s.name, err)
+		return toolsdk.Result{}, s.requestError(ctx, rctx, err)
 	}
 	if res.IsError {
 		return toolsdk.Result{}, errors.New(errorText(res.Content))

@@ -52,9 +52,9 @@ type Config struct {
 	// in time is logged, marked NOT_SERVING and retried with backoff. Zero
 	// means 30s (npx may download the server on its first start).
 	InitTimeout time.Duration
-	// KeepAlive is the interval of MCP pings on an idle connection; a
-	// server that misses one is treated as gone (reconnect). Zero means
-	// 15s; negative disables pings.
+	// KeepAlive is the interval of MCP pings to HTTP servers; one that
+	// misses a ping (no answer within half the interval) is treated as gone
+	// (reconnect). Zero means 15s; negative disables pings.
 	KeepAlive time.Duration
 	// Getenv reads the bridge's environment for the stdio servers'
 	// allow-list; nil means os.LookupEnv.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,11 +141,24 @@ func TestServerLogsAndInstructions(t *testing.T) {
 	}
 }
 
-// A streamable-HTTP server that dies mid-call fails the call within a few
-// seconds (go-sdk's default resume attempts held it ~20 s), and the
-// server's health drops to NOT_SERVING.
+// A streamable-HTTP server that dies mid-call (killed: its connections
+// close) or hangs (stopped: they stay open, nothing answers) fails the call
+// within seconds — go-sdk's default resume attempts held a dead one ~20 s,
+// and a hung one forever — and the server's health drops to NOT_SERVING.
 func TestHTTPServerDyingMidCall(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		sig  syscall.Signal
+	}{{"killed", syscall.SIGKILL}, {"hung", syscall.SIGSTOP}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			httpServerDies(t, tc.sig)
+		})
+	}
+}
+
+func httpServerDies(t *testing.T, sig syscall.Signal) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +179,7 @@ func TestHTTPServerDyingMidCall(t *testing.T) {
 	}
 	c, conn := startBridgeWith(t, mcpbridge.Config{Servers: mcpbridge.FileConfig{Servers: map[string]mcpbridge.ServerConfig{
 		"web": {URL: "http://" + strings.TrimSpace(addr)},
-	}}}, logWriter{t})
+	}}, KeepAlive: time.Second}, logWriter{t})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	stream, err := c.Execute(ctx, &toolsv1.ExecuteRequest{Execution: &toolsv1.ToolExecution{CallId: "c", Name: "web__slow", Arguments: `{}`, Context: toolCtx}})
@@ -176,10 +190,10 @@ func TestHTTPServerDyingMidCall(t *testing.T) {
 	if err != nil || first.GetOutput().GetText() != "started\n" {
 		t.Fatalf("first message %v, %v; want the progress", first, err)
 	}
-	if err := child.Process.Kill(); err != nil {
+	if err := child.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
-	killed := time.Now()
+	since := time.Now()
 	var res *toolsv1.ToolExecutionResult
 	for res == nil {
 		m, err := stream.Recv()
@@ -188,13 +202,13 @@ func TestHTTPServerDyingMidCall(t *testing.T) {
 		}
 		res = m.GetResult()
 	}
-	took := time.Since(killed)
-	t.Logf("call failed %v after the server died: %v", took, res.GetContent())
+	took := time.Since(since)
+	t.Logf("call failed %v after the server got %v: %v", took, sig, res.GetContent())
 	if !res.GetIsError() || res.GetError().GetCode() != mcpbridge.CodeProtocol {
 		t.Errorf("result %v, want an %s error", res, mcpbridge.CodeProtocol)
 	}
 	if took > 10*time.Second {
-		t.Errorf("the call took %v to fail after the server died", took)
+		t.Errorf("the call took %v to fail", took)
 	}
 	h := healthpb.NewHealthClient(conn)
 	poll(t, "NOT_SERVING", func() bool {

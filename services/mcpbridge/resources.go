@@ -117,16 +117,17 @@ func (b *Bridge) readResource(ctx context.Context, _ *toolsdk.Call, args json.Ra
 	if s == nil {
 		return toolsdk.Result{}, &toolsdk.ArgsError{Violations: []string{fmt.Sprintf(`"server" must be one of [%s]`, strings.Join(names, ", "))}}
 	}
-	session := s.current()
+	session, rctx, done := s.begin(ctx)
+	defer done()
 	if session == nil {
 		return toolsdk.Result{}, errUnavailable(s.name)
 	}
-	res, err := session.ReadResource(ctx, &mcp.ReadResourceParams{URI: *in.URI})
+	res, err := session.ReadResource(rctx, &mcp.ReadResourceParams{URI: *in.URI})
 	if err != nil {
 		if ctx.Err() != nil {
 			return toolsdk.Result{}, ctx.Err()
 		}
-		err = callError(s.name, err)
+		err = s.requestError(ctx, rctx, err)
 		if ae := (*toolsdk.ArgsError)(nil); errors.As(err, &ae) {
 			ae.Violations = []string{fmt.Sprintf(`"uri" %q on server %s: %s`, *in.URI, s.name, strings.Join(ae.Violations, "; "))}
 		}
