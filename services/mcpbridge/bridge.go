@@ -270,10 +270,18 @@ func (s *server) connectAndServe(ctx context.Context) (retErr error) {
 		LoggingMessageHandler:       func(ctx context.Context, req *mcp.LoggingMessageRequest) { s.logMessage(ctx, req.Params) },
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "dsh-mcpbridge", Version: "v1"}, opts)
-	ictx, cancel := context.WithTimeout(ctx, s.b.cfg.InitTimeout)
+	// The connect context lives as long as the connection (the legacy SSE
+	// transport reads its stream under it); a timer, not a deadline,
+	// bounds the handshake.
+	ictx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := time.AfterFunc(s.b.cfg.InitTimeout, cancel)
 	session, err := client.Connect(ictx, s.transport(), nil)
-	timedOut := ictx.Err() != nil && ctx.Err() == nil
-	cancel()
+	timedOut := !timer.Stop() && ctx.Err() == nil
+	if err == nil && timedOut { // answered as the timer fired: its context is gone
+		_ = session.Close()
+		err = context.Canceled
+	}
 	if err != nil {
 		if timedOut {
 			return fmt.Errorf("the server did not answer initialize within %s", s.b.cfg.InitTimeout)

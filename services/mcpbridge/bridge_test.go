@@ -247,12 +247,16 @@ func TestBridgeTransports(t *testing.T) {
 		handler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(web.Close)
+	sseSrv := testServer()
+	legacy := httptest.NewServer(mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return sseSrv }, nil))
+	t.Cleanup(legacy.Close)
 	for _, tc := range []struct {
 		name string
 		cfg  mcpbridge.ServerConfig
 	}{
 		{"stdio", stdioServer(t)},
 		{"http", mcpbridge.ServerConfig{URL: web.URL, Headers: map[string]string{"Authorization": "Bearer s3cret"}}},
+		{"sse", mcpbridge.ServerConfig{Type: "sse", URL: legacy.URL}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
