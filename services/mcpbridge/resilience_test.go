@@ -179,7 +179,7 @@ func httpServerDies(t *testing.T, sig syscall.Signal) {
 	}
 	c, conn := startBridgeWith(t, mcpbridge.Config{Servers: mcpbridge.FileConfig{Servers: map[string]mcpbridge.ServerConfig{
 		"web": {URL: "http://" + strings.TrimSpace(addr)},
-	}}, KeepAlive: time.Second}, logWriter{t})
+	}}, KeepAlive: 2 * time.Second}, logWriter{t}) // a ping may take 1 s on a loaded box
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	stream, err := c.Execute(ctx, &toolsv1.ExecuteRequest{Execution: &toolsv1.ToolExecution{CallId: "c", Name: "web__slow", Arguments: `{}`, Context: toolCtx}})
