@@ -3,10 +3,30 @@
 // It connects to the MCP servers named in a JSON config file — stdio commands
 // and streamable-HTTP URLs — lists their tools and serves each one through
 // dsh.tools.v1.ToolHost as a raw JSON-Schema tool named "<server>__<tool>"
-// (the MCP server validates its own input). MCP results map to dsh result
-// blocks (text, images, embedded resources, isError); MCP progress
-// notifications become live ToolOutput on the "progress" stream; a tool with
-// the readOnlyHint annotation is served as always concurrency-safe.
+// (the MCP server validates its own input), plus its own tool
+// mcp_read_resource (resources/read on the server that owns a URI, so the
+// model can follow a resource link). MCP results map to dsh result blocks
+// (text, image, audio, document, resource_link, annotations kept; content
+// for the user only goes to the result's view, not the model; isError);
+// JSON-RPC invalid params is INVALID_ARGS; MCP progress notifications
+// become live ToolOutput on the "progress" stream; server logs go to the
+// bridge's log; server instructions are answered by GetWorkspaceContext as
+// instruction files "mcp://<server>"; a tool with the readOnlyHint
+// annotation is served as always concurrency-safe.
+//
+// # Configuration and environment
+//
+// ParseConfig reads the bridge's format and those of Claude Desktop,
+// Cursor and VS Code. A stdio server's environment is an allow-list
+// (DefaultEnv, then the server's passEnv and env), never the bridge's.
+//
+// # Health
+//
+// Each server reports on the gRPC health service HealthService(name):
+// NOT_SERVING until it answered initialize (bounded by Config.InitTimeout,
+// then logged and retried) and its tools are listed, and again while it is
+// lost. HTTP servers are pinged (Config.KeepAlive); a lost connection
+// fails the requests in flight with its cause.
 //
 // # Delivery
 //
