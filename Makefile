@@ -29,6 +29,12 @@ generate: ## Regenerate gen/ from proto/ with buf.
 	$(BUF) format -w
 	$(BUF) generate
 
+.PHONY: descriptors
+descriptors: ## Write the descriptor set of every dsh proto (imports and comments included) to dist/dsh.binpb, for dynamic decoders; ship it with releases.
+	@mkdir -p dist
+	$(BUF) build -o dist/dsh.binpb
+	@echo "dist/dsh.binpb: decode DSH_EVENTS payloads as dsh.session.v1.SessionEvent (docs/events.md)"
+
 .PHONY: check
 check: lint gen-check fmt-check vet ## Lint protos, check gen/ drift, gofmt and go vet.
 

@@ -3,7 +3,8 @@
 # Debian's grpcio/protobuf for /usr/bin/python3, protoc + grpc_python_plugin
 # (for the stub drift check), pip, venv, setuptools and wheel (to build and
 # install the Python package, as examples/clients does), the npm dependencies
-# of sdk/typescript (buf and protoc-gen-es for its generated types), and
+# of sdk/typescript (buf and protoc-gen-es for its generated types), the
+# reference MCP servers of tests/mcpservers (the bridge's tests), and
 # Debian's postgresql (internal/pgtest starts a throwaway server from its
 # binaries for the PostgreSQL store's tests; the tests fail rather than skip
 # when DSH_REQUIRE_POSTGRES is set).
@@ -38,4 +39,12 @@ if [[ ! -d "$root/sdk/typescript/node_modules/@grpc/grpc-js" ]] ||
 	[[ "$root/sdk/typescript/package-lock.json" -nt "$root/sdk/typescript/node_modules/.package-lock.json" ]]; then
 	echo "setup-polyglot: npm ci in sdk/typescript"
 	(cd "$root/sdk/typescript" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# The reference MCP servers the bridge is tested against (versions pinned in
+# tests/mcpservers/package.json and its lockfile).
+if [[ ! -d "$root/tests/mcpservers/node_modules/@modelcontextprotocol/server-everything" ]] ||
+	[[ "$root/tests/mcpservers/package-lock.json" -nt "$root/tests/mcpservers/node_modules/.package-lock.json" ]]; then
+	echo "setup-polyglot: npm ci in tests/mcpservers"
+	(cd "$root/tests/mcpservers" && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -62,14 +62,15 @@ func reasoningMode(s string) (render.ReasoningMode, error) {
 // screen serialises terminal output: rendered events, the prompt and the
 // spinner.
 type screen struct {
-	mu      sync.Mutex
-	w       io.Writer
-	r       *render.Renderer
-	color   bool
-	spin    bool // a spinner frame is on the current line
-	frame   int
-	waiting bool // a prompt is shown
-	asking  bool // an approval or question card waits for an answer
+	mu       sync.Mutex
+	w        io.Writer
+	r        *render.Renderer
+	color    bool
+	spin     bool // a spinner frame is on the current line
+	spinTail int  // live-tail lines drawn below the spinner
+	frame    int
+	waiting  bool // a prompt is shown
+	asking   bool // an approval or question card waits for an answer
 }
 
 func (s *screen) style(code, text string) string {
@@ -104,9 +105,25 @@ var spinnerFrames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "�
 
 func (s *screen) clearSpinner() {
 	if s.spin {
-		fmt.Fprint(s.w, "\r\x1b[K")
-		s.spin = false
+		if s.spinTail > 0 {
+			fmt.Fprintf(s.w, "\x1b[%dA\r\x1b[J", s.spinTail) // up to the spinner, erase below
+		} else {
+			fmt.Fprint(s.w, "\r\x1b[K")
+		}
+		s.spin, s.spinTail = false, 0
 	}
+}
+
+// progress takes a running call's live output: the renderer keeps its
+// tail, which the next tick draws under the spinner (or, without a
+// terminal, prints the lines).
+func (s *screen) progress(p *agentv1.ToolProgress) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.r.Options().PrintProgress {
+		s.clearSpinner()
+	}
+	s.r.Progress(p)
 }
 
 func (s *screen) event(ev *sessionv1.SessionEvent) {
@@ -152,8 +169,13 @@ func (s *screen) tick() {
 	if s.color {
 		label = "\x1b[2m" + label + "\x1b[0m"
 	}
-	fmt.Fprint(s.w, "\r\x1b[K"+label)
-	s.spin = true
+	s.clearSpinner()
+	tail := s.r.LiveTail()
+	for _, l := range tail {
+		label += "\n" + l
+	}
+	fmt.Fprint(s.w, label)
+	s.spin, s.spinTail = true, len(tail)
 }
 
 // chatLoop runs the interactive chat on an open session. Ctrl-C cancels the
@@ -203,14 +225,17 @@ func chatLoop(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agen
 func chatSession(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *agentv1.Session, reasoning render.ReasoningMode, lines <-chan string) (*agentv1.Session, error) {
 	out := e.stdout
 	scr := &screen{w: out, color: useColor(e, out)}
-	scr.r = render.New(out, render.Options{Color: scr.color, Reasoning: reasoning})
+	// A terminal redraws running calls' live output under the spinner;
+	// other output gets the lines as they come.
+	scr.r = render.New(out, render.Options{Color: scr.color, Reasoning: reasoning, PrintProgress: !isTTY(out)})
 	id := s.GetHeader().GetId()
 	if err := replay(ctx, c, out, scr.color, reasoning, s); err != nil {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	evc, errc, err := follow(sctx, c, id, s.GetNextSeq())
+	evc, errc, err := followStream(sctx, c, &agentv1.StreamEventsRequest{SessionId: id, FromSeq: s.GetNextSeq(), IncludeProgress: true},
+		func(r *agentv1.StreamEventsResponse) (*agentv1.StreamEventsResponse, bool) { return r, true })
 	if err != nil {
 		return nil, err
 	}
@@ -256,19 +281,29 @@ func chatSession(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *a
 		select {
 		case next := <-drained:
 			for shown < next {
-				ev, ok := <-evc
+				resp, ok := <-evc
 				if !ok {
 					break
 				}
+				if p := resp.GetProgress(); p != nil {
+					scr.progress(p)
+					continue
+				}
+				ev := resp.GetEvent()
 				scr.event(ev)
 				shown = ev.GetSeq() + 1
 			}
 			scr.println("bye")
 			return nil, nil
-		case ev, ok := <-evc:
+		case resp, ok := <-evc:
 			if !ok {
 				return nil, &exitError{code: 1, msg: fmt.Sprintf("event stream ended: %v", <-errc)}
 			}
+			if p := resp.GetProgress(); p != nil {
+				scr.progress(p) // live output of a running call: its card's tail
+				continue
+			}
+			ev := resp.GetEvent()
 			shown = ev.GetSeq() + 1
 			scr.event(ev)
 			ask.event(ctx, ev)

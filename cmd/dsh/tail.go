@@ -32,6 +32,7 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 	all := fs.Bool("all", false, "replay the stored events first, then follow")
 	asJSON := fs.Bool("json", false, "print each event as JSON: {\"tenant\", \"session_id\", \"event\"}")
 	status := fs.Bool("status", true, "also show status changes (core NATS)")
+	deltas := fs.Bool("deltas", true, "show assistant/chunk deltas; --deltas=false skips them by their Dsh-Delta header, undecoded (the whole answer still shows as assistant/message)")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
@@ -109,6 +110,9 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 		last = sid
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if !*deltas && m.Headers().Get(events.HeaderDelta) == "1" {
+			return
+		}
 		sid, ev, err := events.DecodeEvent(m.Headers(), m.Data())
 		tn := tenantOf(m.Headers())
 		mu.Lock()

@@ -52,11 +52,21 @@ func openSession(ctx context.Context, c agentv1.AgentServiceClient, f sessionFla
 // follow streams a session's events from seq onward until ctx ends or the
 // stream fails; the error channel gets exactly one value when it stops.
 func follow(ctx context.Context, c agentv1.AgentServiceClient, id string, from int64) (<-chan *sessionv1.SessionEvent, <-chan error, error) {
-	stream, err := c.StreamEvents(ctx, &agentv1.StreamEventsRequest{SessionId: id, FromSeq: from})
+	return followStream(ctx, c, &agentv1.StreamEventsRequest{SessionId: id, FromSeq: from},
+		func(r *agentv1.StreamEventsResponse) (*sessionv1.SessionEvent, bool) {
+			return r.GetEvent(), r.GetEvent() != nil
+		})
+}
+
+// followStream streams req's responses, each picked into a T (or skipped),
+// until ctx ends or the stream fails; the error channel gets exactly one
+// value when it stops.
+func followStream[T any](ctx context.Context, c agentv1.AgentServiceClient, req *agentv1.StreamEventsRequest, pick func(*agentv1.StreamEventsResponse) (T, bool)) (<-chan T, <-chan error, error) {
+	stream, err := c.StreamEvents(ctx, req)
 	if err != nil {
 		return nil, nil, rpcError("stream events", err)
 	}
-	evc := make(chan *sessionv1.SessionEvent, 256)
+	evc := make(chan T, 256)
 	errc := make(chan error, 1)
 	go func() {
 		defer close(evc)
@@ -69,8 +79,12 @@ func follow(ctx context.Context, c agentv1.AgentServiceClient, id string, from i
 				errc <- err
 				return
 			}
+			v, ok := pick(resp)
+			if !ok {
+				continue
+			}
 			select {
-			case evc <- resp.GetEvent():
+			case evc <- v:
 			case <-ctx.Done():
 				errc <- ctx.Err()
 				return

@@ -129,19 +129,7 @@ type stored struct {
 // readStream returns every message of the stream in stream order.
 func readStream(t *testing.T, url string) []stored {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(t.Context(), events.StreamName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := eventStream(t, url)
 	info, err := st.Info(t.Context())
 	if err != nil {
 		t.Fatal(err)

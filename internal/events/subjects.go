@@ -47,7 +47,15 @@ const (
 	// tenant name cannot break the header block.
 	HeaderTenant = "Dsh-Tenant"
 	HeaderStatus = "Dsh-Status"
+	// HeaderDelta is "1" on delta events (assistant/chunk: streamed pieces
+	// of the assistant/message that follows), absent on all others, so a
+	// consumer that wants only whole events skips them by header, before
+	// decoding anything.
+	HeaderDelta = "Dsh-Delta"
 )
+
+// IsDelta reports whether an event is a delta (HeaderDelta).
+func IsDelta(ev *sessionv1.SessionEvent) bool { return ev.GetAssistantChunk() != nil }
 
 // EventSubject is the JetStream subject of a session's events,
 // dsh.events.<tenant>.<session>, where tenant is TenantToken(tenant) and
@@ -186,7 +194,8 @@ func escapeByte(c byte) bool {
 
 // EncodeEvent builds the JetStream message of one event: the protobuf
 // encoding of the SessionEvent as payload, the type, seq, session id and
-// tenant headers, and the Nats-Msg-Id used for de-duplication.
+// tenant headers (and Dsh-Delta on a delta), and the Nats-Msg-Id used for
+// de-duplication.
 func EncodeEvent(tenant, sessionID string, ev *sessionv1.SessionEvent) (*nats.Msg, error) {
 	data, err := proto.Marshal(ev)
 	if err != nil {
@@ -198,6 +207,9 @@ func EncodeEvent(tenant, sessionID string, ev *sessionv1.SessionEvent) (*nats.Ms
 	m.Header.Set(HeaderSeq, strconv.FormatInt(ev.GetSeq(), 10))
 	m.Header.Set(HeaderSessionID, sessionID)
 	m.Header.Set(HeaderTenant, TenantToken(tenant))
+	if IsDelta(ev) {
+		m.Header.Set(HeaderDelta, "1")
+	}
 	m.Header.Set(nats.MsgIdHdr, MsgID(sessionID, ev.GetSeq()))
 	return m, nil
 }

@@ -202,6 +202,21 @@ func checkBlocks(where string, blocks []*llmv1.ContentBlock) error {
 			if !json.Valid([]byte(v.Extension.GetJson())) {
 				return protocolErr("%s[%d] is an extension block whose json is not valid JSON", where, i)
 			}
+		case *llmv1.ContentBlock_Audio:
+			if len(v.Audio.GetData()) == 0 || v.Audio.GetMimeType() == "" {
+				return protocolErr("%s[%d] is an audio block without data or mime_type", where, i)
+			}
+		case *llmv1.ContentBlock_Document:
+			if v.Document.GetUri() == "" || v.Document.GetContent() == nil {
+				return protocolErr("%s[%d] is a document block without a uri or content", where, i)
+			}
+			if !utf8.ValidString(v.Document.GetText()) {
+				return protocolErr("%s[%d] is a document whose text is not valid UTF-8", where, i)
+			}
+		case *llmv1.ContentBlock_ResourceLink:
+			if v.ResourceLink.GetUri() == "" {
+				return protocolErr("%s[%d] is a resource link without a uri", where, i)
+			}
 		case *llmv1.ContentBlock_Reasoning:
 			return protocolErr("%s[%d] is a reasoning block, which a tool result cannot carry", where, i)
 		case *llmv1.ContentBlock_ToolCall:

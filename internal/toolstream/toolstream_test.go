@@ -48,6 +48,13 @@ func TestCheckExecuteStream(t *testing.T) {
 		{"empty content is valid", []*toolsv1.ExecuteResponse{res(&toolsv1.ToolExecutionResult{})}, "", 0},
 		{"image url", []*toolsv1.ExecuteResponse{res(blocksRes(&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Image{Image: &llmv1.ImageBlock{Source: &llmv1.ImageBlock_Url{Url: "https://x/y.png"}}}}))}, "", 0},
 		{"extension", []*toolsv1.ExecuteResponse{res(blocksRes(&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Extension{Extension: &llmv1.Extension{Type: "audio", Json: `{"a":1}`}}}))}, "", 0},
+		{"audio, document, resource link", []*toolsv1.ExecuteResponse{res(blocksRes(
+			&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Audio{Audio: &llmv1.AudioBlock{Data: []byte{1}, MimeType: "audio/wav"}}},
+			&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Document{Document: &llmv1.DocumentBlock{Uri: "file:///a", Content: &llmv1.DocumentBlock_Text{Text: ""}}}},
+			&llmv1.ContentBlock{Block: &llmv1.ContentBlock_ResourceLink{ResourceLink: &llmv1.ResourceLinkBlock{Uri: "file:///b"}}, Annotations: &llmv1.ContentAnnotations{Audience: []string{"user"}}}))}, "", 0},
+		{"audio without mime", []*toolsv1.ExecuteResponse{res(blocksRes(&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Audio{Audio: &llmv1.AudioBlock{Data: []byte{1}}}}))}, "audio block without", 0},
+		{"document without content", []*toolsv1.ExecuteResponse{res(blocksRes(&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Document{Document: &llmv1.DocumentBlock{Uri: "file:///a"}}}))}, "document block without", 0},
+		{"resource link without uri", []*toolsv1.ExecuteResponse{res(blocksRes(&llmv1.ContentBlock{Block: &llmv1.ContentBlock_ResourceLink{ResourceLink: &llmv1.ResourceLinkBlock{Name: "x"}}}))}, "resource link without a uri", 0},
 		{"error result with class", []*toolsv1.ExecuteResponse{res(&toolsv1.ToolExecutionResult{Content: textRes("Error: x").Content, IsError: true, Error: &toolsv1.ToolErrorInfo{Code: "X"}})}, "", 0},
 
 		{"no messages", nil, "ended without a result", 0},

@@ -54,6 +54,7 @@ import (
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 	"github.com/dsh-dev/dsh/services/agent/internal/idem"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
+	"github.com/dsh-dev/dsh/services/agent/internal/progress"
 	"github.com/dsh-dev/dsh/services/agent/internal/subagent"
 	"github.com/dsh-dev/dsh/services/agent/internal/title"
 	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
@@ -277,6 +278,8 @@ type liveSession struct {
 	subMu sync.Mutex
 	subs  map[chan struct{}]struct{}
 
+	progress *progress.Hub // live tool output for StreamEvents (not durable)
+
 	stopTitle func()
 
 	// Guarded by Service.mu.
@@ -286,7 +289,7 @@ type liveSession struct {
 
 // open builds the live session of log and starts its driver.
 func (s *Service) open(ctx context.Context, log *session.Log, durable int64, source string) *liveSession {
-	l := &liveSession{s: s, id: log.Header().GetId(), log: log, subs: map[chan struct{}]struct{}{}}
+	l := &liveSession{s: s, id: log.Header().GetId(), log: log, subs: map[chan struct{}]struct{}{}, progress: progress.NewHub()}
 	l.durable.Store(durable)
 	log.Observe(func(*sessionv1.SessionEvent) { l.notify() })
 	l.gate = approval.NewGate(s.appr, log, l.flush)
@@ -674,6 +677,22 @@ func (s *Service) gateOf(id string) toolpipe.Gate {
 		return l.gate
 	}
 	return nil
+}
+
+// publishProgress hands a running call's live output to the StreamEvents
+// subscribers of its session (include_progress); it never blocks.
+func (s *Service) publishProgress(ex *toolsv1.ToolExecution, out *toolsv1.ToolOutput) {
+	id := ex.GetContext().GetSessionId()
+	s.mu.Lock()
+	l, ok := s.live[id]
+	s.mu.Unlock()
+	if !ok || !l.progress.Active() {
+		return
+	}
+	l.progress.Publish(&agentv1.ToolProgress{
+		Turn: ex.GetContext().GetTurn(), Step: ex.GetContext().GetStep(), CallId: ex.GetCallId(), ToolName: ex.GetName(),
+		Output: out, AfterSeq: l.log.Len() - 1,
+	})
 }
 
 // askerOf is the question channel of a live session (agent-side tools).

@@ -425,7 +425,12 @@ func (s *Service) GetMessages(ctx context.Context, req *agentv1.GetMessagesReque
 
 // StreamEvents replays the log from from_seq, then follows live events. A
 // subscriber reads from the in-memory log at its own pace: a slow client
-// never slows the loop and never misses an event.
+// never slows the loop and never misses an event. With include_progress it
+// also gets running calls' live output (ToolProgress), which is not in the
+// log: each message follows the events up to its after_seq and precedes
+// the later ones (so a call's progress comes before its tool/result); a
+// client too slow for it loses progress messages (counted, logged), never
+// events.
 func (s *Service) StreamEvents(req *agentv1.StreamEventsRequest, stream grpc.ServerStreamingServer[agentv1.StreamEventsResponse]) error {
 	ctx := stream.Context()
 	if req.GetFromSeq() < 0 {
@@ -438,28 +443,78 @@ func (s *Service) StreamEvents(req *agentv1.StreamEventsRequest, stream grpc.Ser
 	defer s.release(l)
 	wake, unsubscribe := l.subscribe()
 	defer unsubscribe()
+	var progC <-chan *agentv1.ToolProgress
+	if req.GetIncludeProgress() && !req.GetNoFollow() {
+		sub := l.progress.Subscribe(0)
+		defer func() {
+			sub.Close()
+			if n := sub.Dropped(); n > 0 {
+				s.log.Info("a slow StreamEvents subscriber lost live tool progress", "session", l.id, "dropped", n)
+			}
+		}()
+		progC = sub.C()
+	}
 	next := req.GetFromSeq()
-	for {
-		for _, ev := range l.log.EventsFrom(next) {
+	var pending []*agentv1.ToolProgress
+	sendEvents := func(evs []*sessionv1.SessionEvent) error {
+		for _, ev := range evs {
 			if err := stream.Send(&agentv1.StreamEventsResponse{Event: ev}); err != nil {
 				return err
 			}
 			next = ev.GetSeq() + 1
+		}
+		return nil
+	}
+	for {
+		// Events first, then the progress published so far: a progress
+		// message published after this read has an after_seq this read
+		// may not cover, so it waits for the next round.
+		evs := l.log.EventsFrom(next)
+		pending = drainProgress(progC, pending)
+		for len(pending) > 0 {
+			p := pending[0]
+			cut := 0
+			for cut < len(evs) && evs[cut].GetSeq() <= p.GetAfterSeq() {
+				cut++
+			}
+			if err := sendEvents(evs[:cut]); err != nil {
+				return err
+			}
+			evs = evs[cut:]
+			if p.GetAfterSeq() >= next {
+				break // its events are not read yet
+			}
+			if err := stream.Send(&agentv1.StreamEventsResponse{Progress: p}); err != nil {
+				return err
+			}
+			pending = pending[1:]
+		}
+		if err := sendEvents(evs); err != nil {
+			return err
 		}
 		if req.GetNoFollow() {
 			return nil
 		}
 		select {
 		case <-wake:
+		case p := <-progC:
+			pending = append(pending, p)
 		case <-ctx.Done():
 			return nil
 		case <-s.closed:
-			for _, ev := range l.log.EventsFrom(next) {
-				if err := stream.Send(&agentv1.StreamEventsResponse{Event: ev}); err != nil {
-					return err
-				}
-			}
-			return nil
+			return sendEvents(l.log.EventsFrom(next))
+		}
+	}
+}
+
+// drainProgress appends what c holds now, without waiting.
+func drainProgress(c <-chan *agentv1.ToolProgress, into []*agentv1.ToolProgress) []*agentv1.ToolProgress {
+	for {
+		select {
+		case p := <-c:
+			into = append(into, p)
+		default:
+			return into
 		}
 	}
 }

@@ -299,6 +299,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 			return nil
 		}
 		return svc.gateOf(id)
+	}, Progress: func(ex *toolsv1.ToolExecution, out *toolsv1.ToolOutput) {
+		if svc != nil {
+			svc.publishProgress(ex, out)
+		}
 	}})
 	if err := pipe.Start(ctx); err != nil {
 		return fmt.Errorf("toolhosts: %w", err)

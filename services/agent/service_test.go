@@ -54,6 +54,8 @@ type env struct {
 	approvers, interceptors []agent.Remote
 	// onToolhost is ServerConfig.OnToolhost.
 	onToolhost func(name string, up bool, err error)
+	// toolhosts are more toolhosts ("name=addr") beside the fake.
+	toolhosts []string
 
 	client agentv1.AgentServiceClient
 	addr   string // the agent's listening address (changes at restart)
@@ -115,7 +117,7 @@ func (e *env) start() {
 	e.cancel, e.done = cancel, make(chan error, 1)
 	go func() {
 		e.done <- agent.Run(ctx, agent.ServerConfig{
-			Listener: lis, Gateway: e.gwAddr, Toolhosts: []string{"fake=" + e.thAddr}, DataDir: e.dir,
+			Listener: lis, Gateway: e.gwAddr, Toolhosts: append([]string{"fake=" + e.thAddr}, e.toolhosts...), DataDir: e.dir,
 			Synchronous: "NORMAL", Service: e.cfg, Retry: &retry, ShutdownTimeout: e.shutdownTimeout(), NATS: e.nats, NoTitles: true,
 			Auth: e.authn, Approvers: e.approvers, Interceptors: e.interceptors, OnToolhost: e.onToolhost,
 		}, slog.New(slog.DiscardHandler))

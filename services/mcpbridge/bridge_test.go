@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,20 +20,24 @@ import (
 	"github.com/dsh-dev/dsh/internal/toolstream"
 	"github.com/dsh-dev/dsh/services/mcpbridge"
 	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/testing/protocmp"
 )
 
-const stdioEnv = "MCPBRIDGE_TEST_STDIO"
+const (
+	stdioEnv         = "MCPBRIDGE_TEST_STDIO"
+	testInstructions = "Prefer the text tool for greetings."
+)
 
 var png = []byte("\x89PNG\r\n\x1a\nfake")
 
 // testServer is the MCP server the bridge tests talk to (in process over
 // HTTP, or as a re-executed test binary over stdio).
 func testServer() *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "v1"}, nil)
+	s := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "v1"}, &mcp.ServerOptions{Instructions: testInstructions})
 	raw := func(name string, h func() *mcp.CallToolResult) {
 		s.AddTool(&mcp.Tool{Name: name, Description: "test tool " + name, InputSchema: json.RawMessage(`{"type":"object"}`)},
 			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return h(), nil })
@@ -49,9 +54,31 @@ func testServer() *mcp.Server {
 			&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///a.txt", MIMEType: "text/plain", Text: "file text"}},
 			&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///b.png", MIMEType: "image/png", Blob: png}},
 			&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///c.bin", MIMEType: "application/pdf", Blob: []byte{1, 2}}},
-			&mcp.ResourceLink{URI: "https://example.com/d", Name: "d"},
+			&mcp.ResourceLink{URI: "memo://one", Name: "one", MIMEType: "text/plain", Description: "the first memo"},
+			&mcp.AudioContent{Data: []byte("RIFF"), MIMEType: "audio/wav", Annotations: &mcp.Annotations{Priority: 0.5}},
+			&mcp.TextContent{Text: "for your eyes", Annotations: &mcp.Annotations{Audience: []mcp.Role{"user"}}},
+			&mcp.TextContent{Text: "for both", Annotations: &mcp.Annotations{Audience: []mcp.Role{"user", "assistant"}}},
 		}}
 	})
+	raw("only_user", func() *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "secret view", Annotations: &mcp.Annotations{Audience: []mcp.Role{"user"}}}}}
+	})
+	raw("env", func() *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Join(os.Environ(), "\n")}}}
+	})
+	s.AddTool(&mcp.Tool{Name: "strict", Description: "refuses its params", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: `"path" is required`}
+		})
+	s.AddTool(&mcp.Tool{Name: "log", Description: "logs", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			_ = req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "warning", Logger: "disk", Data: "disk almost full"})
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "logged"}}}, nil
+		})
+	s.AddResource(&mcp.Resource{URI: "memo://one", Name: "one", MIMEType: "text/plain"},
+		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "memo one says hi"}}}, nil
+		})
 	raw("oops", func() *mcp.CallToolResult {
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "disk full"}}}
 	})
@@ -59,6 +86,12 @@ func testServer() *mcp.Server {
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "weird"}}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "slow", Description: "reports progress, then waits for cancellation", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Message: "started\n", Progress: 1})
+			<-ctx.Done()
+			return nil, ctx.Err()
 		})
 	raw("crash", func() *mcp.CallToolResult { os.Exit(3); return nil })
 	raw("add", func() *mcp.CallToolResult {
@@ -85,6 +118,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if os.Getenv(muteEnv) == "1" { // a server that never answers initialize
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}
+	if os.Getenv(httpEnv) == "1" {
+		serveHTTPChild()
+	}
 	os.Exit(m.Run())
 }
 
@@ -97,8 +137,18 @@ func (w logWriter) Write(p []byte) (int, error) {
 
 func startBridge(t *testing.T, servers map[string]mcpbridge.ServerConfig) toolsv1.ToolHostClient {
 	t.Helper()
-	b, err := mcpbridge.New(mcpbridge.Config{Servers: mcpbridge.FileConfig{Servers: servers}, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond},
-		slog.New(slog.NewTextHandler(logWriter{t}, nil)))
+	c, _ := startBridgeWith(t, mcpbridge.Config{Servers: mcpbridge.FileConfig{Servers: servers}}, logWriter{t})
+	return c
+}
+
+// startBridgeWith serves a bridge (fast backoff unless cfg sets one),
+// logging to w, and returns a client of it.
+func startBridgeWith(t *testing.T, cfg mcpbridge.Config, w io.Writer) (toolsv1.ToolHostClient, *grpc.ClientConn) {
+	t.Helper()
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff, cfg.MaxBackoff = 10*time.Millisecond, 100*time.Millisecond
+	}
+	b, err := mcpbridge.New(cfg, slog.New(slog.NewTextHandler(w, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +175,7 @@ func startBridge(t *testing.T, servers map[string]mcpbridge.ServerConfig) toolsv
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return toolsv1.NewToolHostClient(conn)
+	return toolsv1.NewToolHostClient(conn), conn
 }
 
 func stdioServer(t *testing.T) mcpbridge.ServerConfig {
@@ -197,24 +247,28 @@ func TestBridgeTransports(t *testing.T) {
 		handler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(web.Close)
+	sseSrv := testServer()
+	legacy := httptest.NewServer(mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return sseSrv }, nil))
+	t.Cleanup(legacy.Close)
 	for _, tc := range []struct {
 		name string
 		cfg  mcpbridge.ServerConfig
 	}{
 		{"stdio", stdioServer(t)},
 		{"http", mcpbridge.ServerConfig{URL: web.URL, Headers: map[string]string{"Authorization": "Bearer s3cret"}}},
+		{"sse", mcpbridge.ServerConfig{Type: "sse", URL: legacy.URL}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := startBridge(t, map[string]mcpbridge.ServerConfig{"srv": tc.cfg})
-			want := []string{"srv__add", "srv__crash", "srv__drop", "srv__echo_args", "srv__media", "srv__oops", "srv__pid", "srv__text", "srv__weird_name"}
+			want := []string{"mcp_read_resource", "srv__add", "srv__crash", "srv__drop", "srv__echo_args", "srv__env", "srv__log", "srv__media", "srv__only_user", "srv__oops", "srv__pid", "srv__slow", "srv__strict", "srv__text", "srv__weird_name"}
 			if diff := cmp.Diff(want, names(t, c)); diff != "" {
 				t.Fatalf("tools (-want +got):\n%s", diff)
 			}
 			list, _ := c.ListTools(t.Context(), &toolsv1.ListToolsRequest{})
 			for _, d := range list.GetTools() {
 				wantConc := toolsv1.ConcurrencySafety_CONCURRENCY_SAFETY_UNSPECIFIED
-				if d.GetSchema().GetName() == "srv__weird_name" {
+				if n := d.GetSchema().GetName(); n == "srv__weird_name" || n == mcpbridge.ReadResourceTool {
 					wantConc = toolsv1.ConcurrencySafety_CONCURRENCY_SAFETY_ALWAYS
 				}
 				if d.GetConcurrency() != wantConc || d.GetValidatesArguments() {
@@ -229,13 +283,19 @@ func TestBridgeTransports(t *testing.T) {
 				{"srv__text", `{}`, &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{txt("hello")}, Meta: ptr(`{"structuredContent":{"n":1}}`)}},
 				{"srv__weird_name", `{}`, &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{txt("weird")}}},
 				{"srv__echo_args", `{"n":12345678901234567890}`, &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{txt(`{"n":12345678901234567890}`)}}},
-				{"srv__media", `{}`, &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{
-					img(png, "image/png"),
-					txt("[resource file:///a.txt]\nfile text"),
-					img(png, "image/png"),
-					{Block: &llmv1.ContentBlock_Extension{Extension: &llmv1.Extension{Type: "mcp/resource", Json: `{"blob":"AQI=","mimeType":"application/pdf","uri":"file:///c.bin"}`}}},
-					txt("[resource link d] https://example.com/d"),
-				}}},
+				{"srv__media", `{}`, &toolsv1.ToolExecutionResult{Content: mediaModel, View: &toolsv1.ToolResultView{Card: &toolsv1.ToolResultView_Generic{Generic: &toolsv1.GenericResultView{
+					Content: slices.Insert(slices.Clone(mediaModel), 6, userOnly("for your eyes"))}}}}},
+				{"srv__only_user", `{}`, &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{txt("(the tool's output was shown to the user only)")},
+					View: &toolsv1.ToolResultView{Card: &toolsv1.ToolResultView_Generic{Generic: &toolsv1.GenericResultView{Content: []*llmv1.ContentBlock{userOnly("secret view")}}}}}},
+				{"srv__strict", `{}`, &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{txt(`Error: invalid arguments: "path" is required`)}, IsError: true,
+					Error: &toolsv1.ToolErrorInfo{Name: "ToolArgsError", Code: "INVALID_ARGS"}}},
+				// The model follows the link through the bridge.
+				{mcpbridge.ReadResourceTool, `{"uri":"memo://one"}`, &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{
+					{Block: &llmv1.ContentBlock_Document{Document: &llmv1.DocumentBlock{Uri: "memo://one", MimeType: "text/plain", Content: &llmv1.DocumentBlock_Text{Text: "memo one says hi"}}}}}}},
+				{mcpbridge.ReadResourceTool, `{"uri":"memo://nope"}`, &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{txt(`Error: invalid arguments: "uri" "memo://nope" on server srv: Resource not found`)}, IsError: true,
+					Error: &toolsv1.ToolErrorInfo{Name: "ToolArgsError", Code: "INVALID_ARGS"}}},
+				{mcpbridge.ReadResourceTool, `{"uri":"memo://one","server":"other"}`, &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{txt(`Error: invalid arguments: "server" must be one of [srv]`)}, IsError: true,
+					Error: &toolsv1.ToolErrorInfo{Name: "ToolArgsError", Code: "INVALID_ARGS"}}},
 				{"srv__oops", `{}`, &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{txt("Error: disk full")}, IsError: true}},
 				{"srv__text", `[1]`, &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{txt(`Error: invalid arguments: "arguments" must be an object`)}, IsError: true,
 					Error: &toolsv1.ToolErrorInfo{Name: "ToolArgsError", Code: "INVALID_ARGS"}}},
@@ -319,6 +379,24 @@ func TestBridgeUnreachableServer(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+func userOnly(s string) *llmv1.ContentBlock {
+	b := txt(s)
+	b.Annotations = &llmv1.ContentAnnotations{Audience: []string{"user"}}
+	return b
+}
+
+// mediaModel is what the model gets of srv__media: every block but the
+// one for the user only, annotations kept.
+var mediaModel = []*llmv1.ContentBlock{
+	img(png, "image/png"),
+	{Block: &llmv1.ContentBlock_Document{Document: &llmv1.DocumentBlock{Uri: "file:///a.txt", MimeType: "text/plain", Content: &llmv1.DocumentBlock_Text{Text: "file text"}}}},
+	img(png, "image/png"),
+	{Block: &llmv1.ContentBlock_Document{Document: &llmv1.DocumentBlock{Uri: "file:///c.bin", MimeType: "application/pdf", Content: &llmv1.DocumentBlock_Data{Data: []byte{1, 2}}}}},
+	{Block: &llmv1.ContentBlock_ResourceLink{ResourceLink: &llmv1.ResourceLinkBlock{Uri: "memo://one", Name: "one", MimeType: "text/plain", Description: "the first memo"}}},
+	{Block: &llmv1.ContentBlock_Audio{Audio: &llmv1.AudioBlock{Data: []byte("RIFF"), MimeType: "audio/wav"}}, Annotations: &llmv1.ContentAnnotations{Priority: ptr(0.5)}},
+	{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: "for both"}}, Annotations: &llmv1.ContentAnnotations{Audience: []string{"user", "assistant"}}},
+}
+
 func TestParseConfig(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -334,6 +412,15 @@ func TestParseConfig(t *testing.T) {
 		{"args without command", `{"servers":{"a":{"url":"http://x","args":["y"]}}}`, "need a command"},
 		{"unknown field", `{"servers":{"a":{"command":"x","comand":"y"}}}`, "unknown field"},
 		{"not json", `{`, "config"},
+		{"typo at top level", `{"sever":{"a":{"command":"x"}}}`, `unknown top-level key "sever"`},
+		{"both keys define a server", `{"servers":{"a":{"command":"x"}},"mcpServers":{"a":{"command":"y"}}}`, "defined in both"},
+		{"vscode type mismatch", `{"servers":{"a":{"type":"stdio","url":"http://x"}}}`, "type stdio needs a command"},
+		{"http type with a command", `{"servers":{"a":{"type":"http","command":"x"}}}`, "type http needs a url"},
+		{"unknown type", `{"servers":{"a":{"type":"ws","url":"ws://x"}}}`, `type "ws" is not one of`},
+		{"vscode input", `{"servers":{"a":{"command":"x","env":{"K":"${input:key}"}}},"inputs":[{"id":"key"}]}`, "VS Code input"},
+		{"bad env name", `{"servers":{"a":{"command":"x","passEnv":["A=B"]}}}`, "not an environment variable name"},
+		{"all disabled", `{"mcpServers":{"a":{"command":"x","disabled":true}}}`, "no servers"},
+		{"foreign unknown server field", `{"mcpServers":{"a":{"command":"x","comand":"y"}}}`, "unknown field"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

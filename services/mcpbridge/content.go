@@ -1,24 +1,25 @@
 package mcpbridge
 
 import (
-	"encoding/base64"
 	"encoding/json"
-	"fmt"
+	"slices"
 	"strings"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// ResultBlocks maps MCP content to dsh result blocks:
+// ResultBlocks maps MCP content to dsh result blocks, annotations kept
+// (audience, priority):
 //
 //	text                      → text
 //	image                     → image (inline data + mime type)
-//	embedded text resource    → text "[resource <uri>]\n<text>"
-//	embedded image blob       → image
-//	other embedded blob       → extension "mcp/resource" {uri, mimeType, blob}
-//	resource link             → text "[resource link <name>] <uri>"
-//	audio                     → extension "mcp/audio" {mimeType, data}
+//	audio                     → audio
+//	embedded image blob       → image (models that see images see it)
+//	other embedded resource   → document {uri, mime type, text or data}
+//	resource link             → resource_link {uri, name, description, mime type, size}
 //	anything else             → extension "mcp/<kind>" with its JSON
 func ResultBlocks(content []mcp.Content) []*llmv1.ContentBlock {
 	out := make([]*llmv1.ContentBlock, 0, len(content))
@@ -28,16 +29,55 @@ func ResultBlocks(content []mcp.Content) []*llmv1.ContentBlock {
 	return out
 }
 
-func textBlock(s string) *llmv1.ContentBlock {
-	return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: s}}}
+// userOnlyNote replaces a result whose every block is for the user only, so
+// the model is not left guessing at "(no output)".
+const userOnlyNote = "(the tool's output was shown to the user only)"
+
+// mapResult is the result of a successful call. Blocks whose audience is
+// the user only are not sent to the model: they go to the result's view
+// (a generic card of every block), which clients render and the model
+// never sees.
+func mapResult(content []mcp.Content, structured any) toolsdk.Result {
+	all := ResultBlocks(content)
+	var model []*llmv1.ContentBlock
+	for _, b := range all {
+		if !UserOnly(b) {
+			model = append(model, b)
+		}
+	}
+	r := toolsdk.Result{Content: model}
+	if len(model) < len(all) {
+		if len(model) == 0 {
+			r.Content = []*llmv1.ContentBlock{toolsdk.TextBlock(userOnlyNote)}
+		}
+		r.View = &toolsv1.ToolResultView{Card: &toolsv1.ToolResultView_Generic{Generic: &toolsv1.GenericResultView{Content: all}}}
+	}
+	if structured != nil {
+		r.Meta = map[string]any{"structuredContent": structured}
+	}
+	return r
 }
 
-func extBlock(typ string, v any) *llmv1.ContentBlock {
-	b, err := json.Marshal(v)
-	if err != nil {
-		b = []byte(`{}`)
+// UserOnly reports whether a block's audience names the user and not the
+// model ("assistant").
+func UserOnly(b *llmv1.ContentBlock) bool {
+	a := b.GetAnnotations().GetAudience()
+	return slices.Contains(a, string(mcp.Role("user"))) && !slices.Contains(a, "assistant")
+}
+
+func annotations(a *mcp.Annotations) *llmv1.ContentAnnotations {
+	if a == nil || (len(a.Audience) == 0 && a.Priority == 0) {
+		return nil
 	}
-	return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Extension{Extension: &llmv1.Extension{Type: typ, Json: string(b)}}}
+	out := &llmv1.ContentAnnotations{}
+	for _, r := range a.Audience {
+		out.Audience = append(out.Audience, string(r))
+	}
+	if a.Priority != 0 {
+		p := a.Priority
+		out.Priority = &p
+	}
+	return out
 }
 
 func imageBlock(data []byte, mime string) *llmv1.ContentBlock {
@@ -47,32 +87,52 @@ func imageBlock(data []byte, mime string) *llmv1.ContentBlock {
 	return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Image{Image: &llmv1.ImageBlock{Source: &llmv1.ImageBlock_Data{Data: data}, MimeType: mime}}}
 }
 
+// documentBlock maps resource contents (embedded, or read with
+// resources/read) to a block.
+func documentBlock(r *mcp.ResourceContents) *llmv1.ContentBlock {
+	if r.Blob != nil && strings.HasPrefix(r.MIMEType, "image/") {
+		return imageBlock(r.Blob, r.MIMEType)
+	}
+	d := &llmv1.DocumentBlock{Uri: r.URI, MimeType: r.MIMEType}
+	if r.Blob != nil {
+		d.Content = &llmv1.DocumentBlock_Data{Data: r.Blob}
+	} else {
+		d.Content = &llmv1.DocumentBlock_Text{Text: r.Text}
+	}
+	return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Document{Document: d}}
+}
+
 func resultBlock(c mcp.Content) *llmv1.ContentBlock {
 	switch v := c.(type) {
 	case *mcp.TextContent:
-		return textBlock(v.Text)
+		b := toolsdk.TextBlock(v.Text)
+		b.Annotations = annotations(v.Annotations)
+		return b
 	case *mcp.ImageContent:
-		return imageBlock(v.Data, v.MIMEType)
+		b := imageBlock(v.Data, v.MIMEType)
+		b.Annotations = annotations(v.Annotations)
+		return b
 	case *mcp.AudioContent:
-		return extBlock("mcp/audio", map[string]string{"mimeType": v.MIMEType, "data": base64.StdEncoding.EncodeToString(v.Data)})
+		mime := v.MIMEType
+		if mime == "" {
+			mime = "application/octet-stream"
+		}
+		return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Audio{Audio: &llmv1.AudioBlock{Data: v.Data, MimeType: mime}}, Annotations: annotations(v.Annotations)}
 	case *mcp.ResourceLink:
 		name := v.Title
 		if name == "" {
 			name = v.Name
 		}
-		return textBlock(fmt.Sprintf("[resource link %s] %s", name, v.URI))
+		return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_ResourceLink{ResourceLink: &llmv1.ResourceLinkBlock{
+			Uri: v.URI, Name: name, Description: v.Description, MimeType: v.MIMEType, Size: v.Size,
+		}}, Annotations: annotations(v.Annotations)}
 	case *mcp.EmbeddedResource:
-		r := v.Resource
-		if r == nil {
-			return extBlock("mcp/resource", map[string]any{})
+		if v.Resource == nil || v.Resource.URI == "" {
+			return toolsdk.TextBlock("[an embedded resource without a uri]")
 		}
-		if r.Blob == nil {
-			return textBlock(fmt.Sprintf("[resource %s]\n%s", r.URI, r.Text))
-		}
-		if strings.HasPrefix(r.MIMEType, "image/") {
-			return imageBlock(r.Blob, r.MIMEType)
-		}
-		return extBlock("mcp/resource", map[string]string{"uri": r.URI, "mimeType": r.MIMEType, "blob": base64.StdEncoding.EncodeToString(r.Blob)})
+		b := documentBlock(v.Resource)
+		b.Annotations = annotations(v.Annotations)
+		return b
 	default:
 		b, err := json.Marshal(c)
 		if err != nil {
@@ -99,6 +159,12 @@ func errorText(content []mcp.Content) string {
 			parts = append(parts, v.Text.GetText())
 		case *llmv1.ContentBlock_Image:
 			parts = append(parts, "[image]")
+		case *llmv1.ContentBlock_Audio:
+			parts = append(parts, "[audio]")
+		case *llmv1.ContentBlock_Document:
+			parts = append(parts, "[resource "+v.Document.GetUri()+"]")
+		case *llmv1.ContentBlock_ResourceLink:
+			parts = append(parts, "[resource link "+v.ResourceLink.GetUri()+"]")
 		case *llmv1.ContentBlock_Extension:
 			parts = append(parts, "["+v.Extension.GetType()+"]")
 		}

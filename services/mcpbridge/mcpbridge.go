@@ -3,10 +3,30 @@
 // It connects to the MCP servers named in a JSON config file — stdio commands
 // and streamable-HTTP URLs — lists their tools and serves each one through
 // dsh.tools.v1.ToolHost as a raw JSON-Schema tool named "<server>__<tool>"
-// (the MCP server validates its own input). MCP results map to dsh result
-// blocks (text, images, embedded resources, isError); MCP progress
-// notifications become live ToolOutput on the "progress" stream; a tool with
-// the readOnlyHint annotation is served as always concurrency-safe.
+// (the MCP server validates its own input), plus its own tool
+// mcp_read_resource (resources/read on the server that owns a URI, so the
+// model can follow a resource link). MCP results map to dsh result blocks
+// (text, image, audio, document, resource_link, annotations kept; content
+// for the user only goes to the result's view, not the model; isError);
+// JSON-RPC invalid params is INVALID_ARGS; MCP progress notifications
+// become live ToolOutput on the "progress" stream; server logs go to the
+// bridge's log; server instructions are answered by GetWorkspaceContext as
+// instruction files "mcp://<server>"; a tool with the readOnlyHint
+// annotation is served as always concurrency-safe.
+//
+// # Configuration and environment
+//
+// ParseConfig reads the bridge's format and those of Claude Desktop,
+// Cursor and VS Code. A stdio server's environment is an allow-list
+// (DefaultEnv, then the server's passEnv and env), never the bridge's.
+//
+// # Health
+//
+// Each server reports on the gRPC health service HealthService(name):
+// NOT_SERVING until it answered initialize (bounded by Config.InitTimeout,
+// then logged and retried) and its tools are listed, and again while it is
+// lost. HTTP servers are pinged (Config.KeepAlive); a lost connection
+// fails the requests in flight with its cause.
 //
 // # Delivery
 //
@@ -31,97 +51,10 @@
 package mcpbridge
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"regexp"
-	"sort"
 	"time"
 
 	"google.golang.org/grpc"
 )
-
-// ServerConfig is one MCP server: exactly one of Command or URL.
-type ServerConfig struct {
-	// Command starts a stdio server.
-	Command string `json:"command,omitempty"`
-	// Args are the command's arguments.
-	Args []string `json:"args,omitempty"`
-	// Env adds variables to the command's environment (the bridge's
-	// environment is inherited).
-	Env map[string]string `json:"env,omitempty"`
-	// Dir is the command's working directory.
-	Dir string `json:"cwd,omitempty"`
-	// URL is a streamable-HTTP endpoint.
-	URL string `json:"url,omitempty"`
-	// Headers are sent with every HTTP request (e.g. Authorization).
-	Headers map[string]string `json:"headers,omitempty"`
-}
-
-// FileConfig is the JSON config file: {"servers": {"<name>": ServerConfig}}.
-type FileConfig struct {
-	Servers map[string]ServerConfig `json:"servers"`
-}
-
-var serverNameRE = regexp.MustCompile(`^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$`)
-
-// Validate checks server names (letters, digits, '-', single '_'; no "__",
-// which separates server and tool) and that each server has exactly one of
-// command or url.
-func (c FileConfig) Validate() error {
-	if len(c.Servers) == 0 {
-		return errors.New("config: no servers")
-	}
-	var errs []error
-	for _, name := range c.Names() {
-		s := c.Servers[name]
-		if !serverNameRE.MatchString(name) || len(name) > 32 {
-			errs = append(errs, fmt.Errorf("config: server name %q must be 1-32 letters, digits, '-' or single '_'", name))
-		}
-		if (s.Command == "") == (s.URL == "") {
-			errs = append(errs, fmt.Errorf("config: server %q needs exactly one of command or url", name))
-		}
-		if s.URL == "" && (len(s.Headers) > 0) {
-			errs = append(errs, fmt.Errorf("config: server %q: headers need a url", name))
-		}
-		if s.Command == "" && (len(s.Args) > 0 || len(s.Env) > 0 || s.Dir != "") {
-			errs = append(errs, fmt.Errorf("config: server %q: args, env and cwd need a command", name))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Names returns the server names in sorted order.
-func (c FileConfig) Names() []string {
-	out := make([]string, 0, len(c.Servers))
-	for n := range c.Servers {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// ParseConfig decodes and validates a config; unknown fields are errors.
-func ParseConfig(b []byte) (FileConfig, error) {
-	var c FileConfig
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return FileConfig{}, fmt.Errorf("config: %w", err)
-	}
-	return c, c.Validate()
-}
-
-// LoadConfig reads and validates a config file.
-func LoadConfig(path string) (FileConfig, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return FileConfig{}, fmt.Errorf("config: %w", err)
-	}
-	return ParseConfig(b)
-}
 
 // Config configures a Bridge.
 type Config struct {
@@ -134,6 +67,18 @@ type Config struct {
 	// CallTimeout bounds one MCP call when the tool declares none; zero
 	// means the toolhost default.
 	CallTimeout time.Duration
+	// InitTimeout bounds a connection attempt (the initialize handshake
+	// and, for stdio, starting the process); a server that does not answer
+	// in time is logged, marked NOT_SERVING and retried with backoff. Zero
+	// means 30s (npx may download the server on its first start).
+	InitTimeout time.Duration
+	// KeepAlive is the interval of MCP pings to HTTP servers; one that
+	// misses a ping (no answer within half the interval) is treated as gone
+	// (reconnect). Zero means 15s; negative disables pings.
+	KeepAlive time.Duration
+	// Getenv reads the bridge's environment for the stdio servers'
+	// allow-list; nil means os.LookupEnv.
+	Getenv func(string) (string, bool)
 	// ServerOptions are added to the gRPC server Serve builds: TLS
 	// credentials and the peer check (internal/auth.ServerFlags).
 	ServerOptions []grpc.ServerOption

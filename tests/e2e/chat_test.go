@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +22,8 @@ import (
 )
 
 // vt is a minimal terminal screen: printable runes, \r, \n, and CSI
-// sequences (erase-in-line honoured, styling ignored).
+// sequences (erase-in-line, erase-below and cursor-up honoured, styling
+// ignored).
 type vt struct {
 	mu   sync.Mutex
 	raw  bytes.Buffer
@@ -62,8 +64,18 @@ func (v *vt) screen() string {
 				for i < len(data) && (data[i] < 0x40 || data[i] > 0x7e) {
 					i++
 				}
-				if i < len(data) && data[i] == 'K' && v.c < len(v.rows[v.r]) {
+				if i < len(data) && (data[i] == 'K' || data[i] == 'J') && v.c < len(v.rows[v.r]) {
 					v.rows[v.r] = v.rows[v.r][:v.c]
+				}
+				if i < len(data) && data[i] == 'J' {
+					v.rows = v.rows[:v.r+1]
+				}
+				if i < len(data) && data[i] == 'A' {
+					n, err := strconv.Atoi(string(data[2:i]))
+					if err != nil {
+						n = 1
+					}
+					v.r = max(v.r-n, 0)
 				}
 				data = data[min(i+1, len(data)):]
 				continue
@@ -264,6 +276,29 @@ func startDevPTY(t *testing.T, scr string, extra ...string) (*vt, func([]byte), 
 }
 
 func atPrompt(s string) bool { return strings.HasSuffix(strings.TrimRight(s, " "), "›") }
+
+// A running bash's output shows live under the spinner (the card's tail,
+// from StreamEvents progress) before the call ends.
+func TestChatShowsLiveToolOutput(t *testing.T) {
+	t.Parallel()
+	slow := `{"models":[{"id":"scripted"}],"steps":[
+ {"text":"Working.","tool_calls":[{"name":"bash","arguments":{"command":"echo tick-one; echo tick-two; sleep 30","description":"work"}}]},
+ {"text":"Done."}]}`
+	term, write, _ := startDevPTY(t, slow, "--yes")
+	term.waitFor(t, "the prompt", atPrompt)
+	write([]byte("work\r"))
+	screen := term.waitFor(t, "the live tail while bash runs", func(s string) bool {
+		return strings.Contains(s, "running bash…") && strings.Contains(s, "┊ bash: tick-one") && strings.Contains(s, "┊ bash: tick-two")
+	})
+	if strings.Contains(screen, "Done.") {
+		t.Fatal("the turn ended before its output was seen live")
+	}
+	write([]byte{0x03})
+	screen = term.waitFor(t, "the cancelled turn", func(s string) bool { return strings.Contains(s, "⏹ turn cancelled") && atPrompt(s) })
+	if strings.Contains(screen, "running bash") || strings.Count(screen, "┊") != 0 {
+		t.Errorf("the live area stayed after the call ended:\n%s", screen)
+	}
+}
 
 func TestChatCtrlCCancelsTurn(t *testing.T) {
 	t.Parallel()

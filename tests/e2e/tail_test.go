@@ -62,7 +62,40 @@ func TestDevWithEventsTail(t *testing.T) {
 		t.Fatalf("dsh dev does not print the NATS URL %s:\n%s", url, devOut.String())
 	}
 
-	tail := exec.Command(filepath.Join(binDir, "dsh"), "events", "tail", "--nats", url, "--tenant", "default", "--json")
+	full := startTail(t, url, deadline)
+	lean := startTail(t, url, deadline, "--deltas=false")
+
+	if _, err := io.WriteString(stdin, "run the two commands\n"); err != nil {
+		t.Fatal(err)
+	}
+	evs := full.turn(t)
+	checkTurn(t, evs, 0)
+	// Without deltas: every event but the chunks, in the same order.
+	var want, got []string
+	for _, ev := range evs {
+		if ev.GetAssistantChunk() == nil {
+			want = append(want, fmt.Sprint(ev.GetSeq(), " ", session.TypeName(ev)))
+		}
+	}
+	for _, ev := range lean.turn(t) {
+		got = append(got, fmt.Sprint(ev.GetSeq(), " ", session.TypeName(ev)))
+	}
+	if len(want) == len(evs) || strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("events tail --deltas=false: %v\nwant %v (of %d events)", got, want, len(evs))
+	}
+}
+
+// tailProc is a running `dsh events tail --json`.
+type tailProc struct {
+	out    io.Reader
+	stderr *syncBuffer
+}
+
+// startTail starts `dsh events tail --json` on the default tenant and waits
+// until it follows.
+func startTail(t *testing.T, url string, deadline time.Time, extra ...string) *tailProc {
+	t.Helper()
+	tail := exec.Command(filepath.Join(binDir, "dsh"), append([]string{"events", "tail", "--nats", url, "--tenant", "default", "--json"}, extra...)...)
 	tail.Env = cleanEnv()
 	tailOut, err := tail.StdoutPipe()
 	if err != nil {
@@ -81,14 +114,16 @@ func TestDevWithEventsTail(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return &tailProc{out: tailOut, stderr: tailErr}
+}
 
-	if _, err := io.WriteString(stdin, "run the two commands\n"); err != nil {
-		t.Fatal(err)
-	}
+// turn reads the tail's events up to the first turn/end.
+func (p *tailProc) turn(t *testing.T) []*sessionv1.SessionEvent {
+	t.Helper()
 	var evs []*sessionv1.SessionEvent
 	got := make(chan error, 1)
 	go func() {
-		sc := bufio.NewScanner(tailOut)
+		sc := bufio.NewScanner(p.out)
 		sc.Buffer(make([]byte, 1<<20), 16<<20)
 		for sc.Scan() {
 			var line struct {
@@ -123,7 +158,7 @@ func TestDevWithEventsTail(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(60 * time.Second):
-		t.Fatalf("events tail showed no turn/end; stderr: %s", tailErr.String())
+		t.Fatalf("events tail showed no turn/end; stderr: %s", p.stderr.String())
 	}
-	checkTurn(t, evs, 0)
+	return evs
 }

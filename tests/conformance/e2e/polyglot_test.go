@@ -45,7 +45,8 @@ const script = `{"turns": [[
  {"text": "Asking three hosts.", "tool_calls": [
    {"id": "py1", "name": "csv_summary", "arguments": {"path": "people.csv"}},
    {"id": "ts1", "name": "json_query", "arguments": {"json": "{\"a\":[1,2]}", "query": ".a[*]"}},
-   {"id": "mcp1", "name": "conf__conf_echo", "arguments": {"text": "from mcp", "mode": "upper"}}]},
+   {"id": "mcp1", "name": "conf__conf_echo", "arguments": {"text": "from mcp", "mode": "upper"}},
+   {"id": "mcp2", "name": "conf__conf_stream", "arguments": {"count": 3}}]},
  {"text": "All three answered."}
 ]]}`
 
@@ -108,6 +109,32 @@ func TestOneTurnCallsPythonTypeScriptAndMCPTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := created.GetSession().GetHeader().GetId()
+	// A client following with progress sees the MCP tool's progress
+	// notifications live, before the call's tool/result.
+	live, err := client.StreamEvents(t.Context(), &agentv1.StreamEventsRequest{SessionId: id, IncludeProgress: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveDone := make(chan []string, 1)
+	go func() {
+		var seen []string
+		defer func() { liveDone <- seen }()
+		for {
+			m, err := live.Recv()
+			if err != nil {
+				return
+			}
+			if p := m.GetProgress(); p != nil && p.GetCallId() == "mcp2" {
+				seen = append(seen, p.GetOutput().GetText())
+			}
+			if r := m.GetEvent().GetToolResult(); r != nil && r.GetCallId() == "mcp2" {
+				seen = append(seen, "result")
+			}
+			if m.GetEvent().GetTurnEnd() != nil {
+				return
+			}
+		}
+	}()
 	if _, err := client.Send(t.Context(), &agentv1.SendRequest{SessionId: id, Content: []*llmv1.ContentBlock{session.Text("use all three hosts")}}); err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +166,7 @@ func TestOneTurnCallsPythonTypeScriptAndMCPTools(t *testing.T) {
 		"py1":  "people.csv: 2 rows, 2 columns\n- name: text, 2 distinct, empty 0; top: ann (1), bob (1)\n- age: number, min 31, max 45, mean 38, empty 0",
 		"ts1":  "1\n2",
 		"mcp1": "FROM MCP",
+		"mcp2": "streamed 3",
 	}
 	for id, text := range want {
 		r := results[id]
@@ -153,6 +181,9 @@ func TestOneTurnCallsPythonTypeScriptAndMCPTools(t *testing.T) {
 		if r.GetIsError() || got.String() != text {
 			t.Errorf("%s: is_error %v, text %q, want %q", id, r.GetIsError(), got.String(), text)
 		}
+	}
+	if seen := <-liveDone; strings.Join(seen, "") != "chunk 1\nchunk 2\nchunk 3\nresult" {
+		t.Errorf("live stream of mcp2: %q, want its three progress chunks, then the result", seen)
 	}
 	if end.GetReason().GetCompleted() == nil {
 		t.Errorf("turn ended %v, want completed", end)

@@ -33,6 +33,10 @@ type Options struct {
 	// the default), ReasoningCollapsed (one dimmed line per block giving its
 	// length) or ReasoningHidden.
 	Reasoning ReasoningMode
+	// PrintProgress prints running calls' live output lines as they come
+	// (Progress); off, the output only feeds LiveTail, which a terminal
+	// redraws under the spinner.
+	PrintProgress bool
 }
 
 // ReasoningMode is how reasoning blocks are shown.
@@ -81,10 +85,15 @@ type Renderer struct {
 	usage    turnUsage
 	// reasoningWords counts a collapsed reasoning block not yet summarised.
 	reasoningWords int
+	// tails are the running calls' live output (progress.go).
+	tails map[string]*liveTail
 }
 
 // SetReasoning changes how later reasoning shows (a chat toggles it).
 func (r *Renderer) SetReasoning(m ReasoningMode) { r.opt.Reasoning = m }
+
+// Options are the renderer's options.
+func (r *Renderer) Options() Options { return r.opt }
 
 // Reasoning is the current reasoning mode.
 func (r *Renderer) Reasoning() ReasoningMode { return r.opt.Reasoning }
@@ -305,6 +314,7 @@ func (r *Renderer) toolResult(res *sessionv1.ToolResult) {
 		}
 	}
 	delete(r.calls, res.GetCallId())
+	delete(r.tails, res.GetCallId())
 	r.endLine()
 	switch v := res.GetView().GetCard().(type) {
 	case *toolsv1.ToolResultView_Terminal:
@@ -414,6 +424,7 @@ func (r *Renderer) turnEnd(e *sessionv1.TurnEnd) {
 	r.endLine()
 	r.running = nil
 	clear(r.calls)
+	clear(r.tails)
 	reason := e.GetReason()
 	switch k := reason.GetKind().(type) {
 	case *sessionv1.TurnEndReason_Completed, nil:

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -55,7 +56,9 @@ func run() error {
 	flag.Bool("version", false, buildinfo.FlagUsage)
 	listen := flag.String("listen", env("DSH_LISTEN", "127.0.0.1:7700"), "gRPC listen address (env DSH_LISTEN)")
 	gw := flag.String("gateway", env("DSH_GATEWAY", "127.0.0.1:7701"), "LlmGateway address (env DSH_GATEWAY)")
-	flag.Var(&toolhosts, "toolhost", "toolhost NAME=ADDR or ADDR, repeatable (env DSH_TOOLHOST; default 127.0.0.1:7702)")
+	flag.Var(&toolhosts, "toolhost", "toolhost NAME=ADDR or ADDR, repeatable (env DSH_TOOLHOST; default 127.0.0.1:7702, the built-in toolhost).\n"+
+		"Giving any --toolhost REPLACES the default: to add a host and keep bash, read, write... list the built-in one too,\n"+
+		"e.g. --toolhost builtin=127.0.0.1:7702 --toolhost mine=127.0.0.1:7710. The tool set and its hosts are logged at start")
 	flag.Var(&hookFlags, "hook", "remote AgentHooks NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable")
 	flag.Var(&icFlags, "interceptor", "remote ToolInterceptor NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable")
 	flag.Var(&approverFlags, "approver", "remote Approver NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable; consulted before a person is asked")
@@ -106,10 +109,14 @@ func run() error {
 	if err := cmdline.NoArgs(flag.CommandLine); err != nil {
 		return err
 	}
-	if len(toolhosts) == 0 {
+	explicitHosts := len(toolhosts) > 0
+	if !explicitHosts {
 		toolhosts = list{env("DSH_TOOLHOST", "127.0.0.1:7702")}
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if explicitHosts {
+		logger.Info("--toolhost given: these hosts replace the default built-in toolhost (127.0.0.1:7702) unless it is listed", "toolhosts", strings.Join(toolhosts, ","))
+	}
 	sandbox, err := agent.ParseSandbox(*sbMode, *sbNet)
 	if err != nil {
 		return err

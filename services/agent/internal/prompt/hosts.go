@@ -38,7 +38,8 @@ type Workspaces struct {
 }
 
 // Context merges the visible hosts' contexts (hosts empty = all), in host
-// order: instruction files concatenated, skills by name with the first
+// order: instruction files concatenated (also those of hosts that own no
+// workspace, such as the MCP bridge's server instructions), skills by name with the first
 // host winning, notices prefixed with the host's name. The version joins
 // the hosts' versions, so it changes when any of them does.
 func (w *Workspaces) Context(ctx context.Context, cwd string, hosts []string) (*toolsv1.GetWorkspaceContextResponse, error) {
@@ -76,6 +77,13 @@ func (w *Workspaces) Context(ctx context.Context, cwd string, hosts []string) (*
 			versions = append(versions, h.Name+":error")
 			continue
 		case !resp.GetOwnsWorkspace():
+			// A host without a workspace may still bring instructions (the
+			// MCP bridge: its servers' initialize instructions); nothing else
+			// of its answer is used.
+			if len(resp.GetInstructions()) > 0 {
+				out.Instructions = append(out.Instructions, resp.GetInstructions()...)
+				versions = append(versions, h.Name+":"+resp.GetVersion())
+			}
 			continue
 		}
 		out.OwnsWorkspace = true

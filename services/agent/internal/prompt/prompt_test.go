@@ -294,11 +294,14 @@ func TestWorkspacesMerge(t *testing.T) {
 	b := &fakeHost{resp: &toolsv1.GetWorkspaceContextResponse{OwnsWorkspace: true, ProjectRoot: "/other", Version: "vb",
 		Skills: []*toolsv1.SkillSummary{{Name: "s1", Path: "/b/s1.md"}, {Name: "s0"}}}}
 	none := &fakeHost{resp: &toolsv1.GetWorkspaceContextResponse{}}
+	mcp := &fakeHost{resp: &toolsv1.GetWorkspaceContextResponse{Version: "vm", ProjectRoot: "/ignored",
+		Instructions: []*toolsv1.InstructionFile{{Path: "mcp://fs", Content: "use fs tools"}},
+		Skills:       []*toolsv1.SkillSummary{{Name: "ignored"}}}}
 	old := &fakeHost{err: status.Error(codes.Unimplemented, "unknown method")}
 	broken := &fakeHost{err: status.Error(codes.Unavailable, "connection refused")}
 	hidden := &fakeHost{resp: &toolsv1.GetWorkspaceContextResponse{OwnsWorkspace: true, Instructions: []*toolsv1.InstructionFile{{Content: "never"}}}}
-	w := &prompt.Workspaces{Hosts: []prompt.Host{{"a", a}, {"none", none}, {"old", old}, {"broken", broken}, {"b", b}, {"hidden", hidden}}}
-	got, err := w.Context(t.Context(), "/r", []string{"a", "none", "old", "broken", "b"})
+	w := &prompt.Workspaces{Hosts: []prompt.Host{{"a", a}, {"none", none}, {"mcp", mcp}, {"old", old}, {"broken", broken}, {"b", b}, {"hidden", hidden}}}
+	got, err := w.Context(t.Context(), "/r", []string{"a", "none", "mcp", "old", "broken", "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,8 +312,12 @@ func TestWorkspacesMerge(t *testing.T) {
 	for _, s := range got.GetSkills() {
 		skills = append(skills, s.GetName())
 	}
-	if !got.GetOwnsWorkspace() || got.GetProjectRoot() != "/r" || len(got.GetInstructions()) != 1 ||
-		strings.Join(skills, ",") != "s0,s1,s2" || got.GetVersion() != "a:va,broken:error,b:vb" {
+	var files []string
+	for _, f := range got.GetInstructions() {
+		files = append(files, f.GetPath())
+	}
+	if !got.GetOwnsWorkspace() || got.GetProjectRoot() != "/r" || strings.Join(files, ",") != "/r/AGENTS.md,mcp://fs" ||
+		strings.Join(skills, ",") != "s0,s1,s2" || got.GetVersion() != "a:va,mcp:vm,broken:error,b:vb" {
 		t.Errorf("merged %v", got)
 	}
 	var msgs []string

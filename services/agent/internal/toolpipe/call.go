@@ -189,6 +189,9 @@ func (c *Call) execute(ctx context.Context, hs *hostState) *toolsv1.ToolExecutio
 		if _, perr := check.Push(resp); perr != nil {
 			return hostProtocolResult(hs, perr)
 		}
+		if out := resp.GetOutput(); out != nil && c.p.cfg.Progress != nil {
+			c.p.cfg.Progress(c.ex, out)
+		}
 		if resp.GetResult() != nil {
 			// The result must be the stream's last message: read the end of
 			// the stream so the RPC completes cleanly, and refuse a host that

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -102,6 +103,11 @@ type Config struct {
 	// reachability (and each host's first state after Start), in order per
 	// host; err is why it is down.
 	OnHostState func(host string, up bool, err error)
+	// Progress, when set, is handed every live ToolOutput of a remote
+	// call as it arrives, on the call's goroutine: it must not block (the
+	// agent fans it out to StreamEvents subscribers, dropping for slow
+	// ones). The output is never part of the result.
+	Progress func(ex *toolsv1.ToolExecution, out *toolsv1.ToolOutput)
 }
 
 type hostState struct {
@@ -211,6 +217,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	if err := p.rebuild(true); err != nil {
 		return err
 	}
+	p.logToolSet()
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
 	for _, hs := range p.hosts {
@@ -321,6 +328,48 @@ func (p *Pipeline) setUp(hs *hostState, up bool, err error) {
 	if p.cfg.OnHostState != nil {
 		p.cfg.OnHostState(hs.host.Name, up, err)
 	}
+}
+
+// HostTools is one host's part of the tool set.
+type HostTools struct {
+	Name  string
+	Local bool // served in process by the agent
+	Up    bool
+	Tools []string // sorted; the ones this host owns in the merged registry
+}
+
+// ToolSet is the merged tool set by host, in configured order: which host
+// serves which tool (a host that is down keeps its last-known tools).
+func (p *Pipeline) ToolSet() []HostTools {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	out := make([]HostTools, 0, len(p.hosts))
+	for _, hs := range p.hosts {
+		ht := HostTools{Name: hs.host.Name, Local: hs.host.Local != nil, Up: hs.up || hs.host.Local != nil}
+		for name, owner := range p.owner {
+			if owner == hs {
+				ht.Tools = append(ht.Tools, name)
+			}
+		}
+		sort.Strings(ht.Tools)
+		out = append(out, ht)
+	}
+	return out
+}
+
+// logToolSet logs the tool set at start: one line per host with its tools,
+// so a deployment that lost a host (a --toolhost list without the
+// built-in one) shows it.
+func (p *Pipeline) logToolSet() {
+	if p.cfg.Logger == nil {
+		return
+	}
+	total := 0
+	for _, h := range p.ToolSet() {
+		total += len(h.Tools)
+		p.cfg.Logger.Info("toolhost tools", "toolhost", h.Name, "in_process", h.Local, "up", h.Up, "count", len(h.Tools), "tools", strings.Join(h.Tools, ","))
+	}
+	p.cfg.Logger.Info("tool set ready", "hosts", len(p.hosts), "tools", total)
 }
 
 // Health returns the reachability of every remote toolhost, in configured

@@ -3,6 +3,7 @@ package toolpipe_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -404,5 +405,52 @@ func TestHostHealth(t *testing.T) {
 	r = run(t.Context(), p, "bash", `{}`)
 	if msg := r.GetContent()[0].GetText().GetText(); codeOf(r) != toolpipe.CodeHostUnavailable || !strings.Contains(msg, "the host of tool bash") || !strings.Contains(msg, `"box"`) {
 		t.Fatalf("a last-known tool of a host that is down: %v", r)
+	}
+}
+
+// The tool set is logged at start, host by host, so a --toolhost list that
+// left out the built-in host shows which tools exist; a host that is down
+// is listed as down with no tools. Progress reaches Config.Progress.
+func TestToolSetLoggedAtStartAndProgress(t *testing.T) {
+	t.Parallel()
+	a := serveHost(t, fakes.NewToolHost(fakes.Tool{Name: "read"}, fakes.Tool{Name: "bash"}))
+	output := &toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Output{Output: &toolsv1.ToolOutput{Stream: "stdout", Text: "live"}}}
+	b := &scriptedHost{ToolHost: fakes.NewToolHost(fakes.Tool{Name: "mine"}), script: map[string][]*toolsv1.ExecuteResponse{
+		"mine": {output, {Event: &toolsv1.ExecuteResponse_Result{Result: &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{fakes.TextContent("ok")}}}}},
+	}}
+	bAddr := fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, b) })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := lis.Addr().String()
+	lis.Close()
+	var logs strings.Builder
+	var got []string
+	p := start(t, toolpipe.Config{
+		Hosts:        []toolpipe.Host{{Name: "builtin", Client: client(t, a)}, {Name: "mine", Client: client(t, bAddr)}, {Name: "gone", Client: client(t, down)}},
+		StartTimeout: 2 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}})),
+		Progress: func(ex *toolsv1.ToolExecution, out *toolsv1.ToolOutput) {
+			got = append(got, ex.GetName()+":"+out.GetText())
+		},
+	})
+	for _, want := range []string{
+		`msg="toolhost tools" toolhost=builtin in_process=false up=true count=2 tools=bash,read`,
+		`msg="toolhost tools" toolhost=mine in_process=false up=true count=1 tools=mine`,
+		`msg="toolhost tools" toolhost=gone in_process=false up=false count=0 tools=""`,
+		`msg="tool set ready" hosts=3 tools=3`,
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %s:\n%s", want, logs.String())
+		}
+	}
+	if r := run(t.Context(), p, "mine", `{}`); r.GetIsError() || len(got) != 1 || got[0] != "mine:live" {
+		t.Errorf("result %v, progress %q", r, got)
 	}
 }

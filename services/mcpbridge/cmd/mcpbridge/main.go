@@ -5,8 +5,11 @@
 // The config names the servers: {"servers": {"fs": {"command": "npx",
 // "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]},
 // "web": {"url": "http://127.0.0.1:8080/mcp", "headers": {"Authorization":
-// "Bearer ..."}}}}. Tools are served as "<server>__<tool>". The bound address
-// is printed on stdout as "dsh-toolhost listening on HOST:PORT".
+// "Bearer ..."}}}}; Claude Desktop / Cursor files ("mcpServers") and VS Code
+// files ("servers" with "type") are read as they are. Tools are served as
+// "<server>__<tool>", plus mcp_read_resource. Each server's health is the
+// gRPC health service "dsh.mcpbridge/<server>". The bound address is printed
+// on stdout as "dsh-toolhost listening on HOST:PORT".
 package main
 
 import (
@@ -56,6 +59,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	listen := fs.String("listen", env("DSH_LISTEN", "127.0.0.1:7703"), "HOST:PORT to serve dsh.tools.v1.ToolHost on (env DSH_LISTEN)")
 	config := fs.String("config", env("DSH_MCP_CONFIG", ""), "JSON config file of MCP servers (env DSH_MCP_CONFIG)")
 	callTimeout := fs.Duration("call-timeout", 0, "budget of one MCP tool call (0 = toolhost default, 2m)")
+	initTimeout := fs.Duration("init-timeout", 0, "how long a server may take to start and answer initialize before it is logged, reported NOT_SERVING and retried (0 = 30s)")
 	var srvFlags auth.ServerFlags
 	srvFlags.RegisterFlags(fs, getenv)
 	srvFlags.RegisterPeerFlag(fs, getenv)
@@ -87,7 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		defer cancel()
 		_ = tel.Shutdown(sctx)
 	}()
-	b, err := mcpbridge.New(mcpbridge.Config{Servers: servers, CallTimeout: *callTimeout, ServerOptions: srvOpts}, log)
+	b, err := mcpbridge.New(mcpbridge.Config{Servers: servers, CallTimeout: *callTimeout, InitTimeout: *initTimeout, ServerOptions: srvOpts}, log)
 	if err != nil {
 		return err
 	}

@@ -126,7 +126,7 @@ func TestRunServesConfiguredServers(t *testing.T) {
 	c := toolsv1.NewToolHostClient(conn)
 	for {
 		resp, err := c.ListTools(t.Context(), &toolsv1.ListToolsRequest{})
-		if err == nil && len(resp.GetTools()) == 2 {
+		if err == nil && len(resp.GetTools()) == 3 { // conf__one, conf__two, mcp_read_resource
 			break
 		}
 		if time.Now().After(deadline) {
