@@ -94,7 +94,9 @@ func TestMeterUsageBaseline(t *testing.T) {
 				b.replace(ContextMessageEvent([]*llmv1.ContentBlock{Text("s")}, PluginSource("compact")), 1, 1, 1)
 			}},
 		{name: "a new header since the call drops the baseline", usageIn: 5000, baseline: BaselineEstimated,
-			after: func(b *logBuilder) { b.add(headerEvent("another system prompt", sessionv1.HeaderReason_HEADER_REASON_CHANGE)) }},
+			after: func(b *logBuilder) {
+				b.add(headerEvent("another system prompt", sessionv1.HeaderReason_HEADER_REASON_CHANGE))
+			}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
