@@ -98,6 +98,9 @@ type RouteConfig struct {
 	// Script (scripted): a file path or inline JSON; the built-in demo when
 	// empty.
 	Script string `json:"script,omitempty"`
+	// Compaction overrides the agent's compaction settings on this route
+	// (and per model); reported by GetModelContext.
+	Compaction *CompactionConfig `json:"compaction,omitempty"`
 }
 
 // EnvVar is one environment variable ConfigFromEnv reads.
@@ -201,6 +204,7 @@ func LoadConfigFile(path string, base Config, getenv func(string) string) (Confi
 type route struct {
 	name, display string
 	adapter       provider.Adapter
+	compaction    *CompactionConfig
 }
 
 // Service is the LlmGateway implementation.
@@ -235,11 +239,14 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		if _, dup := s.byName[rc.Name]; dup {
 			return nil, fmt.Errorf("llmgateway: route %q registered twice", rc.Name)
 		}
+		if err := rc.Compaction.validate("llmgateway: route " + rc.Name); err != nil {
+			return nil, err
+		}
 		a, err := newAdapter(rc, client, logger)
 		if err != nil {
 			return nil, err
 		}
-		r := &route{name: rc.Name, display: rc.DisplayName, adapter: a}
+		r := &route{name: rc.Name, display: rc.DisplayName, adapter: a, compaction: rc.Compaction}
 		if r.display == "" {
 			r.display = rc.Name
 		}
