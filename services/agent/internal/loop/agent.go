@@ -80,6 +80,9 @@ type Config struct {
 	// Sandbox is the deployment's default confinement (mode and network
 	// set); a session's options and sandbox/mode events override it.
 	Sandbox *toolsv1.SandboxPolicy
+	// Context compacts and prunes the context (pressure after a step,
+	// recovery from CONTEXT_WINDOW_EXCEEDED); nil: neither.
+	Context ContextManager
 }
 
 // Item is one inbox entry (a send or a steer).
@@ -133,6 +136,7 @@ type Agent struct {
 	disposed    bool
 	started     bool
 	turnCancel  context.CancelCauseFunc
+	exclusive   bool // an Exclusive zero-step turn is open: no turn starts
 	inBatch     bool
 	batchFIFO   []*sessionv1.SessionEvent
 	lastTurn    int32
@@ -484,8 +488,10 @@ func (a *Agent) run() {
 	defer close(a.done)
 	for {
 		a.mu.Lock()
-		for len(a.queued) == 0 && !a.disposed {
-			a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_IDLE)
+		for (len(a.queued) == 0 || a.exclusive) && !a.disposed {
+			if !a.exclusive {
+				a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_IDLE)
+			}
 			a.mu.Unlock()
 			select {
 			case <-a.wake:
