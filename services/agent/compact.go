@@ -76,6 +76,9 @@ func (s *Service) Compact(ctx context.Context, req *agentv1.CompactRequest) (*ag
 	if s.compactor == nil {
 		return nil, status.Error(codes.FailedPrecondition, "compaction is disabled on this agent")
 	}
+	if seq, held := l.log.Compacting(); held {
+		return nil, status.Errorf(codes.FailedPrecondition, "compact: %v (compact/start at seq %d); wait for its compact/end", compact.ErrInProgress, seq)
+	}
 	var res *compact.Result
 	err = l.agent.Exclusive(ctx, compactTrigger(), func(ctx context.Context, sess compact.Session) error {
 		var err error

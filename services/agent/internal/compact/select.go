@@ -108,7 +108,7 @@ func (u units) selectSpan(start, end int64) (region, error) {
 	}
 	switch {
 	case i < 0:
-		return region{}, &SpanError{Reason: fmt.Sprintf("start %d is not a node of the current surface (see GetSurface/GetMessages for the nodes)", start)}
+		return region{}, &SpanError{Reason: fmt.Sprintf("start %d is not a node of the current surface (a node is the seq of a user, context, steering or assistant message or a tool result that no later event replaced)", start)}
 	case j < 0:
 		return region{}, &SpanError{Reason: fmt.Sprintf("end %d is not a node of the current surface", end)}
 	case i > j:

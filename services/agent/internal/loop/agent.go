@@ -145,6 +145,8 @@ type Agent struct {
 	idleFlushes sync.WaitGroup
 
 	// Driver-only state.
+	checker      session.Checker // debug mode: the log's events checked so far
+	checked      int
 	headerLogged bool
 	prefix       []*llmv1.Message
 	prefixSet    bool

@@ -697,7 +697,17 @@ func (e *InvariantFailure) Code() string { return session.CodeInvariant }
 
 func (a *Agent) debugCheck(req *llmv1.GenerateRequest) error {
 	events := a.log.Events()
-	if err := session.CheckLog(events); err != nil {
+	// The checker is fed incrementally: every event is checked once, in
+	// order, exactly as CheckLog would, without re-walking the whole log
+	// before every request (quadratic over a long session).
+	var err error
+	for _, ev := range events[a.checked:] {
+		if err = a.checker.Check(ev); err != nil {
+			break
+		}
+	}
+	a.checked = len(events)
+	if err != nil {
 		a.lg.Error("DEBUG: session invariant broken", "err", err)
 		return &InvariantFailure{Err: err}
 	}
