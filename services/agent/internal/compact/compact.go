@@ -156,8 +156,9 @@ func (c *Compactor) modelContext(ctx context.Context, provider, model string) *l
 	}
 	mc, err := c.models.ModelContext(ctx, provider, model)
 	if err != nil {
+		// Cached too: a gateway that cannot say is not asked every step.
 		c.lg.Warn("model context unavailable; the window is unknown", "provider", provider, "model", model, "err", err)
-		return nil
+		mc = nil
 	}
 	c.mu.Lock()
 	c.cache[key] = cached{mc: mc, at: c.now()}
@@ -336,13 +337,7 @@ func (c *Compactor) run(ctx context.Context, s Session, r Reading, trigger sessi
 }
 
 func (c *Compactor) summarizeAndReplace(ctx context.Context, s Session, hdr *sessionv1.EpochHeader, p Policy, reg region) (*Result, error) {
-	events := s.Log.Events()
-	var shadowed []*llmv1.Message
-	for _, seq := range reg.seqs {
-		if m := session.DeriveEventMessage(events[seq]); m != nil {
-			shadowed = append(shadowed, m)
-		}
-	}
+	shadowed := shadowedMessages(s.Log, reg)
 	provider := cmp.Or(p.Provider, hdr.GetConfig().GetProvider())
 	model := cmp.Or(p.Model, hdr.GetConfig().GetModel())
 	msgs := make([]*llmv1.Message, 0, len(hdr.GetMessagePrefix())+len(shadowed)+1)
@@ -398,6 +393,41 @@ func (c *Compactor) summarizeAndReplace(ctx context.Context, s Session, hdr *ses
 	}
 	return &Result{SummarySeq: sev.GetSeq(), CheckpointSeq: cev.GetSeq(), Summary: summary, Start: first, End: last,
 		ShadowedSeqs: reg.seqs, ShadowedTokens: reg.tokens}, nil
+}
+
+// shadowedMessages returns the region's messages as the log's own cached
+// (shared) messages when the surface is still the selected one, so the
+// summarization request repeats the conversation's leading messages by
+// identity (the gateway client reuses their encoding) and by bytes (the
+// provider's prompt cache); else freshly derived ones.
+func shadowedMessages(log *session.Log, reg region) []*llmv1.Message {
+	events := log.Events()
+	msgs := log.Messages()
+	nodes, gen := log.Surface()
+	if gen == reg.gen && len(nodes) >= reg.to && slices.Equal(nodes[reg.from:reg.to], reg.seqs) {
+		i := 0 // messages before the region
+		for _, seq := range nodes[:reg.from] {
+			if session.DeriveEventMessage(events[seq]) != nil {
+				i++
+			}
+		}
+		n := 0
+		for _, seq := range reg.seqs {
+			if session.DeriveEventMessage(events[seq]) != nil {
+				n++
+			}
+		}
+		if i+n <= len(msgs) {
+			return msgs[i : i+n : i+n]
+		}
+	}
+	var out []*llmv1.Message
+	for _, seq := range reg.seqs {
+		if m := session.DeriveEventMessage(events[seq]); m != nil {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // summarize makes one summarization call and keeps only its text.

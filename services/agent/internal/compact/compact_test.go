@@ -2,6 +2,7 @@ package compact
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -97,10 +98,16 @@ func slicesEqual(a, b []int64) bool {
 	return true
 }
 
-type countingModels struct{ calls int }
+type countingModels struct {
+	calls int
+	err   error
+}
 
 func (m *countingModels) ModelContext(context.Context, string, string) (*llmv1.ModelContext, error) {
 	m.calls++
+	if m.err != nil {
+		return nil, m.err
+	}
 	return &llmv1.ModelContext{ContextWindow: 1000}, nil
 }
 
@@ -122,6 +129,16 @@ func TestModelContextCached(t *testing.T) {
 	c.modelContext(t.Context(), "p", "m")
 	if m.calls != 2 {
 		t.Fatalf("the cache did not expire")
+	}
+	failing := &countingModels{err: errors.New("unimplemented")}
+	c = New(nil, failing, Policy{}, nil)
+	for range 3 {
+		if mc := c.modelContext(t.Context(), "p", "m"); mc != nil {
+			t.Fatal(mc)
+		}
+	}
+	if failing.calls != 1 {
+		t.Fatalf("%d calls to a failing gateway, want 1 (the failure is cached too)", failing.calls)
 	}
 	if r := (Reading{}); func() bool { _, ok := r.Ratio(); return ok }() {
 		t.Fatal("an unknown window has a ratio")

@@ -3,6 +3,7 @@ package loop_test
 import (
 	"context"
 	"errors"
+	"iter"
 	"math"
 	"strings"
 	"testing"
@@ -299,4 +300,69 @@ func TestCompactionCrashThenResume(t *testing.T) {
 		t.Fatalf("compaction after resume: %v", err)
 	}
 	h2.finish("compact_crash_resume")
+}
+
+// encodeTap records, per model request, the history bytes the gateway
+// client encoded afresh (the rest it reused from its per-session cache).
+type encodeTap struct {
+	h     **harness
+	inner loop.LLM
+	fresh []int64
+}
+
+func (e *encodeTap) Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error] {
+	return func(yield func(*llmv1.StreamChunk, error) bool) {
+		before, _ := (*e.h).client.EncodeStats()
+		first := true
+		for c, err := range e.inner.Generate(ctx, req) {
+			if first {
+				after, _ := (*e.h).client.EncodeStats()
+				e.fresh = append(e.fresh, after-before)
+				first = false
+			}
+			if !yield(c, err) {
+				return
+			}
+		}
+	}
+}
+
+// TestCompactionReencodedBytes measures what a compaction costs the
+// request encoding: the summarization call reuses the conversation's
+// encoded leading messages (only the instruction is new: the prefix the
+// provider caches is byte-identical), and the request after the checkpoint
+// re-encodes from the checkpoint on, once.
+func TestCompactionReencodedBytes(t *testing.T) {
+	t.Parallel()
+	var h *harness
+	var c *compact.Compactor
+	tap := &encodeTap{h: &h}
+	_ = c
+	hp := &h
+	h = newHarness(t, []fakes.Tool{bigTool("big", 2000)}, func(_ *harness, cfg *loop.Config) {
+		tap.inner = cfg.LLM
+		cfg.LLM = tap
+		c = compact.New(tap, headerRelative{h: hp, over: 1000}, compact.Policy{RetainTokens: 300}, nil)
+		cfg.Context = c
+	})
+	h.gw.Script(call("c1"), call("c2"), summaryOf("The user started; c1 ran."), fakes.Response{Chunks: fakes.Text("Done.")})
+	h.send("start")
+	h.waitIdle()
+	reqs := h.gw.Requests()
+	if len(tap.fresh) != len(reqs) || len(reqs) != 4 || reqs[2].GetPurpose() != llmv1.Purpose_PURPOSE_COMPACTION {
+		t.Fatalf("requests %v, fresh bytes %v", purposes(reqs), tap.fresh)
+	}
+	size := func(m *llmv1.Message) int64 { return int64(proto.Size(m)) + 3 } // + field tag and length
+	instr := size(reqs[2].GetMessages()[len(reqs[2].GetMessages())-1])
+	if tap.fresh[2] != instr {
+		t.Errorf("the summarization call encoded %d history bytes afresh, want only its instruction (%d)", tap.fresh[2], instr)
+	}
+	var after int64
+	for _, m := range reqs[3].GetMessages() {
+		after += size(m)
+	}
+	if tap.fresh[3] > after {
+		t.Errorf("after the checkpoint: %d bytes encoded afresh, more than the history (%d)", tap.fresh[3], after)
+	}
+	t.Logf("history bytes encoded afresh per request: %v (summarization call: %d of %d)", tap.fresh, tap.fresh[2], proto.Size(reqs[2]))
 }

@@ -49,6 +49,7 @@ func (t pipeTools) Begin(ctx context.Context, h []string, ex *toolsv1.ToolExecut
 type harness struct {
 	t       *testing.T
 	gw      *fakes.Gateway
+	client  *gateway.Client // the gateway client under the checked LLM
 	host    *fakes.ToolHost
 	hooks   *hooks.Set
 	log     *session.Log
@@ -101,8 +102,9 @@ func newHarnessFrom(t *testing.T, seed []*sessionv1.SessionEvent, tools []fakes.
 		t.Fatal(err)
 	}
 	h.log = log
+	h.client = gateway.New(dial(t, gwAddr))
 	cfg := loop.Config{
-		LLM:    &checkedLLM{h: h, inner: gateway.New(dial(t, gwAddr))},
+		LLM:    &checkedLLM{h: h, inner: h.client},
 		Tools:  pipeTools{pipe},
 		Hooks:  h.hooks,
 		Prompt: mustPrompt(t, prompt.Config{}),
