@@ -259,14 +259,16 @@ func (c *Compactor) Compact(ctx context.Context, s Session, span *Span) (*Result
 }
 
 // selectRegion picks what to compact.
-func (c *Compactor) selectRegion(s Session, r Reading, span *Span) (region, error) {
+func (c *Compactor) selectRegion(s Session, r Reading, span *Span, manual bool) (region, error) {
 	u := surfaceUnits(s.Log)
 	if span != nil {
 		return u.selectSpan(span.Start, span.End)
 	}
 	window := r.Window
-	if window <= 0 {
-		// Unknown window: keep the default share of what is there now.
+	if window <= 0 || manual {
+		// Unknown window, or a manual compaction (which should not find
+		// everything "recent" on a large window): keep the tail's share of
+		// what is there now.
 		window = r.TotalTokens
 	}
 	// The summarization call replays the region with the same envelope;
@@ -295,7 +297,7 @@ func (c *Compactor) run(ctx context.Context, s Session, r Reading, trigger sessi
 	if hdr == nil {
 		return nil, ErrNoRequest
 	}
-	reg, err := c.selectRegion(s, r, span)
+	reg, err := c.selectRegion(s, r, span, trigger == sessionv1.CompactTrigger_COMPACT_TRIGGER_MANUAL)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/session"
 )
 
 func TestPolicyOverride(t *testing.T) {
@@ -142,5 +145,48 @@ func TestModelContextCached(t *testing.T) {
 	}
 	if r := (Reading{}); func() bool { _, ok := r.Ratio(); return ok }() {
 		t.Fatal("an unknown window has a ratio")
+	}
+}
+
+// TestPruneKeepsEverythingButContent: a pruned result differs from the
+// original only in its content (view, meta, error included), which the
+// log itself enforces on the replace; a second pass finds nothing.
+func TestPruneKeepsEverythingButContent(t *testing.T) {
+	t.Parallel()
+	log, err := session.NewLog(&sessionv1.SessionHeader{Id: "p"}, nil, session.WithTurnChecks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("0123456789", 1000)
+	tr := session.ToolResultEvent(1, 1, "c1", []*llmv1.ContentBlock{session.Text(long), session.Text("short")}, true,
+		&toolsv1.ToolErrorInfo{Name: "E", Code: "X"}, 3)
+	tr.GetToolResult().Meta = proto.String(`{"k":1}`)
+	tr.GetToolResult().View = &toolsv1.ToolResultView{}
+	for _, ev := range []*sessionv1.SessionEvent{
+		session.TurnStartEvent(1, session.MessageTrigger(session.UserSource())),
+		session.UserMessageEvent([]*llmv1.ContentBlock{session.Text("go")}, session.UserSource()),
+		session.StepStartEvent(1, 1),
+		{Payload: &sessionv1.SessionEvent_ToolCall{ToolCall: &sessionv1.ToolCall{Turn: 1, Step: 1, CallId: "c1", Name: "t"}}},
+		tr,
+	} {
+		if _, err := log.Append(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := Session{Log: log, Append: log.Append, Turn: 1}
+	pruned, err := Prune(s, Policy{})
+	if err != nil || len(pruned) != 1 {
+		t.Fatalf("prune: %v %v", pruned, err)
+	}
+	p := pruned[0]
+	if p.CharsBefore != 10_005 || p.CharsAfter != 4096+1024+utf8.RuneCountInString(OmissionMarker)+5 || p.OriginalSeq != 4 || p.ReplacementSeq != 5 {
+		t.Errorf("pruned %+v", p)
+	}
+	got := log.Events()[5].GetToolResult()
+	if got.GetContent()[1].GetText().GetText() != "short" || !strings.HasPrefix(got.GetContent()[0].GetText().GetText(), long[:4096]) {
+		t.Errorf("pruned content %v", got.GetContent())
+	}
+	if again, err := Prune(s, Policy{}); err != nil || len(again) != 0 {
+		t.Errorf("second prune: %v %v", again, err)
 	}
 }

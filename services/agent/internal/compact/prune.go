@@ -3,6 +3,8 @@ package compact
 import (
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
+
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/session"
@@ -40,11 +42,11 @@ func pruneEvents(log *session.Log, p Policy) []*sessionv1.SessionEvent {
 				content[i] = session.Text(cut(t.GetText(), p.PruneHeadChars, p.PruneTailChars))
 			}
 		}
+		pruned := proto.CloneOf(tr) // identical data but the content (§3.5)
+		pruned.Content = content
 		out = append(out, &sessionv1.SessionEvent{
 			SurfaceOp: session.ReplaceOp(seq, seq), SourceEventSeqs: session.Seqs(seq),
-			Payload: &sessionv1.SessionEvent_ToolResult{ToolResult: &sessionv1.ToolResult{
-				Turn: tr.GetTurn(), Step: tr.GetStep(), CallId: tr.GetCallId(), Content: content,
-				IsError: tr.GetIsError(), Error: tr.GetError(), Meta: tr.Meta}}})
+			Payload: &sessionv1.SessionEvent_ToolResult{ToolResult: pruned}})
 	}
 	return out
 }
