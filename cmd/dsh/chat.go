@@ -68,8 +68,8 @@ type screen struct {
 	color   bool
 	spin    bool // a spinner frame is on the current line
 	frame   int
-	waiting bool // a prompt is shown
-	asking  bool // an approval or question card waits for an answer
+	waiting bool   // a prompt is shown
+	asking  bool   // an approval or question card waits for an answer
 	gauge   string // the context meter shown before the prompt (compactcmd.go)
 }
 
