@@ -143,11 +143,24 @@ func ConfigFromEnv(getenv func(string) string) Config {
 		}
 		cfg.Routes = append(cfg.Routes, r)
 	}
-	cfg.Routes = append(cfg.Routes, RouteConfig{Name: "scripted", Kind: KindScripted, DisplayName: "Scripted (offline demo, no model)", Script: getenv("DSH_SCRIPT")})
+	scripted := RouteConfig{Name: "scripted", Kind: KindScripted, DisplayName: "Scripted (offline demo, no model)", Script: getenv("DSH_SCRIPT")}
+	if scripted.Script == "" {
+		scripted.Compaction = DemoCompaction()
+	}
+	cfg.Routes = append(cfg.Routes, scripted)
 	if d, err := time.ParseDuration(getenv("DSH_LLM_IDLE_TIMEOUT")); err == nil && d > 0 {
 		cfg.IdleTimeout = d
 	}
 	return cfg
+}
+
+// DemoCompaction is the demo route's compaction policy: on its small window
+// it compacts at 30 % of it and keeps 300 tokens as the recent tail, so a
+// chat of a few turns shows a compaction (make run) while the system prompt
+// and tools (about 2,600 tokens) stay well inside the window.
+func DemoCompaction() *CompactionConfig {
+	threshold, retain := 0.3, int64(300)
+	return &CompactionConfig{ThresholdRatio: &threshold, RetainTokens: &retain}
 }
 
 // LoadConfigFile reads a JSON config file ({"routes": [...],

@@ -184,7 +184,11 @@ func (c *Compactor) AfterStep(ctx context.Context, s Session) (*Result, error) {
 	if _, held := s.Log.Compacting(); held {
 		return nil, nil
 	}
-	return c.relieve(ctx, s, r, sessionv1.CompactTrigger_COMPACT_TRIGGER_PRESSURE)
+	res, err := c.relieve(ctx, s, r, sessionv1.CompactTrigger_COMPACT_TRIGGER_PRESSURE)
+	if errors.Is(err, ErrNothingToCompact) {
+		return nil, nil
+	}
+	return res, err
 }
 
 // Recover is the overflow trigger (CONTEXT_WINDOW_EXCEEDED): prune, then
@@ -230,6 +234,12 @@ func (c *Compactor) relieve(ctx context.Context, s Session, r Reading, trigger s
 	return res, err
 }
 
+// minPressureRegion is the smallest region a pressure compaction replaces:
+// below it the checkpoint (preamble and summary) would not pay for itself,
+// and the pressure comes from the envelope or the recent tail, which no
+// compaction can shrink.
+const minPressureRegion = 256
+
 // Span is an explicit inclusive surface span (seqs of surface nodes).
 type Span struct{ Start, End int64 }
 
@@ -259,7 +269,8 @@ func (c *Compactor) Compact(ctx context.Context, s Session, span *Span) (*Result
 }
 
 // selectRegion picks what to compact.
-func (c *Compactor) selectRegion(s Session, r Reading, span *Span, manual bool) (region, error) {
+func (c *Compactor) selectRegion(s Session, r Reading, span *Span, trigger sessionv1.CompactTrigger) (region, error) {
+	manual := trigger == sessionv1.CompactTrigger_COMPACT_TRIGGER_MANUAL
 	u := surfaceUnits(s.Log)
 	if span != nil {
 		return u.selectSpan(span.Start, span.End)
@@ -278,7 +289,7 @@ func (c *Compactor) selectRegion(s Session, r Reading, span *Span, manual bool) 
 		budget = r.Window*9/10 - r.HeaderTokens - session.EstimateMessage(instructionMessage())
 	}
 	reg, ok := u.selectOldest(r.Policy.retain(window), budget)
-	if !ok {
+	if !ok || (trigger == sessionv1.CompactTrigger_COMPACT_TRIGGER_PRESSURE && reg.tokens < minPressureRegion) {
 		return region{}, ErrNothingToCompact
 	}
 	return reg, nil
@@ -297,7 +308,7 @@ func (c *Compactor) run(ctx context.Context, s Session, r Reading, trigger sessi
 	if hdr == nil {
 		return nil, ErrNoRequest
 	}
-	reg, err := c.selectRegion(s, r, span, trigger == sessionv1.CompactTrigger_COMPACT_TRIGGER_MANUAL)
+	reg, err := c.selectRegion(s, r, span, trigger)
 	if err != nil {
 		return nil, err
 	}

@@ -126,12 +126,17 @@ type Usage struct {
 // result in the request (trimmed to 500 bytes).
 const LastToolResult = "{{last_tool_result}}"
 
+// DemoContextWindow is the demo model's window: small, so that a chat of a
+// few turns reaches the gateway's demo compaction threshold, yet roomy
+// enough for a workspace's instruction files.
+const DemoContextWindow = 12_000
+
 // Demo is the built-in demo script used when no provider key is set: the
 // first call of every turn answers with a little reasoning, a sentence and
 // one harmless bash call; the call after the tool result summarises it.
 func Demo() Script {
 	return Script{
-		Models: []provider.Model{{ID: "demo", Name: "Scripted demo", Description: "built-in offline demo script (no model behind it)", ContextWindow: 128_000}},
+		Models: []provider.Model{{ID: "demo", Name: "Scripted demo", Description: "built-in offline demo script (no model behind it); a small window, so a long chat shows a compaction", ContextWindow: DemoContextWindow}},
 		Steps: []Step{
 			{
 				Reasoning: "The user said something. This is the scripted demo, so I will show the tool loop with a harmless command.",
