@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -235,6 +236,22 @@ func TestCompactRPC(t *testing.T) {
 	}
 	if r := gw.Requests()[4]; r.GetPurpose() != llmv1.Purpose_PURPOSE_COMPACTION {
 		t.Errorf("the summarization call's purpose is %v", r.GetPurpose())
+	}
+	// A fork of the compacted session has the same (compacted) history.
+	fork, err := c.ForkSession(ctx, &agentv1.ForkSessionRequest{SessionId: "s", NewSessionId: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig, err := c.GetMessages(ctx, &agentv1.GetMessagesRequest{SessionId: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forked, err := c.GetMessages(ctx, &agentv1.GetMessagesRequest{SessionId: fork.GetSession().GetHeader().GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(orig.GetMessages()) == 0 || !proto.Equal(&agentv1.GetMessagesResponse{Messages: orig.GetMessages()}, &agentv1.GetMessagesResponse{Messages: forked.GetMessages()}) {
+		t.Errorf("the fork's history differs from the compacted session's: %d vs %d messages", len(forked.GetMessages()), len(orig.GetMessages()))
 	}
 	// The session goes on from the checkpoint.
 	calls()
