@@ -69,8 +69,9 @@ type screen struct {
 	spin     bool // a spinner frame is on the current line
 	spinTail int  // live-tail lines drawn below the spinner
 	frame    int
-	waiting  bool // a prompt is shown
-	asking   bool // an approval or question card waits for an answer
+	waiting  bool   // a prompt is shown
+	asking   bool   // an approval or question card waits for an answer
+	gauge    string // the context meter shown before the prompt (compactcmd.go)
 }
 
 func (s *screen) style(code, text string) string {
@@ -150,6 +151,9 @@ func (s *screen) prompt() {
 	p := "› "
 	if s.color {
 		p = "\x1b[1m› \x1b[0m"
+	}
+	if s.gauge != "" {
+		p = s.dim("["+s.gauge+"]") + " " + p
 	}
 	fmt.Fprint(s.w, p)
 	s.waiting = true
@@ -265,6 +269,7 @@ func chatSession(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *a
 	scr.println(fmt.Sprintf("session %s%s · %s/%s · Ctrl-C cancels a turn, Ctrl-D exits, /help",
 		id, title, s.GetHeader().GetOptions().GetProvider(), s.GetHeader().GetOptions().GetModel()))
 	busy := s.GetStatus() == agentv1.AgentStatus_AGENT_STATUS_RUNNING
+	scr.setGauge(s.GetContext())
 	ask := newAsker(c, id, scr, s.GetPending())
 	if ask.active() {
 		ask.show()
@@ -313,6 +318,7 @@ func chatSession(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *a
 			case *sessionv1.SessionEvent_TurnEnd:
 				busy = false
 				interrupted = false // back at the prompt: Ctrl-C asks again
+				scr.refreshGauge(ctx, c, id)
 				scr.prompt()
 			}
 		case line, ok := <-lines:
@@ -331,6 +337,12 @@ func chatSession(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *a
 			}
 			line = strings.TrimSpace(line)
 			if slashUpdate(ctx, c, id, line, scr.println) {
+				if !busy {
+					scr.prompt()
+				}
+				continue
+			}
+			if compactCommand(ctx, c, id, line, scr) {
 				if !busy {
 					scr.prompt()
 				}

@@ -13,7 +13,7 @@ import (
 // chatHelp is the chat's /help.
 const chatHelp = "/new  start a new session · /sessions  list sessions · /resume ID  switch to a session (its history first) · " +
 	"/clear  clear the screen · /model [PROVIDER/]MODEL  switch the model · /approval never|on-request|always · " +
-	"/reasoning [full|collapsed|hidden]  how reasoning shows · /exit  leave · Ctrl-C cancels a turn · Ctrl-D exits"
+	"/reasoning [full|collapsed|hidden]  how reasoning shows · /compact  summarize the older context · /exit  leave · Ctrl-C cancels a turn · Ctrl-D exits"
 
 // sessionCommand runs the chat commands that work on sessions (/new,
 // /sessions, /resume ID, /clear). handled reports whether line was one;

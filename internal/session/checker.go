@@ -22,6 +22,10 @@ type turns struct {
 	requests []PendingRequest
 	// asked counts every approval/asked and question/asked ever logged.
 	asked int64
+	// compacting: a compact/start has no compact/end yet (the compaction
+	// lock of semantics.md §7.6 is held); compactSeq is its seq.
+	compacting bool
+	compactSeq int64
 }
 
 // PendingRequest is an approval or question request that no settling event
@@ -129,6 +133,33 @@ func (t *turns) check(ev *sessionv1.SessionEvent, first bool) string {
 			return fmt.Sprintf("step %d is still open", t.step)
 		case len(t.requests) > 0:
 			return fmt.Sprintf("request %q is still pending: settle it before the turn ends", t.requests[0].ID)
+		case t.compacting:
+			return fmt.Sprintf("the compaction started at seq %d is still running: compact/end must come before turn/end", t.compactSeq)
+		}
+	case *sessionv1.SessionEvent_CompactStart:
+		switch {
+		case !t.turnOpen:
+			return "no turn is open"
+		case t.compacting:
+			return fmt.Sprintf("a compaction is already in progress (compact/start at seq %d)", t.compactSeq)
+		case p.CompactStart.Turn != nil && p.CompactStart.GetTurn() != t.turn:
+			return fmt.Sprintf("names turn %d but turn %d is open", p.CompactStart.GetTurn(), t.turn)
+		}
+	case *sessionv1.SessionEvent_CompactSummary:
+		switch {
+		case !t.turnOpen:
+			return "no turn is open"
+		case !t.compacting:
+			return "compact/summary outside a compaction (no compact/start holds the lock)"
+		}
+	case *sessionv1.SessionEvent_CompactEnd:
+		switch {
+		case !t.turnOpen:
+			return "no turn is open"
+		case !t.compacting:
+			return "compact/end without a compact/start"
+		case p.CompactEnd.Turn != nil && p.CompactEnd.GetTurn() != t.turn:
+			return fmt.Sprintf("names turn %d but turn %d is open", p.CompactEnd.GetTurn(), t.turn)
 		}
 	case *sessionv1.SessionEvent_ApprovalAsked, *sessionv1.SessionEvent_ApprovalDecided,
 		*sessionv1.SessionEvent_QuestionAsked, *sessionv1.SessionEvent_QuestionAnswered:
@@ -190,7 +221,11 @@ func (t *turns) apply(ev *sessionv1.SessionEvent) {
 		t.turnOpen, t.turn, t.stepOpen, t.nextStep, t.pending = true, p.TurnStart.GetTurn(), false, 1, nil
 		t.requests = nil
 	case *sessionv1.SessionEvent_TurnEnd:
-		t.turnOpen, t.nextTurn, t.requests = false, t.turn+1, nil
+		t.turnOpen, t.nextTurn, t.requests, t.compacting = false, t.turn+1, nil, false
+	case *sessionv1.SessionEvent_CompactStart:
+		t.compacting, t.compactSeq = true, ev.GetSeq()
+	case *sessionv1.SessionEvent_CompactEnd:
+		t.compacting = false
 	case *sessionv1.SessionEvent_ApprovalAsked:
 		t.asked++
 		t.requests = append(t.requests[:len(t.requests):len(t.requests)], PendingRequest{ID: p.ApprovalAsked.GetId(), Event: ev})
@@ -238,6 +273,9 @@ func (t *turns) settle(id string) {
 //   - an appended tool/result names the open turn and step and answers a
 //     pending tool/call of that step (a TOOL_NOT_STARTED repair result is
 //     exempt); a replacing tool/result needs only an open turn;
+//   - compact/start takes the compaction lock (none may be held), names
+//     the open turn; compact/summary needs the lock; compact/end releases
+//     it; turn/end needs it released;
 //   - approval/asked and question/asked open a request with a fresh id;
 //     approval/decided and question/answered settle a pending request of
 //     their kind in the same turn; turn/end needs every request settled;

@@ -21,8 +21,48 @@ func TestCheckLog(t *testing.T) {
 	valid := func(f func(b *logBuilder)) func(b *logBuilder) int64 {
 		return func(b *logBuilder) int64 { f(b); return -1 }
 	}
+	cstart := func(b *logBuilder, turn int32) int64 {
+		return b.add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_CompactStart{CompactStart: &sessionv1.CompactStart{Turn: &turn}}})
+	}
+	cend := func(b *logBuilder) int64 {
+		return b.add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_CompactEnd{CompactEnd: &sessionv1.CompactEnd{Turn: &b.turn}}})
+	}
+	csummary := func(b *logBuilder) int64 {
+		return b.add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_CompactSummary{CompactSummary: &sessionv1.CompactSummary{Summary: "s"}}})
+	}
 	tests := []tc{
 		{name: "empty log", build: valid(func(*logBuilder) {})},
+		{name: "balanced compaction", build: valid(func(b *logBuilder) {
+			b.turnStart()
+			u := b.user("u")
+			cstart(b, 1)
+			csummary(b)
+			b.replace(UserMessageEvent([]*llmv1.ContentBlock{Text("sum")}, PluginSource("compact")), u, u, u)
+			cend(b)
+			b.turnEnd()
+		})},
+		{name: "second compact/start while the lock is held", rule: "already in progress", build: func(b *logBuilder) int64 {
+			b.turnStart()
+			cstart(b, 1)
+			return cstart(b, 1)
+		}},
+		{name: "compact/start naming another turn", rule: "names turn 2", build: func(b *logBuilder) int64 {
+			b.turnStart()
+			return cstart(b, 2)
+		}},
+		{name: "compact/end without start", rule: "without a compact/start", build: func(b *logBuilder) int64 {
+			b.turnStart()
+			return cend(b)
+		}},
+		{name: "compact/summary outside a compaction", rule: "outside a compaction", build: func(b *logBuilder) int64 {
+			b.turnStart()
+			return csummary(b)
+		}},
+		{name: "turn/end while compacting", rule: "still running", build: func(b *logBuilder) int64 {
+			b.turnStart()
+			cstart(b, 1)
+			return b.turnEnd()
+		}},
 		{name: "complete session", build: valid(func(b *logBuilder) {
 			b.turnStart()
 			b.user("u")

@@ -60,12 +60,14 @@ func representativeLog() []*sessionv1.SessionEvent {
 	b.turnEnd()
 
 	b.turnStart()
-	b.add(ExtensionEvent("compact/start", `{"turn":2}`))
+	two := int32(2)
+	b.add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_CompactStart{CompactStart: &sessionv1.CompactStart{
+		Turn: &two, Trigger: sessionv1.CompactTrigger_COMPACT_TRIGGER_MANUAL}}})
 	sum := UserMessageEvent([]*llmv1.ContentBlock{Text("<summary>The user asked for the Go files; main.go and log.go exist.</summary>")}, PluginSource("compact"))
 	b.replace(sum, 1, r1, 1, amSeq, r1)
 	b.replace(ToolResultEvent(1, 1, "c2", []*llmv1.ContentBlock{Text("[pruned]")}, true, &toolsv1.ToolErrorInfo{Name: "ToolArgsError", Code: "INVALID_ARGS"}, -1), badSeq, badSeq, badSeq)
 	b.evs[len(b.evs)-1].GetToolResult().Meta = ptr(`{"attempt":1}`)
-	b.add(ExtensionEvent("compact/end", `{"turn":2}`))
+	b.add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_CompactEnd{CompactEnd: &sessionv1.CompactEnd{Turn: &two}}})
 	b.add(TurnEndEvent(2, completed()))
 	b.turn = 2
 

@@ -62,6 +62,8 @@ type Log struct {
 	turns   turns
 	reqHdr  *sessionv1.EpochHeader
 	reqSeq  int64
+	hdrTok  int64       // the meter's estimate of reqHdr's envelope
+	anchor  usageAnchor // the meter's usage baseline
 	set     settingsFold
 	obsMu   sync.Mutex
 	obs     []*observer
@@ -126,7 +128,9 @@ func (l *Log) commit(ev *sessionv1.SessionEvent) {
 	l.turns.apply(ev)
 	if rh := ev.GetRequestHeader(); rh != nil {
 		l.reqHdr, l.reqSeq = CanonicalHeader(rh.GetHeader()), ev.GetSeq()
+		l.hdrTok = EstimateHeader(l.reqHdr)
 	}
+	l.noteUsage(ev)
 	l.set.apply(ev)
 }
 
@@ -342,6 +346,14 @@ func (l *Log) Settings() Settings {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.set.s
+}
+
+// Compacting reports whether a compaction holds the lock (a compact/start
+// without its compact/end) and the seq of that compact/start.
+func (l *Log) Compacting() (startSeq int64, ok bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.turns.compactSeq, l.turns.compacting
 }
 
 // PendingRequests returns the approval and question requests of the open

@@ -47,6 +47,15 @@ const (
 	TypeSubagentEnd   = "subagent/end"
 )
 
+// The stable type names of the compaction events (semantics.md §7.6):
+// log-only, inside an open turn; compact/start takes the compaction lock and
+// compact/end releases it.
+const (
+	TypeCompactStart   = "compact/start"
+	TypeCompactSummary = "compact/summary"
+	TypeCompactEnd     = "compact/end"
+)
+
 // Error names and codes of the synthetic tool results written by crash
 // repair (semantics.md §3.11).
 const (
@@ -68,6 +77,7 @@ var coreTypes = map[string]bool{
 	TypeQuestionAnswered: true, TypeSandboxMode: true, TypeApprovalPolicy: true,
 	TypeModelChanged: true, TypeSessionTitle: true,
 	TypeSubagentStart: true, TypeSubagentEnd: true,
+	TypeCompactStart: true, TypeCompactSummary: true, TypeCompactEnd: true,
 }
 
 // TypeName returns the event's stable type name ("turn/start", ...), the
@@ -122,6 +132,12 @@ func TypeName(ev *sessionv1.SessionEvent) string {
 		return TypeSubagentStart
 	case *sessionv1.SessionEvent_SubagentEnd:
 		return TypeSubagentEnd
+	case *sessionv1.SessionEvent_CompactStart:
+		return TypeCompactStart
+	case *sessionv1.SessionEvent_CompactSummary:
+		return TypeCompactSummary
+	case *sessionv1.SessionEvent_CompactEnd:
+		return TypeCompactEnd
 	case *sessionv1.SessionEvent_Extension:
 		return p.Extension.GetType()
 	}

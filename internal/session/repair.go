@@ -14,6 +14,10 @@ const (
 		"Retry it if it is still needed."
 )
 
+// CompactInterruptedError is the error of the compact/end crash repair
+// appends for a compaction the crash interrupted.
+const CompactInterruptedError = "interrupted: the session stopped during the compaction"
+
 // RepairedBy is the "by" of a request settled by crash repair.
 const RepairedBy = "repair"
 
@@ -23,7 +27,8 @@ const RepairedBy = "repair"
 // For an open turn it returns, with seqs continuing the log and the time of
 // the last event: a cancelled settlement (by "repair") of every approval or
 // question request still pending (a logged call whose approval was pending
-// never ran, so it gets TOOL_NOT_STARTED); one error tool/result per tool call of the open step that no
+// never ran, so it gets TOOL_NOT_STARTED); a compact/end releasing a
+// compaction lock the crash left held; one error tool/result per tool call of the open step that no
 // tool/result answered, in transcript order (TOOL_OUTCOME_UNKNOWN when the
 // tool/call was logged, sourced from it; TOOL_NOT_STARTED otherwise); a
 // step/end when a step is open; and turn/end {interrupted}. The log itself is
@@ -40,7 +45,7 @@ func InterruptedTurnClosers(events []*sessionv1.SessionEvent) []*sessionv1.Sessi
 		turnOpen, stepOpen bool
 		turn, step         int32
 		pending            []pendingCall
-		requests           turns // only the request bookkeeping is used
+		requests           turns // only the request and compaction bookkeeping is used
 	)
 	find := func(id string) int {
 		for i := range pending {
@@ -54,7 +59,8 @@ func InterruptedTurnClosers(events []*sessionv1.SessionEvent) []*sessionv1.Sessi
 		switch ev.GetPayload().(type) {
 		case *sessionv1.SessionEvent_TurnStart, *sessionv1.SessionEvent_TurnEnd,
 			*sessionv1.SessionEvent_ApprovalAsked, *sessionv1.SessionEvent_QuestionAsked,
-			*sessionv1.SessionEvent_ApprovalDecided, *sessionv1.SessionEvent_QuestionAnswered:
+			*sessionv1.SessionEvent_ApprovalDecided, *sessionv1.SessionEvent_QuestionAnswered,
+			*sessionv1.SessionEvent_CompactStart, *sessionv1.SessionEvent_CompactEnd:
 			requests.apply(ev)
 		}
 		switch p := ev.GetPayload().(type) {
@@ -109,6 +115,13 @@ func InterruptedTurnClosers(events []*sessionv1.SessionEvent) []*sessionv1.Sessi
 			add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_QuestionAnswered{QuestionAnswered: &sessionv1.QuestionAnswered{
 				Id: r.ID, Unanswered: sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_CANCELLED, By: RepairedBy}}})
 		}
+	}
+	// A compaction interrupted by the crash releases its lock. The surface
+	// is whatever the log says: a checkpoint appended before the crash
+	// stays (it is complete), otherwise nothing was replaced.
+	if requests.compacting {
+		add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_CompactEnd{CompactEnd: &sessionv1.CompactEnd{
+			Turn: &turn, Error: CompactInterruptedError}}})
 	}
 	awaiting := map[string]bool{} // calls whose approval was pending: their bodies never ran
 	for _, r := range requests.requests {

@@ -27,6 +27,20 @@ func TestInterruptedTurnClosers(t *testing.T) {
 		want  func(b *logBuilder) []*sessionv1.SessionEvent
 	}{
 		{
+			name: "orphan compact/start is closed before the turn",
+			build: func(b *logBuilder) {
+				b.turnStart()
+				b.user("hi")
+				b.stepStart()
+				b.add(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_CompactStart{CompactStart: &sessionv1.CompactStart{Turn: &b.turn}}})
+			},
+			want: func(b *logBuilder) []*sessionv1.SessionEvent {
+				return []*sessionv1.SessionEvent{
+					{Payload: &sessionv1.SessionEvent_CompactEnd{CompactEnd: &sessionv1.CompactEnd{Turn: &b.turn, Error: CompactInterruptedError}}},
+					StepEndEvent(1, 1), TurnEndEvent(1, interrupted())}
+			},
+		},
+		{
 			name:  "empty log",
 			build: func(*logBuilder) {},
 			want:  func(*logBuilder) []*sessionv1.SessionEvent { return nil },

@@ -189,6 +189,10 @@ type surface struct {
 	msgs   []*llmv1.Message // the non-nil projections in order; replaced, never edited, on replace
 	gen    int              // replace generation
 	work   int              // events projected so far (derive only): a measure of derivation cost
+	// The token meter (derive only, see meter.go): per node its estimate,
+	// and their sum.
+	tok []int64
+	sum int64
 }
 
 // checkOp checks a surface event's op against the current surface. events
@@ -250,8 +254,10 @@ func (s *surface) index(seq int64) int {
 // rebuilds the derived messages.
 func (s *surface) apply(ev *sessionv1.SessionEvent) {
 	var m *llmv1.Message
+	var t int64
 	if s.derive {
 		m = deriveEventMessage(ev)
+		t = EstimateMessage(m)
 		s.work++
 	}
 	r := ev.GetSurfaceOp().GetReplace()
@@ -259,6 +265,8 @@ func (s *surface) apply(ev *sessionv1.SessionEvent) {
 		s.nodes = append(s.nodes, ev.GetSeq())
 		if s.derive {
 			s.proj = append(s.proj, m)
+			s.tok = append(s.tok, t)
+			s.sum += t
 			if m != nil {
 				s.msgs = append(s.msgs, m)
 			}
@@ -279,6 +287,12 @@ func (s *surface) apply(ev *sessionv1.SessionEvent) {
 	proj := make([]*llmv1.Message, 0, len(nodes))
 	proj = append(append(append(proj, s.proj[:i]...), m), s.proj[j+1:]...)
 	s.proj = proj
+	for _, x := range s.tok[i : j+1] {
+		s.sum -= x
+	}
+	s.sum += t
+	tok := make([]int64, 0, len(nodes))
+	s.tok = append(append(append(tok, s.tok[:i]...), t), s.tok[j+1:]...)
 	msgs := make([]*llmv1.Message, 0, len(proj))
 	s.work += len(proj)
 	for _, p := range proj {

@@ -51,6 +51,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/agent/internal/agenttools"
 	"github.com/dsh-dev/dsh/services/agent/internal/approval"
+	"github.com/dsh-dev/dsh/services/agent/internal/compact"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 	"github.com/dsh-dev/dsh/services/agent/internal/idem"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
@@ -121,6 +122,12 @@ type Config struct {
 	// ReplyCache bounds the in-memory cache of first replies to commands
 	// with a request_id (default 4096); the session log stays the authority.
 	ReplyCache int
+	// Compaction is the agent's compaction policy (zero fields take the
+	// defaults of semantics.md §7.6); the gateway's per-route/model
+	// overrides apply on top. NoCompaction turns the token meter's triggers
+	// and the Compact RPC off.
+	Compaction   compact.Policy
+	NoCompaction bool
 	// Now and NewID are injected for reproducible logs; defaults time.Now
 	// and random hex ids.
 	Now   func() time.Time
@@ -220,6 +227,8 @@ type Service struct {
 	// delegation tools (nil when the deployment wires none).
 	kids kids
 	sub  *subagent.Host
+
+	compactor *compact.Compactor // nil: compaction off
 }
 
 // New returns a service.
@@ -246,6 +255,7 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Service, error) {
 		appr: &approval.Config{Policy: cfg.Approval.Policy, Rules: cfg.Approval.Rules, Timeout: cfg.Approval.Timeout,
 			Approvers: deps.Approvers, Logger: logger}}
 	s.metrics, _ = telemetry.NewMetrics(nil)
+	s.compactor = newCompactor(cfg, deps, s)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	if cfg.IdleUnload > 0 {
@@ -297,6 +307,7 @@ func (s *Service) open(ctx context.Context, log *session.Log, durable int64, sou
 		LLM: s.deps.LLM, Tools: s.toolsFor(log.Header()), Hooks: s.deps.Hooks, Prompt: s.deps.Prompt, Workspace: s.deps.Workspace,
 		Flush: l.flush, MaxParallelToolCalls: s.cfg.MaxParallelToolCalls, Debug: s.cfg.Debug, Logger: s.log, Approval: l.gate,
 		Limits: loop.QueueLimits{MaxItems: s.cfg.MaxQueuedItems, MaxBytes: s.cfg.MaxQueuedBytes, Process: s.budget}, Sandbox: s.cfg.Sandbox,
+		Context: s.contextManager(),
 		OnStatus: func(st agentv1.AgentStatus) {
 			if s.cfg.Sink != nil {
 				s.cfg.Sink.Status(log.Header().GetTenant(), l.id, st)

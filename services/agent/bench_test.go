@@ -54,7 +54,7 @@ func benchAgentWith(b *testing.B, sc agent.ServerConfig, creds grpc.DialOption) 
 	if err != nil {
 		b.Fatal(err)
 	}
-	sc.Listener, sc.Service, sc.NoTitles = lis, agent.Config{DefaultCwd: "/work"}, true
+	sc.Listener, sc.Service.DefaultCwd, sc.NoTitles = lis, "/work", true
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(ctx, sc, slog.New(slog.DiscardHandler)) }()

@@ -182,7 +182,9 @@ func (s *Service) GetSession(ctx context.Context, req *agentv1.GetSessionRequest
 		return nil, toStatus(s.log, "GetSession", err)
 	}
 	defer s.release(l)
-	return &agentv1.GetSessionResponse{Session: l.snapshot()}, nil
+	out := l.snapshot()
+	out.Context = s.contextOf(ctx, l)
+	return &agentv1.GetSessionResponse{Session: out}, nil
 }
 
 // ListSessions pages through stored and live sessions by id. Sessions not in

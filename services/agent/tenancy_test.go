@@ -123,6 +123,10 @@ var sessionProbes = map[string]probe{
 			Answer: &agentv1.RespondRequest_Approval{Approval: &agentv1.ApprovalResponse{Decision: agentv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE}}})
 		return err
 	},
+	"Compact": func(ctx context.Context, c agentv1.AgentServiceClient, id string) error {
+		_, err := c.Compact(ctx, &agentv1.CompactRequest{SessionId: id})
+		return err
+	},
 	"UpdateSession": func(ctx context.Context, c agentv1.AgentServiceClient, id string) error {
 		_, err := c.UpdateSession(ctx, &agentv1.UpdateSessionRequest{SessionId: id, Title: "probe",
 			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"title"}}})
@@ -229,6 +233,12 @@ func TestCrossTenantProbes(t *testing.T) {
 			case rpc == "Respond":
 				if code(err) == codes.OK || code(err) == codes.PermissionDenied {
 					t.Errorf("%s Respond to no pending request on its own session: %v", who, err)
+				}
+			case rpc == "Compact":
+				// Reached the session: it compacts, or says why not
+				// (FAILED_PRECONDITION: nothing to compact).
+				if c := code(err); c != codes.OK && c != codes.FailedPrecondition {
+					t.Errorf("%s Compact on its own session: %v", who, err)
 				}
 			case err != nil:
 				t.Errorf("%s %s on its own session: %v", who, rpc, err)

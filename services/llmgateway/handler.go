@@ -142,8 +142,8 @@ func (h handler) ListModels(ctx context.Context, req *llmv1.ListModelsRequest) (
 	return out, nil
 }
 
-// GetModelContext returns a route and model's context window, or none when
-// unknown.
+// GetModelContext returns a route and model's context window (none when
+// unknown: never guessed) and the compaction policy configured for them.
 func (h handler) GetModelContext(_ context.Context, req *llmv1.GetModelContextRequest) (*llmv1.GetModelContextResponse, error) {
 	r, err := h.s.lookup(req.GetProvider())
 	if err != nil {
@@ -152,13 +152,7 @@ func (h handler) GetModelContext(_ context.Context, req *llmv1.GetModelContextRe
 	if req.GetModel() == "" {
 		return nil, toStatus(h.s.log, "GetModelContext", &provider.RequestError{Field: "model", Reason: "a model id is required"})
 	}
-	out := &llmv1.GetModelContextResponse{}
-	for _, m := range r.adapter.Models() {
-		if m.ID == req.GetModel() && m.ContextWindow > 0 {
-			out.Context = &llmv1.ModelContext{ContextWindow: m.ContextWindow}
-		}
-	}
-	return out, nil
+	return &llmv1.GetModelContextResponse{Context: r.modelContext(req.GetModel())}, nil
 }
 
 func (s *Service) lookup(name string) (*route, error) {

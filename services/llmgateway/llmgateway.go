@@ -98,6 +98,9 @@ type RouteConfig struct {
 	// Script (scripted): a file path or inline JSON; the built-in demo when
 	// empty.
 	Script string `json:"script,omitempty"`
+	// Compaction overrides the agent's compaction settings on this route
+	// (and per model); reported by GetModelContext.
+	Compaction *CompactionConfig `json:"compaction,omitempty"`
 }
 
 // EnvVar is one environment variable ConfigFromEnv reads.
@@ -140,11 +143,24 @@ func ConfigFromEnv(getenv func(string) string) Config {
 		}
 		cfg.Routes = append(cfg.Routes, r)
 	}
-	cfg.Routes = append(cfg.Routes, RouteConfig{Name: "scripted", Kind: KindScripted, DisplayName: "Scripted (offline demo, no model)", Script: getenv("DSH_SCRIPT")})
+	scripted := RouteConfig{Name: "scripted", Kind: KindScripted, DisplayName: "Scripted (offline demo, no model)", Script: getenv("DSH_SCRIPT")}
+	if scripted.Script == "" {
+		scripted.Compaction = DemoCompaction()
+	}
+	cfg.Routes = append(cfg.Routes, scripted)
 	if d, err := time.ParseDuration(getenv("DSH_LLM_IDLE_TIMEOUT")); err == nil && d > 0 {
 		cfg.IdleTimeout = d
 	}
 	return cfg
+}
+
+// DemoCompaction is the demo route's compaction policy: on its small window
+// it compacts at 30 % of it and keeps 300 tokens as the recent tail, so a
+// chat of a few turns shows a compaction (make run) while the system prompt
+// and tools (about 2,600 tokens) stay well inside the window.
+func DemoCompaction() *CompactionConfig {
+	threshold, retain := 0.3, int64(300)
+	return &CompactionConfig{ThresholdRatio: &threshold, RetainTokens: &retain}
 }
 
 // LoadConfigFile reads a JSON config file ({"routes": [...],
@@ -201,6 +217,7 @@ func LoadConfigFile(path string, base Config, getenv func(string) string) (Confi
 type route struct {
 	name, display string
 	adapter       provider.Adapter
+	compaction    *CompactionConfig
 }
 
 // Service is the LlmGateway implementation.
@@ -235,11 +252,14 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		if _, dup := s.byName[rc.Name]; dup {
 			return nil, fmt.Errorf("llmgateway: route %q registered twice", rc.Name)
 		}
+		if err := rc.Compaction.validate("llmgateway: route " + rc.Name); err != nil {
+			return nil, err
+		}
 		a, err := newAdapter(rc, client, logger)
 		if err != nil {
 			return nil, err
 		}
-		r := &route{name: rc.Name, display: rc.DisplayName, adapter: a}
+		r := &route{name: rc.Name, display: rc.DisplayName, adapter: a, compaction: rc.Compaction}
 		if r.display == "" {
 			r.display = rc.Name
 		}

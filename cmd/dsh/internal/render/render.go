@@ -171,6 +171,9 @@ func (r *Renderer) Event(ev *sessionv1.SessionEvent) {
 	case *sessionv1.SessionEvent_TurnStart:
 		r.usage = turnUsage{}
 	case *sessionv1.SessionEvent_UserMessage:
+		if ev.GetSurfaceOp().GetReplace() != nil {
+			return // a compaction checkpoint: the compaction card shows it
+		}
 		if r.opt.ShowUser {
 			r.line(r.style(sBold, "› ") + r.style(sBold, firstLines(blocksText(p.UserMessage.GetContent()), 0)))
 		}
@@ -187,6 +190,10 @@ func (r *Renderer) Event(ev *sessionv1.SessionEvent) {
 	case *sessionv1.SessionEvent_ToolCall:
 		r.toolCall(p.ToolCall)
 	case *sessionv1.SessionEvent_ToolResult:
+		if ev.GetSurfaceOp().GetReplace() != nil {
+			r.compaction(ev) // a pruned result (compact.go)
+			return
+		}
 		r.toolResult(p.ToolResult)
 	case *sessionv1.SessionEvent_TodoWrite:
 		r.todos(p.TodoWrite)
@@ -196,6 +203,8 @@ func (r *Renderer) Event(ev *sessionv1.SessionEvent) {
 		r.line(r.style(sDim, "· title: "+oneLine(p.SessionTitle.GetTitle(), 200)))
 	case *sessionv1.SessionEvent_SubagentStart, *sessionv1.SessionEvent_SubagentEnd:
 		r.subagent(ev) // subagent.go
+	case *sessionv1.SessionEvent_CompactStart, *sessionv1.SessionEvent_CompactSummary, *sessionv1.SessionEvent_CompactEnd:
+		r.compaction(ev) // compact.go
 	case *sessionv1.SessionEvent_Extension:
 		r.line(r.style(sDim, "· "+session.TypeName(ev)))
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -32,6 +33,9 @@ type historyCodec struct {
 	base     encoding.CodecV2
 	mu       sync.Mutex
 	sessions map[string]*sessionEnc
+	// encoded and reused count history bytes encoded afresh and taken
+	// from the cache, over every request (EncodeStats).
+	encoded, reused atomic.Int64
 }
 
 // sessionEnc is one session's cache: buf[:ends[i]] holds the encoded message
@@ -103,6 +107,15 @@ func (c *historyCodec) Marshal(v any) (mem.BufferSlice, error) {
 		se.buf = protowire.AppendBytes(se.buf, b)
 		se.msgs, se.ends = append(se.msgs, msgs[i]), append(se.ends, len(se.buf))
 	}
+	fresh := 0
+	if k < len(se.ends) {
+		fresh = len(se.buf)
+		if k > 0 {
+			fresh -= se.ends[k-1]
+		}
+	}
+	c.encoded.Add(int64(fresh))
+	c.reused.Add(int64(len(se.buf) - fresh))
 	bs := mem.BufferSlice{mem.SliceBuffer(out)}
 	if n := len(se.buf); n > 0 {
 		bs = append(bs, mem.SliceBuffer(se.buf[:n:n]))

@@ -122,5 +122,22 @@ func classify(err error) error {
 	return &loop.RequestFailure{Failure: &llmv1.LlmFailure{Code: code, Message: "gateway: " + msg}}
 }
 
+// EncodeStats reports the history bytes of every request so far: encoded
+// afresh, and reused from the per-session cache (a compaction re-encodes
+// only from the replaced position on).
+func (c *Client) EncodeStats() (encoded, reused int64) {
+	return c.codec.encoded.Load(), c.codec.reused.Load()
+}
+
 // Forget drops the per-session encoding cache of a session that left memory.
 func (c *Client) Forget(sessionID string) { c.codec.forget(sessionID) }
+
+// ModelContext returns a route and model's context window and compaction
+// overrides (nil when the gateway knows neither).
+func (c *Client) ModelContext(ctx context.Context, provider, model string) (*llmv1.ModelContext, error) {
+	resp, err := c.c.GetModelContext(ctx, &llmv1.GetModelContextRequest{Provider: provider, Model: model})
+	if err != nil {
+		return nil, fmt.Errorf("gateway model context of %s/%s: %w", provider, model, err)
+	}
+	return resp.GetContext(), nil
+}

@@ -80,6 +80,9 @@ type Config struct {
 	// Sandbox is the deployment's default confinement (mode and network
 	// set); a session's options and sandbox/mode events override it.
 	Sandbox *toolsv1.SandboxPolicy
+	// Context compacts and prunes the context (pressure after a step,
+	// recovery from CONTEXT_WINDOW_EXCEEDED); nil: neither.
+	Context ContextManager
 }
 
 // Item is one inbox entry (a send or a steer).
@@ -134,6 +137,7 @@ type Agent struct {
 	live        bool // Start finished: queued items start a driver
 	driving     bool // a driver goroutine runs (only while there is work)
 	turnCancel  context.CancelCauseFunc
+	exclusive   bool // an Exclusive zero-step turn is open: no turn starts
 	inBatch     bool
 	batchFIFO   []*sessionv1.SessionEvent
 	lastTurn    int32
@@ -142,6 +146,8 @@ type Agent struct {
 	idleFlushes sync.WaitGroup
 
 	// Driver-only state.
+	checker      session.Checker // debug mode: the log's events checked so far
+	checked      int
 	headerLogged bool
 	prefix       []*llmv1.Message
 	prefixSet    bool
@@ -218,7 +224,7 @@ func (a *Agent) Start(ctx context.Context, source string) {
 // driver exits when the queue is empty, so an idle session holds no
 // goroutine (issue 19: a loaded idle session costs ≤ 10 KiB).
 func (a *Agent) kickLocked() {
-	if a.live && !a.driving && !a.disposed && len(a.queued) > 0 {
+	if a.live && !a.driving && !a.disposed && !a.exclusive && len(a.queued) > 0 {
 		a.driving = true
 		go a.run()
 	}
@@ -494,11 +500,13 @@ func (a *Agent) setStatusLocked(s agentv1.AgentStatus) {
 func (a *Agent) run() {
 	for {
 		a.mu.Lock()
-		if a.disposed || len(a.queued) == 0 {
+		if a.disposed || len(a.queued) == 0 || a.exclusive {
+			// An Exclusive turn owns the session: it starts a driver again
+			// when it ends (kickLocked).
 			a.driving = false
 			if a.disposed {
 				close(a.done)
-			} else {
+			} else if !a.exclusive {
 				a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_IDLE)
 			}
 			a.mu.Unlock()

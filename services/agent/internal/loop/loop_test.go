@@ -49,6 +49,7 @@ func (t pipeTools) Begin(ctx context.Context, h []string, ex *toolsv1.ToolExecut
 type harness struct {
 	t       *testing.T
 	gw      *fakes.Gateway
+	client  *gateway.Client // the gateway client under the checked LLM
 	host    *fakes.ToolHost
 	hooks   *hooks.Set
 	log     *session.Log
@@ -78,6 +79,13 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 
 func newHarness(t *testing.T, tools []fakes.Tool, opts ...option) *harness {
 	t.Helper()
+	return newHarnessFrom(t, nil, tools, opts...)
+}
+
+// newHarnessFrom is newHarness over a log seeded with seed (a resumed
+// session).
+func newHarnessFrom(t *testing.T, seed []*sessionv1.SessionEvent, tools []fakes.Tool, opts ...option) *harness {
+	t.Helper()
 	h := &harness{t: t, gw: &fakes.Gateway{}, hooks: &hooks.Set{}, release: make(chan struct{})}
 	h.host = fakes.NewToolHost(tools...)
 	gwAddr := fakes.Serve(t, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, h.gw) })
@@ -89,13 +97,14 @@ func newHarness(t *testing.T, tools []fakes.Tool, opts ...option) *harness {
 	t.Cleanup(pipe.Close)
 	hdr := &sessionv1.SessionHeader{Id: "s1", CreatedAt: epoch.UnixMilli(), Cwd: "/work",
 		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m1"}}
-	log, err := session.NewLog(hdr, nil, session.WithClock(func() time.Time { return epoch }), session.WithTurnChecks())
+	log, err := session.NewLog(hdr, seed, session.WithClock(func() time.Time { return epoch }), session.WithTurnChecks())
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.log = log
+	h.client = gateway.New(dial(t, gwAddr))
 	cfg := loop.Config{
-		LLM:    &checkedLLM{h: h, inner: gateway.New(dial(t, gwAddr))},
+		LLM:    &checkedLLM{h: h, inner: h.client},
 		Tools:  pipeTools{pipe},
 		Hooks:  h.hooks,
 		Prompt: mustPrompt(t, prompt.Config{}),

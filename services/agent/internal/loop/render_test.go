@@ -14,7 +14,11 @@ import (
 func render(events []*sessionv1.SessionEvent) string {
 	var b strings.Builder
 	for _, ev := range events {
-		fmt.Fprintf(&b, "%d %s %s\n", ev.GetSeq(), session.TypeName(ev), fields(ev))
+		op := ""
+		if r := ev.GetSurfaceOp().GetReplace(); r != nil {
+			op = fmt.Sprintf(" replace=%d..%d", r.GetStart(), r.GetEnd())
+		}
+		fmt.Fprintf(&b, "%d %s %s%s\n", ev.GetSeq(), session.TypeName(ev), fields(ev), op)
 	}
 	return b.String()
 }
@@ -133,6 +137,9 @@ func fields(ev *sessionv1.SessionEvent) string {
 		if tr.GetInjection() != nil {
 			kind = "injection(" + source(tr.GetInjection().GetSource()) + ")"
 		}
+		if tr.GetExtension() != nil {
+			kind = "ext:" + tr.GetExtension().GetType()
+		}
 		return fmt.Sprintf("turn=%d trigger=%s", p.TurnStart.GetTurn(), kind)
 	case *sessionv1.SessionEvent_TurnEnd:
 		return fmt.Sprintf("turn=%d reason=%s", p.TurnEnd.GetTurn(), reason(p.TurnEnd.GetReason()))
@@ -189,6 +196,17 @@ func fields(ev *sessionv1.SessionEvent) string {
 		}
 		return fmt.Sprintf("%s %s/%s system=%v tools=%v prefix=%d", strings.TrimPrefix(p.RequestHeader.GetReason().String(), "HEADER_REASON_"),
 			h.GetConfig().GetProvider(), h.GetConfig().GetModel(), h.System != nil, names, len(h.GetMessagePrefix()))
+	case *sessionv1.SessionEvent_CompactStart:
+		return fmt.Sprintf("turn=%d trigger=%s", p.CompactStart.GetTurn(), strings.TrimPrefix(p.CompactStart.GetTrigger().String(), "COMPACT_TRIGGER_"))
+	case *sessionv1.SessionEvent_CompactSummary:
+		c := p.CompactSummary
+		return fmt.Sprintf("range=%d..%d shadowed=%v tokens=%d %s/%s max=%d %s", c.GetShadowedRange().GetStart(), c.GetShadowedRange().GetEnd(),
+			c.GetShadowedSeqs(), c.GetShadowedTokenCount(), c.GetProvider(), c.GetModel(), c.GetMaxTokens(), q(c.GetSummary()))
+	case *sessionv1.SessionEvent_CompactEnd:
+		if e := p.CompactEnd.GetError(); e != "" {
+			return fmt.Sprintf("turn=%d error=%s", p.CompactEnd.GetTurn(), q(e))
+		}
+		return fmt.Sprintf("turn=%d", p.CompactEnd.GetTurn())
 	case *sessionv1.SessionEvent_Extension:
 		return p.Extension.GetJson()
 	}

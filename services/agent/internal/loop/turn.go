@@ -173,6 +173,7 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 	a.sections = sections
 
 	var prior []*llmv1.LlmFailure
+	overflowRetries := 0
 	var stepSpan trace.Span
 	endStep := func() {
 		if stepSpan != nil {
@@ -242,6 +243,15 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 			if err := checkpoint(ctx); err != nil {
 				return err
 			}
+			if failure.GetCode() == codeContextWindowExceeded {
+				retry, err := a.recoverOverflow(ctx, turn, step, &overflowRetries)
+				if err != nil {
+					return err
+				}
+				if retry {
+					continue
+				}
+			}
 			d, herr := a.hk.RequestError.Run(ctx, &hooks.RequestError{
 				Subject: a.subj, Turn: turn, Step: step, Err: err, Failure: failure, PriorFailures: prior,
 				Append: func(ev *sessionv1.SessionEvent) error { _, err := a.append(ev); return err },
@@ -261,7 +271,7 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 			}
 			return &requestFailed{failure: failure}
 		}
-		prior = nil
+		prior, overflowRetries = nil, 0
 		if out.maxTokens {
 			st.maxTokens = true
 		}
@@ -277,6 +287,9 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 			return err
 		}
 		if err := checkpoint(ctx); err != nil {
+			return err
+		}
+		if err := a.afterStep(ctx, turn, step); err != nil {
 			return err
 		}
 		if _, err := a.append(session.StepEndEvent(turn, step)); err != nil {
@@ -684,7 +697,17 @@ func (e *InvariantFailure) Code() string { return session.CodeInvariant }
 
 func (a *Agent) debugCheck(req *llmv1.GenerateRequest) error {
 	events := a.log.Events()
-	if err := session.CheckLog(events); err != nil {
+	// The checker is fed incrementally: every event is checked once, in
+	// order, exactly as CheckLog would, without re-walking the whole log
+	// before every request (quadratic over a long session).
+	var err error
+	for _, ev := range events[a.checked:] {
+		if err = a.checker.Check(ev); err != nil {
+			break
+		}
+	}
+	a.checked = len(events)
+	if err != nil {
 		a.lg.Error("DEBUG: session invariant broken", "err", err)
 		return &InvariantFailure{Err: err}
 	}

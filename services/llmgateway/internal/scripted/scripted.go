@@ -20,7 +20,21 @@
 // answer (a scripted RATE_LIMIT, then success).
 //
 // A session-title call (purpose TITLE) is answered apart from the steps:
-// with Script.Title, else the first words of its last user message.
+// with Script.Title, else the first words of its last user message. A
+// compaction call (purpose COMPACTION) is too, so a Sequential script is not
+// consumed by it: with Script.Summary, else a deterministic digest of the
+// messages it summarizes (their count, the first request, the latest
+// answer), short by construction. A user message holding a
+// <compacted-summary> (the agent's compaction checkpoint) is not a turn of
+// its own.
+//
+// # The context window
+//
+// A model of Script.Models with a context_window enforces it as a real
+// provider does: a request whose estimate (session.EstimateRequest, the
+// agent's token meter heuristic, so both agree) is over the window ends with
+// finish{error, CONTEXT_WINDOW_EXCEEDED} before any content, and consumes no
+// step.
 //
 // # A step's stream
 //
@@ -43,6 +57,7 @@ import (
 	"time"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
 )
 
@@ -60,6 +75,10 @@ type Script struct {
 	// the first words of the request's last user message. Title calls never
 	// consume a step.
 	Title string `json:"title,omitempty"`
+	// Summary answers every compaction call (purpose COMPACTION); empty
+	// means a deterministic digest of the summarized messages. Compaction
+	// calls never consume a step.
+	Summary string `json:"summary,omitempty"`
 }
 
 // Step is one scripted model response.
@@ -107,12 +126,17 @@ type Usage struct {
 // result in the request (trimmed to 500 bytes).
 const LastToolResult = "{{last_tool_result}}"
 
+// DemoContextWindow is the demo model's window: small, so that a chat of a
+// few turns reaches the gateway's demo compaction threshold, yet roomy
+// enough for a workspace's instruction files.
+const DemoContextWindow = 12_000
+
 // Demo is the built-in demo script used when no provider key is set: the
 // first call of every turn answers with a little reasoning, a sentence and
 // one harmless bash call; the call after the tool result summarises it.
 func Demo() Script {
 	return Script{
-		Models: []provider.Model{{ID: "demo", Name: "Scripted demo", Description: "built-in offline demo script (no model behind it)", ContextWindow: 128_000}},
+		Models: []provider.Model{{ID: "demo", Name: "Scripted demo", Description: "built-in offline demo script (no model behind it); a small window, so a long chat shows a compaction", ContextWindow: DemoContextWindow}},
 		Steps: []Step{
 			{
 				Reasoning: "The user said something. This is the scripted demo, so I will show the tool loop with a harmless command.",
@@ -254,10 +278,70 @@ func (a *Adapter) title(req *llmv1.GenerateRequest) Step {
 	return Step{Text: "Untitled session"}
 }
 
+// summaryBytes caps each quoted piece of a default digest.
+const summaryBytes = 200
+
+// summary answers a purpose-COMPACTION call: the script's Summary, or a
+// digest of the messages before the final instruction.
+func (a *Adapter) summary(req *llmv1.GenerateRequest) Step {
+	if a.script.Summary != "" {
+		return Step{Text: a.script.Summary}
+	}
+	msgs := req.GetMessages()
+	if n := len(msgs); n > 0 {
+		msgs = msgs[:n-1] // the instruction
+	}
+	var results int
+	var first, latest string
+	for _, m := range msgs {
+		for _, b := range m.GetContent() {
+			switch {
+			case b.GetToolResult() != nil:
+				results++
+			case m.GetRole() == llmv1.Role_ROLE_ASSISTANT && b.GetText() != nil:
+				latest = b.GetText().GetText()
+			case first == "" && userAuthored(m) && b.GetText() != nil:
+				first = b.GetText().GetText()
+			}
+		}
+	}
+	return Step{Text: fmt.Sprintf("Scripted summary of %d messages (%d tool results). First request: %s. Latest answer: %s.",
+		len(msgs), results, clip(first), clip(latest))}
+}
+
+func clip(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > summaryBytes {
+		s = strings.ToValidUTF8(s[:summaryBytes], "") + "…"
+	}
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// overWindow returns the CONTEXT_WINDOW_EXCEEDED failure of a request over
+// its model's declared window, or nil.
+func (a *Adapter) overWindow(req *llmv1.GenerateRequest) *provider.Failure {
+	for _, m := range a.script.Models {
+		if m.ID != req.GetModel() || m.ContextWindow <= 0 {
+			continue
+		}
+		if n := session.EstimateRequest(req); n > m.ContextWindow {
+			return &provider.Failure{Code: provider.CodeContextWindowExceeded, Status: 400, Message: fmt.Sprintf(
+				"scripted: the request has about %d tokens, over the %d-token context window of model %q", n, m.ContextWindow, m.ID)}
+		}
+	}
+	return nil
+}
+
 // pick returns the step for req.
 func (a *Adapter) pick(req *llmv1.GenerateRequest) (Step, error) {
-	if req.GetPurpose() == llmv1.Purpose_PURPOSE_TITLE {
+	switch req.GetPurpose() {
+	case llmv1.Purpose_PURPOSE_TITLE:
 		return a.title(req), nil
+	case llmv1.Purpose_PURPOSE_COMPACTION:
+		return a.summary(req), nil
 	}
 	steps := a.script.Steps
 	var idx int
@@ -303,7 +387,11 @@ func userAuthored(m *llmv1.Message) bool {
 		return false
 	}
 	for _, b := range m.GetContent() {
-		if b.GetToolResult() == nil && !strings.HasPrefix(b.GetText().GetText(), "<system-reminder>") {
+		t := b.GetText().GetText()
+		if strings.Contains(t, "<compacted-summary>") {
+			return false
+		}
+		if b.GetToolResult() == nil && !strings.HasPrefix(t, "<system-reminder>") {
 			return true
 		}
 	}
@@ -336,12 +424,16 @@ func lastToolResult(msgs []*llmv1.Message) string {
 // Stream implements provider.Adapter.
 func (a *Adapter) Stream(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error] {
 	return func(yield func(*llmv1.StreamChunk, error) bool) {
+		e := provider.NewEmitter(yield)
+		if f := a.overWindow(req); f != nil {
+			e.Fail(f)
+			return
+		}
 		st, err := a.pick(req)
 		if err != nil {
 			yield(nil, err)
 			return
 		}
-		e := provider.NewEmitter(yield)
 		delay := time.Duration(st.DelayMS) * time.Millisecond
 		wait := func() bool {
 			if delay <= 0 {

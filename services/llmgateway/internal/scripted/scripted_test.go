@@ -174,3 +174,76 @@ func TestTitle(t *testing.T) {
 		t.Errorf("a title call consumed a sequential step: first step answered %q", got)
 	}
 }
+
+func textOf(chunks []*llmv1.StreamChunk) string {
+	var sb strings.Builder
+	for _, c := range chunks {
+		sb.WriteString(c.GetTextDelta().GetText())
+	}
+	return sb.String()
+}
+
+func TestContextWindow(t *testing.T) {
+	t.Parallel()
+	s := Script{Sequential: true, Models: []provider.Model{{ID: "small", ContextWindow: 100}},
+		Steps: []Step{{Text: "first"}, {Text: "second"}}}
+	a := New(s)
+	small := func(text string) *llmv1.GenerateRequest {
+		return &llmv1.GenerateRequest{Provider: "scripted", Model: "small", Messages: []*llmv1.Message{user(text)}}
+	}
+	tests := []struct {
+		name, text, code, want string
+	}{
+		{name: "under the window answers the next step", text: "hi", want: "first"},
+		{name: "over the window fails without consuming a step", text: strings.Repeat("x", 400), code: provider.CodeContextWindowExceeded},
+		{name: "the step is still there", text: "hi again", want: "second"},
+	}
+	for _, tc := range tests { // sequential on purpose: one adapter, one counter
+		chunks := providertest.Collect(t, t.Context(), a, small(tc.text))
+		if got := providertest.FailureCode(chunks); got != tc.code {
+			t.Fatalf("%s: failure %q, want %q: %s", tc.name, got, tc.code, providertest.Format(chunks))
+		}
+		if got := textOf(chunks); tc.code == "" && got != tc.want {
+			t.Fatalf("%s: text %q, want %q", tc.name, got, tc.want)
+		}
+		if tc.code != "" && !strings.Contains(providertest.Finish(chunks).GetReason().GetError().GetFailure().GetMessage(), "context window") {
+			t.Fatalf("%s: the failure does not say why: %s", tc.name, providertest.Format(chunks))
+		}
+	}
+	// A model without a declared window takes anything.
+	big := &llmv1.GenerateRequest{Provider: "scripted", Model: "other", Messages: []*llmv1.Message{user(strings.Repeat("x", 4000))}}
+	if code := providertest.FailureCode(providertest.Collect(t, t.Context(), New(Script{Steps: []Step{{Text: "ok"}}}), big)); code != "" {
+		t.Fatalf("no window declared, still failed: %s", code)
+	}
+}
+
+func TestCompactionCallsAreApart(t *testing.T) {
+	t.Parallel()
+	a := New(Script{Sequential: true, Steps: []Step{{Text: "one"}, {Text: "two"}}})
+	compaction := func() *llmv1.GenerateRequest {
+		r := req(user("please fix the parser in lexer.go"), assistant(), toolResult("c", strings.Repeat("out ", 500)),
+			&llmv1.Message{Role: llmv1.Role_ROLE_ASSISTANT, Content: []*llmv1.ContentBlock{text("I fixed it.")}}, user("Summarize the conversation."))
+		r.Purpose = llmv1.Purpose_PURPOSE_COMPACTION
+		return r
+	}
+	first := textOf(providertest.Collect(t, t.Context(), a, compaction()))
+	want := "Scripted summary of 4 messages (1 tool results). First request: please fix the parser in lexer.go. Latest answer: I fixed it.."
+	if first != want {
+		t.Fatalf("summary %q, want %q", first, want)
+	}
+	if again := textOf(providertest.Collect(t, t.Context(), a, compaction())); again != first {
+		t.Fatalf("not deterministic: %q then %q", first, again)
+	}
+	if got := textOf(providertest.Collect(t, t.Context(), a, req(user("go")))); got != "one" {
+		t.Fatalf("a compaction call consumed a step: got %q", got)
+	}
+	fixed := New(Script{Summary: "fixed summary", Steps: []Step{{Text: "x"}}})
+	if got := textOf(providertest.Collect(t, t.Context(), fixed, compaction())); got != "fixed summary" {
+		t.Fatalf("script summary: %q", got)
+	}
+	// The checkpoint is not a turn: after it, the step index keeps counting.
+	turn, step := position([]*llmv1.Message{user("<compacted-summary>s</compacted-summary>"), assistant(), toolResult("c", "x")})
+	if turn != 0 || step != 1 {
+		t.Fatalf("position after a checkpoint = (%d, %d)", turn, step)
+	}
+}
