@@ -80,6 +80,23 @@ func recvAll(t testing.TB, s interface {
 	}
 }
 
+// generate runs req to its end and checks the stream grammar.
+func generate(t testing.TB, c llmv1.LlmGatewayClient, req *llmv1.GenerateRequest) []*llmv1.StreamChunk {
+	t.Helper()
+	s, err := c.Generate(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks, err := recvAll(t, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := llmstream.CheckStream(chunks); err != nil {
+		t.Fatal(err)
+	}
+	return chunks
+}
+
 func TestGenerateOverGRPC(t *testing.T) {
 	t.Parallel()
 	up := providertest.Serve(t, providertest.Reply{Body: []byte(textSSE)})
@@ -93,17 +110,7 @@ func TestGenerateOverGRPC(t *testing.T) {
 
 	t.Run("stream", func(t *testing.T) {
 		t.Parallel()
-		s, err := c.Generate(t.Context(), &llmv1.GenerateRequest{Provider: "local", Model: "m", Messages: []*llmv1.Message{userText("hi")}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		chunks, err := recvAll(t, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := llmstream.CheckStream(chunks); err != nil {
-			t.Fatal(err)
-		}
+		chunks := generate(t, c, &llmv1.GenerateRequest{Provider: "local", Model: "m", Messages: []*llmv1.Message{userText("hi")}})
 		var a llmstream.Assembler
 		for _, ch := range chunks {
 			a.Push(ch)

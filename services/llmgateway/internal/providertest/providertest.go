@@ -197,9 +197,12 @@ func Format(chunks []*llmv1.StreamChunk) string {
 }
 
 // Golden compares chunks with testdata file path (one protojson chunk per
-// line), rewriting it when DSH_UPDATE_GOLDEN=1.
+// line), rewriting it when DSH_UPDATE_GOLDEN=1. Both sides are compared in
+// Canonical form: how the gateway cut the deltas depends on how the bytes
+// arrived (it merges deltas already waiting), what they assemble to does not.
 func Golden(t testing.TB, path string, chunks []*llmv1.StreamChunk) {
 	t.Helper()
+	chunks = Canonical(chunks)
 	got := Format(chunks)
 	if os.Getenv("DSH_UPDATE_GOLDEN") == "1" {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -218,9 +221,52 @@ func Golden(t testing.TB, path string, chunks []*llmv1.StreamChunk) {
 	if err != nil {
 		t.Fatalf("golden %s: %v", path, err)
 	}
+	wantChunks = Canonical(wantChunks)
 	if diff := cmp.Diff(wantChunks, chunks, protocmp.Transform()); diff != "" {
 		t.Errorf("chunks differ from %s (-want +got):\n%s\ngot:\n%s", path, diff, got)
 	}
+}
+
+// Canonical merges consecutive deltas of one block into one (a tool call's
+// name kept), the form of a stream whose deltas all arrived at once. Two
+// streams that assemble to the same message have the same canonical form.
+func Canonical(chunks []*llmv1.StreamChunk) []*llmv1.StreamChunk {
+	var out []*llmv1.StreamChunk
+	for _, c := range chunks {
+		if n := len(out); n > 0 && mergeDelta(out[n-1], c) {
+			continue
+		}
+		out = append(out, proto.CloneOf(c))
+	}
+	return out
+}
+
+// mergeDelta appends delta c to delta dst when both are of one block.
+func mergeDelta(dst, c *llmv1.StreamChunk) bool {
+	switch d := dst.GetChunk().(type) {
+	case *llmv1.StreamChunk_TextDelta:
+		if x := c.GetTextDelta(); x != nil && x.GetIndex() == d.TextDelta.GetIndex() {
+			d.TextDelta.Text += x.GetText()
+			return true
+		}
+	case *llmv1.StreamChunk_ReasoningDelta:
+		if x := c.GetReasoningDelta(); x != nil && x.GetIndex() == d.ReasoningDelta.GetIndex() {
+			d.ReasoningDelta.Text += x.GetText()
+			return true
+		}
+	case *llmv1.StreamChunk_ToolCallDelta:
+		x := c.GetToolCallDelta()
+		if x == nil || x.GetIndex() != d.ToolCallDelta.GetIndex() || x.GetId() != d.ToolCallDelta.GetId() ||
+			(x.Name != nil && d.ToolCallDelta.Name != nil && x.GetName() != d.ToolCallDelta.GetName()) {
+			return false
+		}
+		d.ToolCallDelta.ArgumentsDelta += x.GetArgumentsDelta()
+		if x.Name != nil {
+			d.ToolCallDelta.Name = x.Name
+		}
+		return true
+	}
+	return false
 }
 
 // Parse reads the golden format.

@@ -93,7 +93,13 @@ type Stream struct {
 	body      io.ReadCloser
 	events    *sse.Reader
 	requestID string
+	wait      func()
 }
+
+// OnWait sets a function run whenever the stream is about to wait for the
+// provider (before each read of the body that the event reader cannot
+// serve from its buffer).
+func (s *Stream) OnWait(f func()) { s.wait = f }
 
 // Open sends r and returns the event stream of a 2xx response, or the
 // failure: TRANSPORT, TIMEOUT, ABORTED, or the classified HTTP status.
@@ -159,7 +165,7 @@ func (c *Client) Open(ctx context.Context, r Request) (*Stream, *provider.Failur
 		s.close()
 		return nil, f
 	}
-	s.events = sse.NewReader(watchedReader{r: resp.Body, wd: s.wd})
+	s.events = sse.NewReader(watchedReader{r: resp.Body, wd: s.wd, s: s})
 	return s, nil
 }
 
@@ -308,13 +314,19 @@ func (w *watchdog) disarm() {
 
 func (w *watchdog) stop() { w.disarm() }
 
-// watchedReader arms the watchdog around every read of the body.
+// watchedReader arms the watchdog around every read of the body, after
+// running the stream's wait hook (the emitter's Flush: everything already
+// read has been translated, and the next bytes may take a while).
 type watchedReader struct {
 	r  io.Reader
 	wd *watchdog
+	s  *Stream
 }
 
 func (w watchedReader) Read(p []byte) (int, error) {
+	if w.s != nil && w.s.wait != nil {
+		w.s.wait()
+	}
 	w.wd.arm()
 	n, err := w.r.Read(p)
 	w.wd.disarm()
