@@ -1,9 +1,14 @@
 package llmgateway
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	"github.com/dsh-dev/dsh/internal/llmstream"
@@ -94,5 +99,59 @@ func TestCoalescedOverGRPC(t *testing.T) {
 			}
 			t.Logf("%d messages", len(chunks))
 		})
+	}
+}
+
+// TestHeldTailLeavesWhenProviderIsQuiet: a small delta after a long block
+// is held back by the growth bound, but when the provider then goes quiet
+// the tail still reaches the client (after provider.MaxHold), before the
+// provider says anything more: the stream stays live for watchers.
+func TestHeldTailLeavesWhenProviderIsQuiet(t *testing.T) {
+	t.Parallel()
+	head, _ := textSSEOf(1500) // ~12 KB of text
+	tail := `data: {"choices":[{"index":0,"delta":{"content":"tail"}}]}` + "\n\n"
+	_, wantHead := textSSEOf(1500)
+	want := wantHead + "tail"
+	headEvents := head[:bytes.LastIndex(head, []byte("data: {\"choices\":[{\"index\":0,\"delta\":{},"))]
+	got := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		_, _ = w.Write(headEvents)
+		fl.Flush()
+		_, _ = io.WriteString(w, tail)
+		fl.Flush()
+		select { // quiet until the client has every byte, tail included
+		case <-got:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, `data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	c := startGateway(t, Config{IdleTimeout: 20 * time.Second, Routes: []RouteConfig{{Name: "local", Kind: KindOpenAI, BaseURL: srv.URL}}})
+	var text strings.Builder
+	s, err := c.Generate(t.Context(), &llmv1.GenerateRequest{Provider: "local", Model: "m", Messages: []*llmv1.Message{userText("go")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r, err := s.Recv()
+		if err != nil {
+			t.Fatalf("%v after %d bytes", err, text.Len())
+		}
+		text.WriteString(r.GetChunk().GetTextDelta().GetText())
+		if text.String() == want {
+			close(got)
+			break
+		}
+		if f := r.GetChunk().GetFinish(); f != nil {
+			t.Fatalf("finished before the tail arrived: %v (%d bytes)", f, text.Len())
+		}
+	}
+	chunks, err := recvAll(t, s)
+	if err != nil || providertest.Finish(chunks).GetReason().GetStop() == nil {
+		t.Fatalf("end of stream: %v %v", err, providertest.Format(chunks))
 	}
 }

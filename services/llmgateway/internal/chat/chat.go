@@ -152,8 +152,12 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 			break
 		}
 		if fd, ok := parseFast(data); ok {
-			// The common case: text only (see fast.go).
+			// The common cases: text, or one tool call's fragment (see
+			// fast.go).
 			if !st.deltaText(e, s, fd.reasoningText(), fd.content) {
+				return
+			}
+			if fd.tool && !st.toolDelta(e, s, fd.toolIndex, fd.toolID, fd.toolName, fd.args) {
 				return
 			}
 			continue
@@ -184,21 +188,7 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 				return
 			}
 			for _, tc := range d.ToolCalls {
-				i, ok := st.tools[tc.Index]
-				if !ok {
-					id := tc.ID
-					if id == "" {
-						id = fmt.Sprintf("call-%d", e.Len())
-					}
-					i, _ = e.OpenToolCall(id, "")
-					st.tools[tc.Index] = i
-				}
-				args, err := st.frag(tc.Function.Arguments)
-				if err != nil {
-					e.Fail(s.Fail(provider.CodeMalformedResponse, "bad tool arguments string in stream"))
-					return
-				}
-				if !e.Fragment(i, tc.Function.Name, args) {
+				if !st.toolDelta(e, s, tc.Index, tc.ID, tc.Function.Name, tc.Function.Arguments) {
 					return
 				}
 			}
@@ -231,6 +221,25 @@ func (st *translator) frag(raw json.RawMessage) ([]byte, error) {
 	var err error
 	st.buf, err = fragment.Unquote(st.buf[:0], raw)
 	return st.buf, err
+}
+
+// toolDelta streams one tool call's fragment (args a raw JSON string),
+// opening its block on the first delta of its index.
+func (st *translator) toolDelta(e *provider.Emitter, s *upstream.Stream, index int, id, name string, rawArgs []byte) bool {
+	i, ok := st.tools[index]
+	if !ok {
+		if id == "" {
+			id = fmt.Sprintf("call-%d", e.Len())
+		}
+		i, _ = e.OpenToolCall(id, "")
+		st.tools[index] = i
+	}
+	args, err := st.frag(rawArgs)
+	if err != nil {
+		e.Fail(s.Fail(provider.CodeMalformedResponse, "bad tool arguments string in stream"))
+		return false
+	}
+	return e.Fragment(i, name, args)
 }
 
 // deltaText streams a delta's reasoning and content (raw JSON strings), opening

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"strings"
+	"time"
 
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/fragment"
 
@@ -24,7 +25,8 @@ import (
 // 1/GrowthDivisor of what the block already sent, so the sent length grows
 // geometrically and a 1.2 MB tool argument in 12-byte deltas becomes a few
 // hundred chunks, not 100,000. The held bytes go out with the next delta
-// that reaches the bound, any other chunk, or the block's end; the
+// that reaches the bound, any other chunk, the block's end, or FlushHeld
+// (the adapter calls it when its input has been quiet for MaxHold); the
 // assembled block is the same byte for byte.
 type Emitter struct {
 	yield    func(*llmv1.StreamChunk, error) bool
@@ -32,12 +34,15 @@ type Emitter struct {
 	stopped  bool
 	coalesce bool
 	pend     pending
+	starts   []*llmv1.StreamChunk // block-starts not yet sent
 }
 
 // Coalescing bounds; see the Emitter's doc.
 const (
 	MinGrowthStart = 2 << 10
 	GrowthDivisor  = 64
+	// MaxHold bounds how long held bytes wait for the provider's next event.
+	MaxHold = 50 * time.Millisecond
 )
 
 // pending is the merged delta not yet sent: block i's deltas since its last
@@ -88,6 +93,9 @@ func (e *Emitter) Coalesce() { e.coalesce = true }
 // returns false once the consumer stopped.
 func (e *Emitter) Flush() bool {
 	if !e.pend.set {
+		if len(e.starts) > 0 {
+			return e.sendStarts()
+		}
 		return !e.stopped
 	}
 	if sent := e.blocks[e.pend.i].sent; sent >= MinGrowthStart && e.pend.len() < sent/GrowthDivisor && e.pend.name == "" {
@@ -95,6 +103,12 @@ func (e *Emitter) Flush() bool {
 	}
 	return e.flush()
 }
+
+// Held reports whether Flush held a merged delta back (see the type's doc).
+func (e *Emitter) Held() bool { return e.pend.set }
+
+// FlushHeld sends a held delta: the provider has been quiet for MaxHold.
+func (e *Emitter) FlushHeld() bool { return e.flush() }
 
 // flush sends the merged delta unconditionally.
 func (e *Emitter) flush() bool {
@@ -107,6 +121,9 @@ func (e *Emitter) flush() bool {
 }
 
 func (e *Emitter) emit(c *llmv1.StreamChunk) bool {
+	if len(e.starts) > 0 && !e.sendStarts() {
+		return false
+	}
 	if e.pend.set && !e.flush() {
 		return false
 	}
@@ -119,11 +136,35 @@ func (e *Emitter) emit(c *llmv1.StreamChunk) bool {
 	return !e.stopped
 }
 
-// Open opens a new block of type t and returns its index.
+// Open opens a new block of type t and returns its index. When coalescing,
+// the block-start waits for the block's first delta or the next other
+// chunk, whichever comes first, so that it and the first delta leave
+// together (one write, not two, before the first token reaches the client).
 func (e *Emitter) Open(t llmv1.BlockType) (uint32, bool) {
 	i := uint32(len(e.blocks))
 	e.blocks = append(e.blocks, &partial{typ: t, open: true})
-	return i, e.emit(&llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_BlockStart{BlockStart: &llmv1.BlockStart{Index: i, BlockType: t}}})
+	c := &llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_BlockStart{BlockStart: &llmv1.BlockStart{Index: i, BlockType: t}}}
+	if e.coalesce {
+		// What is pending belongs to an earlier block: it goes first.
+		if !e.flush() {
+			return i, false
+		}
+		e.starts = append(e.starts, c)
+		return i, true
+	}
+	return i, e.emit(c)
+}
+
+// sendStarts sends the block-starts waiting for their first delta.
+func (e *Emitter) sendStarts() bool {
+	for k, c := range e.starts {
+		e.starts[k] = nil
+		if !e.stopped && !e.yield(c, nil) {
+			e.stopped = true
+		}
+	}
+	e.starts = e.starts[:0]
+	return !e.stopped
 }
 
 // OpenToolCall opens a tool-call block with its call id and name.

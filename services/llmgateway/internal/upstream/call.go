@@ -52,8 +52,7 @@ func (cl *Client) Stream(ctx context.Context, c Call) iter.Seq2[*llmv1.StreamChu
 		// Deltas already read are merged into one chunk; they go out before
 		// the stream waits for the provider again.
 		e := provider.NewEmitter(yield)
-		e.Coalesce()
-		s.OnWait(func() { e.Flush() })
+		s.Coalesce(e)
 		c.Translate(s, e)
 	}
 }
