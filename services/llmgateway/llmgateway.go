@@ -98,6 +98,10 @@ type RouteConfig struct {
 	// Script (scripted): a file path or inline JSON; the built-in demo when
 	// empty.
 	Script string `json:"script,omitempty"`
+	// NoImages (openai): the model behind this OpenAI-compatible server
+	// reads no images (a text-only model on vLLM, Ollama, llama.cpp): images
+	// are described to it instead (see docs/arch/llmgateway.md).
+	NoImages bool `json:"no_images,omitempty"`
 }
 
 // EnvVar is one environment variable ConfigFromEnv reads.
@@ -276,7 +280,7 @@ func newAdapter(rc RouteConfig, client upstream.Client, log *slog.Logger) (provi
 	lg := log.With("route", rc.Name)
 	switch rc.Kind {
 	case KindDeepSeek, KindOpenAI:
-		c := chat.Config{Route: rc.Name, BaseURL: rc.BaseURL, APIKey: rc.APIKey, Models: rc.Models, Thinking: rc.Thinking, ReasoningEffort: rc.ReasoningEffort, Client: client, Logger: lg}
+		c := chat.Config{Route: rc.Name, BaseURL: rc.BaseURL, APIKey: rc.APIKey, Models: rc.Models, Thinking: rc.Thinking, ReasoningEffort: rc.ReasoningEffort, NoImages: rc.NoImages, Client: client, Logger: lg}
 		if rc.Kind == KindDeepSeek {
 			return deepseek.New(c), nil
 		}

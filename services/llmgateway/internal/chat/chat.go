@@ -62,6 +62,9 @@ type Config struct {
 	Thinking string
 	// ReasoningEffort, when set, is sent as reasoning_effort.
 	ReasoningEffort string
+	// NoImages turns the dialect's images off for this route (a text-only
+	// model behind an OpenAI-compatible server).
+	NoImages bool
 	// Client sends the requests (shared transport, User-Agent, idle bound).
 	Client upstream.Client
 	// Logger receives the dropped-block counts.
@@ -80,6 +83,9 @@ type Adapter struct {
 func New(d Dialect, cfg Config) *Adapter {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.NoImages {
+		d.Images = false
 	}
 	c := cfg.Client
 	c.RequestIDHeaders = d.RequestIDHeaders

@@ -128,6 +128,20 @@ func TestRichContentDegraded(t *testing.T) {
 	}
 }
 
+// TestNoImagesRoute: a route configured with no_images (a text-only model)
+// describes images instead of sending them, even in user messages.
+func TestNoImagesRoute(t *testing.T) {
+	t.Parallel()
+	req := providertest.RichContentRequest("local", "qwen3")
+	body, _, err := New(chat.Config{Route: "local", BaseURL: "http://127.0.0.1:1", NoImages: true}).Body(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(body), "image_url") || !strings.Contains(string(body), `not sent: route \"local\" does not take images`) {
+		t.Errorf("body: %s", body)
+	}
+}
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	providertest.Run(t, func(t *testing.T, m providertest.Mode) providertest.Subject {
