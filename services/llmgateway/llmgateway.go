@@ -101,6 +101,10 @@ type RouteConfig struct {
 	// Compaction overrides the agent's compaction settings on this route
 	// (and per model); reported by GetModelContext.
 	Compaction *CompactionConfig `json:"compaction,omitempty"`
+	// NoImages (openai): the model behind this OpenAI-compatible server
+	// reads no images (a text-only model on vLLM, Ollama, llama.cpp): images
+	// are described to it instead (see docs/arch/llmgateway.md).
+	NoImages bool `json:"no_images,omitempty"`
 }
 
 // EnvVar is one environment variable ConfigFromEnv reads.
@@ -296,7 +300,7 @@ func newAdapter(rc RouteConfig, client upstream.Client, log *slog.Logger) (provi
 	lg := log.With("route", rc.Name)
 	switch rc.Kind {
 	case KindDeepSeek, KindOpenAI:
-		c := chat.Config{Route: rc.Name, BaseURL: rc.BaseURL, APIKey: rc.APIKey, Models: rc.Models, Thinking: rc.Thinking, ReasoningEffort: rc.ReasoningEffort, Client: client, Logger: lg}
+		c := chat.Config{Route: rc.Name, BaseURL: rc.BaseURL, APIKey: rc.APIKey, Models: rc.Models, Thinking: rc.Thinking, ReasoningEffort: rc.ReasoningEffort, NoImages: rc.NoImages, Client: client, Logger: lg}
 		if rc.Kind == KindDeepSeek {
 			return deepseek.New(c), nil
 		}

@@ -80,6 +80,23 @@ func recvAll(t testing.TB, s interface {
 	}
 }
 
+// generate runs req to its end and checks the stream grammar.
+func generate(t testing.TB, c llmv1.LlmGatewayClient, req *llmv1.GenerateRequest) []*llmv1.StreamChunk {
+	t.Helper()
+	s, err := c.Generate(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks, err := recvAll(t, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := llmstream.CheckStream(chunks); err != nil {
+		t.Fatal(err)
+	}
+	return chunks
+}
+
 func TestGenerateOverGRPC(t *testing.T) {
 	t.Parallel()
 	up := providertest.Serve(t, providertest.Reply{Body: []byte(textSSE)})
@@ -93,17 +110,7 @@ func TestGenerateOverGRPC(t *testing.T) {
 
 	t.Run("stream", func(t *testing.T) {
 		t.Parallel()
-		s, err := c.Generate(t.Context(), &llmv1.GenerateRequest{Provider: "local", Model: "m", Messages: []*llmv1.Message{userText("hi")}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		chunks, err := recvAll(t, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := llmstream.CheckStream(chunks); err != nil {
-			t.Fatal(err)
-		}
+		chunks := generate(t, c, &llmv1.GenerateRequest{Provider: "local", Model: "m", Messages: []*llmv1.Message{userText("hi")}})
 		var a llmstream.Assembler
 		for _, ch := range chunks {
 			a.Push(ch)
@@ -172,7 +179,7 @@ func TestGenerateOverGRPC(t *testing.T) {
 			{"unknown provider", &llmv1.GenerateRequest{Provider: "nope", Model: "m", Messages: []*llmv1.Message{userText("x")}}, codes.NotFound, `"nope"`},
 			{"no model", &llmv1.GenerateRequest{Provider: "local", Messages: []*llmv1.Message{userText("x")}}, codes.InvalidArgument, "model"},
 			{"no messages", &llmv1.GenerateRequest{Provider: "local", Model: "m"}, codes.InvalidArgument, "messages"},
-			{"image to deepseek", &llmv1.GenerateRequest{Provider: "ds", Model: "m", Messages: []*llmv1.Message{userText("x"), {Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{img}}}}, codes.InvalidArgument, "messages[1].content[0]"},
+			{"image in an assistant message", &llmv1.GenerateRequest{Provider: "ds", Model: "m", Messages: []*llmv1.Message{userText("x"), {Role: llmv1.Role_ROLE_ASSISTANT, Content: []*llmv1.ContentBlock{img}}}}, codes.InvalidArgument, "messages[1].content[0]"},
 			{"bad tool schema", &llmv1.GenerateRequest{Provider: "local", Model: "m", Messages: []*llmv1.Message{userText("x")}, Tools: []*llmv1.ToolSchema{{Name: "t", Parameters: "[1]"}}}, codes.InvalidArgument, "tools[0].parameters"},
 		}
 		for _, tt := range tests {
@@ -182,6 +189,23 @@ func TestGenerateOverGRPC(t *testing.T) {
 			}
 			if status.Code(err) != tt.code || !strings.Contains(status.Convert(err).Message(), tt.msg) {
 				t.Errorf("%s: err = %v, want %s mentioning %s", tt.name, err, tt.code, tt.msg)
+			}
+		}
+	})
+
+	t.Run("content a route cannot carry is degraded, never refused", func(t *testing.T) {
+		t.Parallel()
+		for _, route := range []string{"ds", "local"} {
+			s, err := c.Generate(t.Context(), providertest.RichContentRequest(route, "m"))
+			if err == nil {
+				var chunks []*llmv1.StreamChunk
+				chunks, err = recvAll(t, s)
+				if f := providertest.Finish(chunks); err == nil && f.GetReason().GetStop() == nil {
+					t.Errorf("%s: finish %v", route, f)
+				}
+			}
+			if err != nil {
+				t.Errorf("%s: %v", route, err)
 			}
 		}
 	})

@@ -119,28 +119,15 @@ func (a *Adapter) Kind() string { return "anthropic" }
 // Models implements provider.Adapter.
 func (a *Adapter) Models() []provider.Model { return a.cfg.Models }
 
-// Validate implements provider.Adapter: images in user messages and tool
-// results; inline data needs its MIME type.
+// Validate implements provider.Adapter: images only in user messages. What
+// the API cannot carry (audio, an image over its size bound or in a format
+// it does not read, a binary document other than PDF) is not an error: Body
+// degrades it (see provider.Placeholder).
 func (a *Adapter) Validate(req *llmv1.GenerateRequest) error {
-	check := func(field string, b *llmv1.ContentBlock) error {
-		if img := b.GetImage(); img != nil && img.GetUrl() == "" && img.GetMimeType() == "" {
-			return &provider.RequestError{Field: field, Reason: "image block: inline data needs a mime_type"}
-		}
-		return nil
-	}
 	for i, m := range req.GetMessages() {
 		for j, b := range m.GetContent() {
-			f := fmt.Sprintf("messages[%d].content[%d]", i, j)
 			if b.GetImage() != nil && m.GetRole() != llmv1.Role_ROLE_USER {
-				return &provider.RequestError{Field: f, Reason: "image block: only user messages may carry images"}
-			}
-			if err := check(f, b); err != nil {
-				return err
-			}
-			for k, rb := range b.GetToolResult().GetContent() {
-				if err := check(fmt.Sprintf("%s.tool_result.content[%d]", f, k), rb); err != nil {
-					return err
-				}
+				return &provider.RequestError{Field: fmt.Sprintf("messages[%d].content[%d]", i, j), Reason: "image block: only user messages may carry images"}
 			}
 		}
 	}
@@ -467,6 +454,7 @@ type wireContent struct {
 	Content      []wireContent   `json:"content,omitempty"`
 	IsError      bool            `json:"is_error,omitempty"`
 	Source       *wireSource     `json:"source,omitempty"`
+	Title        string          `json:"title,omitempty"`
 	CacheControl *cacheControl   `json:"cache_control,omitempty"`
 }
 
@@ -605,60 +593,95 @@ func (a *Adapter) message(m *llmv1.Message) (string, []wireContent, int) {
 	}
 	var results, rest []wireContent
 	for _, b := range m.GetContent() {
+		if !provider.ForModel(b) {
+			continue
+		}
 		switch v := b.GetBlock().(type) {
 		case *llmv1.ContentBlock_Text:
 			if v.Text.GetText() != "" {
 				rest = append(rest, wireContent{Type: "text", Text: v.Text.GetText()})
 			}
-		case *llmv1.ContentBlock_Image:
-			rest = append(rest, image(v.Image))
 		case *llmv1.ContentBlock_ToolResult:
 			r := wireContent{Type: "tool_result", ToolUseID: v.ToolResult.GetToolCallId(), IsError: v.ToolResult.GetIsError()}
+			userOnly := false
 			for _, rb := range v.ToolResult.GetContent() {
-				switch rv := rb.GetBlock().(type) {
-				case *llmv1.ContentBlock_Text:
-					if rv.Text.GetText() != "" {
-						r.Content = append(r.Content, wireContent{Type: "text", Text: rv.Text.GetText()})
+				if !provider.ForModel(rb) {
+					userOnly = true
+					continue
+				}
+				if t := rb.GetText(); t != nil {
+					if t.GetText() != "" {
+						r.Content = append(r.Content, wireContent{Type: "text", Text: t.GetText()})
 					}
-				case *llmv1.ContentBlock_Image:
-					r.Content = append(r.Content, image(rv.Image))
-				default:
+					continue
+				}
+				if c, ok := a.media(rb); ok {
+					r.Content = append(r.Content, c)
+				} else {
 					dropped++
 				}
 			}
 			if len(r.Content) == 0 {
-				r.Content = []wireContent{{Type: "text", Text: "(no output)"}}
+				r.Content = []wireContent{{Type: "text", Text: provider.EmptyToolResult(userOnly)}}
 			}
 			results = append(results, r)
 		default:
-			dropped++
+			if c, ok := a.media(b); ok {
+				rest = append(rest, c)
+			} else {
+				dropped++
+			}
 		}
 	}
 	return "user", append(results, rest...), dropped
 }
 
+// maxImageBytes is the Messages API's bound on one image.
+const maxImageBytes = 5 << 20
+
+// media renders an image, document, audio or resource-link block (in a
+// user message or a tool result, which take the same blocks): as itself
+// when the API takes it, else as a placeholder text naming it. ok is false
+// for a block type the wire cannot express at all (an extension): dropped.
+func (a *Adapter) media(b *llmv1.ContentBlock) (wireContent, bool) {
+	placeholder := func(why string) wireContent {
+		return wireContent{Type: "text", Text: provider.Placeholder(b, why)}
+	}
+	switch v := b.GetBlock().(type) {
+	case *llmv1.ContentBlock_Image:
+		if why := provider.ImageReason(v.Image, maxImageBytes); why != "" {
+			return placeholder(why), true
+		}
+		return image(v.Image), true
+	case *llmv1.ContentBlock_Document:
+		d := v.Document
+		title := d.GetName()
+		if title == "" {
+			title = d.GetUri()
+		}
+		if t, ok := provider.DocumentText(d); ok {
+			return wireContent{Type: "document", Title: title, Source: &wireSource{Type: "text", MediaType: "text/plain", Data: t}}, true
+		}
+		if strings.EqualFold(d.GetMimeType(), "application/pdf") && d.GetData() != nil {
+			return wireContent{Type: "document", Title: title, Source: &wireSource{Type: "base64", MediaType: "application/pdf", Data: base64.StdEncoding.EncodeToString(d.GetData())}}, true
+		}
+		return placeholder("the route takes documents as text or PDF only"), true
+	case *llmv1.ContentBlock_Audio:
+		return placeholder(fmt.Sprintf("route %q does not take audio", a.cfg.Route)), true
+	case *llmv1.ContentBlock_ResourceLink:
+		return placeholder(""), true
+	}
+	return wireContent{}, false
+}
+
 func image(img *llmv1.ImageBlock) wireContent {
 	if u := img.GetUrl(); u != "" {
-		if mt, data, ok := parseDataURL(u); ok {
+		if mt, data, ok := provider.ParseDataURL(u); ok {
 			return wireContent{Type: "image", Source: &wireSource{Type: "base64", MediaType: mt, Data: data}}
 		}
 		return wireContent{Type: "image", Source: &wireSource{Type: "url", URL: u}}
 	}
-	return wireContent{Type: "image", Source: &wireSource{Type: "base64", MediaType: img.GetMimeType(), Data: base64.StdEncoding.EncodeToString(img.GetData())}}
-}
-
-// parseDataURL splits "data:<mime>;base64,<data>".
-func parseDataURL(u string) (mime, data string, ok bool) {
-	rest, found := strings.CutPrefix(u, "data:")
-	if !found {
-		return "", "", false
-	}
-	meta, data, found := strings.Cut(rest, ",")
-	if !found {
-		return "", "", false
-	}
-	mime, found = strings.CutSuffix(meta, ";base64")
-	return mime, data, found
+	return wireContent{Type: "image", Source: &wireSource{Type: "base64", MediaType: provider.ImageMIME(img), Data: base64.StdEncoding.EncodeToString(img.GetData())}}
 }
 
 // toolInput turns raw argument text into the JSON object the API requires:

@@ -114,6 +114,18 @@ func TestReplayRoundTrip(t *testing.T) {
 	}
 }
 
+// TestRichContentDegraded: images (PNG, a URL, a sniffed PNG) stay in the
+// tool result, a text document goes as a text document block and a PDF as a
+// base64 one; SVG, audio and a binary document become placeholders naming
+// them; user-only blocks stay out.
+func TestRichContentDegraded(t *testing.T) {
+	t.Parallel()
+	body := providertest.RichContentBody(t, New(Config{Route: "anthropic", BaseURL: "http://127.0.0.1:1"}), "anthropic", "claude-sonnet-4-5")
+	if bytes.Contains(body, []byte("PHN2Zy8+")) {
+		t.Errorf("the body carries an image or SVG it cannot: %s", body)
+	}
+}
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	providertest.Run(t, func(t *testing.T, m providertest.Mode) providertest.Subject {

@@ -62,6 +62,9 @@ type Config struct {
 	Thinking string
 	// ReasoningEffort, when set, is sent as reasoning_effort.
 	ReasoningEffort string
+	// NoImages turns the dialect's images off for this route (a text-only
+	// model behind an OpenAI-compatible server).
+	NoImages bool
 	// Client sends the requests (shared transport, User-Agent, idle bound).
 	Client upstream.Client
 	// Logger receives the dropped-block counts.
@@ -81,6 +84,9 @@ func New(d Dialect, cfg Config) *Adapter {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.NoImages {
+		d.Images = false
+	}
 	c := cfg.Client
 	c.RequestIDHeaders = d.RequestIDHeaders
 	if cfg.APIKey != "" {
@@ -97,28 +103,31 @@ func (a *Adapter) Kind() string { return a.d.Kind }
 // Models implements provider.Adapter.
 func (a *Adapter) Models() []provider.Model { return a.cfg.Models }
 
-// Validate implements provider.Adapter: images only in user messages of a
-// dialect that takes them; never in tool results (tool messages are text).
+// Validate implements provider.Adapter: images only in user messages.
+// What the route cannot carry (images on a route without vision, images
+// inside tool results, audio, binary documents) is not an error: Body
+// degrades it (see provider.Placeholder).
 func (a *Adapter) Validate(req *llmv1.GenerateRequest) error {
-	if !a.d.Images {
-		return provider.RejectImages(a.cfg.Route, req)
-	}
 	for i, m := range req.GetMessages() {
 		for j, b := range m.GetContent() {
 			if b.GetImage() != nil && m.GetRole() != llmv1.Role_ROLE_USER {
 				return &provider.RequestError{Field: fmt.Sprintf("messages[%d].content[%d]", i, j), Reason: "image block: only user messages may carry images"}
 			}
-			for k, rb := range b.GetToolResult().GetContent() {
-				if rb.GetImage() != nil {
-					return &provider.RequestError{Field: fmt.Sprintf("messages[%d].content[%d].tool_result.content[%d]", i, j, k), Reason: fmt.Sprintf("image block: route %q cannot take images in tool results", a.cfg.Route)}
-				}
-			}
-			if img := b.GetImage(); img != nil && img.GetUrl() == "" && img.GetMimeType() == "" {
-				return &provider.RequestError{Field: fmt.Sprintf("messages[%d].content[%d]", i, j), Reason: "image block: inline data needs a mime_type"}
-			}
 		}
 	}
 	return nil
+}
+
+// maxImageBytes bounds one image sent to a chat-completions route (OpenAI's
+// limit); a larger one is described instead.
+const maxImageBytes = 20 << 20
+
+// imageReason says why img cannot go to this route as an image, or "".
+func (a *Adapter) imageReason(img *llmv1.ImageBlock) string {
+	if !a.d.Images {
+		return fmt.Sprintf("route %q does not take images", a.cfg.Route)
+	}
+	return provider.ImageReason(img, maxImageBytes)
 }
 
 // Stream implements provider.Adapter.
@@ -149,8 +158,12 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 			break
 		}
 		if fd, ok := parseFast(data); ok {
-			// The common case: text only (see fast.go).
+			// The common cases: text, or one tool call's fragment (see
+			// fast.go).
 			if !st.deltaText(e, s, fd.reasoningText(), fd.content) {
+				return
+			}
+			if fd.tool && !st.toolDelta(e, s, fd.toolIndex, fd.toolID, fd.toolName, fd.args) {
 				return
 			}
 			continue
@@ -181,21 +194,7 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 				return
 			}
 			for _, tc := range d.ToolCalls {
-				i, ok := st.tools[tc.Index]
-				if !ok {
-					id := tc.ID
-					if id == "" {
-						id = fmt.Sprintf("call-%d", e.Len())
-					}
-					i, _ = e.OpenToolCall(id, "")
-					st.tools[tc.Index] = i
-				}
-				args, err := st.frag(tc.Function.Arguments)
-				if err != nil {
-					e.Fail(s.Fail(provider.CodeMalformedResponse, "bad tool arguments string in stream"))
-					return
-				}
-				if !e.Fragment(i, tc.Function.Name, args) {
+				if !st.toolDelta(e, s, tc.Index, tc.ID, tc.Function.Name, tc.Function.Arguments) {
 					return
 				}
 			}
@@ -228,6 +227,25 @@ func (st *translator) frag(raw json.RawMessage) ([]byte, error) {
 	var err error
 	st.buf, err = fragment.Unquote(st.buf[:0], raw)
 	return st.buf, err
+}
+
+// toolDelta streams one tool call's fragment (args a raw JSON string),
+// opening its block on the first delta of its index.
+func (st *translator) toolDelta(e *provider.Emitter, s *upstream.Stream, index int, id, name string, rawArgs []byte) bool {
+	i, ok := st.tools[index]
+	if !ok {
+		if id == "" {
+			id = fmt.Sprintf("call-%d", e.Len())
+		}
+		i, _ = e.OpenToolCall(id, "")
+		st.tools[index] = i
+	}
+	args, err := st.frag(rawArgs)
+	if err != nil {
+		e.Fail(s.Fail(provider.CodeMalformedResponse, "bad tool arguments string in stream"))
+		return false
+	}
+	return e.Fragment(i, name, args)
 }
 
 // deltaText streams a delta's reasoning and content (raw JSON strings), opening
@@ -438,51 +456,107 @@ func (a *Adapter) appendMessage(out []wireMessage, m *llmv1.Message) ([]wireMess
 		return append(out, msg), dropped
 	default:
 		// Tool results first: chat-completions servers require tool messages
-		// right after the assistant message that called them.
-		var parts []wirePart
-		hasText, hasResults := false, false
+		// right after the assistant message that called them. Images from
+		// tool results (tool messages are text) move into the user message
+		// that follows, ahead of the message's own content.
+		var parts, moved []wirePart
+		hasResults := false
 		for _, b := range m.GetContent() {
+			if !provider.ForModel(b) {
+				continue
+			}
 			switch v := b.GetBlock().(type) {
 			case *llmv1.ContentBlock_Text:
 				parts = append(parts, wirePart{Type: "text", Text: v.Text.GetText()})
-				hasText = true
 			case *llmv1.ContentBlock_Image:
-				parts = append(parts, wirePart{Type: "image_url", ImageURL: &wireImageURL{URL: imageURL(v.Image)}})
-				hasText = true
+				if why := a.imageReason(v.Image); why != "" {
+					parts = append(parts, wirePart{Type: "text", Text: provider.Placeholder(b, why)})
+				} else {
+					parts = append(parts, wirePart{Type: "image_url", ImageURL: &wireImageURL{URL: imageURL(v.Image)}})
+				}
 			case *llmv1.ContentBlock_ToolResult:
 				hasResults = true
-				var sb strings.Builder
-				for _, rb := range v.ToolResult.GetContent() {
-					if t := rb.GetText(); t != nil {
-						sb.WriteString(t.GetText())
-					} else {
-						dropped++
-					}
-				}
-				content := sb.String()
-				if content == "" {
-					content = "(no output)"
-				}
+				var content string
+				var n int
+				content, moved, n = a.toolResult(v.ToolResult, moved)
+				dropped += n
 				out = append(out, wireMessage{Role: "tool", ToolCallID: v.ToolResult.GetToolCallId(), Content: content})
+			case *llmv1.ContentBlock_Audio, *llmv1.ContentBlock_Document, *llmv1.ContentBlock_ResourceLink:
+				parts = append(parts, wirePart{Type: "text", Text: a.describe(b)})
 			default:
 				dropped++
 			}
 		}
-		if hasText || !hasResults {
+		parts = append(moved, parts...)
+		if len(parts) > 0 || !hasResults {
 			msg := wireMessage{Role: "user"}
 			if hasImage(parts) {
 				msg.Content = parts
 			} else {
-				var sb strings.Builder
-				for _, p := range parts {
-					sb.WriteString(p.Text)
+				texts := make([]string, len(parts))
+				for i, p := range parts {
+					texts[i] = p.Text
 				}
-				msg.Content = sb.String()
+				msg.Content = strings.Join(texts, "\n")
 			}
 			out = append(out, msg)
 		}
 		return out, dropped
 	}
+}
+
+// toolResult renders a tool result as the text of a tool message: its
+// blocks one per line, a document's text under a heading, everything the
+// route cannot carry described. Images the route takes in user messages
+// are appended to moved (to follow in the next user message) and named in
+// the text. Extension blocks are dropped and counted.
+func (a *Adapter) toolResult(tr *llmv1.ToolResultBlock, moved []wirePart) (string, []wirePart, int) {
+	var lines []string
+	userOnly, dropped := false, 0
+	for _, b := range tr.GetContent() {
+		if !provider.ForModel(b) {
+			userOnly = true
+			continue
+		}
+		switch v := b.GetBlock().(type) {
+		case *llmv1.ContentBlock_Text:
+			lines = append(lines, v.Text.GetText())
+		case *llmv1.ContentBlock_Image:
+			if why := a.imageReason(v.Image); why != "" {
+				lines = append(lines, provider.Placeholder(b, why))
+				continue
+			}
+			lines = append(lines, provider.Placeholder(b, "")+" follows in the next user message")
+			moved = append(moved,
+				wirePart{Type: "text", Text: fmt.Sprintf("[image from tool call %s]", tr.GetToolCallId())},
+				wirePart{Type: "image_url", ImageURL: &wireImageURL{URL: imageURL(v.Image)}})
+		case *llmv1.ContentBlock_Audio, *llmv1.ContentBlock_Document, *llmv1.ContentBlock_ResourceLink:
+			lines = append(lines, a.describe(b))
+		default:
+			dropped++
+		}
+	}
+	if len(lines) == 0 {
+		return provider.EmptyToolResult(userOnly), moved, dropped
+	}
+	return strings.Join(lines, "\n"), moved, dropped
+}
+
+// describe renders a non-text, non-image block as text: a document with
+// text content as that text under a heading, anything else as a
+// placeholder naming it.
+func (a *Adapter) describe(b *llmv1.ContentBlock) string {
+	switch v := b.GetBlock().(type) {
+	case *llmv1.ContentBlock_Document:
+		if t, ok := provider.DocumentText(v.Document); ok {
+			return provider.DocumentHeading(v.Document) + "\n" + t
+		}
+		return provider.Placeholder(b, fmt.Sprintf("route %q takes documents only as text", a.cfg.Route))
+	case *llmv1.ContentBlock_Audio:
+		return provider.Placeholder(b, fmt.Sprintf("route %q does not take audio", a.cfg.Route))
+	case *llmv1.ContentBlock_ResourceLink:
+	}
+	return provider.Placeholder(b, "")
 }
 
 func hasImage(parts []wirePart) bool {
@@ -498,7 +572,7 @@ func imageURL(img *llmv1.ImageBlock) string {
 	if u := img.GetUrl(); u != "" {
 		return u
 	}
-	return "data:" + img.GetMimeType() + ";base64," + base64.StdEncoding.EncodeToString(img.GetData())
+	return "data:" + provider.ImageMIME(img) + ";base64," + base64.StdEncoding.EncodeToString(img.GetData())
 }
 
 type wireRequest struct {

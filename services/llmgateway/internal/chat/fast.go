@@ -1,11 +1,15 @@
 package chat
 
-import "bytes"
+import (
+	"bytes"
+	"unicode/utf8"
+)
 
-// The fast path decodes the one event shape that makes up almost every
+// The fast path decodes the two event shapes that make up almost every
 // chat-completions stream — a single choice whose delta carries only text
-// (content, reasoning_content or reasoning) and no finish, usage, error or
-// tool calls — without reflection. Anything else, including anything it
+// (content, reasoning_content or reasoning), or exactly one tool call's
+// index, id, name and argument fragment, and no finish, usage or error —
+// without reflection. Anything else, including anything it
 // does not fully understand or malformed JSON, returns ok=false and the
 // caller falls back to the full decoder, so behaviour never depends on
 // which path ran. FuzzFastDelta checks the two agree.
@@ -14,6 +18,14 @@ import "bytes"
 // nil when absent or null).
 type fastDelta struct {
 	content, reasoningContent, reasoning []byte
+	// tool is set when the delta carries one tool call.
+	tool bool
+	// toolIndex is its index; toolID and toolName its id and name
+	// (unquoted: only escape-free strings are taken), args its raw
+	// arguments literal (or nil).
+	toolIndex        int
+	toolID, toolName string
+	args             []byte
 }
 
 // parseFast decodes data when it has the common shape.
@@ -353,6 +365,11 @@ func (p *scanner) delta(d *fastDelta) bool {
 				return false
 			}
 			continue
+		case `"tool_calls"`:
+			if d.tool || !p.toolCalls(d) {
+				return false
+			}
+			continue
 		default:
 			return false
 		}
@@ -375,4 +392,95 @@ func (d fastDelta) reasoningText() []byte {
 		return d.reasoningContent
 	}
 	return d.reasoning
+}
+
+// toolCalls accepts an array of exactly one tool call: index (a small
+// non-negative integer), optional id, type "function", and function with
+// an optional name and arguments. Strings other than the arguments must be
+// escape-free (they are used as they are). Every key at most once.
+func (p *scanner) toolCalls(d *fastDelta) bool {
+	if !p.lit('[') {
+		return false
+	}
+	p.ws()
+	seen := 0
+	ok := p.object(func(key []byte) (int, bool) {
+		var ok bool
+		switch string(key) {
+		case `"index"`:
+			d.toolIndex, ok = p.smallInt()
+			return 1, ok
+		case `"id"`:
+			d.toolID, ok = p.plainStr()
+			return 2, ok
+		case `"type"`:
+			return 4, p.word(`"function"`)
+		case `"function"`:
+			return 8, p.object(func(key []byte) (int, bool) {
+				switch string(key) {
+				case `"name"`:
+					d.toolName, ok = p.plainStr()
+					return 16, ok
+				case `"arguments"`:
+					d.args, ok = p.strOrNull()
+					return 32, ok
+				}
+				return 0, false
+			}, &seen)
+		}
+		return 0, false
+	}, &seen)
+	p.ws()
+	d.tool = true
+	return ok && seen&1 != 0 && p.lit(']')
+}
+
+// object scans an object, calling value at each member (positioned at its
+// value) with its quoted key; value scans the value and returns the key's
+// bit in *seen (a repeated bit fails) and whether the value was accepted.
+func (p *scanner) object(value func(key []byte) (bit int, ok bool), seen *int) bool {
+	if !p.lit('{') {
+		return false
+	}
+	for first := true; ; first = false {
+		key, done, ok := p.member(first)
+		if !ok {
+			return false
+		}
+		if done {
+			return true
+		}
+		bit, ok := value(key)
+		if !ok || *seen&bit != 0 {
+			return false
+		}
+		*seen |= bit
+	}
+}
+
+// plainStr scans a string literal without escapes, valid UTF-8 (what the
+// full decoder would repair), and returns its text.
+func (p *scanner) plainStr() (string, bool) {
+	v, ok := p.str()
+	if !ok || bytes.IndexByte(v, '\\') >= 0 || !utf8.Valid(v) {
+		return "", false
+	}
+	return string(v[1 : len(v)-1]), true
+}
+
+// smallInt scans a non-negative integer below 1<<20 without fraction or
+// exponent.
+func (p *scanner) smallInt() (int, bool) {
+	start, n := p.i, 0
+	for p.peek() >= '0' && p.peek() <= '9' {
+		n = n*10 + int(p.b[p.i]-'0')
+		p.i++
+		if n >= 1<<20 {
+			return 0, false
+		}
+	}
+	if p.i == start || (p.i-start > 1 && p.b[start] == '0') || !p.endOfNumber() {
+		return 0, false
+	}
+	return n, true
 }

@@ -26,6 +26,11 @@ var fastSeeds = []string{
 	`{"a":[1,2.5e3,-0,true,false,null,{"b":"\""}],"choices":[{"index":0,"delta":{"content":"q"}}]}`,
 	"{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"caf\xc3\"}}]}",
 	`{"choices":[{"index":0e1,"delta":{"content":"x"}}]}`,
+	`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_9","type":"function","function":{"name":"bash","arguments":""}}]},"finish_reason":null}]}`,
+	`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a\u00e9"}},{"index":1}]}}]}`,
+	`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":01,"function":{"arguments":"x"}}]}}]}`,
+	`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c\u0041","function":{"arguments":"x"}}]}}]}`,
+	"{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"b\xff\",\"arguments\":\"x\"}}]}}]}",
 }
 
 func TestFastPathShapes(t *testing.T) {
@@ -40,7 +45,7 @@ func TestFastPathShapes(t *testing.T) {
 		{fastSeeds[2], true, "think é"},
 		{fastSeeds[3], true, "r"},
 		{fastSeeds[4], false, ""},  // finish reason: full decoder
-		{fastSeeds[5], false, ""},  // tool calls
+		{fastSeeds[5], true, "{"},  // one tool call's fragment
 		{fastSeeds[6], false, ""},  // usage
 		{fastSeeds[7], false, ""},  // error
 		{fastSeeds[8], false, ""},  // another choice
@@ -49,6 +54,11 @@ func TestFastPathShapes(t *testing.T) {
 		{fastSeeds[11], false, ""}, // trailing comma
 		{fastSeeds[12], false, ""}, // trailing bytes
 		{fastSeeds[13], true, "q"},
+		{fastSeeds[16], true, ""},  // a tool call's opening delta
+		{fastSeeds[17], false, ""}, // two tool calls: full decoder
+		{fastSeeds[18], false, ""}, // a leading zero
+		{fastSeeds[19], false, ""}, // an escaped id
+		{fastSeeds[20], false, ""}, // a name that is not UTF-8
 	}
 	for _, tt := range tests {
 		d, ok := parseFast([]byte(tt.in))
@@ -59,7 +69,8 @@ func TestFastPathShapes(t *testing.T) {
 		if ok {
 			r, _ := fragment.Unquote(nil, d.reasoningText())
 			c, _ := fragment.Unquote(nil, d.content)
-			if got := string(r) + string(c); got != tt.text {
+			a, _ := fragment.Unquote(nil, d.args)
+			if got := string(r) + string(c) + string(a); got != tt.text {
 				t.Errorf("parseFast(%s) text = %q, want %q", tt.in, got, tt.text)
 			}
 		}
@@ -67,8 +78,8 @@ func TestFastPathShapes(t *testing.T) {
 }
 
 // FuzzFastDelta: whenever the fast path accepts an event, the full decoder
-// accepts it too and extracts the same text, so which path ran never
-// changes the stream.
+// accepts it too and extracts the same text and tool call (index, id, name,
+// arguments), so which path ran never changes the stream.
 func FuzzFastDelta(f *testing.F) {
 	for _, s := range fastSeeds {
 		f.Add([]byte(s))
@@ -82,8 +93,21 @@ func FuzzFastDelta(f *testing.F) {
 		if err := json.Unmarshal(data, &c); err != nil {
 			t.Fatalf("fast path accepted what the decoder rejects (%v): %q", err, data)
 		}
-		if c.Error != nil || c.Usage != nil || len(c.Choices) != 1 || c.Choices[0].Index != 0 || c.Choices[0].FinishReason != "" || len(c.Choices[0].Delta.ToolCalls) != 0 {
-			t.Fatalf("fast path accepted a non-text event: %q", data)
+		if c.Error != nil || c.Usage != nil || len(c.Choices) != 1 || c.Choices[0].Index != 0 || c.Choices[0].FinishReason != "" {
+			t.Fatalf("fast path accepted an event with more than deltas: %q", data)
+		}
+		tcs := c.Choices[0].Delta.ToolCalls
+		if fd.tool != (len(tcs) == 1) || len(tcs) > 1 {
+			t.Fatalf("fast path saw tool call %v, the decoder %d: %q", fd.tool, len(tcs), data)
+		}
+		if fd.tool {
+			tc := tcs[0]
+			fa, err1 := fragment.Unquote(nil, fd.args)
+			sa, err2 := fragment.Unquote(nil, tc.Function.Arguments)
+			if err1 != nil || err2 != nil || !bytes.Equal(fa, sa) || fd.toolIndex != tc.Index || fd.toolID != tc.ID || fd.toolName != tc.Function.Name {
+				t.Fatalf("paths disagree on the tool call of %q: fast (%d %q %q %q) full (%d %q %q %q) %v %v", data,
+					fd.toolIndex, fd.toolID, fd.toolName, fa, tc.Index, tc.ID, tc.Function.Name, sa, err1, err2)
+			}
 		}
 		fr, err1 := fragment.Unquote(nil, fd.reasoningText())
 		fc, err2 := fragment.Unquote(nil, fd.content)

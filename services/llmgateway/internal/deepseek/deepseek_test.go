@@ -176,13 +176,16 @@ func TestNoCompactionHeaderOnConversation(t *testing.T) {
 	}
 }
 
-func TestImagesRejected(t *testing.T) {
+// TestRichContentDegraded: DeepSeek takes no images, audio or binary
+// documents: each becomes a placeholder naming it, tool results join their
+// blocks with newlines, user-only blocks stay out, and the request is sent
+// (never INVALID_ARGUMENT: a session whose history holds an image must keep
+// working on this route).
+func TestRichContentDegraded(t *testing.T) {
 	t.Parallel()
-	req := simpleRequest()
-	req.Messages[0].Content = append(req.Messages[0].Content, &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Image{Image: &llmv1.ImageBlock{Source: &llmv1.ImageBlock_Url{Url: "https://x/y.png"}}}})
-	err := newAdapter(t, "http://127.0.0.1:1", 0).Validate(req)
-	if err == nil || !strings.Contains(err.Error(), "messages[0].content[1]") {
-		t.Fatalf("Validate = %v, want an error naming messages[0].content[1]", err)
+	body := providertest.RichContentBody(t, New(chat.Config{Route: "deepseek", BaseURL: "http://127.0.0.1:1"}), "deepseek", "deepseek-v4-flash")
+	if bytes.Contains(body, []byte("base64,")) {
+		t.Errorf("the body carries an image or SVG it cannot: %s", body)
 	}
 }
 

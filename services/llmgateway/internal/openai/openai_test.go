@@ -91,13 +91,54 @@ func TestRequestWire(t *testing.T) {
 	}
 }
 
-func TestImageInToolResultRejected(t *testing.T) {
+// TestRichContentDegraded: images from tool results move into the user
+// message that follows (tool messages are text), named in the tool
+// message; what the route cannot carry (SVG, an image of unknown format,
+// audio, a binary document) is described; tool results join their blocks
+// with newlines; user-only blocks stay out.
+func TestRichContentDegraded(t *testing.T) {
 	t.Parallel()
-	req := request()
-	req.Messages = append(req.Messages, &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{{Block: &llmv1.ContentBlock_ToolResult{ToolResult: &llmv1.ToolResultBlock{ToolCallId: "c", Content: []*llmv1.ContentBlock{{Block: &llmv1.ContentBlock_Image{Image: &llmv1.ImageBlock{Source: &llmv1.ImageBlock_Url{Url: "https://x"}}}}}}}}}})
-	err := newAdapter(t, "http://127.0.0.1:1", 0).Validate(req)
-	if err == nil || !strings.Contains(err.Error(), "messages[1].content[0].tool_result.content[0]") {
-		t.Fatalf("Validate = %v", err)
+	body := providertest.RichContentBody(t, New(chat.Config{Route: "openai", BaseURL: "http://127.0.0.1:1"}), "openai", "gpt-4.1-mini")
+	var w struct {
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &w); err != nil {
+		t.Fatal(err)
+	}
+	var roles []string
+	for _, m := range w.Messages {
+		roles = append(roles, m.Role)
+	}
+	if got := strings.Join(roles, ","); got != "user,assistant,tool,tool,tool,tool,user" {
+		t.Fatalf("roles = %s", got)
+	}
+	last := string(w.Messages[len(w.Messages)-1].Content)
+	for _, want := range []string{"data:image/png;base64,iVBORw0KGgoAAAANSUhEUg==", "https://example.com/cat.jpg", "[image from tool call c1]", "data:image/jpeg;base64,/9j/4AAQ"} {
+		if !strings.Contains(last, want) {
+			t.Errorf("the user message after the tool messages lacks %q: %s", want, last)
+		}
+	}
+	for _, leak := range []string{"for your eyes only", "progress bar", "user-only note"} {
+		if strings.Contains(string(body), leak) {
+			t.Errorf("body carries %q", leak)
+		}
+	}
+}
+
+// TestNoImagesRoute: a route configured with no_images (a text-only model)
+// describes images instead of sending them, even in user messages.
+func TestNoImagesRoute(t *testing.T) {
+	t.Parallel()
+	req := providertest.RichContentRequest("local", "qwen3")
+	body, _, err := New(chat.Config{Route: "local", BaseURL: "http://127.0.0.1:1", NoImages: true}).Body(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(body), "image_url") || !strings.Contains(string(body), `not sent: route \"local\" does not take images`) {
+		t.Errorf("body: %s", body)
 	}
 }
 

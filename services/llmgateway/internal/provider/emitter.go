@@ -2,6 +2,7 @@ package provider
 
 import (
 	"strings"
+	"time"
 
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/fragment"
 
@@ -12,15 +13,67 @@ import (
 // blocks in open order, assembles each block from its deltas so block-end can
 // carry the authoritative block, and yields through the range-over-func
 // yield function. Every method returns false once the consumer stopped.
+//
+// # Coalescing
+//
+// After Coalesce, consecutive deltas of one block are merged into one chunk
+// until Flush (the adapter calls it when its input is about to block: the
+// deltas merged are only those already waiting, none is delayed to wait for
+// another) or until any other chunk is emitted. One rule bounds how many
+// chunks a block can produce however its provider cuts it: once a block has
+// sent MinGrowthStart bytes, Flush holds back a merged delta shorter than
+// 1/GrowthDivisor of what the block already sent, so the sent length grows
+// geometrically and a 1.2 MB tool argument in 12-byte deltas becomes a few
+// hundred chunks, not 100,000. The held bytes go out with the next delta
+// that reaches the bound, any other chunk, the block's end, or FlushHeld
+// (the adapter calls it when its input has been quiet for MaxHold); the
+// assembled block is the same byte for byte.
 type Emitter struct {
-	yield   func(*llmv1.StreamChunk, error) bool
-	blocks  []*partial
-	stopped bool
+	yield    func(*llmv1.StreamChunk, error) bool
+	blocks   []*partial
+	stopped  bool
+	coalesce bool
+	pend     pending
+	starts   []*llmv1.StreamChunk // block-starts not yet sent
+}
+
+// Coalescing bounds; see the Emitter's doc.
+const (
+	MinGrowthStart = 2 << 10
+	GrowthDivisor  = 64
+	// MaxHold bounds how long held bytes wait for the provider's next event.
+	MaxHold = 50 * time.Millisecond
+)
+
+// pending is the merged delta not yet sent: block i's deltas since its last
+// chunk. The first piece is kept as is; a second is copied into buf.
+type pending struct {
+	set   bool
+	i     uint32
+	name  string
+	first string
+	buf   []byte
+	multi bool
+}
+
+func (p *pending) text() string {
+	if p.multi {
+		return string(p.buf)
+	}
+	return p.first
+}
+
+func (p *pending) len() int {
+	if p.multi {
+		return len(p.buf)
+	}
+	return len(p.first)
 }
 
 type partial struct {
 	typ   llmv1.BlockType
 	open  bool
+	sent  int // bytes sent in deltas
 	text  strings.Builder
 	id    string
 	name  string
@@ -32,7 +85,48 @@ func NewEmitter(yield func(*llmv1.StreamChunk, error) bool) *Emitter {
 	return &Emitter{yield: yield}
 }
 
+// Coalesce turns coalescing on (see the type's doc); the adapter must then
+// call Flush whenever its input is about to block.
+func (e *Emitter) Coalesce() { e.coalesce = true }
+
+// Flush sends the merged delta, unless the growth bound holds it back. It
+// returns false once the consumer stopped.
+func (e *Emitter) Flush() bool {
+	if !e.pend.set {
+		if len(e.starts) > 0 {
+			return e.sendStarts()
+		}
+		return !e.stopped
+	}
+	if sent := e.blocks[e.pend.i].sent; sent >= MinGrowthStart && e.pend.len() < sent/GrowthDivisor && e.pend.name == "" {
+		return !e.stopped
+	}
+	return e.flush()
+}
+
+// Held reports whether Flush held a merged delta back (see the type's doc).
+func (e *Emitter) Held() bool { return e.pend.set }
+
+// FlushHeld sends a held delta: the provider has been quiet for MaxHold.
+func (e *Emitter) FlushHeld() bool { return e.flush() }
+
+// flush sends the merged delta unconditionally.
+func (e *Emitter) flush() bool {
+	if !e.pend.set {
+		return !e.stopped
+	}
+	p := e.pend
+	e.pend.set, e.pend.multi, e.pend.first, e.pend.name, e.pend.buf = false, false, "", "", e.pend.buf[:0]
+	return e.send(p.i, p.name, p.text())
+}
+
 func (e *Emitter) emit(c *llmv1.StreamChunk) bool {
+	if len(e.starts) > 0 && !e.sendStarts() {
+		return false
+	}
+	if e.pend.set && !e.flush() {
+		return false
+	}
 	if e.stopped {
 		return false
 	}
@@ -42,11 +136,35 @@ func (e *Emitter) emit(c *llmv1.StreamChunk) bool {
 	return !e.stopped
 }
 
-// Open opens a new block of type t and returns its index.
+// Open opens a new block of type t and returns its index. When coalescing,
+// the block-start waits for the block's first delta or the next other
+// chunk, whichever comes first, so that it and the first delta leave
+// together (one write, not two, before the first token reaches the client).
 func (e *Emitter) Open(t llmv1.BlockType) (uint32, bool) {
 	i := uint32(len(e.blocks))
 	e.blocks = append(e.blocks, &partial{typ: t, open: true})
-	return i, e.emit(&llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_BlockStart{BlockStart: &llmv1.BlockStart{Index: i, BlockType: t}}})
+	c := &llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_BlockStart{BlockStart: &llmv1.BlockStart{Index: i, BlockType: t}}}
+	if e.coalesce {
+		// What is pending belongs to an earlier block: it goes first.
+		if !e.flush() {
+			return i, false
+		}
+		e.starts = append(e.starts, c)
+		return i, true
+	}
+	return i, e.emit(c)
+}
+
+// sendStarts sends the block-starts waiting for their first delta.
+func (e *Emitter) sendStarts() bool {
+	for k, c := range e.starts {
+		e.starts[k] = nil
+		if !e.stopped && !e.yield(c, nil) {
+			e.stopped = true
+		}
+	}
+	e.starts = e.starts[:0]
+	return !e.stopped
 }
 
 // OpenToolCall opens a tool-call block with its call id and name.
@@ -78,45 +196,82 @@ type toolChunk struct {
 }
 
 // Text appends visible text to text block i.
-func (e *Emitter) Text(i uint32, s string) bool {
-	e.blocks[i].text.WriteString(s)
-	x := &textChunk{}
-	x.d.Index, x.d.Text = i, s
-	x.w.TextDelta = &x.d
-	x.c.Chunk = &x.w
-	return e.emit(&x.c)
-}
+func (e *Emitter) Text(i uint32, s string) bool { return e.queue(i, "", s) }
 
 // Reasoning appends reasoning text to reasoning block i.
-func (e *Emitter) Reasoning(i uint32, s string) bool {
-	e.blocks[i].text.WriteString(s)
-	x := &reasoningChunk{}
-	x.d.Index, x.d.Text = i, s
-	x.w.ReasoningDelta = &x.d
-	x.c.Chunk = &x.w
-	return e.emit(&x.c)
-}
+func (e *Emitter) Reasoning(i uint32, s string) bool { return e.queue(i, "", s) }
 
 // ToolArgs appends a raw argument fragment to tool-call block i. A non-empty
 // name (re)names the call and travels on this delta.
-func (e *Emitter) ToolArgs(i uint32, name, args string) bool {
+func (e *Emitter) ToolArgs(i uint32, name, args string) bool { return e.queue(i, name, args) }
+
+// queue records a delta of block i in the assembled block and sends it, or
+// when coalescing merges it into the pending delta.
+func (e *Emitter) queue(i uint32, name, s string) bool {
 	p := e.blocks[i]
-	x := &toolChunk{}
-	x.d.Index, x.d.Id, x.d.ArgumentsDelta = i, p.id, args
+	p.text.WriteString(s)
 	if name != "" {
 		p.name = name
-		x.d.Name = &name
 	}
-	p.text.WriteString(args)
-	x.w.ToolCallDelta = &x.d
-	x.c.Chunk = &x.w
-	return e.emit(&x.c)
+	if !e.coalesce {
+		return e.send(i, name, s)
+	}
+	if e.pend.set && (e.pend.i != i || (name != "" && e.pend.name != "" && name != e.pend.name)) {
+		if !e.flush() {
+			return false
+		}
+	}
+	if !e.pend.set {
+		e.pend.set, e.pend.i, e.pend.first = true, i, s
+	} else {
+		if !e.pend.multi {
+			e.pend.buf = append(e.pend.buf[:0], e.pend.first...)
+			e.pend.multi, e.pend.first = true, ""
+		}
+		e.pend.buf = append(e.pend.buf, s...)
+	}
+	if name != "" {
+		e.pend.name = name
+	}
+	return !e.stopped
+}
+
+// send yields one delta chunk of block i, built in one allocation.
+func (e *Emitter) send(i uint32, name, s string) bool {
+	p := e.blocks[i]
+	p.sent += len(s)
+	switch p.typ {
+	case llmv1.BlockType_BLOCK_TYPE_TOOL_CALL:
+		x := &toolChunk{}
+		x.d.Index, x.d.Id, x.d.ArgumentsDelta = i, p.id, s
+		if name != "" {
+			x.d.Name = &name
+		}
+		x.w.ToolCallDelta = &x.d
+		x.c.Chunk = &x.w
+		return e.emit(&x.c)
+	case llmv1.BlockType_BLOCK_TYPE_REASONING:
+		x := &reasoningChunk{}
+		x.d.Index, x.d.Text = i, s
+		x.w.ReasoningDelta = &x.d
+		x.c.Chunk = &x.w
+		return e.emit(&x.c)
+	default:
+		x := &textChunk{}
+		x.d.Index, x.d.Text = i, s
+		x.w.TextDelta = &x.d
+		x.c.Chunk = &x.w
+		return e.emit(&x.c)
+	}
 }
 
 // SetToolArgs replaces the assembled arguments of tool-call block i without
 // emitting a delta (for providers whose deltas were empty and whose start
 // carried the arguments as an object).
 func (e *Emitter) SetToolArgs(i uint32, args string) {
+	if e.pend.set && e.pend.i == i {
+		e.flush()
+	}
 	e.blocks[i].text.Reset()
 	e.blocks[i].text.WriteString(args)
 }

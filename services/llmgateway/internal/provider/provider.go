@@ -16,7 +16,6 @@ package provider
 
 import (
 	"context"
-	"fmt"
 	"iter"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -77,24 +76,6 @@ func (e *RequestError) Error() string {
 
 // Code is the stable error code.
 func (e *RequestError) Code() string { return "INVALID_REQUEST" }
-
-// RejectImages is the Validate of a route that cannot take images: it names
-// the first image block found anywhere in the request.
-func RejectImages(route string, req *llmv1.GenerateRequest) error {
-	for i, m := range req.GetMessages() {
-		for j, b := range m.GetContent() {
-			if b.GetImage() != nil {
-				return &RequestError{Field: fmt.Sprintf("messages[%d].content[%d]", i, j), Reason: fmt.Sprintf("image block: adapter %q does not accept images", route)}
-			}
-			for k, rb := range b.GetToolResult().GetContent() {
-				if rb.GetImage() != nil {
-					return &RequestError{Field: fmt.Sprintf("messages[%d].content[%d].tool_result.content[%d]", i, j, k), Reason: fmt.Sprintf("image block: adapter %q does not accept images", route)}
-				}
-			}
-		}
-	}
-	return nil
-}
 
 // AppIdentity is the static public identity every provider request carries
 // in its User-Agent. It holds no secrets and nothing per request.

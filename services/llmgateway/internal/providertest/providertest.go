@@ -197,9 +197,12 @@ func Format(chunks []*llmv1.StreamChunk) string {
 }
 
 // Golden compares chunks with testdata file path (one protojson chunk per
-// line), rewriting it when DSH_UPDATE_GOLDEN=1.
+// line), rewriting it when DSH_UPDATE_GOLDEN=1. Both sides are compared in
+// Canonical form: how the gateway cut the deltas depends on how the bytes
+// arrived (it merges deltas already waiting), what they assemble to does not.
 func Golden(t testing.TB, path string, chunks []*llmv1.StreamChunk) {
 	t.Helper()
+	chunks = Canonical(chunks)
 	got := Format(chunks)
 	if os.Getenv("DSH_UPDATE_GOLDEN") == "1" {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -218,9 +221,52 @@ func Golden(t testing.TB, path string, chunks []*llmv1.StreamChunk) {
 	if err != nil {
 		t.Fatalf("golden %s: %v", path, err)
 	}
+	wantChunks = Canonical(wantChunks)
 	if diff := cmp.Diff(wantChunks, chunks, protocmp.Transform()); diff != "" {
 		t.Errorf("chunks differ from %s (-want +got):\n%s\ngot:\n%s", path, diff, got)
 	}
+}
+
+// Canonical merges consecutive deltas of one block into one (a tool call's
+// name kept), the form of a stream whose deltas all arrived at once. Two
+// streams that assemble to the same message have the same canonical form.
+func Canonical(chunks []*llmv1.StreamChunk) []*llmv1.StreamChunk {
+	var out []*llmv1.StreamChunk
+	for _, c := range chunks {
+		if n := len(out); n > 0 && mergeDelta(out[n-1], c) {
+			continue
+		}
+		out = append(out, proto.CloneOf(c))
+	}
+	return out
+}
+
+// mergeDelta appends delta c to delta dst when both are of one block.
+func mergeDelta(dst, c *llmv1.StreamChunk) bool {
+	switch d := dst.GetChunk().(type) {
+	case *llmv1.StreamChunk_TextDelta:
+		if x := c.GetTextDelta(); x != nil && x.GetIndex() == d.TextDelta.GetIndex() {
+			d.TextDelta.Text += x.GetText()
+			return true
+		}
+	case *llmv1.StreamChunk_ReasoningDelta:
+		if x := c.GetReasoningDelta(); x != nil && x.GetIndex() == d.ReasoningDelta.GetIndex() {
+			d.ReasoningDelta.Text += x.GetText()
+			return true
+		}
+	case *llmv1.StreamChunk_ToolCallDelta:
+		x := c.GetToolCallDelta()
+		if x == nil || x.GetIndex() != d.ToolCallDelta.GetIndex() || x.GetId() != d.ToolCallDelta.GetId() ||
+			(x.Name != nil && d.ToolCallDelta.Name != nil && x.GetName() != d.ToolCallDelta.GetName()) {
+			return false
+		}
+		d.ToolCallDelta.ArgumentsDelta += x.GetArgumentsDelta()
+		if x.Name != nil {
+			d.ToolCallDelta.Name = x.Name
+		}
+		return true
+	}
+	return false
 }
 
 // Parse reads the golden format.
@@ -510,4 +556,105 @@ func FuzzGrammar(t *testing.T, a provider.Adapter, req *llmv1.GenerateRequest) {
 			t.Fatalf("chunk cannot be sent: %v: %v", err, c)
 		}
 	}
+}
+
+// RichContentRequest is a conversation whose user turns and tool results
+// hold what not every route can carry: images (inline PNG, a URL, an SVG, one
+// without a MIME type), audio, a text and a binary document, a PDF, a
+// resource link, and blocks annotated for the user only. Every adapter must
+// build a request from it (degrading what it cannot send), never reject it.
+func RichContentRequest(provider, model string) *llmv1.GenerateRequest {
+	text := func(s string) *llmv1.ContentBlock {
+		return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: s}}}
+	}
+	png := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+	img := func(src *llmv1.ImageBlock) *llmv1.ContentBlock {
+		return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Image{Image: src}}
+	}
+	userOnly := &llmv1.ContentAnnotations{Audience: []string{"user"}}
+	result := func(id string, blocks ...*llmv1.ContentBlock) *llmv1.ContentBlock {
+		return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_ToolResult{ToolResult: &llmv1.ToolResultBlock{ToolCallId: id, Content: blocks}}}
+	}
+	call := func(id, name string) *llmv1.ContentBlock {
+		return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_ToolCall{ToolCall: &llmv1.ToolCallBlock{Id: id, Name: name, Arguments: `{}`}}}
+	}
+	return &llmv1.GenerateRequest{Provider: provider, Model: model, Messages: []*llmv1.Message{
+		{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{text("show me the files")}},
+		{Role: llmv1.Role_ROLE_ASSISTANT, Content: []*llmv1.ContentBlock{call("c1", "read_media_file"), call("c2", "read_resource"), call("c3", "annotated"), call("c4", "empty")}},
+		{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{
+			result("c1",
+				text("two images:"),
+				img(&llmv1.ImageBlock{Source: &llmv1.ImageBlock_Data{Data: png}, MimeType: "image/png"}),
+				img(&llmv1.ImageBlock{Source: &llmv1.ImageBlock_Url{Url: "https://example.com/cat.jpg"}}),
+				img(&llmv1.ImageBlock{Source: &llmv1.ImageBlock_Data{Data: png}}),
+				img(&llmv1.ImageBlock{Source: &llmv1.ImageBlock_Data{Data: []byte("<svg/>")}, MimeType: "image/svg+xml"}),
+				&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Audio{Audio: &llmv1.AudioBlock{Data: []byte("RIFF0000WAVE"), MimeType: "audio/wav"}}}),
+			result("c2",
+				&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Document{Document: &llmv1.DocumentBlock{Uri: "file:///notes.md", MimeType: "text/markdown", Name: "notes.md", Content: &llmv1.DocumentBlock_Text{Text: "# Notes\nbuy milk"}}}},
+				&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Document{Document: &llmv1.DocumentBlock{Uri: "file:///a.pdf", MimeType: "application/pdf", Content: &llmv1.DocumentBlock_Data{Data: []byte("%PDF-1.7")}}}},
+				&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Document{Document: &llmv1.DocumentBlock{Uri: "file:///a.bin", MimeType: "application/octet-stream", Content: &llmv1.DocumentBlock_Data{Data: []byte{0, 1, 2}}}}},
+				&llmv1.ContentBlock{Block: &llmv1.ContentBlock_ResourceLink{ResourceLink: &llmv1.ResourceLinkBlock{Uri: "memory://graph", Name: "graph", Description: "the knowledge graph", MimeType: "application/json", Size: proto.Int64(2048)}}}),
+			result("c3",
+				&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: "for your eyes only"}}, Annotations: userOnly},
+				&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: "for the model"}}, Annotations: &llmv1.ContentAnnotations{Audience: []string{"assistant"}, Priority: proto.Float64(0.9)}}),
+			result("c4", &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: "progress bar"}}, Annotations: userOnly}),
+			text("what do you see?"),
+			img(&llmv1.ImageBlock{Source: &llmv1.ImageBlock_Url{Url: "data:image/jpeg;base64,/9j/4AAQ"}}),
+			&llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: "(user-only note)"}}, Annotations: userOnly},
+		}},
+	}}
+}
+
+// GoldenJSON compares a JSON body, indented, with testdata file path,
+// rewriting it when DSH_UPDATE_GOLDEN=1.
+func GoldenJSON(t testing.TB, path string, body []byte) {
+	t.Helper()
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, body, "", "  "); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, body)
+	}
+	if os.Getenv("DSH_UPDATE_GOLDEN") == "1" {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, pretty.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("golden %s: %v (run with DSH_UPDATE_GOLDEN=1 to create it)", path, err)
+	}
+	if diff := cmp.Diff(string(bytes.TrimSpace(want)), string(bytes.TrimSpace(pretty.Bytes()))); diff != "" {
+		t.Errorf("body differs from %s (-want +got):\n%s", path, diff)
+	}
+}
+
+// BodyBuilder is an adapter that exposes the request body it would send.
+type BodyBuilder interface {
+	provider.Adapter
+	Body(req *llmv1.GenerateRequest) ([]byte, int, error)
+}
+
+// RichContentBody validates and builds RichContentRequest with a, compares
+// the body with the golden file testdata/golden/request_rich.json, checks
+// that no block meant for the user only reached it, and returns it.
+func RichContentBody(t testing.TB, a BodyBuilder, route, model string) []byte {
+	t.Helper()
+	req := RichContentRequest(route, model)
+	if err := a.Validate(req); err != nil {
+		t.Fatalf("Validate = %v (content a route cannot carry must be degraded, not refused)", err)
+	}
+	body, _, err := a.Body(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	GoldenJSON(t, filepath.Join("testdata", "golden", "request_rich.json"), body)
+	for _, leak := range []string{"for your eyes only", "progress bar", "user-only note"} {
+		if bytes.Contains(body, []byte(leak)) {
+			t.Errorf("the body carries the user-only text %q", leak)
+		}
+	}
+	return body
 }

@@ -31,7 +31,8 @@ type Call struct {
 
 // Stream runs c as one provider attempt: a body that cannot be built is an
 // INVALID_REQUEST failure, dropped blocks are counted in a log line, and the
-// opened stream is translated and closed.
+// opened stream is translated (coalescing deltas, see provider.Emitter) and
+// closed.
 func (cl *Client) Stream(ctx context.Context, c Call) iter.Seq2[*llmv1.StreamChunk, error] {
 	return func(yield func(*llmv1.StreamChunk, error) bool) {
 		body, dropped, err := c.Body()
@@ -48,6 +49,10 @@ func (cl *Client) Stream(ctx context.Context, c Call) iter.Seq2[*llmv1.StreamChu
 			return
 		}
 		defer s.Close()
-		c.Translate(s, provider.NewEmitter(yield))
+		// Deltas already read are merged into one chunk; they go out before
+		// the stream waits for the provider again.
+		e := provider.NewEmitter(yield)
+		s.Coalesce(e)
+		c.Translate(s, e)
 	}
 }

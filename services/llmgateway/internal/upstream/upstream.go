@@ -93,6 +93,16 @@ type Stream struct {
 	body      io.ReadCloser
 	events    *sse.Reader
 	requestID string
+	em        *provider.Emitter
+}
+
+// Coalesce makes e's merged deltas leave whenever the stream is about to
+// wait for the provider (before each read of the body the event reader
+// cannot serve from its buffer), and bytes e holds back leave after
+// provider.MaxHold of silence.
+func (s *Stream) Coalesce(e *provider.Emitter) {
+	e.Coalesce()
+	s.em = e
 }
 
 // Open sends r and returns the event stream of a 2xx response, or the
@@ -159,7 +169,7 @@ func (c *Client) Open(ctx context.Context, r Request) (*Stream, *provider.Failur
 		s.close()
 		return nil, f
 	}
-	s.events = sse.NewReader(watchedReader{r: resp.Body, wd: s.wd})
+	s.events = sse.NewReader(watchedReader{r: resp.Body, wd: s.wd, s: s})
 	return s, nil
 }
 
@@ -308,15 +318,62 @@ func (w *watchdog) disarm() {
 
 func (w *watchdog) stop() { w.disarm() }
 
-// watchedReader arms the watchdog around every read of the body.
+// errConsumerGone ends a read when the consumer of the chunks stopped.
+var errConsumerGone = errors.New("the consumer stopped reading chunks")
+
+// watchedReader arms the watchdog around every read of the body, after
+// flushing the stream's emitter (everything already read has been
+// translated, and the next bytes may take a while).
 type watchedReader struct {
 	r  io.Reader
 	wd *watchdog
+	s  *Stream
 }
 
 func (w watchedReader) Read(p []byte) (int, error) {
+	if w.s != nil && w.s.em != nil {
+		if !w.s.em.Flush() {
+			return 0, errConsumerGone
+		}
+		if w.s.em.Held() {
+			return w.readHolding(p)
+		}
+	}
 	w.wd.arm()
 	n, err := w.r.Read(p)
 	w.wd.disarm()
 	return n, err
+}
+
+// readHolding reads while the emitter holds bytes back: the read runs on
+// its own goroutine so that, if the provider stays quiet for
+// provider.MaxHold, the held bytes are sent from this one (the emitter's
+// owner) while the read goes on. Only a block past the growth bound with a
+// small tail takes this path.
+func (w watchedReader) readHolding(p []byte) (int, error) {
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	w.wd.arm()
+	go func() {
+		n, err := w.r.Read(p)
+		done <- result{n, err}
+	}()
+	t := time.NewTimer(provider.MaxHold)
+	defer t.Stop()
+	var r result
+	select {
+	case r = <-done:
+	case <-t.C:
+		w.wd.disarm() // a slow consumer is not a quiet provider
+		if !w.s.em.FlushHeld() {
+			w.s.cancel(errConsumerGone) // ends the read
+		}
+		w.wd.arm()
+		r = <-done
+	}
+	w.wd.disarm()
+	return r.n, r.err
 }
