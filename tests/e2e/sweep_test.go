@@ -65,8 +65,12 @@ func TestSweepAdoptsOrphans(t *testing.T) {
 			t.Fatalf("B's sweep did not adopt the orphaned session:\n%s", b.agent.out.String())
 		}
 	}
-	if !strings.Contains(b.agent.out.String(), "sweep: adopted an orphaned session") {
-		t.Fatalf("B claimed the session without its sweep:\n%s", b.agent.out.String())
+	// The sweep logs the adoption once the claimed session has loaded,
+	// which follows the lease claim: wait for the line.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(b.agent.out.String(), "sweep: adopted an orphaned session"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("B claimed the session without its sweep:\n%s", b.agent.out.String())
+		}
 	}
 	// The adopted session's turn is closed in the store.
 	dialAgent(t, &b)
