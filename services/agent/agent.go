@@ -87,6 +87,12 @@ type EventSink interface {
 	Status(tenant, sessionID string, status agentv1.AgentStatus)
 }
 
+// catchUpper is a sink that can publish, by itself, what the store holds
+// beyond what it has published (the NATS publisher).
+type catchUpper interface {
+	CatchUp(headers ...*sessionv1.SessionHeader)
+}
+
 // Config holds the service's settings.
 type Config struct {
 	// IdleUnload drops sessions quiescent and unused this long; 0 never.
@@ -506,6 +512,13 @@ func (s *Service) load(ctx context.Context, id string) (*liveSession, error) {
 		return nil, fmt.Errorf("load session %s: stored log is invalid: %w", id, err)
 	}
 	s.log.Info("session loaded", "session", id, "events", len(evs))
+	// Load may have appended repair events (an interrupted turn closed)
+	// that no flush hands to the sink: let it publish what the store holds
+	// beyond its cursor. A replica's catch-up at claim time runs before the
+	// repair, so it cannot be relied on for them.
+	if cu, ok := s.cfg.Sink.(catchUpper); ok {
+		cu.CatchUp(h)
+	}
 	l := s.open(ctx, log, int64(len(evs)), "resume")
 	l.closeOrphanedStarts(ctx) // subagent.go
 	return l, nil
