@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
@@ -93,6 +94,8 @@ type Sandbox struct {
 	// reads support waits for it, so a confined call can never be prepared
 	// on a guess (fail closed).
 	probed chan struct{}
+	// reaping waits for the probe's processes.
+	reaping sync.WaitGroup
 }
 
 // New prepares the host's temporary area and starts probing the machine in
@@ -161,7 +164,7 @@ func (s *Sandbox) probe() {
 	}
 }
 
-// run starts a probe command to completion.
+// run starts a probe command and returns its setup report.
 func (s *Sandbox) run(command string, p Policy) error {
 	dir := s.tmpRoot
 	r, err := s.command(Call{Policy: p, Root: dir, Dir: dir, Command: command})
@@ -173,8 +176,13 @@ func (s *Sandbox) run(command string, p Policy) error {
 		return fmt.Errorf("%w: start launcher: %v", ErrUnavailable, err)
 	}
 	err = r.Started()
-	_ = r.Cmd.Wait()
-	r.Finish()
+	// The verdict is the launcher's setup report; the probe's bash is
+	// reaped (and its temporary directory and cgroup removed) off the
+	// path, before Close.
+	s.reaping.Go(func() {
+		_ = r.Cmd.Wait()
+		r.Finish()
+	})
 	return err
 }
 
@@ -220,6 +228,7 @@ func (s *Sandbox) enforcement(p Policy) toolsv1.SandboxEnforcement {
 // Close removes the temporary area and the cgroups.
 func (s *Sandbox) Close() error {
 	<-s.probed // the probe uses the temporary area and the cgroups
+	s.reaping.Wait()
 	if s.pids != nil {
 		s.pids.close()
 	}
