@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -41,7 +42,9 @@ func splitSecrets(environ []string) (secrets map[string]string, rest []string) {
 	for _, kv := range environ {
 		name, val, ok := strings.Cut(kv, "=")
 		if ok && isSecretName(name) && name != secretsFDEnv {
-			secrets[name] = val
+			// A copy: val shares its bytes with the environment block,
+			// which scrubInPlace overwrites.
+			secrets[strings.Clone(name)] = strings.Clone(val)
 			continue
 		}
 		rest = append(rest, kv)
@@ -51,14 +54,19 @@ func splitSecrets(environ []string) (secrets map[string]string, rest []string) {
 
 // scrubbedReexec keeps provider keys out of every process environment a
 // tool could read. `dsh dev` runs gateway, toolhost and agent in one
-// process, and /proc/<pid>/environ shows the environment the process was
-// exec'd with for its whole life, so clearing variables in Go is not
-// enough: the process re-executes itself (same pid, new image) with the
+// process, and /proc/<pid>/environ shows the bytes of the environment block
+// the process was exec'd with for its whole life, so clearing variables in
+// Go is not enough. First choice (scrubInPlace): overwrite the secret
+// entries of that block with NUL bytes, in this process, which costs
+// nothing; when that cannot be done and checked, the process re-executes
+// itself (same pid, new image: a second start of the whole binary) with the
 // secret-looking variables removed, handing them over a pipe that is read
-// and closed at start-up. The keys then live only in this process's memory.
+// and closed at start-up. Either way the keys then live only in this
+// process's memory.
 //
 // It returns (nil, nil) when there is nothing to do, the secrets when this
-// process is the scrubbed re-exec, and does not return when it re-executes.
+// process scrubbed its block or is the scrubbed re-exec, and does not
+// return when it re-executes.
 func scrubbedReexec(args []string) (map[string]string, error) {
 	if fdStr, ok := os.LookupEnv(secretsFDEnv); ok {
 		os.Unsetenv(secretsFDEnv)
@@ -76,6 +84,9 @@ func scrubbedReexec(args []string) (map[string]string, error) {
 	secrets, rest := splitSecrets(os.Environ())
 	if len(secrets) == 0 {
 		return nil, nil
+	}
+	if scrubInPlace(secrets) == nil {
+		return secrets, nil
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -127,4 +138,82 @@ func withSecrets(secrets map[string]string, getenv func(string) string) func(str
 		}
 		return getenv(k)
 	}
+}
+
+// scrubInPlace removes the secret entries from the environment block the
+// kernel shows as /proc/self/environ (the memory between the env_start and
+// env_end of /proc/self/stat), by writing NUL bytes over each whole entry
+// through /proc/self/mem, then reads /proc/self/environ back and fails
+// if any secret entry is left in it. The variables are unset in Go
+// first: Go's environment strings share those bytes (the copies the caller
+// keeps were cloned by splitSecrets).
+func scrubInPlace(secrets map[string]string) error {
+	start, end, err := environBounds()
+	if err != nil {
+		return err
+	}
+	mem, err := os.OpenFile("/proc/self/mem", os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer mem.Close()
+	block := make([]byte, end-start)
+	if _, err := mem.ReadAt(block, int64(start)); err != nil {
+		return fmt.Errorf("read environment block: %w", err)
+	}
+	for name := range secrets {
+		os.Unsetenv(name)
+	}
+	for off := 0; off < len(block); {
+		n := bytes.IndexByte(block[off:], 0)
+		if n < 0 {
+			n = len(block) - off
+		}
+		name, _, ok := bytes.Cut(block[off:off+n], []byte("="))
+		if _, secret := secrets[string(name)]; ok && secret {
+			clear(block[off : off+n])
+		}
+		off += n + 1
+	}
+	if _, err := mem.WriteAt(block, int64(start)); err != nil {
+		return fmt.Errorf("write environment block: %w", err)
+	}
+	shown, err := os.ReadFile("/proc/self/environ")
+	if err != nil {
+		return err
+	}
+	for kv := range bytes.SplitSeq(shown, []byte{0}) {
+		name, _, _ := bytes.Cut(kv, []byte("="))
+		if _, secret := secrets[string(name)]; secret {
+			return fmt.Errorf("%s is still in /proc/self/environ", name)
+		}
+	}
+	return nil
+}
+
+// environBounds reads env_start and env_end, fields 50 and 51 of
+// /proc/self/stat (Linux 3.5 and later).
+func environBounds() (start, end uint64, err error) {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	i := bytes.LastIndexByte(b, ')') // the command name may hold spaces
+	if i < 0 {
+		return 0, 0, errors.New("/proc/self/stat: no command name")
+	}
+	f := strings.Fields(string(b[i+1:])) // field 3 onwards
+	if len(f) < 49 {
+		return 0, 0, errors.New("/proc/self/stat: no env_start/env_end")
+	}
+	if start, err = strconv.ParseUint(f[47], 10, 64); err != nil {
+		return 0, 0, err
+	}
+	if end, err = strconv.ParseUint(f[48], 10, 64); err != nil {
+		return 0, 0, err
+	}
+	if end <= start || end-start > 1<<30 {
+		return 0, 0, fmt.Errorf("/proc/self/stat: environment block %d..%d", start, end)
+	}
+	return start, end, nil
 }

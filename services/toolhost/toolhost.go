@@ -168,9 +168,11 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		Logger:           logger,
 		MaxArgumentBytes: cfg.MaxArgumentBytes,
 		CheckContext:     s.checkContext,
-		SandboxSupport:   s.support(),
-		WorkspaceContext: s.workspaceContext,
-		EndSession:       s.endSession,
+		// Asked per ListTools/WatchTools: the sandbox probe runs in the
+		// background and the answer waits for it.
+		SandboxSupportFunc: s.support,
+		WorkspaceContext:   s.workspaceContext,
+		EndSession:         s.endSession,
 	}, tools...)
 	if err != nil {
 		return nil, fmt.Errorf("toolhost: %w", err)

@@ -27,7 +27,8 @@ import (
 	"time"
 )
 
-var dshBin string
+// dshBin is dsh alone; dshWithLauncher has dsh-sandbox-launcher beside it.
+var dshBin, dshWithLauncher string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -39,12 +40,26 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	dshBin = filepath.Join(dir, "dsh")
-	cmd := exec.Command("go", "build", "-o", dshBin, "github.com/dsh-dev/dsh/cmd/dsh")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: go build:", err)
-		os.Exit(1)
+	// bin/ is the layout `make build` and the Dockerfile produce: dsh with
+	// the small static sandbox launcher beside it; single/ is dsh alone
+	// (the toolhost then re-executes dsh itself as the launcher).
+	dshBin = filepath.Join(dir, "single", "dsh")
+	dshWithLauncher = filepath.Join(dir, "bin", "dsh")
+	builds := [][]string{
+		{"build", "-o", dshBin, "github.com/dsh-dev/dsh/cmd/dsh"},
+		{"build", "-o", dshWithLauncher, "github.com/dsh-dev/dsh/cmd/dsh"},
+		{"build", "-o", filepath.Join(dir, "bin") + "/", "github.com/dsh-dev/dsh/services/toolhost/cmd/dsh-sandbox-launcher"},
+	}
+	for i, args := range builds {
+		cmd := exec.Command("go", args...)
+		if i == 2 {
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as make build
+		}
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: go build:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -117,8 +132,15 @@ func median(d []time.Duration) time.Duration {
 }
 
 // BenchmarkDevTenSteps runs `dsh dev -p` once per iteration and reports the
-// median step gap, the launch-to-first-request time and the peak RSS.
+// median step gap, the launch-to-first-request time and the peak RSS, for
+// the installed layout (layout=bin: the sandbox launcher beside dsh, as
+// `make build` makes it) and for dsh alone (layout=single).
 func BenchmarkDevTenSteps(b *testing.B) {
+	b.Run("layout=bin", func(b *testing.B) { benchDev(b, dshWithLauncher) })
+	b.Run("layout=single", func(b *testing.B) { benchDev(b, dshBin) })
+}
+
+func benchDev(b *testing.B, dshBin string) {
 	var gaps, launches, exits []time.Duration
 	var rss []int64
 	for b.Loop() {

@@ -41,6 +41,10 @@ type HostConfig struct {
 	// agent then refuses confined sessions on this host unless told to
 	// allow unenforced hosts.
 	SandboxSupport toolsv1.SandboxSupport
+	// SandboxSupportFunc, when set, replaces SandboxSupport and is asked at
+	// each ListTools and WatchTools: a host whose support is still being
+	// probed answers when it is known instead of holding up its start.
+	SandboxSupportFunc func() toolsv1.SandboxSupport
 	// WorkspaceContext answers GetWorkspaceContext for a host that owns a
 	// workspace; the cwd it sees is absolute and clean. A returned gRPC
 	// status error is passed through, any other error is INTERNAL. nil: the
@@ -178,10 +182,17 @@ func cloneDescriptor(d *toolsv1.ToolDescriptor) *toolsv1.ToolDescriptor {
 	return &toolsv1.ToolDescriptor{Schema: d.GetSchema(), Concurrency: d.GetConcurrency(), TimeoutMs: d.GetTimeoutMs(), ValidatesArguments: d.GetValidatesArguments()}
 }
 
+func (h *Host) sandboxSupport() toolsv1.SandboxSupport {
+	if h.cfg.SandboxSupportFunc != nil {
+		return h.cfg.SandboxSupportFunc()
+	}
+	return h.cfg.SandboxSupport
+}
+
 // ListTools returns the current tool set and its revision.
 func (h *Host) ListTools(context.Context, *toolsv1.ListToolsRequest) (*toolsv1.ListToolsResponse, error) {
 	tools, rev, _ := h.snapshot()
-	return &toolsv1.ListToolsResponse{Tools: tools, Revision: rev, SandboxSupport: h.cfg.SandboxSupport}, nil
+	return &toolsv1.ListToolsResponse{Tools: tools, Revision: rev, SandboxSupport: h.sandboxSupport()}, nil
 }
 
 // WatchTools sends a snapshot now and after every change. Changes that land
@@ -190,7 +201,7 @@ func (h *Host) WatchTools(_ *toolsv1.WatchToolsRequest, stream grpc.ServerStream
 	ctx := stream.Context()
 	for {
 		tools, rev, changed := h.snapshot()
-		if err := stream.Send(&toolsv1.WatchToolsResponse{Tools: tools, Revision: rev, SandboxSupport: h.cfg.SandboxSupport}); err != nil {
+		if err := stream.Send(&toolsv1.WatchToolsResponse{Tools: tools, Revision: rev, SandboxSupport: h.sandboxSupport()}); err != nil {
 			return err
 		}
 		select {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
@@ -59,7 +60,8 @@ func DefaultExe() string {
 	return "/proc/self/exe"
 }
 
-// Support is what this machine offers, probed once at New.
+// Support is what this machine offers, probed once per Sandbox (in the
+// background from New; every reader waits for the probe).
 type Support struct {
 	// LandlockABI is the kernel's Landlock ABI (0: none).
 	LandlockABI int
@@ -88,11 +90,20 @@ type Sandbox struct {
 	tmpRoot string
 	support Support
 	pids    *pidsCgroups
+	// probed is closed when the probe has filled support; everything that
+	// reads support waits for it, so a confined call can never be prepared
+	// on a guess (fail closed).
+	probed chan struct{}
+	// reaping waits for the probe's processes.
+	reaping sync.WaitGroup
 }
 
-// New probes the machine and prepares the host's temporary area. It fails
-// only on setup errors; a machine that cannot confine is reported in
-// Support (and logged as a WARN), and confined calls then fail closed.
+// New prepares the host's temporary area and starts probing the machine in
+// the background: running the launcher costs a process start (a Go runtime,
+// and bash), which stays off a host's start-up path; Support, Enforcement
+// and Command wait for the probe. New fails only on setup errors; a machine
+// that cannot confine is reported in Support (and logged as a WARN), and
+// confined calls then fail closed.
 func New(cfg Config) (*Sandbox, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -104,7 +115,7 @@ func New(cfg Config) (*Sandbox, error) {
 		cfg.Exe = DefaultExe()
 	}
 	cfg.Limits = cfg.Limits.WithDefaults()
-	s := &Sandbox{cfg: cfg}
+	s := &Sandbox{cfg: cfg, probed: make(chan struct{})}
 	tmp, err := os.MkdirTemp("", "dsh-toolhost-tmp-")
 	if err != nil {
 		return nil, fmt.Errorf("sandbox temp area: %w", err)
@@ -125,8 +136,11 @@ func New(cfg Config) (*Sandbox, error) {
 	} else {
 		cfg.Logger.Info("sandbox: no pids cgroup; the process limit is RLIMIT_NPROC only (root ignores it)", "why", err)
 	}
-	s.probe()
-	s.report()
+	go func() {
+		defer close(s.probed)
+		s.probe()
+		s.report()
+	}()
 	return s, nil
 }
 
@@ -150,10 +164,10 @@ func (s *Sandbox) probe() {
 	}
 }
 
-// run starts a probe command to completion.
+// run starts a probe command and returns its setup report.
 func (s *Sandbox) run(command string, p Policy) error {
 	dir := s.tmpRoot
-	r, err := s.Command(Call{Policy: p, Root: dir, Dir: dir, Command: command})
+	r, err := s.command(Call{Policy: p, Root: dir, Dir: dir, Command: command})
 	if err != nil {
 		return err
 	}
@@ -162,8 +176,13 @@ func (s *Sandbox) run(command string, p Policy) error {
 		return fmt.Errorf("%w: start launcher: %v", ErrUnavailable, err)
 	}
 	err = r.Started()
-	_ = r.Cmd.Wait()
-	r.Finish()
+	// The verdict is the launcher's setup report; the probe's bash is
+	// reaped (and its temporary directory and cgroup removed) off the
+	// path, before Close.
+	s.reaping.Go(func() {
+		_ = r.Cmd.Wait()
+		r.Finish()
+	})
 	return err
 }
 
@@ -181,11 +200,19 @@ func (s *Sandbox) report() {
 // Limits are the per-call limits in force.
 func (s *Sandbox) Limits() Limits { return s.cfg.Limits }
 
-// Support is what New found.
-func (s *Sandbox) Support() Support { return s.support }
+// Support is what the probe found (it waits for the probe).
+func (s *Sandbox) Support() Support {
+	<-s.probed
+	return s.support
+}
 
 // Enforcement is how much of p a call gets.
 func (s *Sandbox) Enforcement(p Policy) toolsv1.SandboxEnforcement {
+	<-s.probed
+	return s.enforcement(p)
+}
+
+func (s *Sandbox) enforcement(p Policy) toolsv1.SandboxEnforcement {
 	if !p.Mode.Confined() || s.support.Unavailable != nil {
 		return toolsv1.SandboxEnforcement_SANDBOX_ENFORCEMENT_UNSPECIFIED
 	}
@@ -200,6 +227,8 @@ func (s *Sandbox) Enforcement(p Policy) toolsv1.SandboxEnforcement {
 
 // Close removes the temporary area and the cgroups.
 func (s *Sandbox) Close() error {
+	<-s.probed // the probe uses the temporary area and the cgroups
+	s.reaping.Wait()
 	if s.pids != nil {
 		s.pids.close()
 	}
@@ -234,12 +263,19 @@ type Run struct {
 }
 
 // Command prepares a call. A confined policy on a machine that cannot
-// enforce it is ErrUnavailable.
+// enforce it is ErrUnavailable. It waits for the probe.
 func (s *Sandbox) Command(c Call) (*Run, error) {
+	<-s.probed
+	return s.command(c)
+}
+
+// command prepares a call from support as it stands (the probe's own runs
+// use it while support is being filled).
+func (s *Sandbox) command(c Call) (*Run, error) {
 	if c.Policy.Mode.Confined() && s.support.Unavailable != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, s.support.Unavailable)
 	}
-	r := &Run{Enforcement: s.Enforcement(c.Policy), Containment: s.support.Containment()}
+	r := &Run{Enforcement: s.enforcement(c.Policy), Containment: s.support.Containment()}
 	tmp, err := os.MkdirTemp(s.tmpRoot, "call-")
 	if err != nil {
 		return nil, fmt.Errorf("call temp dir: %w", err)

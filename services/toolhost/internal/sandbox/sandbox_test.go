@@ -1,6 +1,9 @@
 package sandbox
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -65,5 +68,29 @@ func TestConfinedModesFailClosed(t *testing.T) {
 		if e := s.Enforcement(Policy{Mode: m}); e != toolsv1.SandboxEnforcement_SANDBOX_ENFORCEMENT_UNSPECIFIED {
 			t.Errorf("%s: enforcement %v", m, e)
 		}
+	}
+}
+
+// TestCommandWaitsForTheProbe: the probe runs in the background, and a
+// confined call asked for while it is still running (here a launcher that
+// takes 300 ms to fail) waits for its verdict and is refused, never prepared
+// on a guess.
+func TestCommandWaitsForTheProbe(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	slow := filepath.Join(root, "slow-launcher")
+	if err := os.WriteFile(slow, []byte("#!/bin/sh\nsleep 0.3\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{HostRoot: root, Exe: slow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Command(Call{Policy: Policy{Mode: WorkspaceWrite}, Root: root, Dir: root, Command: "true"}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a confined call during the probe: err %v, want ErrUnavailable", err)
+	}
+	if s.Support().Unavailable == nil {
+		t.Error("Support says the sandbox works with a failing launcher")
 	}
 }
