@@ -282,7 +282,15 @@ func chatSession(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *a
 	// event up to then, so no prompt is dropped.
 	var drained <-chan int64 // the next seq once idle, after piped input ended
 	shown := s.GetNextSeq()
+	piped := !isTTY(e.stdin)
 	for {
+		// Piped input is a script: its next line waits for the running turn
+		// to end (an answer to an approval or question card excepted), so
+		// `printf 'prompt\n/compact\n' | dsh dev` compacts after the answer.
+		in := lines
+		if piped && busy && !ask.active() {
+			in = nil
+		}
 		select {
 		case next := <-drained:
 			for shown < next {
@@ -321,8 +329,8 @@ func chatSession(ctx context.Context, e *env, c agentv1.AgentServiceClient, s *a
 				scr.refreshGauge(ctx, c, id)
 				scr.prompt()
 			}
-		case line, ok := <-lines:
-			if !ok && !isTTY(e.stdin) && drained == nil {
+		case line, ok := <-in:
+			if !ok && piped && drained == nil {
 				lines, drained = nil, waitDrained(ctx, c, id)
 				continue
 			}

@@ -12,7 +12,8 @@ import (
 
 // TestFirstHour is a newcomer's first hour without a running server: a
 // prompt piped into `dsh dev` runs to its answer (not dropped at the end of
-// the input); `dsh sessions list|show|events|messages` read the local store
+// the input), and a piped command after it waits for its turn; `dsh sessions
+// list|show|events|messages` read the local store
 // when no agent answers, saying so; `dsh dev --continue` resumes the last
 // session of the directory and replays its history first.
 func TestFirstHour(t *testing.T) {
@@ -64,9 +65,14 @@ func TestFirstHour(t *testing.T) {
 		t.Errorf("sessions messages offline:\n%s", msgs)
 	}
 
-	out, _ = dsh("and again\n", devArgs(data, "--yes", "--continue")...)
+	// Piped lines are a script: /compact waits for the prompt's turn to end
+	// instead of finding it running.
+	out, _ = dsh("and again\n/compact\n", devArgs(data, "--yes", "--continue")...)
 	if !strings.Contains(out, "run the two commands") || !strings.Contains(out, "resumed session "+id) {
 		t.Fatalf("dsh dev --continue did not replay session %s:\n%s", id, out)
+	}
+	if !strings.Contains(out, "compact") || strings.Contains(out, "running a turn") {
+		t.Fatalf("the piped /compact did not wait for the turn:\n%s", out)
 	}
 	if list := offline("list"); strings.Count(strings.TrimSpace(list), "\n") != 1 {
 		t.Fatalf("--continue made a new session:\n%s", list)
