@@ -11,6 +11,7 @@ import (
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/session"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 // CheckHeader validates a header given to Create.
@@ -232,4 +233,39 @@ func ValidateLoaded(id string, events []*sessionv1.SessionEvent) ([]*sessionv1.S
 // balanced.
 func Closers(events []*sessionv1.SessionEvent) []*sessionv1.SessionEvent {
 	return session.InterruptedTurnClosers(events)
+}
+
+// Row is one stored event as a SQL store reads it: the row's seq column and
+// the event's protobuf bytes.
+type Row struct {
+	Seq int64
+	PB  []byte
+}
+
+// DecodeRows parses rows that must hold the events from, from+1, … in
+// order, spreading the work over the available CPUs. A row whose seq column
+// or decoded seq is not the one due at its position, or whose bytes do not
+// parse, is a CorruptError naming that seq.
+func DecodeRows(id string, from int64, rows []Row) ([]*sessionv1.SessionEvent, error) {
+	events := make([]*sessionv1.SessionEvent, len(rows))
+	errs := make([]error, len(rows))
+	Parallel(len(rows), 512, func(i int) {
+		want := from + int64(i)
+		ev := &sessionv1.SessionEvent{}
+		err := proto.Unmarshal(rows[i].PB, ev)
+		if err == nil && (rows[i].Seq != want || ev.GetSeq() != want) {
+			err = fmt.Errorf("row seq %d, event seq %d", rows[i].Seq, ev.GetSeq())
+		}
+		if err != nil {
+			errs[i] = &CorruptError{SessionID: id, Seq: want, Err: err}
+			return
+		}
+		events[i] = ev
+	})
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return events, nil
 }

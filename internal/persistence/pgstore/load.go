@@ -94,41 +94,17 @@ func readEvents(ctx context.Context, tx pgx.Tx, id string, from, next int64) ([]
 	if err != nil {
 		return nil, fmt.Errorf("session %q: %w", id, err)
 	}
-	type raw struct {
-		seq int64
-		pb  []byte
-	}
-	all := make([]raw, 0, max(next-from, 0))
-	var r raw
-	_, err = pgx.ForEachRow(rows, []any{&r.seq, &r.pb}, func() error {
+	all := make([]persistence.Row, 0, max(next-from, 0))
+	var r persistence.Row
+	_, err = pgx.ForEachRow(rows, []any{&r.Seq, &r.PB}, func() error {
 		all = append(all, r)
-		r.pb = nil
+		r.PB = nil
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("session %q: %w", id, err)
 	}
-	events := make([]*sessionv1.SessionEvent, len(all))
-	errs := make([]error, len(all))
-	persistence.Parallel(len(all), 256, func(i int) {
-		want := from + int64(i)
-		ev := &sessionv1.SessionEvent{}
-		err := proto.Unmarshal(all[i].pb, ev)
-		if err == nil && (all[i].seq != want || ev.GetSeq() != want) {
-			err = fmt.Errorf("row seq %d, event seq %d", all[i].seq, ev.GetSeq())
-		}
-		if err != nil {
-			errs[i] = &persistence.CorruptError{SessionID: id, Seq: want, Err: err}
-			return
-		}
-		events[i] = ev
-	})
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return events, nil
+	return persistence.DecodeRows(id, from, all)
 }
 
 // List returns the headers of the materialised sessions.

@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -50,11 +48,6 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 	}
 }
 
-type row struct {
-	seq int64
-	pb  []byte
-}
-
 // read returns the header and the stored events of a session from one
 // snapshot.
 func (s *Store) read(ctx context.Context, id string) (*sessionv1.SessionHeader, []*sessionv1.SessionEvent, error) {
@@ -83,10 +76,10 @@ func (s *Store) read(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 		return nil, nil, fmt.Errorf("session %q: %w", id, err)
 	}
 	defer rows.Close()
-	raw := make([]row, 0, next)
+	raw := make([]persistence.Row, 0, next)
 	for rows.Next() {
-		var r row
-		if err := rows.Scan(&r.seq, &r.pb); err != nil {
+		var r persistence.Row
+		if err := rows.Scan(&r.Seq, &r.PB); err != nil {
 			return nil, nil, fmt.Errorf("session %q: %w", id, err)
 		}
 		raw = append(raw, r)
@@ -97,52 +90,11 @@ func (s *Store) read(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 	if int64(len(raw)) != next {
 		return nil, nil, &persistence.CorruptError{SessionID: id, Seq: int64(len(raw)), Err: fmt.Errorf("%d event rows for a log of length %d", len(raw), next)}
 	}
-	events, err := decodeRows(id, raw)
+	events, err := persistence.DecodeRows(id, 0, raw)
 	if err != nil {
 		return nil, nil, err
 	}
 	return h, events, nil
-}
-
-// decodeRows parses the rows, spreading the work over the available CPUs.
-func decodeRows(id string, raw []row) ([]*sessionv1.SessionEvent, error) {
-	events := make([]*sessionv1.SessionEvent, len(raw))
-	errs := make([]error, len(raw))
-	decode := func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			if raw[i].seq != int64(i) {
-				errs[i] = &persistence.CorruptError{SessionID: id, Seq: int64(i), Err: fmt.Errorf("row %d has seq %d", i, raw[i].seq)}
-				return
-			}
-			ev := &sessionv1.SessionEvent{}
-			err := proto.Unmarshal(raw[i].pb, ev)
-			if err == nil && ev.GetSeq() != int64(i) {
-				err = fmt.Errorf("data of row %d carries seq %d", i, ev.GetSeq())
-			}
-			if err != nil {
-				errs[i] = &persistence.CorruptError{SessionID: id, Seq: int64(i), Err: err}
-				return
-			}
-			events[i] = ev
-		}
-	}
-	workers := min(runtime.GOMAXPROCS(0), max(len(raw)/512, 1))
-	if workers == 1 {
-		decode(0, len(raw))
-	} else {
-		var wg sync.WaitGroup
-		chunk := (len(raw) + workers - 1) / workers
-		for lo := 0; lo < len(raw); lo += chunk {
-			wg.Go(func() { decode(lo, min(lo+chunk, len(raw))) })
-		}
-		wg.Wait()
-	}
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return events, nil
 }
 
 // List returns the headers of the materialised sessions.
@@ -263,10 +215,10 @@ func (s *Store) ReadEvents(ctx context.Context, id string, from int64) ([]*sessi
 		return nil, fmt.Errorf("session %q: %w", id, err)
 	}
 	defer rows.Close()
-	raw := make([]row, 0, max(next-from, 0))
+	raw := make([]persistence.Row, 0, max(next-from, 0))
 	for rows.Next() {
-		var r row
-		if err := rows.Scan(&r.seq, &r.pb); err != nil {
+		var r persistence.Row
+		if err := rows.Scan(&r.Seq, &r.PB); err != nil {
 			return nil, fmt.Errorf("session %q: %w", id, err)
 		}
 		raw = append(raw, r)
@@ -274,19 +226,7 @@ func (s *Store) ReadEvents(ctx context.Context, id string, from int64) ([]*sessi
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("session %q: %w", id, err)
 	}
-	events := make([]*sessionv1.SessionEvent, len(raw))
-	for i, r := range raw {
-		want := from + int64(i)
-		ev := &sessionv1.SessionEvent{}
-		if err := proto.Unmarshal(r.pb, ev); err != nil || r.seq != want || ev.GetSeq() != want {
-			if err == nil {
-				err = fmt.Errorf("row seq %d, event seq %d", r.seq, ev.GetSeq())
-			}
-			return nil, &persistence.CorruptError{SessionID: id, Seq: want, Err: err}
-		}
-		events[i] = ev
-	}
-	return events, nil
+	return persistence.DecodeRows(id, from, raw)
 }
 
 // CheckStorage checks a stored session's storage (inspect.Verify calls it):
