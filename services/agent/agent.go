@@ -115,6 +115,11 @@ type Config struct {
 	// Sandbox is the deployment's default confinement (--sandbox-mode,
 	// --sandbox-network); nil sends no policy (hosts apply their own).
 	Sandbox *toolsv1.SandboxPolicy
+	// HandedOff, when set, is called during Close for each session retired
+	// early because it was idle when the drain began (flushed, disposed):
+	// a replica releases its lease so another replica takes its next call
+	// instead of forwarding it here for the rest of the drain.
+	HandedOff func(ctx context.Context, sessionID string)
 	// Sink receives durable events; nil for none.
 	Sink EventSink
 	// Approval holds the deployment's approval defaults. The zero value is
@@ -637,6 +642,22 @@ func (s *Service) Close(ctx context.Context) error {
 	s.stop()
 	s.wg.Wait()
 
+	// Sessions idle when the drain begins (no turn, nothing queued, no
+	// running subagent, not a subagent themselves) leave at once: admission
+	// is closed, so nothing can start in them any more.
+	var idle []*liveSession
+	busy := lives[:0:0]
+	for _, l := range lives {
+		if l.agent.Status() == agentv1.AgentStatus_AGENT_STATUS_IDLE && l.agent.Queued() == 0 &&
+			len(s.kids.of(l.id)) == 0 && l.log.Header().GetSubagent() == nil {
+			idle = append(idle, l)
+		} else {
+			busy = append(busy, l)
+		}
+	}
+	idleErrs := s.retireAll(ctx, idle, s.cfg.HandedOff)
+	lives = busy
+
 	// Running and queued turns may finish until DrainReserve before the
 	// deadline; the reserve disposes what is left and flushes.
 	drainCtx := ctx
@@ -654,20 +675,32 @@ func (s *Service) Close(ctx context.Context) error {
 		s.deps.Titles.Close()
 	}
 	close(s.closed)
+	errs := s.retireAll(ctx, lives, nil)
+	s.mu.Lock()
+	s.live = map[string]*liveSession{}
+	s.mu.Unlock()
+	return errors.Join(append(idleErrs, errs...)...)
+}
+
+// retireAll retires sessions in parallel; then, for each one whose events
+// are all durable, calls after (when set).
+func (s *Service) retireAll(ctx context.Context, lives []*liveSession, after func(context.Context, string)) []error {
+	var wg sync.WaitGroup
 	errs := make([]error, len(lives))
 	for i, l := range lives {
 		wg.Go(func() {
 			s.retire(ctx, l)
 			if n := l.log.Len() - l.durableSeq(); n > 0 {
 				errs[i] = fmt.Errorf("session %s: %d events not durable", l.id, n)
+				return
+			}
+			if after != nil {
+				after(ctx, l.id)
 			}
 		})
 	}
 	wg.Wait()
-	s.mu.Lock()
-	s.live = map[string]*liveSession{}
-	s.mu.Unlock()
-	return errors.Join(errs...)
+	return errs
 }
 
 func (l *liveSession) durableSeq() int64 { return l.durable.Load() }

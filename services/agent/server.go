@@ -341,6 +341,15 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		}
 	}
 
+	if rep != nil && sc.Service.HandedOff == nil {
+		sc.Service.HandedOff = func(ctx context.Context, id string) {
+			if err := rep.mgr.Release(context.WithoutCancel(ctx), id); err != nil {
+				logger.Warn("drain: releasing an idle session's lease failed; it is claimable when the lease expires", "session", id, "err", err)
+				return
+			}
+			logger.Info("drain: handed an idle session off (lease released)", "session", id)
+		}
+	}
 	titles := title.New(gw, title.Config{Provider: sc.TitleProvider, Model: sc.TitleModel, Disabled: sc.NoTitles}, logger)
 	defer titles.Close()
 	svc, err = New(sc.Service, Deps{Store: store, LLM: gw, Providers: gw, Tools: toolsOf(pipe), Hooks: hk, Approvers: approvers,
