@@ -263,3 +263,45 @@ func TestCompactRPC(t *testing.T) {
 }
 
 func proto64(v int64) *int64 { return &v }
+
+// TestCompactRightAfterTurnEnd: a client that sees a turn's turn/end and
+// asks for a compaction at once (what `dsh chat` does with piped input) is
+// not told the session is running a turn while its driver settles to idle.
+func TestCompactRightAfterTurnEnd(t *testing.T) {
+	t.Parallel()
+	gw := &fakes.Gateway{}
+	c := startCompactAgent(t, fakes.Serve(t, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) }), produce)
+	ctx := t.Context()
+	if _, err := c.CreateSession(ctx, &agentv1.CreateSessionRequest{SessionId: "s", Cwd: t.TempDir(), Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m1"}}); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := c.StreamEvents(ctx, &agentv1.StreamEventsRequest{SessionId: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		gw.Script(fakes.Response{Chunks: fakes.Text(fmt.Sprintf("answer %d", i))})
+		if _, err := c.Send(ctx, &agentv1.SendRequest{SessionId: "s", Content: []*llmv1.ContentBlock{session.Text(fmt.Sprintf("prompt %d", i))}}); err != nil {
+			t.Fatal(err)
+		}
+		// This prompt's turn/end (a compaction's own zero-step turn ends too).
+		answered := false
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := resp.GetEvent()
+			if m := ev.GetAssistantMessage(); m != nil && strings.Contains(fmt.Sprint(m.GetContent()), fmt.Sprintf("answer %d", i)) {
+				answered = true
+			}
+			if answered && ev.GetTurnEnd() != nil {
+				break
+			}
+		}
+		_, err := c.Compact(ctx, &agentv1.CompactRequest{SessionId: "s"})
+		if err != nil && strings.Contains(err.Error(), "running a turn") {
+			t.Fatalf("Compact right after turn %d's turn/end: %v", i+1, err)
+		}
+	}
+}
