@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -58,10 +57,6 @@ func (s *Service) contextOf(ctx context.Context, l *liveSession) *agentv1.Contex
 	return measurement(s.compactor.Read(ctx, l.log))
 }
 
-// settleTimeout bounds Compact's wait for a session whose turn has just
-// ended to become idle.
-const settleTimeout = 2 * time.Second
-
 // Compact compacts a session's context: the whole eligible range, or the
 // given surface span, in a zero-step turn of its own while the session is
 // idle.
@@ -83,14 +78,6 @@ func (s *Service) Compact(ctx context.Context, req *agentv1.CompactRequest) (*ag
 	}
 	if seq, held := l.log.Compacting(); held {
 		return nil, status.Errorf(codes.FailedPrecondition, "compact: %v (compact/start at seq %d); wait for its compact/end", compact.ErrInProgress, seq)
-	}
-	if _, open := l.log.OpenTurn(); !open && l.agent.Queued() == 0 {
-		// A turn that just ended leaves the driver settling to idle for a
-		// moment: a client that saw turn/end and asks at once must not be
-		// told the session is busy.
-		wctx, cancel := context.WithTimeout(ctx, settleTimeout)
-		_ = l.agent.WaitIdle(wctx)
-		cancel()
 	}
 	var res *compact.Result
 	err = l.agent.Exclusive(ctx, compactTrigger(), func(ctx context.Context, sess compact.Session) error {

@@ -76,6 +76,20 @@ func (a *Agent) recoverOverflow(ctx context.Context, turn, step int32, retries *
 // returns. It fails with ErrBusy when a turn runs or is queued.
 func (a *Agent) Exclusive(ctx context.Context, trigger *sessionv1.TurnTrigger, fn func(ctx context.Context, s compact.Session) error) error {
 	a.mu.Lock()
+	// A driver whose turn has ended (turn/end logged, nothing queued) is
+	// settling to idle: wait for it rather than answer busy to a caller that
+	// saw the turn/end.
+	for a.driving && !a.disposed && !a.exclusive && len(a.queued) == 0 && !a.turnOpenLocked() {
+		ch := make(chan struct{})
+		a.waiters = append(a.waiters, ch)
+		a.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		a.mu.Lock()
+	}
 	if a.disposed {
 		a.mu.Unlock()
 		return ErrDisposed
@@ -122,4 +136,10 @@ func (a *Agent) Exclusive(ctx context.Context, trigger *sessionv1.TurnTrigger, f
 		ferr = fmt.Errorf("flush: %w", ferr)
 	}
 	return errors.Join(err, endErr, ferr)
+}
+
+// turnOpenLocked reports whether the log has an open turn.
+func (a *Agent) turnOpenLocked() bool {
+	_, open := a.log.OpenTurn()
+	return open
 }
