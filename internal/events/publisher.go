@@ -566,9 +566,10 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 }
 
 // widenStream makes a stream created before subjects carried the tenant
-// (filter dsh.events.*) capture dsh.events.> as well. The old subjects stay
-// in the stream; sessions are published again under their tenant subjects
-// once, because the tail of the new subject is empty.
+// (filter dsh.events.*) capture dsh.events.> as well. Events already
+// published stay on their old dsh.events.<id> subjects (the durable cursor
+// is not rewound), so tenant-scoped consumers see only what is published
+// after the upgrade.
 func (p *Publisher) widenStream(ctx context.Context, st jetstream.Stream) error {
 	cfg := st.CachedInfo().Config
 	if slices.Contains(cfg.Subjects, AllEvents) {

@@ -146,13 +146,12 @@ type Measurement struct {
 
 // usageAnchor is the latest assistant/message that carried usage.
 type usageAnchor struct {
-	set     bool
-	usage   int64 // its billed total
-	sum     int64 // surface tokens right after it joined
-	hdrTok  int64 // header estimate at that time
-	reqSeq  int64 // seq of the request/header in force
-	gen     int   // replace generation at that time
-	revised int64 // seq of the assistant/message
+	set    bool
+	usage  int64 // its billed total
+	sum    int64 // surface tokens right after it joined
+	hdrTok int64 // header estimate at that time
+	reqSeq int64 // seq of the request/header in force
+	gen    int   // replace generation at that time
 }
 
 // noteUsage records an assistant/message's usage as the anchor; l.mu held.
@@ -162,7 +161,7 @@ func (l *Log) noteUsage(ev *sessionv1.SessionEvent) {
 		return
 	}
 	l.anchor = usageAnchor{set: true, usage: UsageTotal(am.GetUsage()), sum: l.surf.sum, hdrTok: l.hdrTok,
-		reqSeq: l.reqSeq, gen: l.surf.gen, revised: ev.GetSeq()}
+		reqSeq: l.reqSeq, gen: l.surf.gen}
 }
 
 // Measure returns the token meter's reading of the log without the

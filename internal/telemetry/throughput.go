@@ -25,8 +25,6 @@ type StoreMetrics struct {
 	requests metric.Int64Histogram
 	commit   metric.Float64Histogram
 	write    metric.Float64Histogram
-	queue    metric.Int64ObservableGauge
-	meter    metric.Meter
 }
 
 // NewStoreMetrics creates the instruments on mp (nil: the global provider).
@@ -36,19 +34,20 @@ func NewStoreMetrics(mp metric.MeterProvider, queue func() int64) (*StoreMetrics
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	m := &StoreMetrics{meter: mp.Meter(ScopeName)}
+	meter := mp.Meter(ScopeName)
+	m := &StoreMetrics{}
 	var errs [4]error
-	m.requests, errs[0] = m.meter.Int64Histogram(MetricStoreCommitRequests, metric.WithUnit("{write}"),
+	m.requests, errs[0] = meter.Int64Histogram(MetricStoreCommitRequests, metric.WithUnit("{write}"),
 		metric.WithDescription("Writes (appends of different sessions, cursor raises) sharing one store transaction and fsync: the group-commit batch size."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
-	m.commit, errs[1] = m.meter.Float64Histogram(MetricStoreCommitDuration, metric.WithUnit("s"),
+	m.commit, errs[1] = meter.Float64Histogram(MetricStoreCommitDuration, metric.WithUnit("s"),
 		metric.WithDescription("One group transaction, begin to durable commit."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
-	m.write, errs[2] = m.meter.Float64Histogram(MetricStoreWriteDuration, metric.WithUnit("s"),
+	m.write, errs[2] = meter.Float64Histogram(MetricStoreWriteDuration, metric.WithUnit("s"),
 		metric.WithDescription("One write from its submission to its durable commit (queue wait included): the latency of a flush."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	if queue != nil {
-		m.queue, errs[3] = m.meter.Int64ObservableGauge(MetricStoreQueue, metric.WithUnit("{write}"),
+		_, errs[3] = meter.Int64ObservableGauge(MetricStoreQueue, metric.WithUnit("{write}"),
 			metric.WithDescription("Writes waiting for the store's committer."),
 			metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 				o.Observe(queue())

@@ -44,7 +44,6 @@ type writeReq struct {
 // CommitStats describes one committed group, for metrics.
 type CommitStats struct {
 	Requests int           // writes in the transaction
-	Queued   int           // writes still waiting when it committed
 	Duration time.Duration // begin to commit, fsync included
 	// Waits holds, per committed write, the time from its submission to
 	// the commit (its flush latency); valid only during the OnCommit call.
@@ -160,7 +159,7 @@ func (s *Store) commitGroup(group []*writeReq) {
 			}
 		}
 		s.waits = waits
-		s.onCommit(CommitStats{Requests: ran, Queued: len(s.queue), Duration: now.Sub(start), Waits: waits})
+		s.onCommit(CommitStats{Requests: ran, Duration: now.Sub(start), Waits: waits})
 	}
 	s.answer(group, results, nil)
 }

@@ -36,7 +36,8 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 		if err != nil {
 			return nil, nil, fmt.Errorf("session %q: repair: %w", id, err)
 		}
-		err = s.inTx(ctx, func(tx *sql.Tx) error { return s.appendRows(ctx, tx, id, closers, data) })
+		// The repair is a write like an Append: through the committer.
+		err = s.submit(ctx, func(ctx context.Context, tx *sql.Tx) error { return s.appendRows(ctx, tx, id, closers, data) }, nil)
 		var seqErr *persistence.SeqError
 		if errors.As(err, &seqErr) && attempt < 3 {
 			continue // the log grew after the read: read it again

@@ -452,24 +452,6 @@ func encodeRows(id string, next int64, events []*sessionv1.SessionEvent, validat
 	return out, nil
 }
 
-// inTx runs fn in a write transaction, committing when it returns nil.
-func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("sqlitestore: begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
-			s.log.Error("sqlitestore: rollback failed", "error", rerr)
-		}
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlitestore: commit: %w", err)
-	}
-	return nil
-}
-
 // Discard forgets a created but never appended session.
 func (s *Store) Discard(ctx context.Context, id string) error {
 	if err := s.checkOpen(ctx); err != nil {

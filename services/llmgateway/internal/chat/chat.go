@@ -554,7 +554,6 @@ func (a *Adapter) describe(b *llmv1.ContentBlock) string {
 		return provider.Placeholder(b, fmt.Sprintf("route %q takes documents only as text", a.cfg.Route))
 	case *llmv1.ContentBlock_Audio:
 		return provider.Placeholder(b, fmt.Sprintf("route %q does not take audio", a.cfg.Route))
-	case *llmv1.ContentBlock_ResourceLink:
 	}
 	return provider.Placeholder(b, "")
 }
