@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/dsh-dev/dsh/cmd/dsh/internal/render"
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 )
@@ -147,7 +148,7 @@ func callSummary(c *sessionv1.ToolCall) string {
 	var args map[string]any
 	if json.Unmarshal([]byte(c.GetArguments()), &args) == nil {
 		if cmd, ok := args["command"].(string); ok {
-			return "$ " + oneLineText(cmd, 300)
+			return "$ " + render.OneLine(cmd, 300)
 		}
 		for _, k := range []string{"file_path", "path"} {
 			if p, ok := args[k].(string); ok {
@@ -155,15 +156,7 @@ func callSummary(c *sessionv1.ToolCall) string {
 			}
 		}
 	}
-	return oneLineText(c.GetArguments(), 300)
-}
-
-func oneLineText(s string, max int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > max {
-		s = s[:max] + "…"
-	}
-	return s
+	return render.OneLine(c.GetArguments(), 300)
 }
 
 // answer handles an input line while a request is open.

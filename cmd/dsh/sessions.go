@@ -102,12 +102,7 @@ func runSessions(ctx context.Context, e *env, args []string) error {
 				r.Event(ev)
 				return nil
 			}
-			b, err := cliJSON(ev)
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(out, "%s\n", b)
-			return err
+			return printJSON(out, ev)
 		})
 	case "tree":
 		rs, ok := src.(remoteSource)
@@ -151,7 +146,9 @@ func openSource(ctx context.Context, e *env, sub, addr, data string, cf *clientF
 		return remoteSource{c: agentv1.NewAgentServiceClient(conn)}, func() { conn.Close() }, nil
 	}
 	var xe *exitError
-	if sub == "fork" || !errors.As(err, &xe) || xe.code != 1 {
+	if sub == "fork" || sub == "tree" || !errors.As(err, &xe) || xe.code != 1 {
+		// fork writes and tree lists children through ListSessions: both
+		// need the agent, so its connection error is the answer.
 		return nil, nil, err
 	}
 	local, path, lerr := openLocal(ctx, data)

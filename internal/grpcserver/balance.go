@@ -2,7 +2,6 @@ package grpcserver
 
 import (
 	"flag"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
@@ -42,5 +41,5 @@ func MaxConnectionAgeFlag(fs *flag.FlagSet, getenv func(string) string) *time.Du
 			def = d
 		}
 	}
-	return fs.Duration("max-connection-age", def, fmt.Sprintf("end each client connection after this long (gracefully: running calls finish) so clients re-resolve and new replicas get traffic; 0 never (env DSH_MAX_CONNECTION_AGE; default %v)", DefaultMaxConnectionAge))
+	return fs.Duration("max-connection-age", def, "end each client connection after this long (gracefully: running calls finish) so clients re-resolve and new replicas get traffic; 0 never (env DSH_MAX_CONNECTION_AGE)")
 }

@@ -26,7 +26,7 @@ func (r *Renderer) compaction(ev *sessionv1.SessionEvent) {
 		}
 	case *sessionv1.SessionEvent_CompactEnd:
 		if e := p.CompactEnd.GetError(); e != "" {
-			r.line(r.style(sCyan, "⟲ ") + r.style(sRed, "✗ compaction failed: "+oneLine(e, 160)))
+			r.line(r.style(sCyan, "⟲ ") + r.style(sRed, "✗ compaction failed: "+OneLine(e, 160)))
 		}
 	case *sessionv1.SessionEvent_ToolResult:
 		r.line(r.style(sDim, "· pruned the output of "+p.ToolResult.GetCallId()))

@@ -43,7 +43,7 @@ func (r *Renderer) Progress(p *agentv1.ToolProgress) {
 	parts := strings.Split(text, "\n")
 	t.partial = parts[len(parts)-1]
 	for _, l := range parts[:len(parts)-1] {
-		l = oneLine(l, maxTailWidth)
+		l = OneLine(l, maxTailWidth)
 		if r.opt.PrintProgress {
 			r.line(r.style(sDim, "  ┊ "+l))
 		}
@@ -71,7 +71,7 @@ func (r *Renderer) LiveTail() []string {
 		}
 		lines := append([]string(nil), t.lines...)
 		if t.partial != "" {
-			lines = append(lines, oneLine(t.partial, maxTailWidth))
+			lines = append(lines, OneLine(t.partial, maxTailWidth))
 		}
 		if len(lines) > TailLines {
 			lines = lines[len(lines)-TailLines:]

@@ -180,7 +180,7 @@ func (r *Renderer) Event(ev *sessionv1.SessionEvent) {
 	case *sessionv1.SessionEvent_SteeringMessage:
 		r.line(r.style(sBold, "› ") + r.style(sDim, "(steering) ") + blocksText(p.SteeringMessage.GetContent()))
 	case *sessionv1.SessionEvent_ContextMessage:
-		r.line(r.style(sDim, "· context: "+oneLine(blocksText(p.ContextMessage.GetContent()), 100)))
+		r.line(r.style(sDim, "· context: "+OneLine(blocksText(p.ContextMessage.GetContent()), 100)))
 	case *sessionv1.SessionEvent_PromptBlocked:
 		r.line(r.style(sRed, "✗ prompt blocked: "+p.PromptBlocked.GetReason()))
 	case *sessionv1.SessionEvent_AssistantChunk:
@@ -200,7 +200,7 @@ func (r *Renderer) Event(ev *sessionv1.SessionEvent) {
 	case *sessionv1.SessionEvent_TurnEnd:
 		r.turnEnd(p.TurnEnd)
 	case *sessionv1.SessionEvent_SessionTitle:
-		r.line(r.style(sDim, "· title: "+oneLine(p.SessionTitle.GetTitle(), 200)))
+		r.line(r.style(sDim, "· title: "+OneLine(p.SessionTitle.GetTitle(), 200)))
 	case *sessionv1.SessionEvent_SubagentStart, *sessionv1.SessionEvent_SubagentEnd:
 		r.subagent(ev) // subagent.go
 	case *sessionv1.SessionEvent_CompactStart, *sessionv1.SessionEvent_CompactSummary, *sessionv1.SessionEvent_CompactEnd:
@@ -290,9 +290,9 @@ func (r *Renderer) toolCall(c *sessionv1.ToolCall) {
 		if cmd == "" {
 			cmd = t.GetDescription()
 		}
-		head := bullet + r.style(sBold, "$ "+oneLine(cmd, 200))
+		head := bullet + r.style(sBold, "$ "+OneLine(cmd, 200))
 		if t.GetDescription() != "" && t.GetDescription() != cmd {
-			head += r.style(sDim, "  # "+oneLine(t.GetDescription(), 80))
+			head += r.style(sDim, "  # "+OneLine(t.GetDescription(), 80))
 		}
 		r.line(head)
 	case *toolsv1.ToolCallView_Diff:
@@ -304,7 +304,7 @@ func (r *Renderer) toolCall(c *sessionv1.ToolCall) {
 		}
 		r.line(head)
 	default:
-		r.line(bullet + r.style(sBold, c.GetName()) + r.style(sDim, " "+oneLine(c.GetArguments(), 120)))
+		r.line(bullet + r.style(sBold, c.GetName()) + r.style(sDim, " "+OneLine(c.GetArguments(), 120)))
 	}
 }
 
@@ -449,7 +449,7 @@ func (r *Renderer) turnEnd(e *sessionv1.TurnEnd) {
 		if code != "" {
 			msg = code + ": " + msg
 		}
-		r.line(r.style(sRed, "✗ turn failed: "+oneLine(msg, 300)))
+		r.line(r.style(sRed, "✗ turn failed: "+OneLine(msg, 300)))
 	case *sessionv1.TurnEndReason_Aborted:
 		r.line(r.style(sYellow, "⏹ turn cancelled"))
 	case *sessionv1.TurnEndReason_Rejected:
@@ -541,7 +541,9 @@ func AnswerText(m *sessionv1.AssistantMessage) string {
 	return strings.Join(parts, "")
 }
 
-func oneLine(s string, max int) string {
+// OneLine collapses whitespace and cuts s to max runes (an ellipsis
+// included); max 0 keeps it whole.
+func OneLine(s string, max int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if max > 0 && len([]rune(s)) > max {
 		s = string([]rune(s)[:max-1]) + "…"

@@ -31,7 +31,7 @@ func (r *Renderer) subagent(ev *sessionv1.SessionEvent) {
 	}
 	msg := "✗ subagent " + e.GetChildSession() + " " + e.GetOutcome()
 	if e.GetError() != "" {
-		msg += ": " + oneLine(e.GetError(), 100)
+		msg += ": " + OneLine(e.GetError(), 100)
 	}
 	r.line(r.style(sCyan, "⧉ ") + r.style(sRed, msg) + r.style(sDim, usage))
 }

@@ -2,7 +2,7 @@
 // environment variables; provider routes come from the conventional
 // variables (DEEPSEEK_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY /
 // OPENAI_BASE_URL and their *_BASE_URL), plus an optional JSON config file.
-// The scripted route is always registered.
+// The scripted route is registered unless --scripted=false.
 //
 //	DEEPSEEK_API_KEY=... llmgateway --listen 127.0.0.1:7701
 //	grpcurl -plaintext -d '{"provider":"deepseek","model":"deepseek-v4-flash","messages":[{"role":"ROLE_USER","content":[{"text":{"text":"hi"}}]}]}' 127.0.0.1:7701 dsh.llm.v1.LlmGateway/Generate
@@ -57,7 +57,7 @@ func usage(fs *flag.FlagSet) {
 	w := fs.Output()
 	fmt.Fprintln(w, "Usage: llmgateway [flags]\n\nServes dsh.llm.v1.LlmGateway. Flags:")
 	fs.PrintDefaults()
-	fmt.Fprintln(w, "\nEnvironment (provider routes; the scripted route is always registered):")
+	fmt.Fprintln(w, "\nEnvironment (provider routes; the scripted route is registered unless --scripted=false):")
 	for _, v := range llmgateway.EnvVars() {
 		fmt.Fprintf(w, "  %-21s %s\n", v.Name, v.Doc)
 	}
