@@ -590,7 +590,7 @@ func (s *Service) Unload(ctx context.Context, id string) bool {
 // with a log the store holds (a session with no events yet exists only in
 // memory: the store materialises a session at its first append).
 func (l *liveSession) unloadable() bool {
-	return l.agent.Quiescent() && l.log.Len() > 0 && l.durableSeq() == l.log.Len() && len(l.s.kids.of(l.id)) == 0
+	return l.agent.Quiescent() && l.log.Len() > 0 && l.durableSeq() == l.log.Len() && !l.s.kids.has(l.id)
 }
 
 // retire disposes a live session's agent and flushes it.
@@ -649,7 +649,7 @@ func (s *Service) Close(ctx context.Context) error {
 	busy := lives[:0:0]
 	for _, l := range lives {
 		if l.agent.Status() == agentv1.AgentStatus_AGENT_STATUS_IDLE && l.agent.Queued() == 0 &&
-			len(s.kids.of(l.id)) == 0 && l.log.Header().GetSubagent() == nil {
+			!s.kids.has(l.id) && l.log.Header().GetSubagent() == nil {
 			idle = append(idle, l)
 		} else {
 			busy = append(busy, l)

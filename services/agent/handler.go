@@ -96,9 +96,6 @@ func (s *Service) createNew(ctx context.Context, req *agentv1.CreateSessionReque
 	} else if r != "" && slices.Contains(strings.Split(r, "/"), "..") {
 		return nil, invalidf("options.workspace_root %q must not contain \"..\" (name the directory itself)", r)
 	}
-	if err := checkSandbox(opts.GetSandbox()); err != nil {
-		return nil, err
-	}
 	if err := s.checkCwd(ctx, cwd, opts.GetToolhosts()); err != nil {
 		return nil, err
 	}

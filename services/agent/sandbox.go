@@ -30,15 +30,3 @@ func ParseSandbox(mode, network string) (*toolsv1.SandboxPolicy, error) {
 	}
 	return p, nil
 }
-
-// checkSandbox refuses enum values this agent does not know (a newer
-// client's mode must not silently become "unset", i.e. the default).
-func checkSandbox(p *toolsv1.SandboxPolicy) error {
-	if _, ok := toolsv1.SandboxMode_name[int32(p.GetMode())]; !ok {
-		return invalidf("options.sandbox.mode %d is not a known sandbox mode", p.GetMode())
-	}
-	if _, ok := toolsv1.NetworkAccess_name[int32(p.GetNetwork())]; !ok {
-		return invalidf("options.sandbox.network %d is not a known network setting", p.GetNetwork())
-	}
-	return nil
-}

@@ -51,6 +51,13 @@ func (k *kids) remove(parent, child string) {
 	}
 }
 
+// has reports whether parent has running children.
+func (k *kids) has(parent string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.m[parent]) > 0
+}
+
 func (k *kids) of(parent string) []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -322,7 +322,17 @@ func (a *Agent) InjectOnce(requestID string, content []*llmv1.ContentBlock, src 
 	if a.seenLocked(requestID) {
 		return nil
 	}
+	// The key is noted only once the injection is admitted, so a retry of
+	// one that failed is applied, not answered as done.
+	if err := a.injectLocked(ev, src); err != nil {
+		return err
+	}
 	a.noteLocked(requestID)
+	return nil
+}
+
+// injectLocked appends or defers one context/message; a.mu held.
+func (a *Agent) injectLocked(ev *sessionv1.SessionEvent, src *llmv1.MessageSource) error {
 	if _, open := a.log.OpenTurn(); open {
 		if a.inBatch {
 			a.batchFIFO = append(a.batchFIFO, ev)
