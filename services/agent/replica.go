@@ -88,35 +88,31 @@ const sweepBatch = 32
 // for a request. Replicas sweeping together race for each claim; the
 // losers find the session owned elsewhere and skip it.
 func (r *replica) sweep(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	every(ctx, period, func() { r.sweepOnce(ctx) })
+}
+
+// sweepOnce adopts one batch of orphaned sessions.
+func (r *replica) sweepOnce(ctx context.Context) {
+	svc := r.svc.Load()
+	if svc == nil {
+		return
+	}
+	ids, err := r.st.Orphans(ctx, sweepBatch)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("sweep: listing orphaned sessions failed", "err", err)
 		}
-		svc := r.svc.Load()
-		if svc == nil {
-			continue
-		}
-		ids, err := r.st.Orphans(ctx, sweepBatch)
-		if err != nil {
-			if ctx.Err() == nil {
-				r.log.Warn("sweep: listing orphaned sessions failed", "err", err)
-			}
-			continue
-		}
-		for _, id := range ids {
-			err := svc.Adopt(ctx, id)
-			var elsewhere *cluster.OwnedElsewhereError
-			switch {
-			case err == nil:
-				r.log.Info("sweep: adopted an orphaned session (its interrupted turn is closed)", "session", id)
-			case errors.As(err, &elsewhere), ctx.Err() != nil:
-			default:
-				r.log.Warn("sweep: adopting an orphaned session failed", "session", id, "err", err)
-			}
+		return
+	}
+	for _, id := range ids {
+		err := svc.Adopt(ctx, id)
+		var elsewhere *cluster.OwnedElsewhereError
+		switch {
+		case err == nil:
+			r.log.Info("sweep: adopted an orphaned session (its interrupted turn is closed)", "session", id)
+		case errors.As(err, &elsewhere), ctx.Err() != nil:
+		default:
+			r.log.Warn("sweep: adopting an orphaned session failed", "session", id, "err", err)
 		}
 	}
 }
