@@ -376,7 +376,7 @@ func (l *liveSession) flush(ctx context.Context) error {
 		return fmt.Errorf("flush session %s from seq %d: %w", l.id, from, err)
 	}
 	l.durable.Store(evs[len(evs)-1].GetSeq() + 1)
-	l.steps.observe(l.s.metrics, l.log.Header(), evs)
+	l.steps.observe(l.s.metrics, l.log.Settings().Options, evs)
 	if l.s.cfg.Sink != nil {
 		l.s.cfg.Sink.Durable(l.log.Header().GetTenant(), l.id, evs)
 	}

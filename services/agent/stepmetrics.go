@@ -15,8 +15,9 @@ type stepTimer struct {
 	start int64 // time of the last step/start flushed, 0 when none is open
 }
 
-// observe records the steps that evs (just made durable) close.
-func (t *stepTimer) observe(m *telemetry.Metrics, h *sessionv1.SessionHeader, evs []*sessionv1.SessionEvent) {
+// observe records the steps that evs (just made durable) close, under the
+// session's effective provider and model (opts: after UpdateSession).
+func (t *stepTimer) observe(m *telemetry.Metrics, opts *sessionv1.SessionOptions, evs []*sessionv1.SessionEvent) {
 	if m == nil {
 		return
 	}
@@ -26,7 +27,7 @@ func (t *stepTimer) observe(m *telemetry.Metrics, h *sessionv1.SessionHeader, ev
 			t.start = ev.GetTime()
 		case ev.GetStepEnd() != nil && t.start > 0:
 			m.RecordStep(context.Background(), time.Duration(ev.GetTime()-t.start)*time.Millisecond,
-				h.GetOptions().GetProvider(), h.GetOptions().GetModel())
+				opts.GetProvider(), opts.GetModel())
 			t.start = 0
 		}
 	}

@@ -25,9 +25,9 @@ func TestStepTimer(t *testing.T) {
 	start, end := session.StepStartEvent(1, 1), session.StepEndEvent(1, 1)
 	start.Time, end.Time = 1_000, 1_250
 	var st stepTimer
-	st.observe(m, h, []*sessionv1.SessionEvent{start}) // flush before the model call
-	st.observe(m, h, []*sessionv1.SessionEvent{end})
-	st.observe(m, h, []*sessionv1.SessionEvent{end}) // no open step: nothing
+	st.observe(m, h.GetOptions(), []*sessionv1.SessionEvent{start}) // flush before the model call
+	st.observe(m, h.GetOptions(), []*sessionv1.SessionEvent{end})
+	st.observe(m, h.GetOptions(), []*sessionv1.SessionEvent{end}) // no open step: nothing
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
