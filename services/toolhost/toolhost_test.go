@@ -181,6 +181,12 @@ func TestBadRequests(t *testing.T) {
 	t.Parallel()
 	h := toolhosttest.Start(t, toolhosttest.WithConfig(func(c *toolhost.Config) { c.MaxArgumentBytes = 1024 }))
 	outside := t.TempDir()
+	// A workspace root inside the host's workspace by name that a symlink
+	// leads outside of.
+	link := filepath.Join(h.Workspace, "escape")
+	if err := os.Symlink(outside, link); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		ex   *toolsv1.ToolExecution
@@ -189,6 +195,7 @@ func TestBadRequests(t *testing.T) {
 		{"missing cwd", &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: &toolsv1.ToolContext{SessionId: "s"}}, "cwd is required"},
 		{"relative workspace root", &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: &toolsv1.ToolContext{Cwd: "/", WorkspaceRoot: "ws"}}, "must be an absolute path"},
 		{"workspace root outside the host's", &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: &toolsv1.ToolContext{Cwd: "/", WorkspaceRoot: outside}}, "outside this host's workspace"},
+		{"workspace root escaping through a symlink", &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: &toolsv1.ToolContext{Cwd: link, WorkspaceRoot: link}}, "resolves to " + outside},
 		{"oversized arguments", &toolsv1.ToolExecution{Name: "write", Arguments: args(map[string]string{"file_path": "x", "content": strings.Repeat("z", 2000)}), Context: h.Context("s")}, "over this host's limit of 1024 bytes"},
 	}
 	for _, tt := range tests {
