@@ -1,6 +1,7 @@
 // Package grpcserver builds and runs the gRPC servers of every dsh service the
-// same way: OpenTelemetry (otelgrpc spans and metrics when a recording
-// provider is installed, trace-context pass-through otherwise; see Tracing),
+// same way: OpenTelemetry (otelgrpc spans when a recording tracer provider
+// is installed, otelgrpc's RPC duration metrics when a recording meter
+// provider is, trace-context pass-through otherwise; see Tracing),
 // the gRPC health service, server reflection (so grpcurl works with no proto
 // files), panic recovery that turns a handler panic into codes.Internal, and
 // a graceful shutdown, and InvalidArgument (naming the field) for a request
@@ -71,16 +72,13 @@ func New(cfg Config) *Server {
 	rec := recoverer{log: cfg.Logger}
 	// One interceptor per kind: a chain of two costs a closure per call.
 	var opts []grpc.ServerOption
-	if cfg.Tracing.enabled() {
-		opts = append(opts, grpc.StatsHandler(serverHandler()),
-			grpc.ChainUnaryInterceptor(rec.unary),
-			grpc.ChainStreamInterceptor(rec.stream))
-	} else {
-		rec.propagate = true
-		opts = append(opts,
-			grpc.ChainUnaryInterceptor(rec.unary),
-			grpc.ChainStreamInterceptor(rec.stream))
+	in := cfg.Tracing.instrumentation()
+	for _, h := range in.handlers(false) {
+		opts = append(opts, grpc.StatsHandler(h))
 	}
+	// Without otelgrpc's spans the interceptor carries trace context.
+	rec.propagate = !in.spans
+	opts = append(opts, grpc.ChainUnaryInterceptor(rec.unary), grpc.ChainStreamInterceptor(rec.stream))
 	opts = append(opts, grpc.ForceServerCodecV2(newUTF8Codec()))
 	opts = append(opts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))
 	opts = append(opts, cfg.Options...)
@@ -240,9 +238,11 @@ func (s utf8Stream) RecvMsg(m any) error {
 // dns:///llmgateway:7701 of a headless Service: every ready pod).
 func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	var base []grpc.DialOption
-	if dialTracing(opts).enabled() {
-		base = append(base, grpc.WithStatsHandler(clientHandler()))
-	} else {
+	in := dialTracing(opts).instrumentation()
+	for _, h := range in.handlers(true) {
+		base = append(base, grpc.WithStatsHandler(h))
+	}
+	if !in.spans {
 		base = append(base, grpc.WithChainUnaryInterceptor(injectUnary), grpc.WithChainStreamInterceptor(injectStream))
 	}
 	if !hasCreds(opts) {

@@ -1,0 +1,184 @@
+package grpcserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// metricCalls makes the same calls on conn for both sides of the
+// comparison: successes, failures that are the server's fault and the
+// caller's, a stream, a method the server does not have, and a health check
+// (not instrumented).
+func metricCalls(t *testing.T, conn *grpc.ClientConn) {
+	t.Helper()
+	ctx := context.Background()
+	for _, v := range []string{"ok", "ok", "fail:5", "fail:13", "fail:3"} {
+		err := conn.Invoke(ctx, "/dsh.test.Bench/Unary", wrapperspb.String(v), new(wrapperspb.StringValue))
+		if want := strings.HasPrefix(v, "fail:"); (err != nil) != want {
+			t.Fatalf("Unary(%s): %v", v, err)
+		}
+	}
+	cs, err := conn.NewStream(ctx, &benchDesc.Streams[0], "/dsh.test.Bench/Stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.SendMsg(wrapperspb.String("go")); err != nil {
+		t.Fatal(err)
+	}
+	_ = cs.CloseSend()
+	for err == nil {
+		err = cs.RecvMsg(new(wrapperspb.StringValue))
+	}
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("Stream: %v", err)
+	}
+	if err := conn.Invoke(ctx, "/dsh.test.Bench/Missing", wrapperspb.String("x"), new(wrapperspb.StringValue)); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Missing: %v, want Unimplemented", err)
+	}
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// metricLines renders what reader collected as one sorted line per
+// histogram point: scope, instrument, unit, bounds, attributes (the peer's
+// port replaced by PORT after checking it is port) and count. Durations
+// differ from run to run and are left out.
+func metricLines(t *testing.T, reader sdkmetric.Reader, port int) []string {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if !ok {
+				t.Fatalf("%s: %T, want a float64 histogram", m.Name, m.Data)
+			}
+			for _, dp := range h.DataPoints {
+				var kvs []string
+				for _, kv := range dp.Attributes.ToSlice() {
+					v := kv.Value.Emit()
+					if kv.Key == "server.port" {
+						if kv.Value.AsInt64() != int64(port) {
+							t.Errorf("%s: server.port %s, want %d", m.Name, v, port)
+						}
+						v = "PORT"
+					}
+					kvs = append(kvs, string(kv.Key)+"="+v)
+				}
+				lines = append(lines, fmt.Sprintf("%s %s %s %s %q %v {%s} count=%d", sm.Scope.Name, sm.Scope.Version, sm.Scope.SchemaURL,
+					m.Name, m.Unit+" "+m.Description, dp.Bounds, strings.Join(kvs, ","), dp.Count))
+			}
+		}
+	}
+	slices.Sort(lines)
+	return lines
+}
+
+func listen(t *testing.T) (net.Listener, int) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lis, lis.Addr().(*net.TCPAddr).Port
+}
+
+// TestRPCMetricsMatchOtelgrpc makes the same calls through otelgrpc's own
+// handlers and through New and Dial with only a meter recording (as with
+// --debug-addr), and requires the same RPC metrics: instruments, scope,
+// buckets, attribute sets and counts, on both sides.
+func TestRPCMetricsMatchOtelgrpc(t *testing.T) {
+	// The reference: otelgrpc's handlers with its metrics.
+	refReader := sdkmetric.NewManualReader()
+	refMP := sdkmetric.NewMeterProvider(sdkmetric.WithReader(refReader))
+	t.Cleanup(func() { _ = refMP.Shutdown(context.Background()) })
+	refLis, refPort := listen(t)
+	ref := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(instrumented), otelgrpc.WithMeterProvider(refMP))))
+	ref.RegisterService(&benchDesc, nil)
+	healthpb.RegisterHealthServer(ref, New(Config{Tracing: TracingOff}).health)
+	go func() { _ = ref.Serve(refLis) }()
+	t.Cleanup(ref.Stop)
+	refConn, err := grpc.NewClient(refLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithFilter(instrumented), otelgrpc.WithMeterProvider(refMP))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { refConn.Close() })
+	metricCalls(t, refConn)
+
+	// Ours, as a process with --debug-addr and no exporter sets it up.
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	otel.SetMeterProvider(mp)
+	t.Cleanup(func() { otel.SetMeterProvider(metricnoop.NewMeterProvider()) })
+	if in := TracingAuto.instrumentation(); in.spans || !in.metrics {
+		t.Fatalf("instrumentation %+v, want the lean metrics only", in)
+	}
+	conn := startBench(t)
+	_, port, _ := net.SplitHostPort(conn.Target())
+	p, _ := strconv.Atoi(port)
+	metricCalls(t, conn)
+
+	want, got := metricLines(t, refReader, refPort), metricLines(t, reader, p)
+	if len(want) == 0 {
+		t.Fatal("otelgrpc recorded nothing")
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("metrics differ from otelgrpc's\ngot:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestRPCMetricsCacheBounded calls a server with made-up method names, as a
+// hostile client could, and checks the cached attribute sets stop growing
+// at the bound while every call is still recorded.
+func TestRPCMetricsCacheBounded(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithCardinalityLimit(1<<20))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	h := newRPCMetrics(mp, false)
+	n := maxCachedSets + 100
+	for i := range n {
+		ctx := h.TagRPC(context.Background(), &stats.RPCTagInfo{FullMethodName: fmt.Sprintf("/made.up/M%d", i)})
+		h.HandleRPC(ctx, &stats.End{Error: status.Error(codes.Unimplemented, "no")})
+	}
+	if c := h.cached.Load(); c > maxCachedSets {
+		t.Errorf("%d cached entries, want at most %d", c, maxCachedSets)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var total uint64
+	for _, dp := range rm.ScopeMetrics[0].Metrics[0].Data.(metricdata.Histogram[float64]).DataPoints {
+		total += dp.Count
+	}
+	if total != uint64(n) {
+		t.Errorf("recorded %d calls, want %d", total, n)
+	}
+}
