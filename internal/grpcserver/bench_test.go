@@ -154,11 +154,15 @@ func benchLoop(b *testing.B, conc int, op func() error) {
 // benchModes are the telemetry set-ups compared; metrics-otelgrpc is
 // "metrics" with otelgrpc's own handlers recording the RPC metrics, as
 // before rpcMetrics.
-var benchModes = []string{"off", "metrics", "metrics-otelgrpc", "traces"}
+var benchModes = []string{"off", "off-workers", "metrics", "metrics-workers", "metrics-otelgrpc", "traces"}
 
 // benchConn starts the benchmark server and client of a mode.
 func benchConn(b *testing.B, mode string) *grpc.ClientConn {
-	benchMode(b, mode)
+	base, workers := strings.CutSuffix(mode, "-workers")
+	benchMode(b, base)
+	if workers {
+		return startBenchWith(b, Config{Options: []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}})
+	}
 	if mode != "metrics-otelgrpc" {
 		return startBench(b)
 	}

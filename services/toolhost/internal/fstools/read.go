@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -114,10 +115,23 @@ func (f *FS) read(ctx context.Context, call *toolsdk.Call, a ReadArgs) (toolsdk.
 	}
 	f.observed.Record(call.SessionID, t.Real, w.version)
 
+	// One allocation for the text: sized up front, numbers appended without
+	// fmt (a Fprintf per line was 5 % of the toolhost's CPU on reads).
+	size := len(t.Display) + 160
+	for _, line := range w.lines {
+		size += len(line) + 12
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "<path>%s</path>\n<type>file</type>\n<content>\n", t.Display)
+	b.Grow(size)
+	b.WriteString("<path>")
+	b.WriteString(t.Display)
+	b.WriteString("</path>\n<type>file</type>\n<content>\n")
+	var num [20]byte
 	for i, line := range w.lines {
-		fmt.Fprintf(&b, "%d: %s\n", offset+i, line)
+		b.Write(strconv.AppendInt(num[:0], int64(offset+i), 10))
+		b.WriteString(": ")
+		b.WriteString(line)
+		b.WriteByte('\n')
 	}
 	last := offset + len(w.lines) - 1
 	switch {
