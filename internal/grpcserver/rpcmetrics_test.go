@@ -10,12 +10,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -98,6 +103,17 @@ func metricLines(t *testing.T, reader sdkmetric.Reader, port int) []string {
 	return lines
 }
 
+// calls sums the counts of metricLines.
+func calls(lines []string) int {
+	n := 0
+	for _, l := range lines {
+		_, c, _ := strings.Cut(l, " count=")
+		k, _ := strconv.Atoi(c)
+		n += k
+	}
+	return n
+}
+
 func listen(t *testing.T) (net.Listener, int) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -144,11 +160,17 @@ func TestRPCMetricsMatchOtelgrpc(t *testing.T) {
 	p, _ := strconv.Atoi(port)
 	metricCalls(t, conn)
 
-	want, got := metricLines(t, refReader, refPort), metricLines(t, reader, p)
-	if len(want) == 0 {
-		t.Fatal("otelgrpc recorded nothing")
+	// A server records a call's End after its client has the answer: poll
+	// until both sides have every call: 7 on the client, 6 on the server
+	// (grpc-go answers a method it does not serve without stats events).
+	var want, got []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		want, got = metricLines(t, refReader, refPort), metricLines(t, reader, p)
+		if calls(want) == 13 && calls(got) == 13 {
+			break
+		}
 	}
-	if !slices.Equal(got, want) {
+	if !slices.Equal(got, want) || calls(want) != 13 {
 		t.Errorf("metrics differ from otelgrpc's\ngot:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
@@ -180,5 +202,58 @@ func TestRPCMetricsCacheBounded(t *testing.T) {
 	}
 	if total != uint64(n) {
 		t.Errorf("recorded %d calls, want %d", total, n)
+	}
+}
+
+// TestTracesAndMetricsRecordOnce installs a recording tracer and meter, as
+// an OTLP endpoint does, and checks that a call gives its client and server
+// spans in one trace and each RPC metric once: otelgrpc's own metrics are
+// off when rpcMetrics records them.
+func TestTracesAndMetricsRecordOnce(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	otel.SetTracerProvider(tp)
+	otel.SetMeterProvider(mp)
+	t.Cleanup(func() {
+		otel.SetTracerProvider(tracenoop.NewTracerProvider())
+		otel.SetMeterProvider(metricnoop.NewMeterProvider())
+		_ = tp.Shutdown(context.Background())
+		_ = mp.Shutdown(context.Background())
+	})
+	if in := TracingAuto.instrumentation(); !in.spans || !in.metrics {
+		t.Fatalf("instrumentation %+v, want spans and lean metrics", in)
+	}
+	conn := startBench(t)
+	ctx, parent := parentContext(t)
+	if err := conn.Invoke(ctx, "/dsh.test.Bench/Unary", wrapperspb.String("ok"), new(wrapperspb.StringValue)); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(conn.Target())
+	p, _ := strconv.Atoi(port)
+	// The server records its End after the client has its answer: poll.
+	var got []string
+	for deadline := time.Now().Add(10 * time.Second); len(got) < 2 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		got = metricLines(t, reader, p)
+	}
+	if len(got) != 2 || !strings.Contains(got[0], "rpc.client.call.duration") || !strings.Contains(got[1], "rpc.server.call.duration") ||
+		!strings.HasSuffix(got[0], "count=1") || !strings.HasSuffix(got[1], "count=1") {
+		t.Errorf("metrics:\n%s\nwant one client and one server point of one call each", strings.Join(got, "\n"))
+	}
+	// The server span ends before the client's; both are in the caller's trace.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(rec.Ended()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	spans := rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want a client and a server span", len(spans))
+	}
+	for _, s := range spans {
+		if s.Name() != "dsh.test.Bench/Unary" || s.SpanContext().TraceID() != parent.TraceID() {
+			t.Errorf("span %q in trace %s, want dsh.test.Bench/Unary in %s", s.Name(), s.SpanContext().TraceID(), parent.TraceID())
+		}
 	}
 }
