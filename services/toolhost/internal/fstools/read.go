@@ -177,8 +177,12 @@ func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, er
 	bytesOut := 0
 	lineNo := 0
 	var cur []byte
+	// The window's lines are appended to one arena and cut from one string
+	// at the end: one allocation for the text instead of one per line.
+	var arena []byte
+	var ends []int
 	truncated, pending := false, false
-	inWindow := func() bool { return lineNo+1 >= offset && len(w.lines) < limit && !w.capped }
+	inWindow := func() bool { return lineNo+1 >= offset && len(ends) < limit && !w.capped }
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if len(chunk) > 0 {
@@ -197,12 +201,14 @@ func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, er
 		pending = pending || len(chunk) > 0
 		if endOfLine || (errors.Is(err, io.EOF) && pending) {
 			if inWindow() {
-				line := formatLine(cur, truncated)
-				if bytesOut+len(line)+1 > ReadMaxBytes && len(w.lines) > 0 {
+				start := len(arena)
+				arena = appendLine(arena, cur, truncated)
+				if n := len(arena) - start; bytesOut+n+1 > ReadMaxBytes && len(ends) > 0 {
+					arena = arena[:start]
 					w.capped = true
 				} else {
-					w.lines = append(w.lines, line)
-					bytesOut += len(line) + 1
+					ends = append(ends, len(arena))
+					bytesOut += n + 1
 				}
 			}
 			lineNo++
@@ -219,6 +225,13 @@ func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, er
 		}
 	}
 	w.total = lineNo
+	if len(ends) > 0 {
+		text, start := string(arena), 0
+		w.lines = make([]string, len(ends))
+		for i, end := range ends {
+			w.lines[i], start = text[start:end], end
+		}
+	}
 	w.version = Version(hex.EncodeToString(h.Sum(nil)[:16]))
 	return w, nil
 }
@@ -227,7 +240,21 @@ func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, er
 // to ReadMaxLineLength characters; cut says the reader already dropped the
 // line's tail.
 func formatLine(b []byte, cut bool) string {
-	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	return string(appendLine(nil, b, cut))
+}
+
+// appendLine appends formatLine(b, cut) to dst; a valid line within the
+// length cap (nearly every line) is copied without an intermediate string.
+func appendLine(dst, b []byte, cut bool) []byte {
+	b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
+	if !cut && utf8.Valid(b) && utf8.RuneCount(b) <= ReadMaxLineLength {
+		return append(dst, b...)
+	}
+	return append(dst, formatLineSlow(string(b), cut)...)
+}
+
+// formatLineSlow repairs and truncates a line that needs it.
+func formatLineSlow(s string, cut bool) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	if utf8.RuneCountInString(s) > ReadMaxLineLength {
 		s, cut = string([]rune(s)[:ReadMaxLineLength]), true

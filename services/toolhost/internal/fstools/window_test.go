@@ -41,6 +41,12 @@ func FuzzReadWindow(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// appendLine's copy of a clean line is what the repairing path gives.
+		for _, part := range bytes.Split(content, []byte("\n")) {
+			if got, slow := formatLine(part, false), formatLineSlow(string(bytes.TrimSuffix(part, []byte("\r"))), false); got != slow {
+				t.Fatalf("formatLine(%q) = %q, the slow path gives %q", part, got, slow)
+			}
+		}
 		want, total := simpleWindow(content, offset, limit)
 		if w.total != total {
 			t.Fatalf("total %d, want %d", w.total, total)
