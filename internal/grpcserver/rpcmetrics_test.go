@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +29,8 @@ import (
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/dsh-dev/dsh/internal/debugserver"
 )
 
 // metricCalls makes the same calls on conn for both sides of the
@@ -256,4 +259,47 @@ func TestTracesAndMetricsRecordOnce(t *testing.T) {
 			t.Errorf("span %q in trace %s, want dsh.test.Bench/Unary in %s", s.Name(), s.SpanContext().TraceID(), parent.TraceID())
 		}
 	}
+}
+
+// TestDebugAddrServesRPCMetrics wires the Prometheus reader of --debug-addr
+// as the service mains do and checks /metrics serves both RPC durations
+// under the names docs/API.md gives.
+func TestDebugAddrServesRPCMetrics(t *testing.T) {
+	exp, err := debugserver.NewExporter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp.Reader))
+	otel.SetMeterProvider(mp)
+	t.Cleanup(func() { otel.SetMeterProvider(metricnoop.NewMeterProvider()); _ = mp.Shutdown(context.Background()) })
+	conn := startBench(t)
+	if err := conn.Invoke(context.Background(), "/dsh.test.Bench/Unary", wrapperspb.String("ok"), new(wrapperspb.StringValue)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`rpc_server_call_duration_seconds_count{otel_scope_name="` + otelgrpc.ScopeName,
+		`rpc_client_call_duration_seconds_count{otel_scope_name="` + otelgrpc.ScopeName,
+		`rpc_method="dsh.test.Bench/Unary"`,
+		`rpc_response_status_code="OK"`,
+	}
+	var body string
+	// The server records its End after the client has the answer: poll.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		rr := httptest.NewRecorder()
+		exp.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+		body = rr.Body.String()
+		if containsAll(body, want) {
+			return
+		}
+	}
+	t.Fatalf("/metrics lacks %q:\n%s", want, body)
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }
