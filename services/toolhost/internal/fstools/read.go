@@ -180,6 +180,9 @@ func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, er
 	// The window's lines are appended to one arena and cut from one string
 	// at the end: one allocation for the text instead of one per line.
 	var arena []byte
+	if offset == 1 { // the window starts at the top: its text is about the head's size
+		arena = make([]byte, 0, len(head))
+	}
 	var ends []int
 	truncated, pending := false, false
 	inWindow := func() bool { return lineNo+1 >= offset && len(ends) < limit && !w.capped }
