@@ -31,10 +31,19 @@ const MaxRequestBytes = 64 << 20
 // in grpcserver.Config.Options wherever the gateway is served (the binary
 // does). A pool of stream workers serves each new stream on a parked
 // goroutine instead of a new one (a busy pool still spawns): one fewer
-// goroutine start in front of every first chunk.
+// goroutine start in front of every first chunk, and a worker keeps the
+// stack it grew decoding a request (a whole conversation: the protobuf
+// decoder's recursion grew every new goroutine's stack, copystack was 5–8 %
+// of the gateway's CPU under load). The pool is sized for the streams a
+// gateway serves at once under load (each waits on its provider for
+// seconds), not for the cores.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.NumStreamWorkers(uint32(max(runtime.GOMAXPROCS(0), streamWorkers)))}
 }
+
+// streamWorkers is the size of the stream worker pool: at most this many
+// parked goroutines with their grown stacks (tens of KiB each).
+const streamWorkers = 256
 
 // Register registers the LlmGateway service on gs.
 func (s *Service) Register(gs *grpc.Server) {

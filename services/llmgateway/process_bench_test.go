@@ -78,7 +78,7 @@ func startCommand(b *testing.B, bin string, args ...string) (int, string) {
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
-			if i := strings.Index(sc.Text(), "addr="); i >= 0 {
+			if i := strings.Index(sc.Text(), "addr="); i >= 0 && !strings.Contains(sc.Text(), "debug server") {
 				select {
 				case addrc <- strings.Fields(sc.Text()[i+len("addr="):])[0]:
 				default:
@@ -96,14 +96,20 @@ func startCommand(b *testing.B, bin string, args ...string) (int, string) {
 }
 
 // startProcess starts the gateway binary with one OpenAI-compatible route
-// "local" to url.
+// "local" to url (with --debug-addr $DSH_BENCH_DEBUG_ADDR when set).
 func startProcess(b *testing.B, url string) *gatewayProcess {
 	b.Helper()
 	cfg := filepath.Join(b.TempDir(), "routes.json")
 	if err := os.WriteFile(cfg, []byte(`{"routes":[{"name":"local","kind":"openai","base_url":"`+url+`","models":[{"id":"m"}]}]}`), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	pid, addr := startCommand(b, binary(b, "./cmd/llmgateway"), "--listen", "127.0.0.1:0", "--config", cfg)
+	args := []string{"--listen", "127.0.0.1:0", "--config", cfg}
+	if d := os.Getenv("DSH_BENCH_DEBUG_ADDR"); d != "" {
+		// Profile the gateway during a benchmark: go tool pprof
+		// http://$DSH_BENCH_DEBUG_ADDR/debug/pprof/profile?seconds=5
+		args = append(args, "--debug-addr", d)
+	}
+	pid, addr := startCommand(b, binary(b, "./cmd/llmgateway"), args...)
 	conn, err := grpcserver.Dial(addr)
 	if err != nil {
 		b.Fatal(err)

@@ -2,7 +2,6 @@ package chat
 
 import (
 	"strconv"
-	"sync"
 
 	json "github.com/segmentio/encoding/json"
 )
@@ -25,27 +24,43 @@ func encodeRaw(s string) ([]byte, error) {
 	return json.Append(nil, json.RawMessage(s), json.EscapeHTML)
 }
 
-// bodyBufs holds scratch buffers the body is encoded into (then copied
-// once, exactly sized).
-var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 32<<10); return &b }}
-
-// maxPooledBody bounds the scratch buffers kept for reuse.
-const maxPooledBody = 1 << 20
-
-// encode writes w as JSON.
+// encode writes w as JSON into one buffer sized from the text it holds
+// (plus an eighth for escapes), so a typical body is allocated once and
+// never copied.
 func (a *Adapter) encode(w *wireRequest) ([]byte, error) {
-	bp := bodyBufs.Get().(*[]byte)
-	b, err := a.appendRequest((*bp)[:0], w)
-	var out []byte
-	if err == nil {
-		out = make([]byte, len(b))
-		copy(out, b)
+	n := sizeHint(w)
+	return a.appendRequest(make([]byte, 0, n+n/8+256), w)
+}
+
+// sizeHint is the length of the text in w and of its fixed syntax,
+// roughly: the encoded body's length when nothing needs escaping.
+func sizeHint(w *wireRequest) int {
+	n := 96 + len(w.Model)
+	for i := range w.Messages {
+		m := &w.Messages[i]
+		n += 48 + len(m.ToolCallID)
+		switch c := m.Content.(type) {
+		case string:
+			n += len(c)
+		case []wirePart:
+			for _, p := range c {
+				n += 48 + len(p.Text)
+				if p.ImageURL != nil {
+					n += len(p.ImageURL.URL)
+				}
+			}
+		}
+		if m.ReasoningContent != nil {
+			n += 24 + len(*m.ReasoningContent)
+		}
+		for _, tc := range m.ToolCalls {
+			n += 64 + len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments)*9/8
+		}
 	}
-	if cap(b) <= maxPooledBody {
-		*bp = b[:0]
-		bodyBufs.Put(bp)
+	for _, t := range w.Tools {
+		n += 80 + len(t.Function.Name) + len(t.Function.Description) + len(t.Function.ParamsText)
 	}
-	return out, err
+	return n
 }
 
 func appendString(b []byte, s string) []byte { return json.AppendEscape(b, s, json.EscapeHTML) }

@@ -135,3 +135,28 @@ func FuzzEncode(f *testing.F) {
 		sameBody(t, req)
 	})
 }
+
+// TestEncodeSizeHint: the load benchmark's body fits the buffer encode
+// sizes for it, so it is allocated once and never grown.
+func TestEncodeSizeHint(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../testdata/load_request.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body wireRequest
+	if err := json.Unmarshal(raw, &body); err != nil {
+		t.Fatal(err)
+	}
+	for i := range body.Tools {
+		body.Tools[i].Function.ParamsText = string(body.Tools[i].Function.Parameters)
+	}
+	a := encodeAdapters()["openai"]
+	got, err := a.encode(&body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := sizeHint(&body); len(got) > n+n/8+256 {
+		t.Errorf("body of %d bytes outgrew its buffer (hint %d)", len(got), n)
+	}
+}

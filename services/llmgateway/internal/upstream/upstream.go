@@ -265,6 +265,9 @@ func (s *Stream) close() {
 	if s.body != nil {
 		_ = s.body.Close()
 	}
+	if s.events != nil {
+		s.events.Release() // no read of the body is running: it was closed
+	}
 }
 
 // failure classifies err by the cancellation cause first.
