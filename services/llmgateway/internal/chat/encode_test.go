@@ -51,12 +51,10 @@ func sameBody(t *testing.T, req *llmv1.GenerateRequest) {
 	}
 }
 
-// TestEncodeLoad: the load benchmark's request (system prompt, 17 tool
-// schemas, 5 tool calls and results) and the rich-content request encode
-// byte for byte as before, every time (the schema memo is warm the second
-// time).
-func TestEncodeLoad(t *testing.T) {
-	t.Parallel()
+// loadBody is the wire form of the load benchmark's request
+// (testdata/load_request.json: the body the gateway sent for it).
+func loadBody(t *testing.T) wireRequest {
+	t.Helper()
 	raw, err := os.ReadFile("../../testdata/load_request.json")
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +67,16 @@ func TestEncodeLoad(t *testing.T) {
 		body.Tools[i].Function.ParamsText = string(body.Tools[i].Function.Parameters)
 		body.Tools[i].Function.Parameters = nil
 	}
+	return body
+}
+
+// TestEncodeLoad: the load benchmark's request (system prompt, 17 tool
+// schemas, 5 tool calls and results) and the rich-content request encode
+// byte for byte as before, every time (the schema memo is warm the second
+// time).
+func TestEncodeLoad(t *testing.T) {
+	t.Parallel()
+	body := loadBody(t)
 	for name, a := range encodeAdapters() {
 		for range 2 {
 			want, err := marshalBody(body)
@@ -140,17 +148,7 @@ func FuzzEncode(f *testing.F) {
 // sizes for it, so it is allocated once and never grown.
 func TestEncodeSizeHint(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../testdata/load_request.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var body wireRequest
-	if err := json.Unmarshal(raw, &body); err != nil {
-		t.Fatal(err)
-	}
-	for i := range body.Tools {
-		body.Tools[i].Function.ParamsText = string(body.Tools[i].Function.Parameters)
-	}
+	body := loadBody(t)
 	a := encodeAdapters()["openai"]
 	got, err := a.encode(&body)
 	if err != nil {
