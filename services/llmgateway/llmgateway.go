@@ -37,6 +37,7 @@ import (
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/anthropic"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/chat"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/deepseek"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/memo"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/openai"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/scripted"
@@ -230,7 +231,12 @@ type Service struct {
 	routes    []*route
 	byName    map[string]*route
 	transport *http.Transport
+	// objects remembers the tool schemas accepted as JSON objects.
+	objects *memo.Memo[struct{}]
 }
+
+// maxSchemas bounds the tool schemas remembered as valid.
+const maxSchemas = 4096
 
 // New builds the gateway's routes. It fails on an unknown kind, a duplicate
 // or empty route name, or a scripted route whose script does not parse.
@@ -238,7 +244,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{log: logger, byName: map[string]*route{}}
+	s := &Service{log: logger, byName: map[string]*route{}, objects: memo.New(maxSchemas, jsonObject)}
 	hc := cfg.HTTPClient
 	if hc == nil {
 		s.transport = upstream.NewTransport()
@@ -280,7 +286,7 @@ func NewWithAdapters(logger *slog.Logger, routes map[string]provider.Adapter, or
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{log: logger, byName: map[string]*route{}}
+	s := &Service{log: logger, byName: map[string]*route{}, objects: memo.New(maxSchemas, jsonObject)}
 	for _, name := range order {
 		a, ok := routes[name]
 		if !ok || name == "" {

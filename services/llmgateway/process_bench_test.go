@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/sse"
@@ -78,7 +80,7 @@ func startCommand(b *testing.B, bin string, args ...string) (int, string) {
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
-			if i := strings.Index(sc.Text(), "addr="); i >= 0 {
+			if i := strings.Index(sc.Text(), "addr="); i >= 0 && !strings.Contains(sc.Text(), "debug server") {
 				select {
 				case addrc <- strings.Fields(sc.Text()[i+len("addr="):])[0]:
 				default:
@@ -96,15 +98,21 @@ func startCommand(b *testing.B, bin string, args ...string) (int, string) {
 }
 
 // startProcess starts the gateway binary with one OpenAI-compatible route
-// "local" to url.
-func startProcess(b *testing.B, url string) *gatewayProcess {
+// "local" to url (with --debug-addr $DSH_BENCH_DEBUG_ADDR when set).
+func startProcess(b *testing.B, url string, dial ...grpc.DialOption) *gatewayProcess {
 	b.Helper()
 	cfg := filepath.Join(b.TempDir(), "routes.json")
 	if err := os.WriteFile(cfg, []byte(`{"routes":[{"name":"local","kind":"openai","base_url":"`+url+`","models":[{"id":"m"}]}]}`), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	pid, addr := startCommand(b, binary(b, "./cmd/llmgateway"), "--listen", "127.0.0.1:0", "--config", cfg)
-	conn, err := grpcserver.Dial(addr)
+	args := []string{"--listen", "127.0.0.1:0", "--config", cfg}
+	if d := os.Getenv("DSH_BENCH_DEBUG_ADDR"); d != "" {
+		// Profile the gateway during a benchmark: go tool pprof
+		// http://$DSH_BENCH_DEBUG_ADDR/debug/pprof/profile?seconds=5
+		args = append(args, "--debug-addr", d)
+	}
+	pid, addr := startCommand(b, binary(b, "./cmd/llmgateway"), args...)
+	conn, err := grpcserver.Dial(addr, dial...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -237,30 +245,43 @@ func wantText(n int) string {
 func BenchmarkProcessChunkCPU(b *testing.B) {
 	const n = 2000
 	want := wantText(n)
-	b.Run("lockstep", func(b *testing.B) {
-		// 250 events: the text stays under provider.MinGrowthStart, so no
-		// delta is held back (held tails wait for the next event, which in
-		// lockstep only comes once the client saw the tail).
-		const n = 250
-		want := wantText(n)
-		up := newLockstepUpstream(b, n)
-		g := startProcess(b, up.url)
-		ctx := context.Background()
-		run := func() {
-			_, text, err := generateText(ctx, g.client, func() { up.next <- struct{}{} })
-			if err != nil || text != want {
-				b.Fatalf("stream: %v (%d of %d bytes)", err, len(text), len(want))
+	// lockstep: the client dials as the agent does; lockstep-static-window:
+	// the client fixes its flow-control windows, which turns off gRPC's
+	// BDP estimation (a PING, and its ack, for data received after each
+	// ack) and makes window updates rare: what the gateway pays per chunk
+	// for the client's control frames.
+	for _, v := range []struct {
+		name string
+		dial []grpc.DialOption
+	}{
+		{"lockstep", nil},
+		{"lockstep-static-window", []grpc.DialOption{grpc.WithInitialWindowSize(1 << 20), grpc.WithInitialConnWindowSize(1 << 20)}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			// 250 events: the text stays under provider.MinGrowthStart, so no
+			// delta is held back (held tails wait for the next event, which in
+			// lockstep only comes once the client saw the tail).
+			const n = 250
+			want := wantText(n)
+			up := newLockstepUpstream(b, n)
+			g := startProcess(b, up.url, v.dial...)
+			ctx := context.Background()
+			run := func() {
+				_, text, err := generateText(ctx, g.client, func() { up.next <- struct{}{} })
+				if err != nil || text != want {
+					b.Fatalf("stream: %v (%d of %d bytes)", err, len(text), len(want))
+				}
 			}
-		}
-		run() // warm: connections, pools
-		var perChunk []time.Duration
-		for b.Loop() {
-			c0 := g.cpu(b)
-			run()
-			perChunk = append(perChunk, (g.cpu(b)-c0)/n)
-		}
-		b.ReportMetric(median(perChunk), "gateway-cpu-ns/chunk")
-	})
+			run() // warm: connections, pools
+			var perChunk []time.Duration
+			for b.Loop() {
+				c0 := g.cpu(b)
+				run()
+				perChunk = append(perChunk, (g.cpu(b)-c0)/n)
+			}
+			b.ReportMetric(median(perChunk), "gateway-cpu-ns/chunk")
+		})
+	}
 	b.Run("burst", func(b *testing.B) {
 		g := startProcess(b, burstUpstream(b, n))
 		ctx := context.Background()

@@ -286,6 +286,7 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 				sawUsage = true
 			}
 		case "message_stop":
+			s.End()
 			if !e.EndAll() {
 				return
 			}

@@ -24,6 +24,7 @@ import (
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/fragment"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/memo"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/upstream"
 )
@@ -77,6 +78,8 @@ type Adapter struct {
 	cfg    Config
 	url    string
 	client upstream.Client
+	// params remembers tool schemas encoded as JSON values.
+	params *memo.Memo[[]byte]
 }
 
 // New returns an adapter speaking dialect d.
@@ -92,7 +95,7 @@ func New(d Dialect, cfg Config) *Adapter {
 	if cfg.APIKey != "" {
 		c.Secrets = append(append([]string(nil), c.Secrets...), cfg.APIKey)
 	}
-	return &Adapter{d: d, cfg: cfg, url: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions", client: c}
+	return &Adapter{d: d, cfg: cfg, url: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions", client: c, params: memo.New(maxSchemas, encodeRaw)}
 }
 
 var _ provider.Adapter = (*Adapter)(nil)
@@ -155,6 +158,7 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 		}
 		data := ev.Data
 		if string(data) == "[DONE]" {
+			s.End()
 			break
 		}
 		if fd, ok := parseFast(data); ok {
@@ -380,6 +384,13 @@ func (u *wireUsage) proto() *llmv1.TokenUsage {
 // Body serialises req for the wire. It reports how many blocks the wire
 // format cannot carry (extension blocks) and were dropped.
 func (a *Adapter) Body(req *llmv1.GenerateRequest) ([]byte, int, error) {
+	w, dropped := a.wire(req)
+	b, err := a.encode(&w)
+	return b, dropped, err
+}
+
+// wire builds the request's wire form.
+func (a *Adapter) wire(req *llmv1.GenerateRequest) (wireRequest, int) {
 	w := wireRequest{
 		Model:         req.GetModel(),
 		Stream:        true,
@@ -405,19 +416,21 @@ func (a *Adapter) Body(req *llmv1.GenerateRequest) ([]byte, int, error) {
 		w.Messages, n = a.appendMessage(w.Messages, m)
 		dropped += n
 	}
+	if tools := req.GetTools(); len(tools) > 0 {
+		w.Tools = make([]wireTool, 0, len(tools))
+	}
 	for _, t := range req.GetTools() {
-		params := json.RawMessage(t.GetParameters())
-		if len(params) == 0 {
-			params = json.RawMessage(`{"type":"object","properties":{}}`)
+		params := t.GetParameters()
+		if params == "" {
+			params = `{"type":"object","properties":{}}`
 		}
-		fn := wireFunction{Name: t.GetName(), Description: t.GetDescription(), Parameters: params}
+		fn := wireFunction{Name: t.GetName(), Description: t.GetDescription(), ParamsText: params}
 		if t.GetStrict() {
 			fn.Strict = true
 		}
 		w.Tools = append(w.Tools, wireTool{Type: "function", Function: fn})
 	}
-	b, err := json.Marshal(&w)
-	return b, dropped, err
+	return w, dropped
 }
 
 func (a *Adapter) appendMessage(out []wireMessage, m *llmv1.Message) ([]wireMessage, int) {
@@ -631,8 +644,11 @@ type wireTool struct {
 }
 
 type wireFunction struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	Parameters  json.RawMessage `json:"parameters"`
-	Strict      bool            `json:"strict,omitempty"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// ParamsText is the JSON Schema as JSON text; encode writes it as the
+	// parameters value, compacted (see encode.go).
+	ParamsText string          `json:"-"`
+	Parameters json.RawMessage `json:"parameters"`
+	Strict     bool            `json:"strict,omitempty"`
 }

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // DefaultMaxEventSize bounds one event's data (and one line), so a server that
@@ -50,6 +51,16 @@ type Reader struct {
 	err     error
 }
 
+// ErrReleased is returned by a Reader used after Release.
+var ErrReleased = errors.New("sse: reader released")
+
+// bufSize is the read buffer: a backlog of events is read in few calls.
+const bufSize = 16 << 10
+
+// bufs holds the read buffers of released readers: one stream per model
+// request would otherwise allocate (and the GC reclaim) 16 KiB each.
+var bufs = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, bufSize) }}
+
 // NewReader returns a Reader over r with DefaultMaxEventSize.
 func NewReader(r io.Reader) *Reader {
 	return NewReaderSize(r, DefaultMaxEventSize)
@@ -60,7 +71,23 @@ func NewReaderSize(r io.Reader, max int) *Reader {
 	if max <= 0 {
 		max = DefaultMaxEventSize
 	}
-	return &Reader{br: bufio.NewReaderSize(r, 16<<10), max: max}
+	br := bufs.Get().(*bufio.Reader)
+	br.Reset(r)
+	return &Reader{br: br, max: max}
+}
+
+// Release returns the reader's buffer for reuse by another Reader. The
+// Reader, and the Data of the events it returned, must not be used after;
+// Next then returns ErrReleased. Release is optional (an unreleased buffer
+// is collected).
+func (r *Reader) Release() {
+	if r.br == nil {
+		return
+	}
+	r.br.Reset(nil)
+	bufs.Put(r.br)
+	r.br = nil
+	r.err = ErrReleased
 }
 
 // Next returns the next event. At the end of the stream it returns io.EOF

@@ -168,3 +168,28 @@ func BenchmarkReader(b *testing.B) {
 		}
 	}
 }
+
+// TestRelease: a released reader reports ErrReleased, and a reader that
+// reuses its buffer reads only its own stream (nothing left over from the
+// released one, which had unread bytes buffered).
+func TestRelease(t *testing.T) {
+	for range 3 {
+		r := NewReader(strings.NewReader("data: one\n\ndata: left over\n\n"))
+		if ev, err := r.Next(); err != nil || string(ev.Data) != "one" {
+			t.Fatalf("Next = %q, %v", ev.Data, err)
+		}
+		r.Release()
+		r.Release() // twice is harmless
+		if _, err := r.Next(); !errors.Is(err, ErrReleased) {
+			t.Fatalf("Next after Release = %v, want ErrReleased", err)
+		}
+		r2 := NewReader(strings.NewReader("data: two\n\n"))
+		if ev, err := r2.Next(); err != nil || string(ev.Data) != "two" {
+			t.Fatalf("a reader after a release: Next = %q, %v", ev.Data, err)
+		}
+		if _, err := r2.Next(); !errors.Is(err, io.EOF) {
+			t.Fatalf("a reader after a release: second Next = %v, want EOF", err)
+		}
+		r2.Release()
+	}
+}

@@ -36,20 +36,42 @@ const DefaultIdleTimeout = 5 * time.Minute
 // ErrIdle is the cancellation cause of an idle-watchdog expiry.
 var ErrIdle = errors.New("provider stream idle")
 
+// The transport's connection pools. The gateway streams one provider
+// request per model call, and under load hundreds of them run at once to the
+// same host: every connection that cannot be kept idle after its stream is
+// closed, and the next request pays a new dial (and, to a real provider, a
+// TLS handshake). net/http keeps only 2 idle connections per host by
+// default; 10.4 % of the gateway's CPU at 1,000 sessions was dialling
+// (docs/arch/throughput-gateway.md).
+const (
+	// MaxIdleConnsPerHost bounds the idle connections kept to one provider
+	// host: above the number of streams a gateway runs at once to it.
+	MaxIdleConnsPerHost = 2048
+	// maxIdleConns bounds them over all hosts.
+	maxIdleConns = 4096
+	// idleConnTimeout closes a connection idle for this long.
+	idleConnTimeout = 90 * time.Second
+	// writeBufferSize is the per-connection write buffer: a request body
+	// (a whole conversation, tens of KiB) goes out in writes this large.
+	writeBufferSize = 16 << 10
+)
+
 // NewTransport returns the tuned transport shared by a gateway's adapters:
-// connection reuse with bounded pools, dial and TLS timeouts, HTTP/2 when the
-// server offers it, no transparent compression of event streams.
+// connection reuse with pools sized for hundreds of concurrent streams per
+// host, dial and TLS timeouts, HTTP/2 when the server offers it, no
+// transparent compression of event streams.
 func NewTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConns:          maxIdleConns,
+		MaxIdleConnsPerHost:   MaxIdleConnsPerHost,
+		IdleConnTimeout:       idleConnTimeout,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
+		WriteBufferSize:       writeBufferSize,
 	}
 }
 
@@ -94,7 +116,24 @@ type Stream struct {
 	events    *sse.Reader
 	requestID string
 	em        *provider.Emitter
+	ended     bool
+	// drained is closed when Close has released the response (after the
+	// background drain, if any).
+	drained chan struct{}
 }
+
+// drainBytes and drainTimeout bound the read of what follows a stream's
+// end marker after Close: the body's terminator, which lets the connection
+// go back to the pool (a body closed before its EOF closes the connection).
+const (
+	drainBytes   = 4 << 10
+	drainTimeout = time.Second
+)
+
+// End records that the provider sent its end marker: Close then reads the
+// rest of the body (its terminator) in the background so that the
+// connection is kept for the next request.
+func (s *Stream) End() { s.ended = true }
 
 // Coalesce makes e's merged deltas leave whenever the stream is about to
 // wait for the provider (before each read of the body the event reader
@@ -198,14 +237,36 @@ func (s *Stream) Fail(code, msg string) *provider.Failure {
 // RequestID is the provider's request id from the response headers.
 func (s *Stream) RequestID() string { return s.requestID }
 
-// Close releases the response and cancels the request.
-func (s *Stream) Close() { s.close() }
+// Close releases the response and cancels the request. After End it
+// first reads the body to its end (at most drainBytes, for at most
+// drainTimeout) on another goroutine, so that the connection returns to
+// the pool without delaying the caller: the terminator may still be on
+// its way when the end marker was read.
+func (s *Stream) Close() {
+	s.drained = make(chan struct{})
+	if !s.ended || s.body == nil || s.parent.Err() != nil {
+		s.close()
+		close(s.drained)
+		return
+	}
+	s.wd.stop()
+	go func() {
+		defer close(s.drained)
+		t := time.AfterFunc(drainTimeout, func() { s.cancel(context.Canceled) })
+		_, _ = io.Copy(io.Discard, io.LimitReader(s.body, drainBytes))
+		t.Stop()
+		s.close()
+	}()
+}
 
 func (s *Stream) close() {
 	s.wd.stop()
 	s.cancel(context.Canceled)
 	if s.body != nil {
 		_ = s.body.Close()
+	}
+	if s.events != nil {
+		s.events.Release() // no read of the body is running: it was closed
 	}
 }
 

@@ -1,0 +1,160 @@
+package chat
+
+import (
+	"bytes"
+	"os"
+	"testing"
+
+	json "github.com/segmentio/encoding/json"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/providertest"
+)
+
+// marshalBody is the encoding Body used before encode.go: json.Marshal of
+// the wire form, the schema as a json.RawMessage. encode must write the
+// same bytes.
+func marshalBody(w wireRequest) ([]byte, error) {
+	w.Tools = append([]wireTool(nil), w.Tools...)
+	for i := range w.Tools {
+		w.Tools[i].Function.Parameters = json.RawMessage(w.Tools[i].Function.ParamsText)
+	}
+	return json.Marshal(&w)
+}
+
+// adapters are the dialects' differences that reach the body.
+func encodeAdapters() map[string]*Adapter {
+	return map[string]*Adapter{
+		"deepseek": New(Dialect{Kind: "deepseek", ReasoningPassback: true}, Config{Route: "deepseek", Thinking: "enabled", ReasoningEffort: "high"}),
+		"openai":   New(Dialect{Kind: "openai", Images: true, MaxCompletionTokens: true}, Config{Route: "openai"}),
+		"text":     New(Dialect{Kind: "openai"}, Config{Route: "text", NoImages: true}),
+	}
+}
+
+// sameBody checks that encode writes exactly what json.Marshal wrote for
+// req on every dialect (or fails where it failed).
+func sameBody(t *testing.T, req *llmv1.GenerateRequest) {
+	t.Helper()
+	for name, a := range encodeAdapters() {
+		w, _ := a.wire(req)
+		want, wantErr := marshalBody(w)
+		got, err := a.encode(&w)
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("%s: encode error %v, json.Marshal error %v", name, err, wantErr)
+		}
+		if err == nil && !bytes.Equal(got, want) {
+			t.Fatalf("%s: encode differs from json.Marshal:\n got %s\nwant %s", name, got, want)
+		}
+		if err == nil && !json.Valid(got) {
+			t.Fatalf("%s: not JSON: %s", name, got)
+		}
+	}
+}
+
+// loadBody is the wire form of the load benchmark's request
+// (testdata/load_request.json: the body the gateway sent for it).
+func loadBody(t *testing.T) wireRequest {
+	t.Helper()
+	raw, err := os.ReadFile("../../testdata/load_request.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body wireRequest
+	if err := json.Unmarshal(raw, &body); err != nil {
+		t.Fatal(err)
+	}
+	for i := range body.Tools {
+		body.Tools[i].Function.ParamsText = string(body.Tools[i].Function.Parameters)
+		body.Tools[i].Function.Parameters = nil
+	}
+	return body
+}
+
+// TestEncodeLoad: the load benchmark's request (system prompt, 17 tool
+// schemas, 5 tool calls and results) and the rich-content request encode
+// byte for byte as before, every time (the schema memo is warm the second
+// time).
+func TestEncodeLoad(t *testing.T) {
+	t.Parallel()
+	body := loadBody(t)
+	for name, a := range encodeAdapters() {
+		for range 2 {
+			want, err := marshalBody(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := a.encode(&body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s: encode differs from json.Marshal:\n got %s\nwant %s", name, got, want)
+			}
+		}
+	}
+	sameBody(t, providertest.RichContentRequest("openai", "m"))
+}
+
+var encodeSeeds = []string{
+	"", "plain", "<script>&amp;</script>", "line\nbreak\ttab\r\"quote\"\\", "\u2028\u2029", "\x00\x01\x1f\x7f",
+	"caf\u00e9 \U0001F600", "bad \xff\xfe utf8", "\xe2\x80", `{"type":"object","properties":{"a":{"type":"string","description":"<b>&</b>\u2028"}}}`,
+	" { \"a\" : [ 1 , 2.50 , true , null ] } ", `{"a":1}{"b":2}`, `{"a":}`, `null`, `[1]`,
+}
+
+// FuzzEncode: for any request text (escapes, HTML, invalid UTF-8, line
+// separators, any schema text), encode writes exactly json.Marshal's bytes.
+func FuzzEncode(f *testing.F) {
+	for i, s := range encodeSeeds {
+		f.Add(s, encodeSeeds[(i+1)%len(encodeSeeds)], encodeSeeds[(i+9)%len(encodeSeeds)], 0.7, int32(i), uint8(i))
+	}
+	f.Fuzz(func(t *testing.T, text, other, schema string, temp float64, maxTokens int32, flags uint8) {
+		tb := func(s string) *llmv1.ContentBlock {
+			return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: s}}}
+		}
+		req := &llmv1.GenerateRequest{Model: other, Messages: []*llmv1.Message{
+			{Role: llmv1.Role_ROLE_SYSTEM, Content: []*llmv1.ContentBlock{tb(text)}},
+			{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{tb(text), tb(other)}},
+			{Role: llmv1.Role_ROLE_ASSISTANT, Content: []*llmv1.ContentBlock{
+				tb(other),
+				{Block: &llmv1.ContentBlock_Reasoning{Reasoning: &llmv1.ReasoningBlock{Text: text}}},
+				{Block: &llmv1.ContentBlock_ToolCall{ToolCall: &llmv1.ToolCallBlock{Id: other, Name: text, Arguments: schema}}},
+			}},
+			{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{
+				{Block: &llmv1.ContentBlock_ToolResult{ToolResult: &llmv1.ToolResultBlock{ToolCallId: other, Content: []*llmv1.ContentBlock{tb(text)}}}},
+				{Block: &llmv1.ContentBlock_Image{Image: &llmv1.ImageBlock{Source: &llmv1.ImageBlock_Url{Url: "https://example.com/" + text}}}},
+				tb(other),
+			}},
+		}}
+		if flags&1 != 0 {
+			req.System = &text
+		}
+		if flags&2 != 0 {
+			req.Temperature = &temp
+		}
+		if flags&4 != 0 {
+			req.MaxTokens = &maxTokens
+		}
+		if flags&8 != 0 {
+			req.Stop = []string{text, other}
+		}
+		if flags&16 != 0 {
+			req.Tools = []*llmv1.ToolSchema{{Name: text, Description: other, Parameters: schema, Strict: flags&32 != 0}, {Name: other}}
+		}
+		sameBody(t, req)
+	})
+}
+
+// TestEncodeSizeHint: the load benchmark's body fits the buffer encode
+// sizes for it, so it is allocated once and never grown.
+func TestEncodeSizeHint(t *testing.T) {
+	t.Parallel()
+	body := loadBody(t)
+	a := encodeAdapters()["openai"]
+	got, err := a.encode(&body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := sizeHint(&body); len(got) > n+n/8+256 {
+		t.Errorf("body of %d bytes outgrew its buffer (hint %d)", len(got), n)
+	}
+}

@@ -1,0 +1,140 @@
+package upstream
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
+)
+
+// countingServer is a real loopback HTTP server streaming a short event
+// stream that ends with an end marker, counting the TCP connections it
+// accepted. With a tail, the end marker is flushed on its own and the
+// handler returns (and the body's terminator follows) tail later, as a
+// provider that flushes every event and then finishes its bookkeeping does.
+func countingServer(t *testing.T, tail time.Duration) (string, *atomic.Int64) {
+	t.Helper()
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: a\n\ndata: b\n\n")
+		w.(http.Flusher).Flush()
+		fmt.Fprint(w, "data: [DONE]\n\n")
+		if tail > 0 {
+			w.(http.Flusher).Flush()
+			time.Sleep(tail) // the provider's pace, not a wait for an event
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL, &conns
+}
+
+// readToEnd reads one stream to its end marker the way the translators do
+// (End at the marker, then Close), and waits for Close's background drain.
+func readToEnd(c *Client, t *testing.T, url string) error {
+	s, f := c.Open(t.Context(), Request{Name: "p", URL: url, Body: []byte(`{}`)})
+	if f != nil {
+		return f
+	}
+	defer func() {
+		s.Close()
+		<-s.drained
+	}()
+	for {
+		ev, f := s.Next()
+		if f != nil {
+			return f
+		}
+		if string(ev.Data) == "[DONE]" {
+			s.End()
+			return nil
+		}
+	}
+}
+
+// TestConnectionReuse: streams read to their end marker leave their
+// connection in the pool, sequentially (one connection for all) and
+// concurrently (no more connections than streams at once, round after
+// round: the pool keeps far more than net/http's 2 idle connections per
+// host). Not parallel: its hundreds of streams would starve the
+// timing-bound tests of this package on a small machine.
+func TestConnectionReuse(t *testing.T) {
+	for _, tail := range []time.Duration{0, 2 * time.Millisecond} {
+		t.Run(fmt.Sprintf("tail=%v", tail), func(t *testing.T) {
+			t.Parallel()
+			url, conns := countingServer(t, tail)
+			c := client(0)
+			defer c.HTTP.CloseIdleConnections()
+			for range 20 {
+				if err := readToEnd(c, t, url); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := conns.Load(); n != 1 {
+				t.Fatalf("20 sequential streams used %d connections, want 1", n)
+			}
+			const width, rounds = 80, 3
+			for range rounds {
+				var wg sync.WaitGroup
+				errs := make(chan error, width)
+				for range width {
+					wg.Go(func() {
+						if err := readToEnd(c, t, url); err != nil {
+							errs <- err
+						}
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+			}
+			if n := conns.Load(); n > width+1 {
+				t.Fatalf("%d rounds of %d concurrent streams used %d connections, want at most %d", rounds, width, n, width+1)
+			}
+		})
+	}
+}
+
+// TestCloseBeforeEndDoesNotDrain: a stream closed before its end marker (the caller
+// stopped reading) does not wait for the rest of the body.
+func TestCloseBeforeEndDoesNotDrain(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "data: a\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	c := client(0)
+	s, f := c.Open(t.Context(), Request{Name: "p", URL: srv.URL})
+	if f != nil {
+		t.Fatal(f)
+	}
+	if _, f := s.Next(); f != nil {
+		t.Fatal(f)
+	}
+	s.Close()
+	<-s.drained // at once: no drain without the end marker
+	if _, f := s.Next(); f == nil || f.Code == provider.CodeTimeout {
+		t.Fatalf("Next after Close = %v, want a closed-stream failure", f)
+	}
+}

@@ -1,0 +1,205 @@
+package llmgateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+)
+
+// loadRequest is the last model request of a 5-step `read` turn of the load
+// benchmark (tests/load), as the gateway sent it upstream
+// (testdata/load_request.json: system prompt, 17 built-in tool schemas, 5
+// tool calls with their results), turned back into the GenerateRequest the
+// agent sent for it.
+func loadRequest(tb testing.TB) *llmv1.GenerateRequest {
+	tb.Helper()
+	raw, err := os.ReadFile("testdata/load_request.json")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var body struct {
+		Messages []struct {
+			Role       string `json:"role"`
+			Content    string `json:"content"`
+			ToolCallID string `json:"tool_call_id"`
+			ToolCalls  []struct {
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"messages"`
+		Tools []struct {
+			Function struct {
+				Name        string          `json:"name"`
+				Description string          `json:"description"`
+				Parameters  json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(raw, &body); err != nil {
+		tb.Fatal(err)
+	}
+	text := func(s string) *llmv1.ContentBlock {
+		return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: s}}}
+	}
+	req := &llmv1.GenerateRequest{Provider: "local", Model: "m"}
+	for _, m := range body.Messages {
+		switch m.Role {
+		case "system":
+			req.System = &m.Content
+		case "user":
+			req.Messages = append(req.Messages, &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{text(m.Content)}})
+		case "assistant":
+			msg := &llmv1.Message{Role: llmv1.Role_ROLE_ASSISTANT}
+			if m.Content != "" {
+				msg.Content = append(msg.Content, text(m.Content))
+			}
+			for _, c := range m.ToolCalls {
+				msg.Content = append(msg.Content, &llmv1.ContentBlock{Block: &llmv1.ContentBlock_ToolCall{ToolCall: &llmv1.ToolCallBlock{Id: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments}}})
+			}
+			req.Messages = append(req.Messages, msg)
+		case "tool":
+			req.Messages = append(req.Messages, &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{{Block: &llmv1.ContentBlock_ToolResult{ToolResult: &llmv1.ToolResultBlock{ToolCallId: m.ToolCallID, Content: []*llmv1.ContentBlock{text(m.Content)}}}}}})
+		}
+	}
+	for _, t := range body.Tools {
+		req.Tools = append(req.Tools, &llmv1.ToolSchema{Name: t.Function.Name, Description: t.Function.Description, Parameters: string(t.Function.Parameters)})
+	}
+	return req
+}
+
+// toolCallUpstream answers every request as the load benchmark's upstream
+// does for a tool step: a text delta, one tool call whose arguments arrive
+// in 12-byte deltas, the finish and usage events, [DONE].
+func toolCallUpstream(b *testing.B) string {
+	head := `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"load","choices":[`
+	events := []string{
+		`{"index":0,"delta":{"role":"assistant","content":"Step."},"finish_reason":null}]}`,
+		`{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_6","type":"function","function":{"name":"read","arguments":"{\"file_path\""}}]},"finish_reason":null}]}`,
+		`{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":":\"notes.txt\""}}]},"finish_reason":null}]}`,
+		`{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"}"}}]},"finish_reason":null}]}`,
+		`{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+		`],"usage":{"prompt_tokens":100,"completion_tokens":10,"total_tokens":110}}`,
+	}
+	var payload string
+	for _, e := range events {
+		payload += head + e + "\n\n"
+	}
+	payload += "data: [DONE]\n\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, payload)
+		w.(http.Flusher).Flush()
+	}))
+	b.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// BenchmarkProcessRequestCPU measures the gateway process's CPU per model
+// request, out of process, for the load benchmark's request (a 22 KB
+// conversation with 17 tool schemas) answered by a tool-call stream, with
+// width requests in flight at once (each iteration is one such batch):
+// the figure the load ladder reports as the gateway's CPU per step
+// (1.01 ms at 1,000 `read` sessions before issue 19's gateway work).
+func BenchmarkProcessRequestCPU(b *testing.B) {
+	req := loadRequest(b)
+	for _, width := range []int{1, 64} {
+		b.Run(fmt.Sprintf("width=%d", width), func(b *testing.B) {
+			g := startProcess(b, toolCallUpstream(b))
+			ctx := context.Background()
+			one := func() error {
+				s, err := g.client.Generate(ctx, req)
+				if err != nil {
+					return err
+				}
+				calls := 0
+				for {
+					r, err := s.Recv()
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						return err
+					}
+					if r.GetChunk().GetBlockStart().GetBlockType() == llmv1.BlockType_BLOCK_TYPE_TOOL_CALL {
+						calls++
+					}
+					if f := r.GetChunk().GetFinish(); f != nil && f.GetReason().GetToolCalls() == nil {
+						return fmt.Errorf("finish %v", f)
+					}
+				}
+				if calls != 1 {
+					return fmt.Errorf("%d tool calls, want 1", calls)
+				}
+				return nil
+			}
+			batch := func() {
+				var wg sync.WaitGroup
+				errs := make(chan error, width)
+				for range width {
+					wg.Go(func() {
+						if err := one(); err != nil {
+							errs <- err
+						}
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					b.Fatal(err)
+				}
+			}
+			for range 3 {
+				batch() // warm: connections, pools, caches
+			}
+			var per []time.Duration
+			for b.Loop() {
+				c0 := g.cpu(b)
+				batch()
+				per = append(per, (g.cpu(b)-c0)/time.Duration(width))
+			}
+			b.ReportMetric(median(per)/1e3, "gateway-cpu-µs/request")
+		})
+	}
+}
+
+// BenchmarkPrepareBody measures what the gateway does to the load
+// benchmark's request before sending it: validation (prepare) and the
+// chat-completions body, in process (-benchmem counts its allocations).
+func BenchmarkPrepareBody(b *testing.B) {
+	svc, err := New(Config{Routes: []RouteConfig{{Name: "local", Kind: KindOpenAI, BaseURL: "http://127.0.0.1:1"}}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := loadRequest(b)
+	a := svc.byName["local"].adapter.(interface {
+		Body(*llmv1.GenerateRequest) ([]byte, int, error)
+	})
+	b.ReportAllocs()
+	size := 0
+	for b.Loop() {
+		_, preq, err := svc.prepare(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, _, err := a.Body(preq)
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = len(body)
+	}
+	b.SetBytes(int64(size))
+}
