@@ -82,8 +82,13 @@ func TestConnectionReuse(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if n := conns.Load(); n != 1 {
-				t.Fatalf("20 sequential streams used %d connections, want 1", n)
+			// net/http hands a drained connection back to its pool from
+			// its read loop, just after the body's EOF, so the next
+			// request can occasionally race it and dial: allow a few, far
+			// below the one per stream a connection that is never reused
+			// costs (18 of 20 without the drain).
+			if n := conns.Load(); n > 4 {
+				t.Fatalf("20 sequential streams used %d connections, want at most 4 (connections are not reused)", n)
 			}
 			const width, rounds = 80, 3
 			for range rounds {
