@@ -231,6 +231,12 @@ func (s utf8Stream) RecvMsg(m any) error {
 	return checkUTF8(m)
 }
 
+// Flow-control windows of every client connection (see Dial).
+const (
+	streamWindow = 1 << 20
+	connWindow   = 16 << 20
+)
+
 // Dial opens a client connection to a dsh service with OpenTelemetry
 // propagation (and spans when tracing is on; see Tracing and WithTracing). Addresses are host:port; connections are insecure unless opts
 // say otherwise (loopback and in-cluster traffic; put TLS in opts). Calls are
@@ -248,7 +254,14 @@ func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if !hasCreds(opts) {
 		base = append(base, insecureCreds())
 	}
-	base = append(base, grpc.WithDefaultServiceConfig(roundRobin))
+	base = append(base, grpc.WithDefaultServiceConfig(roundRobin),
+		// Static flow-control windows: with the default dynamic window the
+		// client answers a stream of small messages (a model's chunks) with
+		// bandwidth-estimator pings and window updates, which cost the
+		// sender a wake-up and a read per chunk (docs/arch/throughput-gateway.md).
+		// 1 MiB per stream and 16 MiB per connection are what the estimator
+		// would grow to for our message sizes, fixed from the start.
+		grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(connWindow))
 	conn, err := grpc.NewClient(addr, append(base, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
