@@ -122,12 +122,14 @@ func buildLauncher(b *testing.B) string {
 // BenchmarkCallRuleset measures the host's share of a confined call's
 // Landlock work: "rules" builds one call's ruleset from a kept listing (a
 // landlock_add_rule per sibling of the way down to the hidden roots),
-// "listing" lists and opens those siblings again (what a change in a
-// listed directory costs once). entries is the number of siblings here.
+// "listing" lists and opens those siblings from scratch (a host's first
+// call), "relisting" lists them again taking the previous listing's
+// descriptors over (what a change in a listed directory costs once).
+// entries is the number of siblings here.
 func BenchmarkCallRuleset(b *testing.B) {
 	root := b.TempDir()
 	hidden := []string{root}
-	l, err := newListing(hidden)
+	l, err := newListing(hidden, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -144,11 +146,27 @@ func BenchmarkCallRuleset(b *testing.B) {
 	})
 	b.Run("listing", func(b *testing.B) {
 		for b.Loop() {
-			l, err := newListing(hidden)
+			l, err := newListing(hidden, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
 			l.close()
 		}
+	})
+	b.Run("relisting", func(b *testing.B) {
+		prev, err := newListing(hidden, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			prev.retired = true
+			l, err := newListing(hidden, prev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			prev.close()
+			prev = l
+		}
+		prev.close()
 	})
 }

@@ -58,7 +58,10 @@ type stamped struct {
 type outsideEntry struct {
 	path string
 	file bool
-	fd   int
+	// ino and dev are the entry's identity as listed; fd, when kept, was
+	// checked to be that very file.
+	ino, dev uint64
+	fd       int
 }
 
 // listing is the read rules for everything outside the hidden roots, and
@@ -67,12 +70,19 @@ type outsideEntry struct {
 type listing struct {
 	entries []outsideEntry
 	walked  []stamped
+	// settled says every listed directory was unchanged for
+	// listingSettle before the listing; an unsettled one is listed again
+	// by the next call.
+	settled bool
 	users   int
 	retired bool
 }
 
 // fresh reports whether every listed directory is as it was.
 func (l *listing) fresh() bool {
+	if !l.settled {
+		return false
+	}
 	for _, w := range l.walked {
 		if st, err := stamp(w.path); err != nil || st != w.st {
 			return false
@@ -89,28 +99,52 @@ func (l *listing) close() {
 	}
 }
 
-// newListing lists the outside and opens what it may keep open.
-func newListing(hidden []string) (*listing, error) {
-	dirs, files, walked, err := listOutside(hidden)
+// newListing lists the outside and opens what it may keep open. An entry
+// that prev kept a descriptor for and that is still the same file (same
+// name, device and inode) takes prev's descriptor over when prev is done
+// with it, or a duplicate, so a change in a busy directory costs a listing
+// and the new entries, not an open per entry.
+func newListing(hidden []string, prev *listing) (*listing, error) {
+	entries, walked, err := listOutside(hidden)
 	if err != nil {
 		return nil, err
 	}
-	l := &listing{walked: walked}
-	for _, group := range []struct {
-		paths []string
-		file  bool
-	}{{dirs, false}, {files, true}} {
-		for _, p := range group.paths {
-			e := outsideEntry{path: p, file: group.file, fd: -1}
-			if !mountRoot(p) {
-				if fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0); err == nil {
-					e.fd = fd
-				}
+	var kept map[string]*outsideEntry
+	if prev != nil {
+		kept = make(map[string]*outsideEntry, len(prev.entries))
+		for i := range prev.entries {
+			if e := &prev.entries[i]; e.fd >= 0 {
+				kept[e.path] = e
 			}
-			l.entries = append(l.entries, e)
 		}
 	}
-	return l, nil
+	for i := range entries {
+		e := &entries[i]
+		if old := kept[e.path]; old != nil && old.file == e.file && old.ino == e.ino && old.dev == e.dev {
+			if prev.users == 0 && prev.retired {
+				e.fd, old.fd = old.fd, -1
+			} else if fd, err := unix.FcntlInt(uintptr(old.fd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+				e.fd = fd
+			}
+			if e.fd >= 0 {
+				continue
+			}
+		}
+		if mountRoot(e.path) {
+			continue
+		}
+		fd, err := unix.Open(e.path, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			continue // opened (or found gone) per call
+		}
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil || st.Ino != e.ino || st.Dev != e.dev {
+			unix.Close(fd) // replaced since the listing: opened per call
+			continue
+		}
+		e.fd = fd
+	}
+	return &listing{entries: entries, walked: walked}, nil
 }
 
 // mountRoot reports whether p is (or may be) the root of a mount.
@@ -133,34 +167,36 @@ type readListing struct {
 // release it with put.
 func (r *readListing) get() (*listing, error) {
 	r.mu.Lock()
-	if r.cur != nil {
-		if r.cur.fresh() {
-			r.cur.users++
-			r.mu.Unlock()
-			return r.cur, nil
-		}
-		r.retire(r.cur)
-		r.cur = nil
+	defer r.mu.Unlock()
+	if r.cur != nil && r.cur.fresh() {
+		r.cur.users++
+		return r.cur, nil
 	}
-	r.mu.Unlock()
+	// Listed under the lock: a change is listed once, not by every call
+	// that notices it, and the previous listing hands its descriptors on.
 	start := time.Now()
-	l, err := newListing(r.hidden)
+	prev := r.cur
+	if prev != nil {
+		prev.retired = true
+	}
+	l, err := newListing(r.hidden, prev)
+	if prev != nil {
+		r.cur = nil
+		r.retire(prev)
+	}
 	if err != nil {
 		return nil, err
 	}
 	l.users = 1
+	r.cur = l
 	for _, w := range l.walked {
 		if start.Sub(time.Unix(0, max(w.st.mtime, w.st.ctime))) < listingSettle {
-			l.retired = true // changed just now: good for this call only
+			// Changed just now: the times may not show a change in the same
+			// tick, so the next call lists again (taking the descriptors over).
 			return l, nil
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cur != nil { // listed concurrently: keep the newer
-		r.retire(r.cur)
-	}
-	r.cur = l
+	l.settled = true
 	return l, nil
 }
 

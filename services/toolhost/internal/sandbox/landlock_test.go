@@ -116,3 +116,35 @@ func TestNoRulesetReachesTheShell(t *testing.T) {
 		}
 	}
 }
+
+// TestMovedSiblingStaysHidden: a directory beside the host root is granted
+// (read) by the kept listing; moved into another session's workspace (and
+// its name taken by a new directory), it must be as hidden there as
+// anything else of that session: the listing is made again, and the
+// descriptor kept for the old entry is not reused for the new one.
+func TestMovedSiblingStaysHidden(t *testing.T) {
+	t.Parallel()
+	s, base, a, b := confinedSandbox(t)
+	x := filepath.Join(base, "x")
+	if err := os.MkdirAll(x, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(x, "note"), []byte("was-outside"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := Policy{Mode: WorkspaceWrite}
+	if out, _, _ := runIn(t, s, p, a, "cat "+filepath.Join(x, "note")); out != "was-outside" {
+		t.Fatalf("a directory outside the hidden roots is not readable: %q", out)
+	}
+	moved := filepath.Join(b, "x")
+	if err := os.Rename(x, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(x, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := runIn(t, s, p, a, "cat "+filepath.Join(moved, "note")+"; ls "+x+" && echo new-x-ok")
+	if strings.Contains(out, "was-outside") || !strings.Contains(out, "new-x-ok") {
+		t.Errorf("after the move: %q", out)
+	}
+}
