@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -90,6 +89,7 @@ type Sandbox struct {
 	tmpRoot string
 	support Support
 	pids    *pidsCgroups
+	outside *readListing
 	// probed is closed when the probe has filled support; everything that
 	// reads support waits for it, so a confined call can never be prepared
 	// on a guess (fail closed).
@@ -129,6 +129,7 @@ func New(cfg Config) (*Sandbox, error) {
 			s.hidden = append(s.hidden, rp)
 		}
 	}
+	s.outside = &readListing{hidden: s.hidden}
 	s.support.LandlockABI, _ = llsys.LandlockGetABIVersion()
 	if pc, err := newPidsCgroups(); err == nil {
 		s.pids = pc
@@ -229,6 +230,7 @@ func (s *Sandbox) enforcement(p Policy) toolsv1.SandboxEnforcement {
 func (s *Sandbox) Close() error {
 	<-s.probed // the probe uses the temporary area and the cgroups
 	s.reaping.Wait()
+	s.outside.close()
 	if s.pids != nil {
 		s.pids.close()
 	}
@@ -257,9 +259,12 @@ type Run struct {
 	Containment string
 
 	statusR, statusW *os.File
-	status           *bufio.Reader
-	cgroup, tmp      string
-	result           string
+	// ruleset is the Landlock ruleset handed to the launcher (closed once
+	// it started).
+	ruleset     *os.File
+	status      *bufio.Reader
+	cgroup, tmp string
+	result      string
 }
 
 // Command prepares a call. A confined policy on a machine that cannot
@@ -276,28 +281,45 @@ func (s *Sandbox) command(c Call) (*Run, error) {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, s.support.Unavailable)
 	}
 	r := &Run{Enforcement: s.enforcement(c.Policy), Containment: s.support.Containment()}
+	if c.SpillDir != "" {
+		if err := os.MkdirAll(c.SpillDir, 0o700); err != nil {
+			c.SpillDir = "" // not readable then, as before: nothing to read
+		}
+	}
+	lc := launcher.Config{
+		Landlock: c.Policy.Mode.Confined(),
+		Argv:     []string{"bash", "-c", c.Command}, Dir: c.Dir,
+		// A non-root host holds no capabilities to drop (and may not touch
+		// the bounding set); root drops them or fails closed.
+		PIDNS: s.support.Namespaces, DropCaps: os.Geteuid() == 0, Limits: s.cfg.Limits,
+	}
 	tmp, err := os.MkdirTemp(s.tmpRoot, "call-")
 	if err != nil {
 		return nil, fmt.Errorf("call temp dir: %w", err)
 	}
 	r.tmp = tmp
-	lc := launcher.Config{
-		Landlock: c.Policy.Mode.Confined(), Network: c.Policy.Network,
-		Argv: []string{"bash", "-c", c.Command}, Dir: c.Dir,
-		// A non-root host holds no capabilities to drop (and may not touch
-		// the bounding set); root drops them or fails closed.
-		Hidden: s.hidden, PIDNS: s.support.Namespaces, DropCaps: os.Geteuid() == 0, Limits: s.cfg.Limits,
-	}
-	if c.SpillDir != "" {
-		if err := os.MkdirAll(c.SpillDir, 0o700); err == nil {
-			lc.Read = append(lc.Read, c.SpillDir)
+	if lc.Landlock {
+		var read, write []string
+		if c.SpillDir != "" {
+			read = append(read, c.SpillDir)
 		}
-	}
-	switch c.Policy.Mode {
-	case WorkspaceWrite:
-		lc.Write = []string{c.Root, tmp}
-	default:
-		lc.Read = append(lc.Read, c.Root)
+		if c.Policy.Mode == WorkspaceWrite {
+			write = []string{c.Root, tmp}
+		} else {
+			read = append(read, c.Root)
+		}
+		outside, err := s.outside.get()
+		if err != nil {
+			r.abandon()
+			return nil, fmt.Errorf("%w: landlock: %v", ErrUnavailable, err)
+		}
+		fd, err := callRuleset(outside, read, write, c.Policy.Network)
+		s.outside.put(outside)
+		if err != nil {
+			r.abandon()
+			return nil, fmt.Errorf("%w: landlock: %v", ErrUnavailable, err)
+		}
+		r.ruleset = os.NewFile(uintptr(fd), "landlock-ruleset")
 	}
 	if s.pids != nil {
 		cg, err := s.pids.create(s.cfg.Limits.Processes)
@@ -306,11 +328,6 @@ func (s *Sandbox) command(c Call) (*Run, error) {
 			return nil, fmt.Errorf("%w: call cgroup: %v", ErrUnavailable, err)
 		}
 		r.cgroup, lc.Cgroup = cg, cg
-	}
-	arg, err := json.Marshal(lc)
-	if err != nil {
-		r.abandon()
-		return nil, err
 	}
 	r.statusR, r.statusW, err = os.Pipe()
 	if err != nil {
@@ -326,8 +343,11 @@ func (s *Sandbox) command(c Call) (*Run, error) {
 	}
 	env := Environ(s.cfg.Environ, s.cfg.ToolEnv, append([]string{"TMPDIR=" + tmp}, c.Env...)...)
 	r.Cmd = &exec.Cmd{
-		Path: s.cfg.Exe, Args: []string{launcher.Arg0, string(arg)}, Env: env, Dir: c.Dir,
+		Path: s.cfg.Exe, Args: lc.Args(), Env: env, Dir: c.Dir,
 		ExtraFiles: []*os.File{r.statusW}, SysProcAttr: attr,
+	}
+	if r.ruleset != nil {
+		r.Cmd.ExtraFiles = append(r.Cmd.ExtraFiles, r.ruleset)
 	}
 	return r, nil
 }
@@ -337,6 +357,7 @@ func (s *Sandbox) command(c Call) (*Run, error) {
 func (r *Run) Started() error {
 	r.statusW.Close()
 	r.statusW = nil
+	r.closeRuleset()
 	r.status = bufio.NewReader(r.statusR)
 	line, _ := r.status.ReadString('\n')
 	line = strings.TrimSpace(line)
@@ -378,6 +399,13 @@ func (r *Run) Result() (code int, sig syscall.Signal, ok bool) {
 	return 0, 0, false
 }
 
+func (r *Run) closeRuleset() {
+	if r.ruleset != nil {
+		r.ruleset.Close()
+		r.ruleset = nil
+	}
+}
+
 func (r *Run) abandon() {
 	for _, f := range []*os.File{r.statusR, r.statusW} {
 		if f != nil {
@@ -385,6 +413,7 @@ func (r *Run) abandon() {
 		}
 	}
 	r.statusR, r.statusW = nil, nil
+	r.closeRuleset()
 	if r.cgroup != "" {
 		remove(r.cgroup)
 		r.cgroup = ""

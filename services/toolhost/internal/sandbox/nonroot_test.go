@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"os"
 	"strings"
 	"testing"
@@ -29,22 +28,9 @@ func TestConfinesAsNonRoot(t *testing.T) {
 	if s.Support().Unavailable != nil {
 		t.Fatal(s.Support().Unavailable)
 	}
-	r, err := s.Command(Call{Policy: Policy{Mode: WorkspaceWrite, Network: true}, Root: root, Dir: root, Command: "echo ok > f && cat f; echo x > /tmp/nonroot-escape; (setsid bash -c 'exec -a dsh-nonroot-leftover sleep 30' &); echo done"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out, errb bytes.Buffer
-	r.Cmd.Stdout, r.Cmd.Stderr = &out, &errb
-	if err := r.Cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Started(); err != nil {
-		t.Fatal(err)
-	}
-	r.Cmd.Wait()
-	r.Finish()
-	if !strings.Contains(out.String(), "ok\n") || !strings.Contains(errb.String(), "Permission denied") {
-		t.Errorf("out %q err %q", out.String(), errb.String())
+	out, errb, _ := runIn(t, s, Policy{Mode: WorkspaceWrite, Network: true}, root, "echo ok > f && cat f; echo x > /tmp/nonroot-escape; (setsid bash -c 'exec -a dsh-nonroot-leftover sleep 30' &); echo done")
+	if !strings.Contains(out, "ok\n") || !strings.Contains(errb, "Permission denied") {
+		t.Errorf("out %q err %q", out, errb)
 	}
 	if _, err := os.Stat("/tmp/nonroot-escape"); err == nil {
 		t.Error("escaped")

@@ -6,8 +6,9 @@
 // the toolhost binary and `dsh dev` serve it). The launcher starts as pid 1
 // of a fresh PID and mount namespace (and network namespace when network is
 // off), mounts its own /proc, joins the call's pids cgroup, sets rlimits,
-// drops dangerous capabilities, applies Landlock (go-landlock, best ABI),
-// then starts the shell and waits. When the shell exits the launcher exits,
+// drops dangerous capabilities, enforces the Landlock ruleset this package
+// built for the call (go-landlock, best ABI; see landlock.go), then starts
+// the shell and waits. When the shell exits the launcher exits,
 // and the kernel kills every process left in the namespace (setsid, nohup,
 // double fork included) before the toolhost sees the exit.
 //

@@ -1,37 +1,47 @@
 // Package launcher is the confined-call launcher the sandbox package
-// re-executes: the toolhost binary started with argv[0] = Arg0 and a JSON
-// Config in argv[1]. It sits in its own package with few dependencies
+// re-executes: the toolhost binary (or the small dsh-sandbox-launcher)
+// started with argv[0] = Arg0 and its Config encoded in the rest of argv
+// (see Config.Args). It sits in its own package with few dependencies
 // because its init runs before the rest of the binary initialises: only the
 // packages it imports are initialised first, so each call pays for a Go
 // runtime start, not for the toolhost's proto registries and gRPC.
+//
+// The Landlock ruleset is not built here: the toolhost builds it (from a
+// listing of the filesystem it keeps while unchanged) and hands it over as
+// file descriptor RulesetFD; the launcher adds its own /proc, enforces it
+// on the thread that starts the shell, and closes it.
 package launcher
 
-// Keep the imports few and free of path/filepath: Go initialises packages
-// in import-path order as their dependencies become ready, and one import
-// that sorts late (path/filepath did) lets the proto registries initialise
-// first.
+// Keep the imports few and free of path/filepath, encoding/json and the
+// Landlock rule builder: Go initialises packages in import-path order as
+// their dependencies become ready, and one import that sorts late
+// (path/filepath did) lets the proto registries initialise first; every
+// package initialised costs each call page faults and CPU.
 
 import (
-	"encoding/json"
-	"fmt"
+	"errors"
 	"os"
 	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
-	"github.com/landlock-lsm/go-landlock/landlock"
 	"golang.org/x/sys/unix"
 )
 
 // Arg0 is the argv[0] marker that turns the toolhost binary into the
-// launcher; argv[1] is the JSON Config.
+// launcher; argv[1] is the protocol marker (see Config.Args).
 const Arg0 = "dsh-sandbox-launcher"
 
 // statusFD is the launcher's report pipe to the toolhost: one "ok" or
 // "error: <msg>" line once set up, then "exit N" or "signal N".
 const statusFD = 3
+
+// RulesetFD is the Landlock ruleset the launcher enforces when
+// Config.Landlock is set.
+const RulesetFD = 4
 
 // setupFailed is the launcher's exit code when it could not confine itself.
 const setupFailed = 125
@@ -41,79 +51,87 @@ const setupFailed = 125
 // the marker and never returns. Deliberately an init rather than a hook in
 // main: main runs only after every package's init.
 func init() {
-	if len(os.Args) == 2 && os.Args[0] == Arg0 {
-		os.Exit(launch(os.Args[1]))
+	if len(os.Args) >= 3 && os.Args[0] == Arg0 && os.Args[1] == protocol {
+		os.Exit(launch(os.Args[2:]))
 	}
 }
 
 // Config is what the toolhost tells the launcher; nothing in it is secret
 // (the tool can read it from /proc/1/cmdline).
 type Config struct {
-	Landlock bool     `json:"landlock,omitempty"`
-	Network  bool     `json:"network,omitempty"`
-	Argv     []string `json:"argv"`
-	Dir      string   `json:"dir"`
-	// Hidden are roots whose contents are unreadable, except Read and Write.
-	Hidden []string `json:"hidden,omitempty"`
-	// Read are extra readable directories (inside Hidden).
-	Read []string `json:"read,omitempty"`
-	// Write are writable directories.
-	Write []string `json:"write,omitempty"`
+	// Landlock says the ruleset at RulesetFD is enforced before the shell
+	// starts.
+	Landlock bool
+	Argv     []string
+	Dir      string
 	// Cgroup is a cgroup directory to join before anything runs.
-	Cgroup string `json:"cgroup,omitempty"`
+	Cgroup string
 	// PIDNS says the launcher is pid 1 of its own PID and mount namespace.
-	PIDNS    bool   `json:"pidns,omitempty"`
-	DropCaps bool   `json:"drop_caps,omitempty"`
-	Limits   Limits `json:"limits"`
+	PIDNS    bool
+	DropCaps bool
+	Limits   Limits
 }
 
-func launch(arg string) int {
+func launch(args []string) int {
+	// Every step below runs on this thread, and the shell is forked from
+	// it: the Landlock domain and no_new_privs are per thread, and the
+	// shell inherits the forking thread's.
+	runtime.LockOSThread()
 	status := os.NewFile(statusFD, "status")
-	fail := func(format string, args ...any) int {
-		fmt.Fprintf(status, "error: "+format+"\n", args...)
+	report := func(line string) { _, _ = status.WriteString(line + "\n") }
+	fail := func(what string, err error) int {
+		msg := what
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		report("error: " + msg)
 		return setupFailed
 	}
-	var cfg Config
-	if err := json.Unmarshal([]byte(arg), &cfg); err != nil {
-		return fail("config: %v", err)
+	// No descriptor the toolhost handed over may reach the shell:
+	// close-on-exec first, the ruleset closed once enforced.
+	for _, fd := range []int{statusFD, RulesetFD} {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && (fd == statusFD || err != unix.EBADF) {
+			return fail("descriptor "+strconv.Itoa(fd), err)
+		}
 	}
-	if _, err := unix.FcntlInt(statusFD, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
-		return fail("status pipe: %v", err)
+	cfg, err := ParseArgs(args)
+	if err != nil {
+		return fail("config", err)
 	}
 	if cfg.Cgroup != "" {
 		if err := os.WriteFile(cfg.Cgroup+"/cgroup.procs", []byte("0"), 0); err != nil {
-			return fail("join cgroup %s: %v", cfg.Cgroup, err)
+			return fail("join cgroup "+cfg.Cgroup, err)
 		}
 	}
 	if cfg.PIDNS {
 		// Our own /proc: it lists only this call's processes, so no
 		// ancestor's environ or memory is even addressable.
 		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			return fail("make mounts private: %v", err)
+			return fail("make mounts private", err)
 		}
 		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-			return fail("mount /proc: %v", err)
+			return fail("mount /proc", err)
 		}
 	} else if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return fail("subreaper: %v", err)
+		return fail("subreaper", err)
 	}
 	if cfg.DropCaps {
 		if err := dropCaps(); err != nil {
-			return fail("%v", err)
+			return fail("drop capabilities", err)
 		}
 	}
 	if cfg.Landlock {
-		if err := restrict(cfg); err != nil {
-			return fail("landlock: %v", err)
+		if err := restrict(cfg.PIDNS); err != nil {
+			return fail("landlock", err)
 		}
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 	shell, err := startLimited(cfg)
 	if err != nil {
-		return fail("%v", err)
+		return fail("start", err)
 	}
-	fmt.Fprintln(status, "ok")
+	report("ok")
 	go func() {
 		for s := range sigs {
 			forward(cfg.PIDNS, shell, s.(syscall.Signal))
@@ -124,10 +142,10 @@ func launch(arg string) int {
 		killDescendants()
 	}
 	if ws.Signaled() {
-		fmt.Fprintf(status, "signal %d\n", int(ws.Signal()))
+		report("signal " + strconv.Itoa(int(ws.Signal())))
 		return 128 + int(ws.Signal())
 	}
-	fmt.Fprintf(status, "exit %d\n", ws.ExitStatus())
+	report("exit " + strconv.Itoa(ws.ExitStatus()))
 	return ws.ExitStatus()
 }
 
@@ -145,7 +163,7 @@ func startLimited(cfg Config) (int, error) {
 		Sys: &syscall.SysProcAttr{Ptrace: true},
 	})
 	if err != nil {
-		return 0, fmt.Errorf("start %s: %w", cfg.Argv[0], err)
+		return 0, err
 	}
 	pid := proc.Pid
 	var ws unix.WaitStatus
@@ -154,8 +172,11 @@ func startLimited(cfg Config) (int, error) {
 		if err == unix.EINTR {
 			continue
 		}
-		if err != nil || !ws.Stopped() {
-			return 0, fmt.Errorf("shell did not stop at exec: %v (%v)", err, ws)
+		if err != nil {
+			return 0, errors.New("shell did not stop at exec: " + err.Error())
+		}
+		if !ws.Stopped() {
+			return 0, errors.New("shell did not stop at exec")
 		}
 		break
 	}
@@ -165,7 +186,7 @@ func startLimited(cfg Config) (int, error) {
 	}
 	if err := unix.PtraceDetach(pid); err != nil {
 		_ = unix.Kill(pid, unix.SIGKILL)
-		return 0, fmt.Errorf("release shell: %w", err)
+		return 0, errors.New("release shell: " + err.Error())
 	}
 	return pid, nil
 }
@@ -259,7 +280,7 @@ func lookPath(name string) string {
 func dropCaps() error {
 	for _, c := range droppedCaps {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
-			return fmt.Errorf("drop capability %d: %w", c, err)
+			return errors.New("capability " + strconv.Itoa(c) + ": " + err.Error())
 		}
 	}
 	return nil
@@ -274,27 +295,40 @@ var droppedCaps = []int{
 	unix.CAP_WAKE_ALARM, unix.CAP_BLOCK_SUSPEND, unix.CAP_LEASE,
 }
 
-// restrict applies the Landlock domain: read everything but the hidden
-// roots (minus Read and Write), write only Write and the sinks, no TCP when
-// the network is off, no signals or abstract sockets out of the domain.
-func restrict(cfg Config) error {
-	ll := landlock.V11.BestEffort()
-	if cfg.Network {
-		ll.HandledAccessNet = 0
+// restrict enforces the toolhost's ruleset on this thread and closes it.
+// With a PID namespace the launcher mounted a /proc of its own, which the
+// toolhost could not name: it is readable (as the host's /proc would be),
+// so it gets its rule here. no_new_privs first: landlock_restrict_self
+// requires it (or CAP_SYS_ADMIN, which the shell must not keep anyway).
+func restrict(ownProc bool) error {
+	if ownProc {
+		if err := allowRead(RulesetFD, "/proc"); err != nil {
+			return errors.New("rule for /proc: " + err.Error())
+		}
 	}
-	rules, err := readRules(cfg.Hidden)
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return errors.New("no_new_privs: " + err.Error())
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, RulesetFD, 0, 0); e != 0 {
+		return errors.New("enforce: " + e.Error())
+	}
+	return unix.Close(RulesetFD)
+}
+
+// readAccess is Landlock's read-only access to a directory tree: execute,
+// read files, list directories (the toolhost's read rules grant the same).
+const readAccess = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR
+
+// allowRead adds a read-only rule for dir to the ruleset.
+func allowRead(ruleset int, dir string) error {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	if len(cfg.Read) > 0 {
-		rules = append(rules, landlock.RODirs(cfg.Read...))
+	defer unix.Close(fd)
+	attr := unix.LandlockPathBeneathAttr{Allowed_access: readAccess, Parent_fd: int32(fd)}
+	if _, _, e := unix.RawSyscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(ruleset), unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&attr)), 0, 0, 0); e != 0 {
+		return e
 	}
-	if len(cfg.Write) > 0 {
-		rules = append(rules, landlock.RWDirs(cfg.Write...).WithRefer())
-	}
-	rules = append(rules, landlock.RWFiles(sinks...).IgnoreIfMissing())
-	return ll.Restrict(rules...)
+	return nil
 }
-
-// sinks are the devices every mode may write.
-var sinks = []string{"/dev/null", "/dev/zero", "/dev/full"}

@@ -1,7 +1,7 @@
 package launcher
 
 import (
-	"fmt"
+	"errors"
 
 	"golang.org/x/sys/unix"
 )
@@ -54,7 +54,7 @@ func (l Limits) apply(pid int, nproc bool) error {
 			return nil
 		}
 		if err := unix.Prlimit(pid, res, &unix.Rlimit{Cur: v, Max: v}, nil); err != nil {
-			return fmt.Errorf("set %s limit: %w", name, err)
+			return errors.New("set " + name + " limit: " + err.Error())
 		}
 		return nil
 	}
@@ -62,7 +62,7 @@ func (l Limits) apply(pid int, nproc bool) error {
 	// SIGKILL a second later should the process ignore it.
 	if l.CPUSeconds > 0 {
 		if err := unix.Prlimit(pid, unix.RLIMIT_CPU, &unix.Rlimit{Cur: l.CPUSeconds, Max: l.CPUSeconds + 1}, nil); err != nil {
-			return fmt.Errorf("set cpu limit: %w", err)
+			return errors.New("set cpu limit: " + err.Error())
 		}
 	}
 	if err := set(unix.RLIMIT_AS, "memory", l.MemoryBytes); err != nil {

@@ -1,0 +1,300 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// A confined call's Landlock ruleset is built by the toolhost and handed to
+// the launcher as a descriptor (launcher.RulesetFD); the launcher adds the
+// one rule only it can name (its own, freshly mounted /proc: a procfs
+// instance belongs to the call's PID namespace and does not exist before
+// the launcher does), enforces it and closes it before the shell starts.
+//
+// Spelling "everything but the hidden roots" takes one rule per sibling on
+// the way down to each (hundreds on a shared /tmp). The listing of those
+// siblings is the host's, not the call's: it is made once and reused while
+// every directory it listed is unchanged (readListing), with an O_PATH
+// descriptor kept for each sibling (but mount roots), so a call's ruleset
+// costs one landlock_add_rule per sibling instead of a directory walk and
+// an open, a rule and a close per sibling; each call still gets a ruleset
+// of its own, the same rules a fresh walk would give.
+
+// listingSettle is how long a listed directory must have been unchanged
+// before its listing is reused: file times are coarse (a clock tick), so a
+// change in the same tick as the listing may leave the time as it was.
+const listingSettle = 50 * time.Millisecond
+
+// stat identifies a directory as it was: which one, and when it last changed.
+type stat struct {
+	dev, ino     uint64
+	mtime, ctime int64
+}
+
+func stamp(path string) (stat, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return stat{}, err
+	}
+	return stat{dev: st.Dev, ino: st.Ino, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}, nil
+}
+
+// stamped is a path and its stat.
+type stamped struct {
+	path string
+	st   stat
+}
+
+// outsideEntry is one path the read rules grant: a directory tree, or a
+// single file. fd is an O_PATH descriptor the host keeps for it, or -1
+// when it is opened per call (a mount root: a kept descriptor would keep
+// the mount busy, and the operator could not unmount it).
+type outsideEntry struct {
+	path string
+	file bool
+	// ino and dev are the entry's identity as listed; fd, when kept, was
+	// checked to be that very file.
+	ino, dev uint64
+	fd       int
+}
+
+// listing is the read rules for everything outside the hidden roots, and
+// the directories listed to make them. A listing replaced while calls
+// still add its descriptors to their rulesets closes them after the last.
+type listing struct {
+	entries []outsideEntry
+	walked  []stamped
+	// settled says every listed directory was unchanged for
+	// listingSettle before the listing; an unsettled one is listed again
+	// by the next call.
+	settled bool
+	users   int
+	retired bool
+}
+
+// fresh reports whether every listed directory is as it was.
+func (l *listing) fresh() bool {
+	if !l.settled {
+		return false
+	}
+	for _, w := range l.walked {
+		if st, err := stamp(w.path); err != nil || st != w.st {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *listing) close() {
+	for _, e := range l.entries {
+		if e.fd >= 0 {
+			unix.Close(e.fd)
+		}
+	}
+}
+
+// newListing lists the outside and opens what it may keep open. An entry
+// that prev kept a descriptor for and that is still the same file (same
+// name, device and inode) takes prev's descriptor over when prev is done
+// with it, or a duplicate, so a change in a busy directory costs a listing
+// and the new entries, not an open per entry.
+func newListing(hidden []string, prev *listing) (*listing, error) {
+	entries, walked, err := listOutside(hidden)
+	if err != nil {
+		return nil, err
+	}
+	var kept map[string]*outsideEntry
+	if prev != nil {
+		kept = make(map[string]*outsideEntry, len(prev.entries))
+		for i := range prev.entries {
+			if e := &prev.entries[i]; e.fd >= 0 {
+				kept[e.path] = e
+			}
+		}
+	}
+	for i := range entries {
+		e := &entries[i]
+		if old := kept[e.path]; old != nil && old.file == e.file && old.ino == e.ino && old.dev == e.dev {
+			if prev.users == 0 && prev.retired {
+				e.fd, old.fd = old.fd, -1
+			} else if fd, err := unix.FcntlInt(uintptr(old.fd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+				e.fd = fd
+			}
+			if e.fd >= 0 {
+				continue
+			}
+		}
+		if mountRoot(e.path) {
+			continue
+		}
+		fd, err := unix.Open(e.path, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			continue // opened (or found gone) per call
+		}
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil || st.Ino != e.ino || st.Dev != e.dev {
+			unix.Close(fd) // replaced since the listing: opened per call
+			continue
+		}
+		e.fd = fd
+	}
+	return &listing{entries: entries, walked: walked}, nil
+}
+
+// mountRoot reports whether p is (or may be) the root of a mount.
+func mountRoot(p string) bool {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS, &stx); err != nil {
+		return true
+	}
+	return stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 || stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+}
+
+// readListing keeps a host's listing.
+type readListing struct {
+	hidden []string
+	mu     sync.Mutex
+	cur    *listing // nil: none worth keeping
+}
+
+// get returns the listing, made again when a listed directory changed;
+// release it with put.
+func (r *readListing) get() (*listing, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur != nil && r.cur.fresh() {
+		r.cur.users++
+		return r.cur, nil
+	}
+	// Listed under the lock: a change is listed once, not by every call
+	// that notices it, and the previous listing hands its descriptors on.
+	start := time.Now()
+	prev := r.cur
+	if prev != nil {
+		prev.retired = true
+	}
+	l, err := newListing(r.hidden, prev)
+	if prev != nil {
+		r.cur = nil
+		r.retire(prev)
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.users = 1
+	r.cur = l
+	for _, w := range l.walked {
+		if start.Sub(time.Unix(0, max(w.st.mtime, w.st.ctime))) < listingSettle {
+			// Changed just now: the times may not show a change in the same
+			// tick, so the next call lists again (taking the descriptors over).
+			return l, nil
+		}
+	}
+	l.settled = true
+	return l, nil
+}
+
+// put releases a listing from get.
+func (r *readListing) put(l *listing) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l.users--
+	if l.retired && l.users == 0 {
+		l.close()
+	}
+}
+
+// retire closes l once its last user is done (r.mu held).
+func (r *readListing) retire(l *listing) {
+	l.retired = true
+	if l.users == 0 {
+		l.close()
+	}
+}
+
+// close closes the kept listing (no call may be in flight).
+func (r *readListing) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur != nil {
+		r.retire(r.cur)
+		r.cur = nil
+	}
+}
+
+// callRuleset is one call's ruleset: read everything but the hidden roots
+// (minus read), write only write and the sinks, no TCP when the network is
+// off, no signals or abstract sockets out of the domain. The returned
+// descriptor is close-on-exec; a ruleset that would restrict nothing (a
+// kernel too old for the rules) is an error: confinement fails closed.
+func callRuleset(outside *listing, read, write []string, network bool) (int, error) {
+	cfg := landlock.V11.BestEffort()
+	if network {
+		cfg.HandledAccessNet = 0
+	}
+	var rules []landlock.Rule
+	if len(read) > 0 {
+		rules = append(rules, landlock.RODirs(read...))
+	}
+	if len(write) > 0 {
+		rules = append(rules, landlock.RWDirs(write...).WithRefer())
+	}
+	rules = append(rules, landlock.RWFiles(sinks...).IgnoreIfMissing())
+	fd, _, err := cfg.NewRulesetFD(rules...)
+	if err != nil {
+		return -1, err
+	}
+	if fd < 0 {
+		return -1, errors.New("landlock would enforce nothing on this kernel")
+	}
+	if err := addOutside(fd, outside); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// The read rights of the outside (those of landlock.RODirs and ROFiles);
+// every Landlock ABI handles them.
+const (
+	readDirAccess  = llsys.AccessFSExecute | llsys.AccessFSReadFile | llsys.AccessFSReadDir
+	readFileAccess = llsys.AccessFSExecute | llsys.AccessFSReadFile
+)
+
+// addOutside adds the listing's read rules: by the kept descriptor, else
+// by opening the path (one that vanished since the listing is skipped).
+func addOutside(ruleset int, l *listing) error {
+	for _, e := range l.entries {
+		fd := e.fd
+		if fd < 0 {
+			var err error
+			if fd, err = unix.Open(e.path, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0); err != nil {
+				if errors.Is(err, unix.ENOENT) {
+					continue
+				}
+				return fmt.Errorf("open %s: %w", e.path, err)
+			}
+		}
+		access := uint64(readDirAccess)
+		if e.file {
+			access = readFileAccess
+		}
+		err := llsys.LandlockAddPathBeneathRule(ruleset, &llsys.PathBeneathAttr{ParentFd: fd, AllowedAccess: access}, 0)
+		if fd != e.fd {
+			unix.Close(fd)
+		}
+		if err != nil {
+			return fmt.Errorf("rule for %s: %w", e.path, err)
+		}
+	}
+	return nil
+}
+
+// sinks are the devices every mode may write.
+var sinks = []string{"/dev/null", "/dev/zero", "/dev/full"}

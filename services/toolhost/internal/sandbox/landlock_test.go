@@ -1,0 +1,150 @@
+package sandbox
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runIn runs command confined and returns its stdout, stderr and exit code.
+func runIn(t *testing.T, s *Sandbox, p Policy, root, command string) (string, string, int) {
+	t.Helper()
+	r, err := s.Command(Call{Policy: p, Root: root, Dir: root, Command: command})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	r.Cmd.Stdout, r.Cmd.Stderr = &out, &errb
+	if err := r.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Started(); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Cmd.Wait()
+	r.Finish()
+	return out.String(), errb.String(), r.Cmd.ProcessState.ExitCode()
+}
+
+// confinedSandbox is a Sandbox whose host root is base/host (so base is a
+// directory the read layer lists) with sessions a and b, b holding a secret.
+func confinedSandbox(t *testing.T) (s *Sandbox, base, a, b string) {
+	t.Helper()
+	base = t.TempDir()
+	host := filepath.Join(base, "host")
+	a, b = filepath.Join(host, "a"), filepath.Join(host, "b")
+	for _, d := range []string{a, b} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(b, "secret"), []byte("b-secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{HostRoot: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Support().Unavailable; err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	return s, base, a, b
+}
+
+// TestKeptListingStillHides: from the second call on the host's listing of
+// the filesystem is reused, and the rules made from it hide another
+// session's workspace and the host's other calls' directories exactly as a
+// fresh listing did.
+func TestKeptListingStillHides(t *testing.T) {
+	t.Parallel()
+	s, _, a, b := confinedSandbox(t)
+	for _, mode := range []Mode{WorkspaceWrite, ReadOnly} {
+		for i := range 3 {
+			out, _, _ := runIn(t, s, Policy{Mode: mode}, a, "cat "+filepath.Join(b, "secret")+"; ls ../b; ls "+s.tmpRoot+"; echo end")
+			if strings.Contains(out, "b-secret") || strings.Contains(out, "secret\n") || strings.Contains(out, "call-") || !strings.HasSuffix(out, "end\n") {
+				t.Errorf("%s call %d read what it must not: %q", mode, i, out)
+			}
+		}
+	}
+}
+
+// TestListingFollowsTheFilesystem: a directory created beside the host
+// root after the listing was kept is readable by the next call (the listed
+// directory changed, so it is listed again), and a session root that was
+// removed and made again is still the session's.
+func TestListingFollowsTheFilesystem(t *testing.T) {
+	t.Parallel()
+	s, base, a, _ := confinedSandbox(t)
+	p := Policy{Mode: WorkspaceWrite}
+	if out, _, _ := runIn(t, s, p, a, "echo one > f; cat f"); out != "one\n" {
+		t.Fatalf("first call: %q", out)
+	}
+	late := filepath.Join(base, "late")
+	if err := os.MkdirAll(late, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(late, "news"), []byte("fresh"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errb, _ := runIn(t, s, p, a, "cat "+filepath.Join(late, "news")); out != "fresh" {
+		t.Errorf("a directory made after the layer was cached: out %q err %q", out, errb)
+	}
+	if err := os.RemoveAll(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(a, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, errb, _ := runIn(t, s, p, a, "echo two > f; cat f"); out != "two\n" {
+		t.Errorf("a root made again: out %q err %q", out, errb)
+	}
+}
+
+// TestNoRulesetReachesTheShell: the ruleset is handed to the launcher as a
+// descriptor; none may be open in the shell or the launcher (the call's
+// own /proc is readable, which this also checks).
+func TestNoRulesetReachesTheShell(t *testing.T) {
+	t.Parallel()
+	s, _, a, _ := confinedSandbox(t)
+	for _, mode := range []Mode{WorkspaceWrite, ReadOnly} {
+		out, errb, _ := runIn(t, s, Policy{Mode: mode}, a, "ls /proc/self/fd >/dev/null && echo proc-ok; for f in /proc/self/fd/* /proc/$PPID/fd/*; do readlink $f; done; echo end")
+		if strings.Contains(out, "landlock") || !strings.HasPrefix(out, "proc-ok\n") || !strings.Contains(out, "pipe:") || !strings.HasSuffix(out, "end\n") {
+			t.Errorf("%s: descriptors of the call: %q (stderr %q)", mode, out, errb)
+		}
+	}
+}
+
+// TestMovedSiblingStaysHidden: a directory beside the host root is granted
+// (read) by the kept listing; moved into another session's workspace (and
+// its name taken by a new directory), it must be as hidden there as
+// anything else of that session: the listing is made again, and the
+// descriptor kept for the old entry is not reused for the new one.
+func TestMovedSiblingStaysHidden(t *testing.T) {
+	t.Parallel()
+	s, base, a, b := confinedSandbox(t)
+	x := filepath.Join(base, "x")
+	if err := os.MkdirAll(x, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(x, "note"), []byte("was-outside"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := Policy{Mode: WorkspaceWrite}
+	if out, _, _ := runIn(t, s, p, a, "cat "+filepath.Join(x, "note")); out != "was-outside" {
+		t.Fatalf("a directory outside the hidden roots is not readable: %q", out)
+	}
+	moved := filepath.Join(b, "x")
+	if err := os.Rename(x, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(x, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := runIn(t, s, p, a, "cat "+filepath.Join(moved, "note")+"; ls "+x+" && echo new-x-ok")
+	if strings.Contains(out, "was-outside") || !strings.Contains(out, "new-x-ok") {
+		t.Errorf("after the move: %q", out)
+	}
+}
