@@ -295,7 +295,7 @@ func BenchmarkParallelSessions(b *testing.B) {
 // agent step's flush) at once, with the default synchronous=FULL: group
 // commit lets them share transactions and fsyncs.
 func BenchmarkConcurrentFlush(b *testing.B) {
-	for _, n := range []int{1, 16, 100} {
+	for _, n := range []int{1, 16, 100, 1000} {
 		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
 			persistencetest.BenchParallel(b, func(b *testing.B, dir string) persistence.Store { return open(b, dir) }, n, 4)
 		})
