@@ -86,7 +86,11 @@ func (s *Store) read(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 // readRows returns the stored events of session sid from seq from on,
 // unframed (not decoded), checking that the batch rows are contiguous.
 func readRows(ctx context.Context, tx *sql.Tx, id string, sid, from int64) ([]persistence.Row, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT seq, n, pb FROM batches WHERE sid = ? AND seq + n > ? ORDER BY seq`, sid, from)
+	// From the row holding from (the last starting at or below it) on: two
+	// index range scans, not a walk over the whole log.
+	rows, err := tx.QueryContext(ctx, `SELECT seq, n, pb FROM batches
+		WHERE sid = ?1 AND seq >= coalesce((SELECT max(seq) FROM batches WHERE sid = ?1 AND seq <= ?2), 0)
+		ORDER BY seq`, sid, from)
 	if err != nil {
 		return nil, fmt.Errorf("session %q: %w", id, err)
 	}
