@@ -16,8 +16,8 @@ import (
 // Every write (an Append, a published-cursor raise) is a request handed to
 // the store's committer goroutine, which owns the writer connection. The
 // committer takes every request already waiting (up to maxGroup), runs them
-// in one IMMEDIATE transaction — each inside its own SAVEPOINT, so a request
-// that fails rolls back alone and the others still commit — and commits
+// in one IMMEDIATE transaction — a request that fails fails alone and the
+// others still commit (see commitGroup: savepoints only when needed) — and commits
 // once: one WAL fsync for the whole group under synchronous=FULL. Each
 // request learns its own result only after that commit, so an Append still
 // returns nil only once its batch is durable. A request never waits for a
@@ -112,8 +112,8 @@ func (s *Store) committer() {
 // *dirtyError: it may have written part of its rows, or SQLite may have
 // rolled the transaction back) is the transaction rolled back and the
 // group run again with a SAVEPOINT per request, so that it fails alone.
-// (Two statements per request and a sub-journal copy of each page a
-// request touched were a tenth of the committer's CPU under load.)
+// (A savepoint per request costs two statements and a sub-journal copy
+// of each page the request touches.)
 func (s *Store) commitGroup(group []*writeReq) {
 	start := time.Now()
 	results := make([]error, len(group))
