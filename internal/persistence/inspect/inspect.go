@@ -80,18 +80,30 @@ type StorageChecker interface {
 // event's canonical JSON round trip, the kernel's log invariants
 // (session.CheckLog), the published cursor within the log, and the backend's
 // own checks. Problems go into the report; the error is for a session that
-// cannot be read at all (not found, unknown version, corrupt beyond reading).
+// cannot be read at all (not found, unknown version, corrupt beyond reading
+// — except on a StorageChecker backend, whose findings about a log it
+// cannot read are the report's problems).
 func Verify(ctx context.Context, r persistence.Reader, id string) (*Report, error) {
 	h, err := r.ReadHeader(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	rep := &Report{SessionID: id, Header: h, Published: -1}
+	add := func(format string, args ...any) { rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...)) }
 	events, err := r.ReadEvents(ctx, id, 0)
+	var corrupt *persistence.CorruptError
+	if sc, ok := r.(StorageChecker); ok && errors.As(err, &corrupt) {
+		// Unreadable storage the backend can describe: report what it finds.
+		add("%v", err)
+		if err := sc.CheckStorage(ctx, id); err != nil {
+			add("storage: %v", err)
+		}
+		return rep, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{SessionID: id, Header: h, Events: int64(len(events)), Published: -1}
-	add := func(format string, args ...any) { rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...)) }
+	rep.Events = int64(len(events))
 
 	for i, ev := range events {
 		if ev.GetSeq() != int64(i) {

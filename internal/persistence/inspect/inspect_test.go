@@ -159,15 +159,15 @@ func TestVerifyFindsProblems(t *testing.T) {
 		tamper func(t *testing.T, dir string)
 		want   string
 	}{
-		{"sqlite pb and type column disagree", backends[0], func(t *testing.T, dir string) {
-			execSQL(t, dir, `UPDATE events SET type = 'turn/end' WHERE session_id = 'p' AND seq = 1`)
-		}, `seq 1: type column "turn/end"`},
-		{"sqlite type column", backends[0], func(t *testing.T, dir string) {
-			execSQL(t, dir, `UPDATE events SET type = 'step/end' WHERE session_id = 'p' AND seq = 0`)
-		}, `type column "step/end"`},
-		{"sqlite next_seq", backends[0], func(t *testing.T, dir string) {
-			execSQL(t, dir, `UPDATE sessions SET next_seq = next_seq + 1 WHERE id = 'p'`)
-		}, "event rows"},
+		{"sqlite undecodable event", backends[0], func(t *testing.T, dir string) {
+			execSQL(t, dir, `UPDATE batches SET pb = CAST(x'0a02ffff' || pb AS BLOB), n = n + 1 WHERE sid = (SELECT sid FROM sessions WHERE id = 'p')`)
+		}, "seq 0: pb"},
+		{"sqlite batch count", backends[0], func(t *testing.T, dir string) {
+			execSQL(t, dir, `UPDATE batches SET n = n + 1 WHERE sid = (SELECT sid FROM sessions WHERE id = 'p')`)
+		}, "events framed, n = "},
+		{"sqlite gap", backends[0], func(t *testing.T, dir string) {
+			execSQL(t, dir, `UPDATE batches SET seq = 1 WHERE sid = (SELECT sid FROM sessions WHERE id = 'p')`)
+		}, "batch row at seq 1, want 0"},
 		{"jsonl torn tail", backends[1], func(t *testing.T, dir string) {
 			appendFile(t, filepath.Join(dir, "p.jsonl"), `{"seq":`)
 		}, "torn tail"},

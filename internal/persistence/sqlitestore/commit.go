@@ -16,8 +16,8 @@ import (
 // Every write (an Append, a published-cursor raise) is a request handed to
 // the store's committer goroutine, which owns the writer connection. The
 // committer takes every request already waiting (up to maxGroup), runs them
-// in one IMMEDIATE transaction — each inside its own SAVEPOINT, so a request
-// that fails rolls back alone and the others still commit — and commits
+// in one IMMEDIATE transaction — a request that fails fails alone and the
+// others still commit (see commitGroup: savepoints only when needed) — and commits
 // once: one WAL fsync for the whole group under synchronous=FULL. Each
 // request learns its own result only after that commit, so an Append still
 // returns nil only once its batch is durable. A request never waits for a
@@ -105,52 +105,29 @@ func (s *Store) committer() {
 }
 
 // commitGroup runs group in one transaction and answers every request.
+//
+// The requests run without savepoints first: a request that fails with
+// one of its own checks (a wrong seq, a missing session) wrote nothing,
+// so the others can commit. Only when one failed in a statement (a
+// *dirtyError: it may have written part of its rows, or SQLite may have
+// rolled the transaction back) is the transaction rolled back and the
+// group run again with a SAVEPOINT per request, so that it fails alone.
+// (A savepoint per request costs two statements and a sub-journal copy
+// of each page the request touches.)
 func (s *Store) commitGroup(group []*writeReq) {
 	start := time.Now()
-	ctx := context.Background() // each request checks its own ctx
 	results := make([]error, len(group))
-	tx, err := s.w.BeginTx(ctx, nil)
+	ran, err := s.runGroup(group, results, false)
+	var dirty *dirtyError
+	if errors.As(err, &dirty) {
+		clear(results)
+		ran, err = s.runGroup(group, results, true)
+	}
 	if err != nil {
-		s.answer(group, nil, fmt.Errorf("sqlitestore: begin: %w", err))
+		s.answer(group, nil, err)
 		return
 	}
-	ran := 0
-	for i, r := range group {
-		if err := r.ctx.Err(); err != nil {
-			results[i] = err
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
-			results[i] = fmt.Errorf("sqlitestore: savepoint: %w", err)
-			continue
-		}
-		if err := r.run(r.ctx, tx); err != nil {
-			results[i] = err
-			if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO w"); rerr != nil {
-				// The transaction is in an unknown state: fail the group.
-				s.rollback(tx)
-				s.answer(group, nil, fmt.Errorf("sqlitestore: rollback to savepoint: %w", rerr))
-				return
-			}
-		} else {
-			ran++
-		}
-		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
-			s.rollback(tx)
-			s.answer(group, nil, fmt.Errorf("sqlitestore: release savepoint: %w", err))
-			return
-		}
-	}
-	if ran == 0 {
-		s.rollback(tx)
-		s.answer(group, results, nil)
-		return
-	}
-	if err := tx.Commit(); err != nil {
-		s.answer(group, nil, fmt.Errorf("sqlitestore: commit: %w", err))
-		return
-	}
-	if s.onCommit != nil {
+	if ran > 0 && s.onCommit != nil {
 		now := time.Now()
 		waits := s.waits[:0]
 		for i, r := range group {
@@ -162,6 +139,78 @@ func (s *Store) commitGroup(group []*writeReq) {
 		s.onCommit(CommitStats{Requests: ran, Duration: now.Sub(start), Waits: waits})
 	}
 	s.answer(group, results, nil)
+}
+
+// dirtyError is the error of a request that failed in a statement: it may
+// have written, so only a rollback (of its savepoint) undoes it.
+type dirtyError struct{ err error }
+
+func (e *dirtyError) Error() string { return e.err.Error() }
+func (e *dirtyError) Unwrap() error { return e.err }
+
+// dirty marks err (from a statement) as a *dirtyError.
+func dirty(err error) error { return &dirtyError{err} }
+
+// runGroup runs group in one transaction, results[i] getting request i's
+// own error, and commits if any request succeeded; it returns the number
+// that did. Without savepoints, a *dirtyError of a request is returned
+// (after rolling back) for the caller to run the group again with them;
+// any other error means nothing was committed.
+func (s *Store) runGroup(group []*writeReq, results []error, savepoints bool) (int, error) {
+	ctx := context.Background() // each request checks its own ctx
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("sqlitestore: begin: %w", err)
+	}
+	ran := 0
+	for i, r := range group {
+		if err := r.ctx.Err(); err != nil {
+			results[i] = err
+			continue
+		}
+		if !savepoints {
+			err := r.run(r.ctx, tx)
+			var d *dirtyError
+			if errors.As(err, &d) {
+				s.rollback(tx)
+				return 0, err
+			}
+			if results[i] = err; err == nil {
+				ran++
+			}
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+			results[i] = fmt.Errorf("sqlitestore: savepoint: %w", err)
+			continue
+		}
+		if err := r.run(r.ctx, tx); err != nil {
+			var d *dirtyError
+			if errors.As(err, &d) {
+				err = d.err
+			}
+			results[i] = err
+			if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO w"); rerr != nil {
+				// The transaction is in an unknown state: fail the group.
+				s.rollback(tx)
+				return 0, fmt.Errorf("sqlitestore: rollback to savepoint: %w", rerr)
+			}
+		} else {
+			ran++
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
+			s.rollback(tx)
+			return 0, fmt.Errorf("sqlitestore: release savepoint: %w", err)
+		}
+	}
+	if ran == 0 {
+		s.rollback(tx)
+		return 0, nil
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("sqlitestore: commit: %w", err)
+	}
+	return ran, nil
 }
 
 func (s *Store) rollback(tx *sql.Tx) {
@@ -187,14 +236,33 @@ func (s *Store) answer(group []*writeReq, results []error, err error) {
 }
 
 // appendReq is the statement sequence of one Append: materialise a pending
-// session, check the stored next seq and insert the rows.
-func (s *Store) appendReq(id string, h *sessionv1.SessionHeader, events []*sessionv1.SessionEvent, data [][]byte) func(context.Context, *sql.Tx) error {
+// session (h non-nil) or look the session up, check the stored next seq and
+// insert the rows. Its checks come before its first write, so a request
+// that fails one of them wrote nothing; a failed statement is a
+// *dirtyError.
+func (s *Store) appendReq(id string, h *sessionv1.SessionHeader, events []*sessionv1.SessionEvent, rows []batchRow) func(context.Context, *sql.Tx) error {
 	return func(ctx context.Context, tx *sql.Tx) error {
+		var sid int64
 		if h != nil {
-			if err := s.materialize(ctx, tx, h); err != nil {
+			if err := persistence.CheckBatch(id, 0, events); err != nil {
+				return err
+			}
+			var err error
+			if sid, err = s.materialize(ctx, tx, h); err != nil {
+				return err
+			}
+		} else {
+			var (
+				next int64
+				err  error
+			)
+			if sid, next, err = s.lookup(ctx, tx, id); err != nil {
+				return err
+			}
+			if err := persistence.CheckBatch(id, next, events); err != nil {
 				return err
 			}
 		}
-		return s.appendRows(ctx, tx, id, events, data)
+		return s.insertRows(ctx, tx, id, sid, rows)
 	}
 }

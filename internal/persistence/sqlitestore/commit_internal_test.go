@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -14,10 +15,12 @@ import (
 )
 
 // TestGroupCommit holds the committer inside its first commit while n more
-// sessions queue their appends (one of them at a wrong seq), then checks
-// that the n share the next transaction, that the bad one failed alone and
-// that every other batch is stored — in a fresh store over the same file,
-// as after a crash.
+// sessions queue their appends (one of them at a wrong seq, which fails its
+// own check before writing; one failing in its insert, after its session
+// row was written, which sends the group down the savepoint path), then
+// checks that the n share the next transaction, that the bad ones failed
+// alone (nothing of theirs stored) and that every other batch is stored —
+// in a fresh store over the same file, as after a crash.
 func TestGroupCommit(t *testing.T) {
 	const n = 12
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -35,6 +38,11 @@ func TestGroupCommit(t *testing.T) {
 		}
 	}})
 	if err != nil {
+		t.Fatal(err)
+	}
+	const broken = 7
+	if _, err := s.w.ExecContext(t.Context(), fmt.Sprintf(`CREATE TRIGGER fail BEFORE INSERT ON batches
+		WHEN NEW.sid = (SELECT sid FROM sessions WHERE id = 's%d') BEGIN SELECT RAISE(ABORT, 'injected: disk full'); END`, broken)); err != nil {
 		t.Fatal(err)
 	}
 	logs := make([][]*sessionv1.SessionEvent, n+1)
@@ -73,13 +81,15 @@ func TestGroupCommit(t *testing.T) {
 		switch {
 		case i == bad && !errors.As(errs[i], &seqErr):
 			t.Errorf("append at a wrong seq: got %v, want a *SeqError", errs[i])
-		case i != bad && errs[i] != nil:
+		case i == broken && (errs[i] == nil || !strings.Contains(errs[i].Error(), "injected")):
+			t.Errorf("append through a failing insert: got %v, want the injected error", errs[i])
+		case i != bad && i != broken && errs[i] != nil:
 			t.Errorf("session s%d: %v", i, errs[i])
 		}
 	}
 	mu.Lock()
-	if len(groups) != 2 || groups[1].Requests != n-1 {
-		t.Errorf("groups %+v: want the held one, then one of %d requests", groups, n-1)
+	if len(groups) != 2 || groups[1].Requests != n-2 {
+		t.Errorf("groups %+v: want the held one, then one of %d requests", groups, n-2)
 	}
 	mu.Unlock()
 	if err := s.Close(); err != nil {
@@ -92,7 +102,7 @@ func TestGroupCommit(t *testing.T) {
 	defer s2.Close()
 	for i := 0; i <= n; i++ {
 		_, got, err := s2.Load(t.Context(), fmt.Sprint("s", i))
-		if i == bad {
+		if i == bad || i == broken {
 			if !errors.Is(err, persistence.ErrNotFound) {
 				t.Errorf("the failed session: Load = %d events, %v; want ErrNotFound", len(got), err)
 			}

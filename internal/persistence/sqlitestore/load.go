@@ -37,7 +37,7 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 			return nil, nil, fmt.Errorf("session %q: repair: %w", id, err)
 		}
 		// The repair is a write like an Append: through the committer.
-		err = s.submit(ctx, func(ctx context.Context, tx *sql.Tx) error { return s.appendRows(ctx, tx, id, closers, data) }, nil)
+		err = s.submit(ctx, s.appendReq(id, nil, closers, packRows(closers[0].GetSeq(), data)), nil)
 		var seqErr *persistence.SeqError
 		if errors.As(err, &seqErr) && attempt < 3 {
 			continue // the log grew after the read: read it again
@@ -59,9 +59,9 @@ func (s *Store) read(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 	defer tx.Rollback()
 	var (
 		hjson string
-		next  int64
+		sid   int64
 	)
-	err = tx.QueryRowContext(ctx, `SELECT header, next_seq FROM sessions WHERE id = ?`, id).Scan(&hjson, &next)
+	err = tx.QueryRowContext(ctx, `SELECT header, sid FROM sessions WHERE id = ?`, id).Scan(&hjson, &sid)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
 	}
@@ -72,30 +72,59 @@ func (s *Store) read(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 	if err != nil {
 		return nil, nil, err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT seq, pb FROM events WHERE session_id = ? ORDER BY seq`, id)
+	raw, err := readRows(ctx, tx, id, sid, 0)
 	if err != nil {
-		return nil, nil, fmt.Errorf("session %q: %w", id, err)
-	}
-	defer rows.Close()
-	raw := make([]persistence.Row, 0, next)
-	for rows.Next() {
-		var r persistence.Row
-		if err := rows.Scan(&r.Seq, &r.PB); err != nil {
-			return nil, nil, fmt.Errorf("session %q: %w", id, err)
-		}
-		raw = append(raw, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("session %q: %w", id, err)
-	}
-	if int64(len(raw)) != next {
-		return nil, nil, &persistence.CorruptError{SessionID: id, Seq: int64(len(raw)), Err: fmt.Errorf("%d event rows for a log of length %d", len(raw), next)}
+		return nil, nil, err
 	}
 	events, err := persistence.DecodeRows(id, 0, raw)
 	if err != nil {
 		return nil, nil, err
 	}
 	return h, events, nil
+}
+
+// readRows returns the stored events of session sid from seq from on,
+// unframed (not decoded), checking that the batch rows are contiguous.
+func readRows(ctx context.Context, tx *sql.Tx, id string, sid, from int64) ([]persistence.Row, error) {
+	// From the row holding from (the last starting at or below it) on: two
+	// index range scans, not a walk over the whole log.
+	rows, err := tx.QueryContext(ctx, `SELECT seq, n, pb FROM batches
+		WHERE sid = ?1 AND seq >= coalesce((SELECT max(seq) FROM batches WHERE sid = ?1 AND seq <= ?2), 0)
+		ORDER BY seq`, sid, from)
+	if err != nil {
+		return nil, fmt.Errorf("session %q: %w", id, err)
+	}
+	defer rows.Close()
+	var (
+		raw  []persistence.Row
+		want int64 = -1
+	)
+	for rows.Next() {
+		var (
+			seq, n int64
+			pb     []byte
+		)
+		if err := rows.Scan(&seq, &n, &pb); err != nil {
+			return nil, fmt.Errorf("session %q: %w", id, err)
+		}
+		if want < 0 { // the first row must hold from
+			want = seq
+			if seq > from {
+				want = from
+			}
+		}
+		if raw, err = unpackRow(id, want, seq, n, pb, raw); err != nil {
+			return nil, err
+		}
+		want = seq + n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("session %q: %w", id, err)
+	}
+	for len(raw) > 0 && raw[0].Seq < from {
+		raw = raw[1:]
+	}
+	return raw, nil
 }
 
 // List returns the headers of the materialised sessions.
@@ -152,22 +181,18 @@ func (s *Store) SetPublishedCursor(ctx context.Context, id string, next int64) e
 	return s.submit(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.StmtContext(ctx, s.raiseCursor).ExecContext(ctx, id, next)
 		if err != nil {
-			return fmt.Errorf("session %q: published cursor: %w", id, err)
+			return dirty(fmt.Errorf("session %q: published cursor: %w", id, err))
 		}
 		if n, err := res.RowsAffected(); err != nil {
-			return fmt.Errorf("session %q: published cursor: %w", id, err)
+			return dirty(fmt.Errorf("session %q: published cursor: %w", id, err))
 		} else if n == 1 {
 			return nil
 		}
 		// Not raised: the session is missing, the value is not higher, or
 		// it is beyond the log.
-		var stored int64
-		err = tx.StmtContext(ctx, s.selectNext).QueryRowContext(ctx, id).Scan(&stored)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
-		}
+		_, stored, err := s.lookup(ctx, tx, id)
 		if err != nil {
-			return fmt.Errorf("session %q: published cursor: %w", id, err)
+			return err
 		}
 		if next > stored {
 			return &persistence.CursorError{SessionID: id, Next: next, Len: stored}
@@ -203,36 +228,33 @@ func (s *Store) ReadEvents(ctx context.Context, id string, from int64) ([]*sessi
 		return nil, fmt.Errorf("sqlitestore: begin: %w", err)
 	}
 	defer tx.Rollback()
-	var next int64
-	err = tx.QueryRowContext(ctx, `SELECT next_seq FROM sessions WHERE id = ?`, id).Scan(&next)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
-	}
+	sid, err := sidOf(ctx, tx, id)
 	if err != nil {
-		return nil, fmt.Errorf("session %q: %w", id, err)
+		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT seq, pb FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq`, id, from)
+	raw, err := readRows(ctx, tx, id, sid, from)
 	if err != nil {
-		return nil, fmt.Errorf("session %q: %w", id, err)
-	}
-	defer rows.Close()
-	raw := make([]persistence.Row, 0, max(next-from, 0))
-	for rows.Next() {
-		var r persistence.Row
-		if err := rows.Scan(&r.Seq, &r.PB); err != nil {
-			return nil, fmt.Errorf("session %q: %w", id, err)
-		}
-		raw = append(raw, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("session %q: %w", id, err)
+		return nil, err
 	}
 	return persistence.DecodeRows(id, from, raw)
 }
 
+// sidOf returns a stored session's integer key.
+func sidOf(ctx context.Context, tx *sql.Tx, id string) (int64, error) {
+	var sid int64
+	err := tx.QueryRowContext(ctx, `SELECT sid FROM sessions WHERE id = ?`, id).Scan(&sid)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("session %q: %w", id, err)
+	}
+	return sid, nil
+}
+
 // CheckStorage checks a stored session's storage (inspect.Verify calls it):
-// next_seq equals the row count and every row's protobuf decodes to an event
-// of the type its type column names.
+// the batch rows are contiguous from seq 0, each frames exactly its count of
+// events, and every event's protobuf decodes to the seq its place names.
 func (s *Store) CheckStorage(ctx context.Context, id string) error {
 	if err := s.checkOpen(ctx); err != nil {
 		return err
@@ -242,38 +264,43 @@ func (s *Store) CheckStorage(ctx context.Context, id string) error {
 		return fmt.Errorf("sqlitestore: begin: %w", err)
 	}
 	defer tx.Rollback()
-	var next, count int64
-	if err := tx.QueryRowContext(ctx, `SELECT next_seq, (SELECT count(*) FROM events WHERE session_id = ?1) FROM sessions WHERE id = ?1`, id).Scan(&next, &count); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
-		}
-		return fmt.Errorf("session %q: %w", id, err)
+	sid, err := sidOf(ctx, tx, id)
+	if err != nil {
+		return err
 	}
-	var problems []error
-	if next != count {
-		problems = append(problems, fmt.Errorf("next_seq %d but %d event rows", next, count))
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT seq, type, pb FROM events WHERE session_id = ? ORDER BY seq`, id)
+	rows, err := tx.QueryContext(ctx, `SELECT seq, n, pb FROM batches WHERE sid = ? ORDER BY seq`, sid)
 	if err != nil {
 		return fmt.Errorf("session %q: %w", id, err)
 	}
 	defer rows.Close()
+	var (
+		problems []error
+		want     int64
+	)
 	for rows.Next() {
 		var (
-			seq int64
-			typ string
-			pb  []byte
+			seq, n int64
+			pb     []byte
 		)
-		if err := rows.Scan(&seq, &typ, &pb); err != nil {
+		if err := rows.Scan(&seq, &n, &pb); err != nil {
 			return fmt.Errorf("session %q: %w", id, err)
 		}
-		ev := &sessionv1.SessionEvent{}
-		switch err := proto.Unmarshal(pb, ev); {
-		case err != nil:
-			problems = append(problems, fmt.Errorf("seq %d: pb: %w", seq, err))
-		case session.TypeName(ev) != typ:
-			problems = append(problems, fmt.Errorf("seq %d: type column %q, event is %q", seq, typ, session.TypeName(ev)))
+		evs, err := unpackRow(id, want, seq, n, pb, nil)
+		if err != nil {
+			problems = append(problems, err)
 		}
+		for _, r := range evs {
+			ev := &sessionv1.SessionEvent{}
+			switch err := proto.Unmarshal(r.PB, ev); {
+			case err != nil:
+				problems = append(problems, fmt.Errorf("seq %d: pb: %w", r.Seq, err))
+			case ev.GetSeq() != r.Seq:
+				problems = append(problems, fmt.Errorf("seq %d: the stored event has seq %d", r.Seq, ev.GetSeq()))
+			case session.TypeName(ev) == "":
+				problems = append(problems, fmt.Errorf("seq %d: event has no payload", r.Seq))
+			}
+		}
+		want = seq + n
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("session %q: %w", id, err)
@@ -281,14 +308,14 @@ func (s *Store) CheckStorage(ctx context.Context, id string) error {
 	return errors.Join(problems...)
 }
 
-// StoredLength returns a stored session's log length (next_seq) without
-// reading its events.
+// StoredLength returns a stored session's log length without reading its
+// events.
 func (s *Store) StoredLength(ctx context.Context, id string) (int64, error) {
 	if err := s.checkOpen(ctx); err != nil {
 		return 0, err
 	}
 	var next int64
-	err := s.r.QueryRowContext(ctx, `SELECT next_seq FROM sessions WHERE id = ?`, id).Scan(&next)
+	err := s.r.QueryRowContext(ctx, `SELECT `+nextSeqOf("sessions.sid")+` FROM sessions WHERE id = ?`, id).Scan(&next)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
 	}

@@ -2,26 +2,42 @@ package sqlitestore
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads. A
 // fresh database (user_version 0 and no tables) is stamped with it; a
-// version-1 database is migrated (migrate.go); any other value is refused
-// with persistence.ErrUnknownVersion.
+// version-1 or version-2 database is migrated (migrate.go); any other value
+// is refused with persistence.ErrUnknownVersion.
 //
 // Version 2 dropped events.data, the second (JSON) copy of every event.
-const SchemaVersion = 2
+// Version 3 stores one row per appended batch, keyed by an integer session
+// id, and derives the log length from the last batch instead of updating a
+// sessions column on every append (docs/arch/throughput.md, "The SQLite
+// store").
+const SchemaVersion = 3
 
 // schema creates the tables. A sessions row exists exactly when the session
 // has at least one stored event (it is written by the first append), so List
 // never returns a created-but-never-appended session.
 //
-// events.pb holds the whole event in protobuf binary form — its one
-// encoding, which Load decodes (about ten times faster than protojson) —
-// and type, seq and time are copied into columns for queries. People read a
-// log as canonical JSON through the CLI (`dsh sessions events ID --json
-// --data DIR`, which reads the file when no agent runs) or inspect.Dump;
-// version 1 kept a JSON copy of every event in events.data, which cost
-// about a fifth of the agent's CPU under load (docs/arch/throughput.md).
-const schema = `
-CREATE TABLE sessions (
-	id               TEXT PRIMARY KEY,
+// sessions.sid is the session's integer key (the rowid), which batches
+// use: a 1-3 byte varint instead of the ~36-byte text id in every index
+// entry. The log length is not stored: it is the seq + n of the session's
+// last batch, one index seek (version 2 updated a next_seq column on every
+// append, which dirtied one more page per appending session and commit).
+// published_next is the next seq not yet published.
+//
+// batches holds the log: one row per stored run of consecutive events
+// (an Append's batch, split at about batchRowBytes), seq the first event's
+// seq and n the number of events. pb is the events in protobuf binary,
+// framed as the protobuf field 1 (length-delimited) repeated — a valid
+// message `repeated dsh.session.v1.SessionEvent events = 1` — and Load
+// decodes it (about ten times faster than protojson). People read a log as
+// canonical JSON through the CLI (`dsh sessions events ID --json --data
+// DIR`, which reads the file when no agent runs) or inspect.Dump. There is
+// no foreign key: the committer takes sid from the sessions row in the same
+// transaction (an FK would cost a lookup per insert).
+const schema = `CREATE TABLE sessions ` + sessionsColumns + sessionsIndex + batchesTable
+
+const sessionsColumns = `(
+	sid              INTEGER PRIMARY KEY,
+	id               TEXT NOT NULL UNIQUE,
 	version          INTEGER NOT NULL,
 	created_at       INTEGER NOT NULL,
 	cwd              TEXT NOT NULL,
@@ -29,16 +45,24 @@ CREATE TABLE sessions (
 	seed_length      INTEGER,
 	delegation_depth INTEGER NOT NULL,
 	header           TEXT NOT NULL,              -- the full header as protojson
-	next_seq         INTEGER NOT NULL,           -- stored log length
 	published_next   INTEGER NOT NULL DEFAULT 0  -- next seq not yet published
 ) STRICT;
-CREATE INDEX sessions_by_created ON sessions (created_at, id);
-CREATE TABLE events (
-	session_id TEXT NOT NULL REFERENCES sessions (id),
-	seq        INTEGER NOT NULL,
-	type       TEXT NOT NULL,
-	time       INTEGER NOT NULL,
-	pb         BLOB NOT NULL,              -- the event, protobuf binary
-	PRIMARY KEY (session_id, seq)
+`
+
+const sessionsIndex = `CREATE INDEX sessions_by_created ON sessions (created_at, id);
+`
+
+const batchesTable = `CREATE TABLE batches (
+	sid  INTEGER NOT NULL,               -- sessions.sid
+	seq  INTEGER NOT NULL,               -- the first event's seq
+	n    INTEGER NOT NULL CHECK (n > 0), -- events in the row
+	pb   BLOB NOT NULL,                  -- the events, framed protobuf binary
+	PRIMARY KEY (sid, seq)
 ) STRICT;
 `
+
+// nextSeqOf is the SQL expression of the stored log length of the session
+// whose sid is the expression sid.
+func nextSeqOf(sid string) string {
+	return `coalesce((SELECT seq + n FROM batches WHERE sid = ` + sid + ` ORDER BY seq DESC LIMIT 1), 0)`
+}

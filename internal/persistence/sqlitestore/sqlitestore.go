@@ -2,19 +2,21 @@
 // database file holding every session, on the pure-Go modernc.org/sqlite
 // driver, in WAL mode.
 //
-// Schema: a sessions table (one row per materialised session: header
-// columns, the full header, the stored log length and the published cursor)
-// and an events table (one row per event: session_id, seq, type, time and the
-// event in protobuf binary). PRAGMA user_version carries SchemaVersion; a
-// version-1 database (which also kept each event as JSON) is migrated at
-// Open; an unknown version is refused, never migrated silently.
+// Schema (schema.go): a sessions table (one row per materialised session:
+// an integer key, header columns, the full header and the published cursor)
+// and a batches table (one row per appended batch: the session's integer
+// key, the first seq, the count and the events in framed protobuf binary;
+// the log length is the end of the last batch). PRAGMA user_version carries
+// SchemaVersion; a version-1 or -2 database (one row per event, keyed by
+// the text id) is migrated at Open; an unknown version is refused, never
+// migrated silently.
 //
 // # Delivery
 //
 // Every Append is a savepoint in an IMMEDIATE transaction on the single
 // writer connection: it materialises the sessions row of a lazily created
-// session, asserts that the batch starts at the stored next seq, inserts the
-// rows and advances next_seq; any failure rolls the whole batch back. Appends
+// session, asserts that the batch starts at the stored next seq and inserts
+// the batch's rows; any failure rolls the whole batch back. Appends
 // of different sessions that arrive together share one transaction and one
 // commit (group commit, commit.go); each returns only after that commit.
 // With the default synchronous=FULL the commit fsyncs the WAL, so an Append
@@ -36,7 +38,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -47,9 +48,6 @@ import (
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/session"
 )
-
-// rowsPerInsert is the number of event rows one multi-row INSERT carries.
-const rowsPerInsert = 16
 
 // Config configures a Store.
 type Config struct {
@@ -74,7 +72,7 @@ type Store struct {
 	r   *sql.DB // read-only connections
 	log *slog.Logger
 
-	insertSession, selectNext, insertEvent, insertEvents, updateNext, raiseCursor *sql.Stmt
+	insertSession, lookupSession, insertBatch, raiseCursor *sql.Stmt
 
 	mu      sync.Mutex
 	closed  bool
@@ -170,8 +168,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// migrate stamps a fresh database with the schema and refuses an unknown
-// version.
+// migrate stamps a fresh database with the schema, migrates an older one
+// (1 to 2 to 3, in one transaction: a failed step leaves the database as it
+// was) and refuses an unknown version.
 func (s *Store) migrate(ctx context.Context) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -185,8 +184,15 @@ func (s *Store) migrate(ctx context.Context) error {
 	switch version {
 	case SchemaVersion:
 		return nil
-	case 1:
-		return s.migrate1to2(ctx, tx)
+	case 1, 2:
+		if version == 1 {
+			if err := s.migrate1to2(ctx, tx); err != nil {
+				return err
+			}
+		}
+		if err := s.migrate2to3(ctx, tx, version); err != nil {
+			return err
+		}
 	case 0:
 		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&tables); err != nil {
 			return fmt.Errorf("sqlitestore: %w", err)
@@ -194,17 +200,20 @@ func (s *Store) migrate(ctx context.Context) error {
 		if tables > 0 {
 			return fmt.Errorf("sqlitestore: database has tables but no schema version: %w", persistence.ErrUnknownVersion)
 		}
+		if _, err := tx.ExecContext(ctx, schema); err != nil {
+			return fmt.Errorf("sqlitestore: create schema: %w", err)
+		}
 	default:
 		return fmt.Errorf("sqlitestore: schema version %d (this build knows %d): %w", version, SchemaVersion, persistence.ErrUnknownVersion)
-	}
-	if _, err := tx.ExecContext(ctx, schema); err != nil {
-		return fmt.Errorf("sqlitestore: create schema: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion)); err != nil {
 		return fmt.Errorf("sqlitestore: stamp schema version: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("sqlitestore: %w", err)
+	}
+	if version != 0 {
+		s.log.Info("sqlitestore: migrated the database", "from", version, "to", SchemaVersion)
 	}
 	return nil
 }
@@ -214,14 +223,11 @@ func (s *Store) prepare(ctx context.Context) error {
 		dst **sql.Stmt
 		q   string
 	}{
-		{&s.insertSession, `INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, delegation_depth, header, next_seq)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (id) DO NOTHING`},
-		{&s.selectNext, `SELECT next_seq FROM sessions WHERE id = ?`},
-		{&s.insertEvent, `INSERT INTO events (session_id, seq, type, time, pb) VALUES (?, ?, ?, ?, ?)`},
-		{&s.insertEvents, `INSERT INTO events (session_id, seq, type, time, pb) VALUES ` +
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", rowsPerInsert), ", ")},
-		{&s.updateNext, `UPDATE sessions SET next_seq = ? WHERE id = ?`},
-		{&s.raiseCursor, `UPDATE sessions SET published_next = ?2 WHERE id = ?1 AND published_next < ?2 AND ?2 <= next_seq`},
+		{&s.insertSession, `INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, delegation_depth, header)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`},
+		{&s.lookupSession, `SELECT sid, ` + nextSeqOf("sessions.sid") + ` FROM sessions WHERE id = ?`},
+		{&s.insertBatch, `INSERT INTO batches (sid, seq, n, pb) VALUES (?, ?, ?, ?)`},
+		{&s.raiseCursor, `UPDATE sessions SET published_next = ?2 WHERE id = ?1 AND published_next < ?2 AND ?2 <= ` + nextSeqOf("sessions.sid")},
 	} {
 		st, err := s.w.PrepareContext(ctx, p.q)
 		if err != nil {
@@ -257,7 +263,7 @@ func (s *Store) Close() error {
 	close(s.stop)
 	<-s.stopped // every queued write answered
 	var errs []error
-	for _, st := range []*sql.Stmt{s.insertSession, s.selectNext, s.insertEvent, s.insertEvents, s.updateNext, s.raiseCursor} {
+	for _, st := range []*sql.Stmt{s.insertSession, s.lookupSession, s.insertBatch, s.raiseCursor} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -351,13 +357,15 @@ func (s *Store) append(ctx context.Context, id string, events []*sessionv1.Sessi
 			s.mu.Unlock()
 		}
 	}
-	return s.submit(ctx, s.appendReq(id, h, events, data), after)
+	return s.submit(ctx, s.appendReq(id, h, events, packRows(events[0].GetSeq(), data)), after)
 }
 
-func (s *Store) materialize(ctx context.Context, tx *sql.Tx, h *sessionv1.SessionHeader) error {
+// materialize inserts the sessions row of a pending session and returns
+// its sid; an existing row is ErrExists (nothing written).
+func (s *Store) materialize(ctx context.Context, tx *sql.Tx, h *sessionv1.SessionHeader) (int64, error) {
 	hb, err := persistence.MarshalHeader(h)
 	if err != nil {
-		return fmt.Errorf("session %q: header: %w", h.GetId(), err)
+		return 0, fmt.Errorf("session %q: header: %w", h.GetId(), err)
 	}
 	var seedLength any
 	if h.SeedLength != nil {
@@ -366,57 +374,43 @@ func (s *Store) materialize(ctx context.Context, tx *sql.Tx, h *sessionv1.Sessio
 	res, err := tx.StmtContext(ctx, s.insertSession).ExecContext(ctx, h.GetId(), h.GetVersion(), h.GetCreatedAt(),
 		h.GetCwd(), h.GetParentSession(), seedLength, h.GetDelegationDepth(), string(hb))
 	if err != nil {
-		return fmt.Errorf("session %q: %w", h.GetId(), err)
+		return 0, dirty(fmt.Errorf("session %q: %w", h.GetId(), err))
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("session %q: %w", h.GetId(), err)
-	} else if n == 0 {
-		return fmt.Errorf("session %q: %w", h.GetId(), persistence.ErrExists)
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, dirty(fmt.Errorf("session %q: %w", h.GetId(), err))
 	}
-	return nil
+	if n == 0 {
+		return 0, fmt.Errorf("session %q: %w", h.GetId(), persistence.ErrExists)
+	}
+	sid, err := res.LastInsertId()
+	if err != nil {
+		return 0, dirty(fmt.Errorf("session %q: %w", h.GetId(), err))
+	}
+	return sid, nil
 }
 
-// appendRows asserts the stored next seq and inserts the rows.
-func (s *Store) appendRows(ctx context.Context, tx *sql.Tx, id string, events []*sessionv1.SessionEvent, data [][]byte) error {
-	var next int64
-	err := tx.StmtContext(ctx, s.selectNext).QueryRowContext(ctx, id).Scan(&next)
+// lookup returns a stored session's sid and log length; a missing session
+// is ErrNotFound.
+func (s *Store) lookup(ctx context.Context, tx *sql.Tx, id string) (sid, next int64, err error) {
+	err = tx.StmtContext(ctx, s.lookupSession).QueryRowContext(ctx, id).Scan(&sid, &next)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+		return 0, 0, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("session %q: %w", id, err)
+		return 0, 0, dirty(fmt.Errorf("session %q: %w", id, err))
 	}
-	if err := persistence.CheckBatch(id, next, events); err != nil {
-		return err
-	}
-	// Insert rowsPerInsert rows per statement, then the rest one by one:
-	// each Exec costs more in database/sql than a row costs in SQLite.
-	i := 0
-	if len(events) >= rowsPerInsert {
-		many := tx.StmtContext(ctx, s.insertEvents)
-		args := make([]any, 0, 5*rowsPerInsert)
-		for ; i+rowsPerInsert <= len(events); i += rowsPerInsert {
-			args = args[:0]
-			for j := i; j < i+rowsPerInsert; j++ {
-				ev := events[j]
-				args = append(args, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), data[j])
-			}
-			if _, err := many.ExecContext(ctx, args...); err != nil {
-				return fmt.Errorf("session %q: insert seqs %d..%d: %w", id, events[i].GetSeq(), events[i+rowsPerInsert-1].GetSeq(), err)
-			}
+	return sid, next, nil
+}
+
+// insertRows inserts a checked batch's rows (a failure is a *dirtyError:
+// earlier rows, or the materialised session, may be written).
+func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, id string, sid int64, rows []batchRow) error {
+	st := tx.StmtContext(ctx, s.insertBatch)
+	for _, r := range rows {
+		if _, err := st.ExecContext(ctx, sid, r.seq, r.n, r.pb); err != nil {
+			return dirty(fmt.Errorf("session %q: insert seqs %d..%d: %w", id, r.seq, r.seq+int64(r.n)-1, err))
 		}
-	}
-	if i < len(events) {
-		one := tx.StmtContext(ctx, s.insertEvent)
-		for ; i < len(events); i++ {
-			ev := events[i]
-			if _, err := one.ExecContext(ctx, id, ev.GetSeq(), session.TypeName(ev), ev.GetTime(), data[i]); err != nil {
-				return fmt.Errorf("session %q: insert seq %d: %w", id, ev.GetSeq(), err)
-			}
-		}
-	}
-	if _, err := tx.StmtContext(ctx, s.updateNext).ExecContext(ctx, next+int64(len(events)), id); err != nil {
-		return fmt.Errorf("session %q: %w", id, err)
 	}
 	return nil
 }

@@ -7,16 +7,18 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/persistence/persistencetest"
 	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
-	"github.com/dsh-dev/dsh/internal/session"
 )
 
 func dbPath(dir string) string { return filepath.Join(dir, "data", "dsh.db") }
@@ -140,57 +142,115 @@ func TestSchemaVersionRefused(t *testing.T) {
 	}
 }
 
-// TestQueryableRows checks that each event is one row with its seq, type and
-// time in columns (for queries) and its one encoding, protobuf, in pb; people
-// read the events as JSON through the CLI (inspect.Dump).
-func TestQueryableRows(t *testing.T) {
+// TestBatchRows checks the stored form: each Append is one batches row
+// (session's integer key, first seq, count) holding the events as framed
+// protobuf — a message whose field 1 repeats the SessionEvent — and a batch
+// larger than a row's bound is split; the log length is derived, not
+// stored; there is no events table (and so no second copy of an event).
+func TestBatchRows(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := open(t, dir)
 	defer s.Close()
-	b := stored(t, s, "r")
-	rows, err := rawDB(t, dir).Query(`SELECT seq, type, time, pb FROM events WHERE session_id = 'r' ORDER BY seq`)
+	var b persistencetest.Builder
+	b.CompletedTurn(2)
+	first := b.Len()
+	b.StartTurn("big")
+	b.StartStep()
+	b.Chunks(3, strings.Repeat("x", 40<<10)) // one row each: 2 × 40 KiB > 64 KiB
+	b.AssistantMessage("done")
+	b.EndStep()
+	b.EndTurn()
+	if err := s.Create(t.Context(), persistencetest.Header("r")); err != nil {
+		t.Fatal(err)
+	}
+	for _, batch := range [][]*sessionv1.SessionEvent{b.Events()[:first], b.Events()[first:]} {
+		if err := s.Append(t.Context(), "r", batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := rawDB(t, dir).Query(`SELECT b.seq, b.n, b.pb FROM batches b JOIN sessions s USING (sid) WHERE s.id = 'r' ORDER BY b.seq`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	n := 0
+	var (
+		starts []int64
+		next   int64
+	)
 	for rows.Next() {
 		var (
-			seq, tm int64
-			typ     string
-			pb      []byte
+			seq, n int64
+			pb     []byte
 		)
-		if err := rows.Scan(&seq, &typ, &tm, &pb); err != nil {
+		if err := rows.Scan(&seq, &n, &pb); err != nil {
 			t.Fatal(err)
 		}
-		ev := b.Events()[seq]
-		var got sessionv1.SessionEvent
-		if seq != int64(n) || tm != ev.GetTime() || typ != session.TypeName(ev) || proto.Unmarshal(pb, &got) != nil || !proto.Equal(&got, ev) {
-			t.Errorf("row %d: seq %d type %q time %d pb %x", n, seq, typ, tm, pb)
+		starts = append(starts, seq)
+		for k := range n {
+			num, typ, m := protowire.ConsumeTag(pb)
+			if m < 0 || num != 1 || typ != protowire.BytesType {
+				t.Fatalf("row %d: frame %d: tag %d/%d (%d)", seq, k, num, typ, m)
+			}
+			evb, m2 := protowire.ConsumeBytes(pb[m:])
+			if m2 < 0 {
+				t.Fatalf("row %d: frame %d: %v", seq, k, protowire.ParseError(m2))
+			}
+			pb = pb[m+m2:]
+			var got sessionv1.SessionEvent
+			if err := proto.Unmarshal(evb, &got); err != nil || !proto.Equal(&got, b.Events()[seq+k]) {
+				t.Fatalf("row %d frame %d = %v (%v), want %v", seq, k, &got, err, b.Events()[seq+k])
+			}
 		}
-		n++
+		if len(pb) != 0 {
+			t.Fatalf("row %d: %d bytes after its %d events", seq, len(pb), n)
+		}
+		next = seq + n
 	}
-	if n != int(b.Len()) {
-		t.Fatalf("%d rows, want %d", n, b.Len())
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
-	var cols int
-	if err := rawDB(t, dir).QueryRow(`SELECT count(*) FROM pragma_table_info('events') WHERE name = 'data'`).Scan(&cols); err != nil || cols != 0 {
-		t.Fatalf("events.data still there (%d, %v): one encoding per event", cols, err)
+	// The first append is one row; the second splits before each 40 KiB
+	// chunk after the first: [first .. first+2] (turn/start, user message,
+	// step/start, request header and the first chunk fit 64 KiB), then one
+	// row per remaining big chunk, the last with the small tail.
+	want := []int64{0, first, first + 5, first + 6}
+	if !slices.Equal(starts, want) || next != b.Len() {
+		t.Fatalf("rows start at %v up to %d, want %v up to %d", starts, next, want, b.Len())
+	}
+	if n, err := s.(*sqlitestore.Store).StoredLength(t.Context(), "r"); err != nil || n != b.Len() {
+		t.Fatalf("StoredLength = %d, %v; want %d", n, err, b.Len())
+	}
+	for table, col := range map[string]string{"events": "", "sessions": "next_seq"} {
+		var n int
+		q := `SELECT count(*) FROM sqlite_schema WHERE name = ?`
+		args := []any{table}
+		if col != "" {
+			q, args = `SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, []any{table, col}
+		}
+		if err := rawDB(t, dir).QueryRow(q, args...).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("%s %s still there (%d, %v)", table, col, n, err)
+		}
 	}
 }
 
 // TestFailedAppendRollsBack makes an insert fail in the middle of a batch
-// and checks that nothing of the batch stays and a retry succeeds.
+// (its rows 1 and 2 are written, row 3 fails) and checks that nothing of
+// the batch stays and a retry succeeds.
 func TestFailedAppendRollsBack(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := open(t, dir)
 	defer s.Close()
 	var b persistencetest.Builder
-	for range 4 {
-		b.CompletedTurn(6)
-	}
+	b.CompletedTurn(2)
+	first := b.Len()
+	b.StartTurn("big")
+	b.StartStep()
+	b.Chunks(4, strings.Repeat("y", 40<<10))
+	b.AssistantMessage("done")
+	b.EndStep()
+	b.EndTurn()
 	evs := b.Events()
 	if err := s.Create(t.Context(), persistencetest.Header("f")); err != nil {
 		t.Fatal(err)
@@ -199,16 +259,16 @@ func TestFailedAppendRollsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := rawDB(t, dir)
-	if _, err := db.Exec(`CREATE TRIGGER fail BEFORE INSERT ON events WHEN NEW.seq = 30 BEGIN SELECT RAISE(ABORT, 'injected: disk full'); END`); err != nil {
+	failAt := first + 6 // rows at 5, first+5, first+6 (failing), first+7
+	if _, err := db.Exec(fmt.Sprintf(`CREATE TRIGGER fail BEFORE INSERT ON batches WHEN NEW.seq = %d BEGIN SELECT RAISE(ABORT, 'injected: disk full'); END`, failAt)); err != nil {
 		t.Fatal(err)
 	}
-	// 40 rows: two multi-row inserts (the second fails) and the rest.
-	if err := s.Append(t.Context(), "f", evs[5:45]); err == nil {
+	if err := s.Append(t.Context(), "f", evs[5:]); err == nil {
 		t.Fatal("Append succeeded through a failing insert")
 	}
-	var rows int
-	if err := db.QueryRow(`SELECT count(*) FROM events WHERE session_id = 'f'`).Scan(&rows); err != nil || rows != 5 {
-		t.Fatalf("rows after a failed append = %d (%v), want 5", rows, err)
+	var rows, stored int
+	if err := db.QueryRow(`SELECT count(*), sum(n) FROM batches JOIN sessions USING (sid) WHERE id = 'f'`).Scan(&rows, &stored); err != nil || rows != 1 || stored != 5 {
+		t.Fatalf("rows after a failed append = %d holding %d events (%v), want 1 holding 5", rows, stored, err)
 	}
 	if _, err := db.Exec(`DROP TRIGGER fail`); err != nil {
 		t.Fatal(err)
@@ -219,6 +279,9 @@ func TestFailedAppendRollsBack(t *testing.T) {
 	_, got, err := s.Load(t.Context(), "f")
 	if err != nil || len(got) != len(evs) {
 		t.Fatalf("Load: %d events, %v; want %d", len(got), err, len(evs))
+	}
+	if err := db.QueryRow(`SELECT count(*) FROM batches JOIN sessions USING (sid) WHERE id = 'f'`).Scan(&rows); err != nil || rows < 3 {
+		t.Fatalf("%d rows (%v): the failing batch did not span rows", rows, err)
 	}
 }
 
@@ -232,7 +295,7 @@ func BenchmarkParallelSessions(b *testing.B) {
 // agent step's flush) at once, with the default synchronous=FULL: group
 // commit lets them share transactions and fsyncs.
 func BenchmarkConcurrentFlush(b *testing.B) {
-	for _, n := range []int{1, 16, 100} {
+	for _, n := range []int{1, 16, 100, 1000} {
 		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
 			persistencetest.BenchParallel(b, func(b *testing.B, dir string) persistence.Store { return open(b, dir) }, n, 4)
 		})
