@@ -20,7 +20,8 @@ import (
 )
 
 // Tools is the tool seam the loop consumes (the toolpipe registry and
-// staged pipeline). hosts is the session's toolhost visibility.
+// staged pipeline). hosts is the session's toolhost visibility. Schemas
+// may return the same shared slice on every call: it must not be mutated.
 type Tools interface {
 	Schemas(hosts []string) []*llmv1.ToolSchema
 	PrepareCalls(ctx context.Context, hosts []string, execs []*toolsv1.ToolExecution) []*toolsv1.PreparedCall
@@ -149,6 +150,11 @@ type Agent struct {
 	checker      session.Checker // debug mode: the log's events checked so far
 	checked      int
 	headerLogged bool
+	// lastHeader is the header this agent last logged, at seq lastHeaderSeq:
+	// the log holds a copy, and comparing the next step's header with this
+	// one finds the tools and prefix by pointer (see logHeader).
+	lastHeader    *sessionv1.EpochHeader
+	lastHeaderSeq int64
 	prefix       []*llmv1.Message
 	prefixSet    bool
 	sandbox      sandboxFold

@@ -497,7 +497,7 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 	if system != "" {
 		header.System = proto.String(system)
 	}
-	header = session.CanonicalHeader(header)
+	session.CanonicalizeHeader(header) // header, its config and the slices are this step's own
 	if err := a.logHeader(header); err != nil {
 		return stepOutcome{}, err
 	}
@@ -663,9 +663,15 @@ func assistantEvent(turn, step int32, content []*llmv1.ContentBlock, prov *llmv1
 	}
 }
 
-// logHeader appends request/header per the logging rule of §3.7.
+// logHeader appends request/header per the logging rule of §3.7. The
+// latest header is the one this agent logged when the log's latest is that
+// very event (the same header, whose tools and prefix this step's header
+// shares by pointer, so the comparison needs no walk); otherwise the log's.
 func (a *Agent) logHeader(h *sessionv1.EpochHeader) error {
 	latest := a.log.RequestHeader()
+	if a.lastHeader != nil && a.log.RequestHeaderSeq() == a.lastHeaderSeq {
+		latest = a.lastHeader
+	}
 	var reason sessionv1.HeaderReason
 	switch {
 	case !a.headerLogged && latest == nil:
@@ -677,10 +683,11 @@ func (a *Agent) logHeader(h *sessionv1.EpochHeader) error {
 	default:
 		return nil
 	}
-	_, err := a.append(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_RequestHeader{
+	ev, err := a.append(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_RequestHeader{
 		RequestHeader: &sessionv1.RequestHeader{Header: h, Reason: reason}}})
 	if err == nil {
 		a.headerLogged = true
+		a.lastHeader, a.lastHeaderSeq = h, ev.GetSeq()
 	}
 	return err
 }
