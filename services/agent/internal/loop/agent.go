@@ -155,11 +155,11 @@ type Agent struct {
 	// one finds the tools and prefix by pointer (see logHeader).
 	lastHeader    *sessionv1.EpochHeader
 	lastHeaderSeq int64
-	prefix       []*llmv1.Message
-	prefixSet    bool
-	sandbox      sandboxFold
-	ws           *toolsv1.GetWorkspaceContextResponse
-	sections     []prompt.Section // this turn's agent/prompt-sections
+	prefix        []*llmv1.Message
+	prefixSet     bool
+	sandbox       sandboxFold
+	ws            *toolsv1.GetWorkspaceContextResponse
+	sections      []prompt.Section // this turn's agent/prompt-sections
 }
 
 // New returns an agent over log. It does not start the driver; call Start.

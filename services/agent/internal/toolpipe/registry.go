@@ -135,19 +135,19 @@ type Pipeline struct {
 	Pre  hooks.Chain[*PreIn, *toolsv1.PreToolDecision]
 	Post hooks.Chain[*PostIn, *toolsv1.PostToolDecision]
 
-	cfg    Config
-	log    *slog.Logger
-	mu     sync.RWMutex
-	hosts  []*hostState
-	owner  map[string]*hostState // tool name -> owning host
-	gen    uint64                // bumped by every change of a host's tools or the owners
+	cfg   Config
+	log   *slog.Logger
+	mu    sync.RWMutex
+	hosts []*hostState
+	owner map[string]*hostState // tool name -> owning host
+	gen   uint64                // bumped by every change of a host's tools or the owners
 	// schemas caches Schemas per visible-host list for generation gen.
 	schemaMu  sync.Mutex
 	schemas   map[string][]*llmv1.ToolSchema
 	schemaGen uint64
 	cancel    context.CancelFunc
-	wg     sync.WaitGroup
-	ready  chan struct{}
+	wg        sync.WaitGroup
+	ready     chan struct{}
 }
 
 // New returns a pipeline; call Start before use.
