@@ -300,6 +300,7 @@ type liveSession struct {
 	subs  map[chan struct{}]struct{}
 
 	progress *progress.Hub // live tool output for StreamEvents (not durable)
+	usage    usageSum      // the log's token usage, folded as it grows
 
 	stopTitle func()
 
@@ -710,7 +711,7 @@ func (l *liveSession) snapshot() *agentv1.Session {
 	set := l.log.Settings()
 	out := &agentv1.Session{Header: l.log.Header(), Status: l.agent.Status(), NextSeq: l.log.Len(), Queued: int32(l.agent.Queued()),
 		Title: set.Title, EffectiveOptions: set.Options, RunningChildren: l.s.kids.of(l.id)}
-	out.Usage, out.ChildrenUsage = usageOf(l.log.Events())
+	out.Usage, out.ChildrenUsage = l.usage.of(l.log.Events())
 	if t, ok := l.log.OpenTurn(); ok {
 		out.OpenTurn = &t
 	}
