@@ -240,6 +240,11 @@ type Service struct {
 	sub  *subagent.Host
 
 	compactor *compact.Compactor // nil: compaction off
+
+	// progressSubs counts the StreamEvents streams of every session that
+	// follow live tool progress: with none, a tool's output chunk costs no
+	// lookup under mu.
+	progressSubs atomic.Int64
 }
 
 // New returns a service.
@@ -740,6 +745,9 @@ func (s *Service) gateOf(id string) toolpipe.Gate {
 // publishProgress hands a running call's live output to the StreamEvents
 // subscribers of its session (include_progress); it never blocks.
 func (s *Service) publishProgress(ex *toolsv1.ToolExecution, out *toolsv1.ToolOutput) {
+	if s.progressSubs.Load() == 0 {
+		return
+	}
 	id := ex.GetContext().GetSessionId()
 	s.mu.Lock()
 	l, ok := s.live[id]
