@@ -37,7 +37,9 @@ type ToolCall interface {
 }
 
 // SystemPrompt assembles the system prompt, the tool order and the default
-// session prefix of a request.
+// session prefix of a request. Assemble must be a pure function of its
+// input (as prompt.Assembler is): the loop reuses the previous step's
+// result when the input is the same.
 type SystemPrompt interface {
 	Assemble(in prompt.Input) (prompt.Assembly, error)
 }
@@ -160,6 +162,7 @@ type Agent struct {
 	sandbox       sandboxFold
 	ws            *toolsv1.GetWorkspaceContextResponse
 	sections      []prompt.Section // this turn's agent/prompt-sections
+	asm           asmCache         // the last assembly (turn.go)
 }
 
 // New returns an agent over log. It does not start the driver; call Start.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
@@ -412,15 +413,40 @@ func (a *Agent) assemble() (string, []*llmv1.ToolSchema, []*llmv1.Message, error
 		return "", tools, nil, nil
 	}
 	o := a.log.Settings().Options
-	asm, err := a.cfg.Prompt.Assemble(prompt.Input{
+	in := prompt.Input{
 		Provider: o.GetProvider(), Model: o.GetModel(), Cwd: a.h.GetCwd(),
 		Persona: o.GetPersona(), SystemPrompt: o.GetSystemPrompt(), Tools: tools, Workspace: a.ws, Sections: a.sections,
 		ApprovalNever: a.cfg.Approval != nil && a.cfg.Approval.Policy() == sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER,
-	})
+	}
+	// Assembly is a pure function of its input: a step whose input is the
+	// previous step's (the usual case) reuses its result.
+	if a.asm.ok && sameInput(a.asm.in, in) {
+		return a.asm.out.System, a.asm.out.Tools, a.asm.out.Prefix, nil
+	}
+	asm, err := a.cfg.Prompt.Assemble(in)
 	if err != nil {
+		a.asm = asmCache{}
 		return "", nil, nil, fmt.Errorf("assemble system prompt: %w", err)
 	}
+	a.asm = asmCache{in: in, out: asm, ok: true}
 	return asm.System, asm.Tools, asm.Prefix, nil
+}
+
+// asmCache is the driver's last prompt assembly and its input.
+type asmCache struct {
+	in  prompt.Input
+	out prompt.Assembly
+	ok  bool
+}
+
+// sameInput reports whether two assembly inputs are the same: equal
+// strings and flags, the very same tool schemas and workspace context (the
+// registry and the workspace refresh hand out shared immutable messages,
+// replaced rather than edited on a change), and equal sections.
+func sameInput(x, y prompt.Input) bool {
+	return x.Provider == y.Provider && x.Model == y.Model && x.Cwd == y.Cwd && x.Persona == y.Persona &&
+		x.SystemPrompt == y.SystemPrompt && x.ApprovalNever == y.ApprovalNever && x.Workspace == y.Workspace &&
+		slices.Equal(x.Tools, y.Tools) && slices.Equal(x.Sections, y.Sections)
 }
 
 // refreshWorkspace re-reads the workspace context at a turn's start; a
