@@ -127,7 +127,7 @@ func (l *Log) commit(ev *sessionv1.SessionEvent) {
 	}
 	l.turns.apply(ev)
 	if rh := ev.GetRequestHeader(); rh != nil {
-		l.reqHdr, l.reqSeq = CanonicalHeader(rh.GetHeader()), ev.GetSeq()
+		l.reqHdr, l.reqSeq = canonicalShared(rh.GetHeader()), ev.GetSeq()
 		l.hdrTok = EstimateHeader(l.reqHdr)
 	}
 	l.noteUsage(ev)

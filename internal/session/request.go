@@ -32,6 +32,17 @@ func CanonicalHeader(h *sessionv1.EpochHeader) *sessionv1.EpochHeader {
 	return c
 }
 
+// canonicalShared returns h itself when it is already canonical (the
+// agent logs canonical headers), else a canonical copy: the log keeps the
+// folded header without copying its tools and prefix once more.
+func canonicalShared(h *sessionv1.EpochHeader) *sessionv1.EpochHeader {
+	if h == nil || (h.System != nil && *h.System == "") || (h.Tools != nil && len(h.Tools) == 0) ||
+		(h.MessagePrefix != nil && len(h.MessagePrefix) == 0) || (h.Config != nil && h.Config.Stop != nil && len(h.Config.Stop) == 0) {
+		return CanonicalHeader(h)
+	}
+	return h
+}
+
 // CanonicalizeHeader puts a header the caller owns into the canonical form
 // of [CanonicalHeader] in place, without copying it. It writes only h's own
 // fields and h.Config.Stop, never the tools or prefix messages, which may

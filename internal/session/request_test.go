@@ -200,6 +200,18 @@ func TestHeaderEqual(t *testing.T) {
 			h := base()
 			tt.mutate(h)
 			checkHeaderEqual(t, base(), h, tt.equal)
+			// The log's fold keeps a canonical header as it is and
+			// canonicalizes a copy of any other.
+			c := canonicalShared(h)
+			if !proto.Equal(c, CanonicalHeader(h)) {
+				t.Fatalf("canonicalShared = %v, want %v", c, CanonicalHeader(h))
+			}
+			x := CanonicalHeader(h)
+			canonical := (x.System == nil) == (h.System == nil) && (x.Tools == nil) == (h.Tools == nil) &&
+				(x.MessagePrefix == nil) == (h.MessagePrefix == nil) && (x.GetConfig().Stop == nil) == (h.GetConfig().Stop == nil)
+			if (c == h) != canonical {
+				t.Fatalf("canonicalShared kept the header: %v, header canonical: %v", c == h, canonical)
+			}
 		})
 	}
 	// Equal tools and prefixes that are other copies (a header read back from

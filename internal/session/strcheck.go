@@ -69,6 +69,34 @@ func checkEvent(ev *sessionv1.SessionEvent) string {
 		return ""
 	case *sessionv1.SessionEvent_StepStart, *sessionv1.SessionEvent_StepEnd:
 		return ""
+	case *sessionv1.SessionEvent_TurnEnd:
+		if r := p.TurnEnd.GetReason(); r != nil {
+			if _, done := r.Kind.(*sessionv1.TurnEndReason_Completed); !done {
+				return reflective(r)
+			}
+		}
+		return ""
+	case *sessionv1.SessionEvent_UserMessage:
+		m := p.UserMessage
+		if m == nil {
+			return ""
+		}
+		if r := checkBlocks(m.Content); r != "" {
+			return r
+		}
+		if r := checkSource(m.Source); r != "" {
+			return r
+		}
+		if m.Envelope != nil {
+			return reflective(m.Envelope)
+		}
+		return ""
+	case *sessionv1.SessionEvent_RequestHeader:
+		h := p.RequestHeader.GetHeader()
+		if h == nil {
+			return ""
+		}
+		return checkHeader(h)
 	case *sessionv1.SessionEvent_AssistantChunk:
 		if p.AssistantChunk == nil || p.AssistantChunk.Chunk == nil {
 			return ""
@@ -128,6 +156,65 @@ func checkEvent(ev *sessionv1.SessionEvent) string {
 		return ""
 	}
 	return reflective(ev)
+}
+
+func checkSource(s *llmv1.MessageSource) string {
+	switch k := s.GetKind().(type) {
+	case nil, *llmv1.MessageSource_User:
+		return ""
+	case *llmv1.MessageSource_Plugin:
+		return str(k.Plugin.GetPlugin(), "dsh.llm.v1.PluginSource.plugin")
+	}
+	return reflective(s)
+}
+
+func checkHeader(h *sessionv1.EpochHeader) string {
+	if c := h.Config; c != nil {
+		if r := str(c.Provider, "dsh.llm.v1.LlmCallConfig.provider"); r != "" {
+			return r
+		}
+		if r := str(c.Model, "dsh.llm.v1.LlmCallConfig.model"); r != "" {
+			return r
+		}
+		for _, st := range c.Stop {
+			if r := str(st, "dsh.llm.v1.LlmCallConfig.stop"); r != "" {
+				return r
+			}
+		}
+	}
+	if h.System != nil {
+		if r := str(*h.System, "dsh.session.v1.EpochHeader.system"); r != "" {
+			return r
+		}
+	}
+	for _, t := range h.Tools {
+		if t == nil {
+			continue
+		}
+		if r := str(t.Name, "dsh.llm.v1.ToolSchema.name"); r != "" {
+			return r
+		}
+		if r := str(t.Description, "dsh.llm.v1.ToolSchema.description"); r != "" {
+			return r
+		}
+		if t.Parameters != "" {
+			if r := jsonStr(t.Parameters, "dsh.llm.v1.ToolSchema.parameters"); r != "" {
+				return r
+			}
+		}
+	}
+	for _, m := range h.MessagePrefix {
+		if m == nil {
+			continue
+		}
+		if r := checkBlocks(m.Content); r != "" {
+			return r
+		}
+		if r := checkProvenance(m.Provenance); r != "" {
+			return r
+		}
+	}
+	return ""
 }
 
 func checkProvenance(p *llmv1.AssistantProvenance) string {
