@@ -208,7 +208,7 @@ func TestHeaderEqual(t *testing.T) {
 			}
 			x := CanonicalHeader(h)
 			canonical := (x.System == nil) == (h.System == nil) && (x.Tools == nil) == (h.Tools == nil) &&
-				(x.MessagePrefix == nil) == (h.MessagePrefix == nil) && (x.GetConfig().Stop == nil) == (h.GetConfig().Stop == nil)
+				(x.MessagePrefix == nil) == (h.MessagePrefix == nil) && (x.GetConfig().GetStop() == nil) == (h.GetConfig().GetStop() == nil)
 			if (c == h) != canonical {
 				t.Fatalf("canonicalShared kept the header: %v, header canonical: %v", c == h, canonical)
 			}
