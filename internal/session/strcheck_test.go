@@ -176,6 +176,12 @@ func TestCheckEventRefusesBadStrings(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Append: %v", err)
 				}
+				owned := proto.CloneOf(tt.ev)
+				owned.Seq = 0
+				got, err := l.AppendOwned(owned)
+				if err != nil || got != owned || got.GetSeq() != 1 {
+					t.Fatalf("AppendOwned = %p seq %d, %v; want the event itself at seq 1", got, got.GetSeq(), err)
+				}
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.rule) {
@@ -183,6 +189,16 @@ func TestCheckEventRefusesBadStrings(t *testing.T) {
 			}
 			if l.Len() != 0 {
 				t.Fatal("a refused event changed the log")
+			}
+			// Handed over without a copy: the same rule, and the
+			// refused event is left as it was.
+			owned := proto.CloneOf(tt.ev)
+			owned.Seq, owned.Time = 0, 77
+			if _, err := l.AppendOwned(owned); err == nil || !strings.Contains(err.Error(), tt.rule) {
+				t.Fatalf("AppendOwned error = %v, want rule %q", err, tt.rule)
+			}
+			if owned.Seq != 0 || owned.Time != 77 || l.Len() != 0 {
+				t.Fatalf("a refused owned event was changed (seq %d, time %d) or logged (len %d)", owned.Seq, owned.Time, l.Len())
 			}
 		})
 	}

@@ -571,7 +571,19 @@ func (a *Agent) append(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, err
 }
 
 func (a *Agent) appendLocked(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error) {
-	out, err := a.log.Append(ev)
+	return a.appendLockedHow(ev, a.log.Append)
+}
+
+// appendOwned is append for an event the loop built for the log alone and
+// hands over (session.Log.AppendOwned: no copy): step bounds and chunks.
+func (a *Agent) appendOwned(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.appendLockedHow(ev, a.log.AppendOwned)
+}
+
+func (a *Agent) appendLockedHow(ev *sessionv1.SessionEvent, add func(*sessionv1.SessionEvent) (*sessionv1.SessionEvent, error)) (*sessionv1.SessionEvent, error) {
+	out, err := add(ev)
 	if err != nil {
 		return nil, fmt.Errorf("append %s: %w", session.TypeName(ev), err)
 	}

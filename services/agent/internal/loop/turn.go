@@ -220,7 +220,7 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 		// respect to concurrent injections, so the request equation holds.
 		a.mu.Lock()
 		boundary := a.log.Messages()
-		_, err = a.appendLocked(session.StepStartEvent(turn, step))
+		_, err = a.appendLockedHow(session.StepStartEvent(turn, step), a.log.AppendOwned)
 		a.mu.Unlock()
 		if err != nil {
 			return err
@@ -293,7 +293,7 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 		if err := a.afterStep(ctx, turn, step); err != nil {
 			return err
 		}
-		if _, err := a.append(session.StepEndEvent(turn, step)); err != nil {
+		if _, err := a.appendOwned(session.StepEndEvent(turn, step)); err != nil {
 			return err
 		}
 		st.stepOpen = false
@@ -651,7 +651,9 @@ func (a *Agent) stream(ctx context.Context, turn, step int32, req *llmv1.Generat
 		if ctx.Err() != nil {
 			return asm, seqs, errCancelled
 		}
-		ev, err := a.append(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_AssistantChunk{
+		// The chunk is this call's own (LLM: never mutated once yielded),
+		// and the assembler copies what it keeps: the log takes it as is.
+		ev, err := a.appendOwned(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_AssistantChunk{
 			AssistantChunk: &sessionv1.AssistantChunk{Turn: turn, Step: step, Chunk: chunk}}})
 		if err != nil {
 			return asm, seqs, err
