@@ -146,6 +146,9 @@ type Publisher struct {
 	busy     bool   // publishDirty is running
 	connGen  uint64 // bumped on every (re)connect
 	streamAt uint64 // connGen at which the stream was last ensured
+	// stream is the handle ensureStream got (nil before): streamTail asks it
+	// for a session's last message without a stream-info round trip each.
+	stream jetstream.Stream
 }
 
 type queued struct {
@@ -537,7 +540,7 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 		err = p.limitStream(ctx, st)
 	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{
+		st, err = p.js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        StreamName,
 			Description: "dsh session events, one subject per session",
 			Subjects:    []string{AllEvents},
@@ -550,7 +553,7 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 			Discard:     jetstream.DiscardOld,
 		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			err = nil
+			st, err = p.js.Stream(ctx, StreamName)
 		}
 		if err == nil {
 			p.log.Info("created jetstream stream", "stream", StreamName, "subjects", AllEvents)
@@ -560,7 +563,7 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 		return fmt.Errorf("events: stream %s: %w", StreamName, err)
 	}
 	p.mu.Lock()
-	p.streamAt = gen
+	p.streamAt, p.stream = gen, st
 	p.mu.Unlock()
 	return nil
 }
@@ -667,9 +670,14 @@ func (p *Publisher) publishSession(ctx context.Context, id string) error {
 // streamTail returns one past the seq of the last event stored on the
 // session's subject (0 when none).
 func (p *Publisher) streamTail(ctx context.Context, tenant, id string) (int64, error) {
-	st, err := p.js.Stream(ctx, StreamName)
-	if err != nil {
-		return 0, fmt.Errorf("events: stream %s: %w", StreamName, err)
+	p.mu.Lock()
+	st := p.stream
+	p.mu.Unlock()
+	if st == nil {
+		var err error
+		if st, err = p.js.Stream(ctx, StreamName); err != nil {
+			return 0, fmt.Errorf("events: stream %s: %w", StreamName, err)
+		}
 	}
 	msg, err := st.GetLastMsgForSubject(ctx, EventSubject(tenant, id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -53,7 +53,7 @@ func cloneAndCheck(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, string)
 	ac, c := deltaChunk(ev)
 	if ac == nil {
 		clone := proto.CloneOf(ev)
-		return clone, checkStrings(clone.ProtoReflect())
+		return clone, checkEvent(clone)
 	}
 	rule := checkDelta(c)
 	var chunk *llmv1.StreamChunk

@@ -127,7 +127,7 @@ func (l *Log) commit(ev *sessionv1.SessionEvent) {
 	}
 	l.turns.apply(ev)
 	if rh := ev.GetRequestHeader(); rh != nil {
-		l.reqHdr, l.reqSeq = CanonicalHeader(rh.GetHeader()), ev.GetSeq()
+		l.reqHdr, l.reqSeq = canonicalShared(rh.GetHeader()), ev.GetSeq()
 		l.hdrTok = EstimateHeader(l.reqHdr)
 	}
 	l.noteUsage(ev)
@@ -143,6 +143,26 @@ func (l *Log) Append(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error
 	// Copying and the content walk need no log state: do them unlocked.
 	want := ev.GetSeq()
 	ev, content := cloneAndCheck(ev)
+	return l.append(ev, want, content)
+}
+
+// AppendOwned is [Log.Append] for an event built for the log alone, handed
+// over: the log keeps ev itself instead of a copy, and sets its seq and
+// time. The same rules apply, and a rejected ev is left as it was. Neither
+// ev nor any message it references may be mutated afterwards, by anyone:
+// the log hands them out as shared.
+func (l *Log) AppendOwned(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error) {
+	want, at := ev.GetSeq(), ev.GetTime()
+	out, err := l.append(ev, want, checkEvent(ev))
+	if err != nil {
+		ev.Seq, ev.Time = want, at
+	}
+	return out, err
+}
+
+// append commits ev (the log's own), whose content rule is content, as the
+// event at seq want (0: the next).
+func (l *Log) append(ev *sessionv1.SessionEvent, want int64, content string) (*sessionv1.SessionEvent, error) {
 	l.mu.Lock()
 	seq := int64(len(l.events))
 	if want != 0 && want != seq {

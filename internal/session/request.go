@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -27,27 +28,70 @@ func CanonicalHeader(h *sessionv1.EpochHeader) *sessionv1.EpochHeader {
 		return nil
 	}
 	c := proto.CloneOf(h)
-	if c.System != nil && *c.System == "" {
-		c.System = nil
-	}
-	if len(c.Tools) == 0 {
-		c.Tools = nil
-	}
-	if len(c.MessagePrefix) == 0 {
-		c.MessagePrefix = nil
-	}
-	if c.Config != nil && len(c.Config.Stop) == 0 {
-		c.Config.Stop = nil
-	}
+	CanonicalizeHeader(c)
 	return c
+}
+
+// canonicalShared returns h itself when it is already canonical (the
+// agent logs canonical headers), else a canonical copy: the log keeps the
+// folded header without copying its tools and prefix once more.
+func canonicalShared(h *sessionv1.EpochHeader) *sessionv1.EpochHeader {
+	if h == nil || (h.System != nil && *h.System == "") || (h.Tools != nil && len(h.Tools) == 0) ||
+		(h.MessagePrefix != nil && len(h.MessagePrefix) == 0) || (h.Config != nil && h.Config.Stop != nil && len(h.Config.Stop) == 0) {
+		return CanonicalHeader(h)
+	}
+	return h
+}
+
+// CanonicalizeHeader puts a header the caller owns into the canonical form
+// of [CanonicalHeader] in place, without copying it. It writes only h's own
+// fields and h.Config.Stop, never the tools or prefix messages, which may
+// be shared.
+func CanonicalizeHeader(h *sessionv1.EpochHeader) {
+	if h.System != nil && *h.System == "" {
+		h.System = nil
+	}
+	if len(h.Tools) == 0 {
+		h.Tools = nil
+	}
+	if len(h.MessagePrefix) == 0 {
+		h.MessagePrefix = nil
+	}
+	if h.Config != nil && len(h.Config.Stop) == 0 {
+		h.Config.Stop = nil
+	}
 }
 
 // HeaderEqual reports whether two headers are equal in canonical form:
 // same call config (stop element-wise), same system prompt, same tools in
 // order and same message prefix. The agent logs a "change" header only when
-// this is false against [Log.RequestHeader].
+// this is false against [Log.RequestHeader]. It is
+// proto.Equal(CanonicalHeader(a), CanonicalHeader(b)) without the copies:
+// a tool or prefix message shared by both (the same pointer) is equal
+// without a walk, which is the common case of a step whose tools did not
+// change.
 func HeaderEqual(a, b *sessionv1.EpochHeader) bool {
-	return proto.Equal(CanonicalHeader(a), CanonicalHeader(b))
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	if a.GetSystem() != b.GetSystem() || !proto.Equal(a.Config, b.Config) ||
+		!bytes.Equal(a.ProtoReflect().GetUnknown(), b.ProtoReflect().GetUnknown()) {
+		return false
+	}
+	return sameMessages(a.Tools, b.Tools) && sameMessages(a.MessagePrefix, b.MessagePrefix)
+}
+
+// sameMessages compares two lists element-wise, by pointer first.
+func sameMessages[M proto.Message](a, b []M) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if any(a[i]) != any(b[i]) && !proto.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // FoldRequestHeader returns the canonical form of the last request/header in

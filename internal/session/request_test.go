@@ -191,15 +191,53 @@ func TestHeaderEqual(t *testing.T) {
 		{"stop", func(h *sessionv1.EpochHeader) { h.Config.Stop = []string{"x"} }, false},
 		{"tools", func(h *sessionv1.EpochHeader) { h.Tools = []*llmv1.ToolSchema{{Name: "t"}} }, false},
 		{"prefix", func(h *sessionv1.EpochHeader) { h.MessagePrefix = []*llmv1.Message{userMsg("p")} }, false},
+		{"no config", func(h *sessionv1.EpochHeader) { h.Config = nil }, false},
+		{"unknown field", func(h *sessionv1.EpochHeader) { h.ProtoReflect().SetUnknown([]byte{0xf8, 0x01, 0x01}) }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			h := base()
 			tt.mutate(h)
-			if got := HeaderEqual(base(), h); got != tt.equal {
-				t.Fatalf("HeaderEqual = %v, want %v", got, tt.equal)
+			checkHeaderEqual(t, base(), h, tt.equal)
+			// The log's fold keeps a canonical header as it is and
+			// canonicalizes a copy of any other.
+			c := canonicalShared(h)
+			if !proto.Equal(c, CanonicalHeader(h)) {
+				t.Fatalf("canonicalShared = %v, want %v", c, CanonicalHeader(h))
 			}
+			x := CanonicalHeader(h)
+			canonical := (x.System == nil) == (h.System == nil) && (x.Tools == nil) == (h.Tools == nil) &&
+				(x.MessagePrefix == nil) == (h.MessagePrefix == nil) && (x.GetConfig().GetStop() == nil) == (h.GetConfig().GetStop() == nil)
+			if (c == h) != canonical {
+				t.Fatalf("canonicalShared kept the header: %v, header canonical: %v", c == h, canonical)
+			}
+		})
+	}
+	// Equal tools and prefixes that are other copies (a header read back from
+	// the log) and the very same pointers (a step reusing its tools).
+	tools := []*llmv1.ToolSchema{{Name: "a", Parameters: `{"type":"object"}`}, {Name: "b"}}
+	prefix := []*llmv1.Message{userMsg("p")}
+	shared := func() *sessionv1.EpochHeader {
+		h := base()
+		h.Tools, h.MessagePrefix = tools, prefix
+		return h
+	}
+	for _, tt := range []struct {
+		name  string
+		h     *sessionv1.EpochHeader
+		equal bool
+	}{
+		{"same pointers", shared(), true},
+		{"copies", &sessionv1.EpochHeader{Config: base().Config, Tools: []*llmv1.ToolSchema{proto.CloneOf(tools[0]), proto.CloneOf(tools[1])},
+			MessagePrefix: []*llmv1.Message{proto.CloneOf(prefix[0])}}, true},
+		{"a tool differs", &sessionv1.EpochHeader{Config: base().Config, Tools: []*llmv1.ToolSchema{tools[0], {Name: "c"}}, MessagePrefix: prefix}, false},
+		{"fewer tools", &sessionv1.EpochHeader{Config: base().Config, Tools: tools[:1], MessagePrefix: prefix}, false},
+		{"a prefix message differs", &sessionv1.EpochHeader{Config: base().Config, Tools: tools, MessagePrefix: []*llmv1.Message{userMsg("q")}}, false},
+	} {
+		t.Run("shared/"+tt.name, func(t *testing.T) {
+			t.Parallel()
+			checkHeaderEqual(t, shared(), tt.h, tt.equal)
 		})
 	}
 	if !HeaderEqual(nil, nil) || HeaderEqual(nil, base()) {
@@ -209,6 +247,33 @@ func TestHeaderEqual(t *testing.T) {
 	h.System = ptr("")
 	if c := CanonicalHeader(h); c.System != nil || h.System == nil {
 		t.Fatal("CanonicalHeader must clear empty fields on a copy")
+	}
+	CanonicalizeHeader(h)
+	if h.System != nil {
+		t.Fatal("CanonicalizeHeader must clear empty fields in place")
+	}
+	// HeaderEqual compares these fields one by one: a field added to the
+	// proto must be added there too.
+	var names []string
+	fields := h.ProtoReflect().Descriptor().Fields()
+	for i := 0; i < fields.Len(); i++ {
+		names = append(names, string(fields.Get(i).Name()))
+	}
+	if got := strings.Join(names, ","); got != "config,system,tools,message_prefix" {
+		t.Fatalf("EpochHeader fields are %s: teach HeaderEqual and CanonicalizeHeader the new ones", got)
+	}
+}
+
+// checkHeaderEqual checks HeaderEqual both ways against want and against
+// its reference definition, equality of the canonical copies.
+func checkHeaderEqual(t *testing.T, a, b *sessionv1.EpochHeader, want bool) {
+	t.Helper()
+	got := HeaderEqual(a, b)
+	if got != want || HeaderEqual(b, a) != want {
+		t.Fatalf("HeaderEqual = %v, want %v", got, want)
+	}
+	if ref := proto.Equal(CanonicalHeader(a), CanonicalHeader(b)); ref != want {
+		t.Fatalf("proto.Equal of the canonical copies = %v, want %v", ref, want)
 	}
 }
 

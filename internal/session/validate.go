@@ -61,7 +61,7 @@ func checkContent(ev *sessionv1.SessionEvent) string {
 	if rule, ok := checkDeltaChunk(ev); ok {
 		return rule
 	}
-	return checkStrings(ev.ProtoReflect())
+	return checkEvent(ev)
 }
 
 // checkShape checks that a payload is set, plugin types are well-formed,

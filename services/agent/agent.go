@@ -240,6 +240,11 @@ type Service struct {
 	sub  *subagent.Host
 
 	compactor *compact.Compactor // nil: compaction off
+
+	// progressSubs counts the StreamEvents streams of every session that
+	// follow live tool progress: with none, a tool's output chunk costs no
+	// lookup under mu.
+	progressSubs atomic.Int64
 }
 
 // New returns a service.
@@ -300,6 +305,7 @@ type liveSession struct {
 	subs  map[chan struct{}]struct{}
 
 	progress *progress.Hub // live tool output for StreamEvents (not durable)
+	usage    usageSum      // the log's token usage, folded as it grows
 
 	stopTitle func()
 
@@ -710,7 +716,7 @@ func (l *liveSession) snapshot() *agentv1.Session {
 	set := l.log.Settings()
 	out := &agentv1.Session{Header: l.log.Header(), Status: l.agent.Status(), NextSeq: l.log.Len(), Queued: int32(l.agent.Queued()),
 		Title: set.Title, EffectiveOptions: set.Options, RunningChildren: l.s.kids.of(l.id)}
-	out.Usage, out.ChildrenUsage = usageOf(l.log.Events())
+	out.Usage, out.ChildrenUsage = l.usage.of(l.log.Events())
 	if t, ok := l.log.OpenTurn(); ok {
 		out.OpenTurn = &t
 	}
@@ -739,6 +745,9 @@ func (s *Service) gateOf(id string) toolpipe.Gate {
 // publishProgress hands a running call's live output to the StreamEvents
 // subscribers of its session (include_progress); it never blocks.
 func (s *Service) publishProgress(ex *toolsv1.ToolExecution, out *toolsv1.ToolOutput) {
+	if s.progressSubs.Load() == 0 {
+		return
+	}
 	id := ex.GetContext().GetSessionId()
 	s.mu.Lock()
 	l, ok := s.live[id]

@@ -444,9 +444,11 @@ func (s *Service) StreamEvents(req *agentv1.StreamEventsRequest, stream grpc.Ser
 	defer unsubscribe()
 	var progC <-chan *agentv1.ToolProgress
 	if req.GetIncludeProgress() && !req.GetNoFollow() {
+		s.progressSubs.Add(1)
 		sub := l.progress.Subscribe(0)
 		defer func() {
 			sub.Close()
+			s.progressSubs.Add(-1)
 			if n := sub.Dropped(); n > 0 {
 				s.log.Info("a slow StreamEvents subscriber lost live tool progress", "session", l.id, "dropped", n)
 			}

@@ -355,14 +355,31 @@ func addUsage(sum, u *llmv1.TokenUsage) {
 	}
 }
 
-// usageOf sums a log's own usage and its children's (subagent/end).
-func usageOf(evs []*sessionv1.SessionEvent) (own, children *llmv1.TokenUsage) {
-	own, children = &llmv1.TokenUsage{}, &llmv1.TokenUsage{}
-	for _, ev := range evs {
-		addUsage(own, ev.GetAssistantMessage().GetUsage())
-		addUsage(children, ev.GetSubagentEnd().GetUsage())
+// usageSum sums a log's own usage and its children's (subagent/end)
+// incrementally: each call folds only the events appended since the last
+// one, so a session's snapshot (every GetSession, WaitIdle and
+// ListSessions) no longer walks its whole log.
+type usageSum struct {
+	mu            sync.Mutex
+	n             int // events folded so far
+	own, children *llmv1.TokenUsage
+}
+
+// of returns the sums over evs, a snapshot of the log whose first n events
+// earlier calls folded (the log is append-only). The results are the
+// caller's own copies.
+func (u *usageSum) of(evs []*sessionv1.SessionEvent) (own, children *llmv1.TokenUsage) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.own == nil {
+		u.own, u.children = &llmv1.TokenUsage{}, &llmv1.TokenUsage{}
 	}
-	return own, children
+	for _, ev := range evs[min(u.n, len(evs)):] {
+		addUsage(u.own, ev.GetAssistantMessage().GetUsage())
+		addUsage(u.children, ev.GetSubagentEnd().GetUsage())
+	}
+	u.n = max(u.n, len(evs))
+	return proto.CloneOf(u.own), proto.CloneOf(u.children)
 }
 
 // closeOrphanedStarts pairs every subagent/start of a loaded log that has no

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -29,8 +30,15 @@ import (
 // so a request still being written by the transport keeps its bytes.
 // Forget drops a session's entry (the service calls it when the session
 // unloads).
+//
+// The tool schemas get the same treatment across sessions: the loop hands
+// every step of every session the same shared schema list until a host's
+// tools change, so their encoding (the largest part of a request's head,
+// and most of its marshalling cost) is kept once and reused while the
+// schemas are the very same pointers in the same order.
 type historyCodec struct {
 	base     encoding.CodecV2
+	tools    toolsEnc
 	mu       sync.Mutex
 	sessions map[string]*sessionEnc
 	// encoded and reused count history bytes encoded afresh and taken
@@ -45,6 +53,37 @@ type sessionEnc struct {
 	msgs []*llmv1.Message
 	ends []int
 	buf  []byte
+}
+
+// toolsEnc is the encoded tools field (tag, length, bytes per schema) of
+// the schema list tools. buf is never written again once handed out.
+type toolsEnc struct {
+	mu    sync.Mutex
+	tools []*llmv1.ToolSchema
+	buf   []byte
+}
+
+// encode returns the encoded tools field of tools.
+func (t *toolsEnc) encode(tools []*llmv1.ToolSchema) ([]byte, error) {
+	if len(tools) == 0 {
+		return nil, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if slices.Equal(t.tools, tools) { // the same schema pointers in the same order
+		return t.buf, nil
+	}
+	var buf []byte
+	for i, ts := range tools {
+		b, err := proto.Marshal(ts)
+		if err != nil {
+			return nil, fmt.Errorf("marshal tool schema %d: %w", i, err)
+		}
+		buf = protowire.AppendTag(buf, 5, protowire.BytesType)
+		buf = protowire.AppendBytes(buf, b)
+	}
+	t.tools, t.buf = slices.Clone(tools), buf[:len(buf):len(buf)]
+	return t.buf, nil
 }
 
 func newHistoryCodec() *historyCodec {
@@ -75,11 +114,15 @@ func (c *historyCodec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	c.mu.Unlock()
 
-	head := &llmv1.GenerateRequest{Provider: req.Provider, Model: req.Model, System: req.System, Tools: req.Tools,
+	head := &llmv1.GenerateRequest{Provider: req.Provider, Model: req.Model, System: req.System,
 		Temperature: req.Temperature, MaxTokens: req.MaxTokens, Stop: req.Stop, SessionId: req.SessionId, Purpose: req.Purpose}
 	out, err := proto.Marshal(head)
 	if err != nil {
 		return nil, fmt.Errorf("marshal request: %w", err)
+	}
+	tools, err := c.tools.encode(req.Tools)
+	if err != nil {
+		return nil, err
 	}
 	se.mu.Lock()
 	defer se.mu.Unlock()
@@ -117,6 +160,9 @@ func (c *historyCodec) Marshal(v any) (mem.BufferSlice, error) {
 	c.encoded.Add(int64(fresh))
 	c.reused.Add(int64(len(se.buf) - fresh))
 	bs := mem.BufferSlice{mem.SliceBuffer(out)}
+	if len(tools) > 0 {
+		bs = append(bs, mem.SliceBuffer(tools))
+	}
 	if n := len(se.buf); n > 0 {
 		bs = append(bs, mem.SliceBuffer(se.buf[:n:n]))
 	}

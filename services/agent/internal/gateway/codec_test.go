@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -156,4 +157,47 @@ func TestClassify(t *testing.T) {
 			t.Errorf("classify(%v) = %v, want code %s", tc.err, f, tc.want)
 		}
 	}
+}
+
+// TestHistoryCodecSharesToolEncodings: the same schema list (the loop's
+// shared one) is encoded once for every session and request; a list that
+// differs in any schema pointer is encoded afresh; every request still
+// decodes to exactly what was asked.
+func TestHistoryCodecSharesToolEncodings(t *testing.T) {
+	t.Parallel()
+	c := newHistoryCodec()
+	shared := []*llmv1.ToolSchema{{Name: "a", Parameters: `{"type":"object"}`}, {Name: "b", Description: "bee"}}
+	roundTrip := func(req *llmv1.GenerateRequest) []byte {
+		t.Helper()
+		bs, err := c.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got llmv1.GenerateRequest
+		if err := proto.Unmarshal(bs.Materialize(), &got); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(req, &got, protocmp.Transform()); diff != "" {
+			t.Fatalf("round trip (-want +got):\n%s", diff)
+		}
+		if len(bs) < 2 {
+			return nil
+		}
+		return bs[1].ReadOnlyData()
+	}
+	first := roundTrip(&llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s1", Tools: shared, Messages: history(2)})
+	again := roundTrip(&llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s2", Tools: slices.Clone(shared), Messages: history(1)})
+	if &first[0] != &again[0] {
+		t.Fatal("the same schemas were encoded again for another session")
+	}
+	// Equal content but another schema object: encoded afresh, and the
+	// buffer handed out before is left as it was.
+	firstCopy := slices.Clone(first)
+	changed := []*llmv1.ToolSchema{shared[0], {Name: "b", Description: "changed"}}
+	other := roundTrip(&llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s1", Tools: changed, Messages: history(2)})
+	if &other[0] == &first[0] || !slices.Equal(first, firstCopy) {
+		t.Fatal("a changed schema list reused or overwrote the cached encoding")
+	}
+	roundTrip(&llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s1", Tools: shared[:1], Messages: history(2)})
+	roundTrip(&llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s1", Messages: history(2)})
 }

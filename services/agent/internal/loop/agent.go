@@ -20,7 +20,8 @@ import (
 )
 
 // Tools is the tool seam the loop consumes (the toolpipe registry and
-// staged pipeline). hosts is the session's toolhost visibility.
+// staged pipeline). hosts is the session's toolhost visibility. Schemas
+// may return the same shared slice on every call: it must not be mutated.
 type Tools interface {
 	Schemas(hosts []string) []*llmv1.ToolSchema
 	PrepareCalls(ctx context.Context, hosts []string, execs []*toolsv1.ToolExecution) []*toolsv1.PreparedCall
@@ -36,7 +37,9 @@ type ToolCall interface {
 }
 
 // SystemPrompt assembles the system prompt, the tool order and the default
-// session prefix of a request.
+// session prefix of a request. Assemble must be a pure function of its
+// input (as prompt.Assembler is): the loop reuses the previous step's
+// result when the input is the same.
 type SystemPrompt interface {
 	Assemble(in prompt.Input) (prompt.Assembly, error)
 }
@@ -149,11 +152,17 @@ type Agent struct {
 	checker      session.Checker // debug mode: the log's events checked so far
 	checked      int
 	headerLogged bool
-	prefix       []*llmv1.Message
-	prefixSet    bool
-	sandbox      sandboxFold
-	ws           *toolsv1.GetWorkspaceContextResponse
-	sections     []prompt.Section // this turn's agent/prompt-sections
+	// lastHeader is the header this agent last logged, at seq lastHeaderSeq:
+	// the log holds a copy, and comparing the next step's header with this
+	// one finds the tools and prefix by pointer (see logHeader).
+	lastHeader    *sessionv1.EpochHeader
+	lastHeaderSeq int64
+	prefix        []*llmv1.Message
+	prefixSet     bool
+	sandbox       sandboxFold
+	ws            *toolsv1.GetWorkspaceContextResponse
+	sections      []prompt.Section // this turn's agent/prompt-sections
+	asm           asmCache         // the last assembly (turn.go)
 }
 
 // New returns an agent over log. It does not start the driver; call Start.
@@ -562,7 +571,19 @@ func (a *Agent) append(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, err
 }
 
 func (a *Agent) appendLocked(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error) {
-	out, err := a.log.Append(ev)
+	return a.appendLockedHow(ev, a.log.Append)
+}
+
+// appendOwned is append for an event the loop built for the log alone and
+// hands over (session.Log.AppendOwned: no copy): step bounds and chunks.
+func (a *Agent) appendOwned(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.appendLockedHow(ev, a.log.AppendOwned)
+}
+
+func (a *Agent) appendLockedHow(ev *sessionv1.SessionEvent, add func(*sessionv1.SessionEvent) (*sessionv1.SessionEvent, error)) (*sessionv1.SessionEvent, error) {
+	out, err := add(ev)
 	if err != nil {
 		return nil, fmt.Errorf("append %s: %w", session.TypeName(ev), err)
 	}

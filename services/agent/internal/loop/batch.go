@@ -80,7 +80,7 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 	}
 	start := func(i int) error {
 		c := calls[i]
-		ev, err := a.append(toolCallEvent(turn, step, c.ex, c.view))
+		ev, err := a.appendOwned(toolCallEvent(turn, step, c.ex, c.view)) // strings, and a view decoded for this batch
 		if err != nil {
 			return err
 		}
@@ -131,7 +131,7 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 	}
 	for i := started; i < len(calls); i++ {
 		c := calls[i]
-		ev, err := a.append(toolCallEvent(turn, step, c.ex, c.view))
+		ev, err := a.appendOwned(toolCallEvent(turn, step, c.ex, c.view)) // strings, and a view decoded for this batch
 		if err != nil {
 			return err
 		}

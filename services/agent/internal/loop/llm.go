@@ -13,7 +13,8 @@ import (
 // model-request failure (the provider's, or the transport's to the gateway)
 // is reported either as a terminal finish chunk carrying an LlmFailure or as
 // an iteration error that wraps *RequestFailure; any other iteration error is
-// an ordinary step error.
+// an ordinary step error. A yielded chunk becomes the session log's (it is
+// logged without a copy): the implementation must not mutate it afterwards.
 type LLM interface {
 	Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error]
 }

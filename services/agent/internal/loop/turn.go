@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
@@ -219,7 +220,7 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 		// respect to concurrent injections, so the request equation holds.
 		a.mu.Lock()
 		boundary := a.log.Messages()
-		_, err = a.appendLocked(session.StepStartEvent(turn, step))
+		_, err = a.appendLockedHow(session.StepStartEvent(turn, step), a.log.AppendOwned)
 		a.mu.Unlock()
 		if err != nil {
 			return err
@@ -292,7 +293,7 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 		if err := a.afterStep(ctx, turn, step); err != nil {
 			return err
 		}
-		if _, err := a.append(session.StepEndEvent(turn, step)); err != nil {
+		if _, err := a.appendOwned(session.StepEndEvent(turn, step)); err != nil {
 			return err
 		}
 		st.stepOpen = false
@@ -412,15 +413,40 @@ func (a *Agent) assemble() (string, []*llmv1.ToolSchema, []*llmv1.Message, error
 		return "", tools, nil, nil
 	}
 	o := a.log.Settings().Options
-	asm, err := a.cfg.Prompt.Assemble(prompt.Input{
+	in := prompt.Input{
 		Provider: o.GetProvider(), Model: o.GetModel(), Cwd: a.h.GetCwd(),
 		Persona: o.GetPersona(), SystemPrompt: o.GetSystemPrompt(), Tools: tools, Workspace: a.ws, Sections: a.sections,
 		ApprovalNever: a.cfg.Approval != nil && a.cfg.Approval.Policy() == sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER,
-	})
+	}
+	// Assembly is a pure function of its input: a step whose input is the
+	// previous step's (the usual case) reuses its result.
+	if a.asm.ok && sameInput(a.asm.in, in) {
+		return a.asm.out.System, a.asm.out.Tools, a.asm.out.Prefix, nil
+	}
+	asm, err := a.cfg.Prompt.Assemble(in)
 	if err != nil {
+		a.asm = asmCache{}
 		return "", nil, nil, fmt.Errorf("assemble system prompt: %w", err)
 	}
+	a.asm = asmCache{in: in, out: asm, ok: true}
 	return asm.System, asm.Tools, asm.Prefix, nil
+}
+
+// asmCache is the driver's last prompt assembly and its input.
+type asmCache struct {
+	in  prompt.Input
+	out prompt.Assembly
+	ok  bool
+}
+
+// sameInput reports whether two assembly inputs are the same: equal
+// strings and flags, the very same tool schemas and workspace context (the
+// registry and the workspace refresh hand out shared immutable messages,
+// replaced rather than edited on a change), and equal sections.
+func sameInput(x, y prompt.Input) bool {
+	return x.Provider == y.Provider && x.Model == y.Model && x.Cwd == y.Cwd && x.Persona == y.Persona &&
+		x.SystemPrompt == y.SystemPrompt && x.ApprovalNever == y.ApprovalNever && x.Workspace == y.Workspace &&
+		slices.Equal(x.Tools, y.Tools) && slices.Equal(x.Sections, y.Sections)
 }
 
 // refreshWorkspace re-reads the workspace context at a turn's start; a
@@ -497,7 +523,7 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 	if system != "" {
 		header.System = proto.String(system)
 	}
-	header = session.CanonicalHeader(header)
+	session.CanonicalizeHeader(header) // header, its config and the slices are this step's own
 	if err := a.logHeader(header); err != nil {
 		return stepOutcome{}, err
 	}
@@ -625,7 +651,9 @@ func (a *Agent) stream(ctx context.Context, turn, step int32, req *llmv1.Generat
 		if ctx.Err() != nil {
 			return asm, seqs, errCancelled
 		}
-		ev, err := a.append(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_AssistantChunk{
+		// The chunk is this call's own (LLM: never mutated once yielded),
+		// and the assembler copies what it keeps: the log takes it as is.
+		ev, err := a.appendOwned(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_AssistantChunk{
 			AssistantChunk: &sessionv1.AssistantChunk{Turn: turn, Step: step, Chunk: chunk}}})
 		if err != nil {
 			return asm, seqs, err
@@ -663,9 +691,15 @@ func assistantEvent(turn, step int32, content []*llmv1.ContentBlock, prov *llmv1
 	}
 }
 
-// logHeader appends request/header per the logging rule of §3.7.
+// logHeader appends request/header per the logging rule of §3.7. The
+// latest header is the one this agent logged when the log's latest is that
+// very event (the same header, whose tools and prefix this step's header
+// shares by pointer, so the comparison needs no walk); otherwise the log's.
 func (a *Agent) logHeader(h *sessionv1.EpochHeader) error {
 	latest := a.log.RequestHeader()
+	if a.lastHeader != nil && a.log.RequestHeaderSeq() == a.lastHeaderSeq {
+		latest = a.lastHeader
+	}
 	var reason sessionv1.HeaderReason
 	switch {
 	case !a.headerLogged && latest == nil:
@@ -677,10 +711,11 @@ func (a *Agent) logHeader(h *sessionv1.EpochHeader) error {
 	default:
 		return nil
 	}
-	_, err := a.append(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_RequestHeader{
+	ev, err := a.append(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_RequestHeader{
 		RequestHeader: &sessionv1.RequestHeader{Header: h, Reason: reason}}})
 	if err == nil {
 		a.headerLogged = true
+		a.lastHeader, a.lastHeaderSeq = h, ev.GetSeq()
 	}
 	return err
 }

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -134,14 +135,19 @@ type Pipeline struct {
 	Pre  hooks.Chain[*PreIn, *toolsv1.PreToolDecision]
 	Post hooks.Chain[*PostIn, *toolsv1.PostToolDecision]
 
-	cfg    Config
-	log    *slog.Logger
-	mu     sync.RWMutex
-	hosts  []*hostState
-	owner  map[string]*hostState // tool name -> owning host
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	ready  chan struct{}
+	cfg   Config
+	log   *slog.Logger
+	mu    sync.RWMutex
+	hosts []*hostState
+	owner map[string]*hostState // tool name -> owning host
+	gen   uint64                // bumped by every change of a host's tools or the owners
+	// schemas caches Schemas per visible-host list for generation gen.
+	schemaMu  sync.Mutex
+	schemas   map[string][]*llmv1.ToolSchema
+	schemaGen uint64
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	ready     chan struct{}
 }
 
 // New returns a pipeline; call Start before use.
@@ -246,6 +252,7 @@ func (p *Pipeline) setTools(hs *hostState, tools []*toolsv1.ToolDescriptor, rev 
 		}
 	}
 	hs.tools, hs.revision, hs.support = m, rev, support
+	p.gen++
 }
 
 // rebuild recomputes the name→owner index in host order. With strict, a
@@ -269,6 +276,7 @@ func (p *Pipeline) rebuild(strict bool) error {
 		}
 	}
 	p.owner = owner
+	p.gen++
 	return nil
 }
 
@@ -417,9 +425,21 @@ func (p *Pipeline) lookup(hosts []string, name string) (*hostState, *toolsv1.Too
 }
 
 // Schemas returns the schemas visible to a session, in lexicographic order.
+// The slice and the schemas are shared (every step of every session with
+// the same visible hosts gets the same ones until a host's tools change)
+// and must not be mutated.
 func (p *Pipeline) Schemas(hosts []string) []*llmv1.ToolSchema {
+	key := hostsKey(hosts)
 	p.mu.RLock()
 	defer p.mu.RUnlock()
+	p.schemaMu.Lock()
+	defer p.schemaMu.Unlock()
+	if p.schemaGen != p.gen || p.schemas == nil {
+		p.schemas, p.schemaGen = map[string][]*llmv1.ToolSchema{}, p.gen
+	}
+	if out, ok := p.schemas[key]; ok {
+		return out
+	}
 	names := make([]string, 0, len(p.owner))
 	for n, hs := range p.owner {
 		if visible(hosts, hs.host.Name) {
@@ -431,8 +451,28 @@ func (p *Pipeline) Schemas(hosts []string) []*llmv1.ToolSchema {
 	for _, n := range names {
 		out = append(out, proto.CloneOf(p.owner[n].tools[n].GetSchema()))
 	}
+	out = out[:len(out):len(out)] // an append by a caller copies
+	if len(p.schemas) < maxSchemaLists {
+		p.schemas[key] = out
+	}
 	return out
 }
+
+// hostsKey encodes a visible-host list exactly (no two lists share a key;
+// nil and empty, which mean the same, do).
+func hostsKey(hosts []string) string {
+	var b strings.Builder
+	for _, h := range hosts {
+		b.WriteString(strconv.Itoa(len(h)))
+		b.WriteByte(':')
+		b.WriteString(h)
+	}
+	return b.String()
+}
+
+// maxSchemaLists bounds the schema cache: sessions choose their visible
+// hosts, so the lists are few in practice but not bounded by the server.
+const maxSchemaLists = 64
 
 // PrepareCalls classifies a batch: one PreparedCall per execution, in order.
 // Tools that are always safe are parallel without a round trip; per-call

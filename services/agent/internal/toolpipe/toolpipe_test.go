@@ -168,6 +168,24 @@ func TestWatchToolsFollowsChanges(t *testing.T) {
 	if got := p.Schemas([]string{"other"}); len(got) != 0 {
 		t.Errorf("a session restricted to another host sees %v", got)
 	}
+	// Unchanged tools: every step gets the same shared list.
+	if a, b := p.Schemas(nil), p.Schemas([]string{}); &a[0] != &b[0] {
+		t.Error("the schema list is rebuilt although no tool changed")
+	}
+	if got := p.Schemas([]string{"h"}); len(got) != 2 {
+		t.Errorf("a session restricted to its host sees %v", got)
+	}
+	// A change invalidates the cached list.
+	host.SetTools(fakes.Tool{Name: "c"})
+	for got := p.Schemas(nil); len(got) != 1 || got[0].GetName() != "c"; got = p.Schemas(nil) {
+		if time.Now().After(deadline) {
+			t.Fatalf("schemas after the change %v", got)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := p.Schemas([]string{"h"}); len(got) != 1 || got[0].GetName() != "c" {
+		t.Errorf("a cached host list survived the change: %v", got)
+	}
 }
 
 type interceptor struct {
