@@ -287,21 +287,26 @@ type Run struct {
 	// Containment names how leftovers die (pid-namespace, subreaper).
 	Containment string
 
+	// ok says the launcher reported its set-up done; a call's Run
+	// finished without it calls setupFailed (the cached verdict is dropped).
+	ok          bool
+	setupFailed func()
+
 	statusR, statusW *os.File
 	status           *bufio.Reader
 	cgroup, tmp      string
 	result           string
-	// ok says the launcher reported its set-up done; a Run finished
-	// without it calls setupFailed (the cached verdict is dropped).
-	ok          bool
-	setupFailed func()
 }
 
 // Command prepares a call. A confined policy on a machine that cannot
 // enforce it is ErrUnavailable. It waits for the probe.
 func (s *Sandbox) Command(c Call) (*Run, error) {
 	<-s.probed
-	return s.command(c)
+	r, err := s.command(c)
+	if r != nil {
+		r.setupFailed = s.forgetVerdict // a verdict that no longer holds
+	}
+	return r, err
 }
 
 // command prepares a call from support as it stands (the probe's own runs
@@ -310,7 +315,7 @@ func (s *Sandbox) command(c Call) (*Run, error) {
 	if c.Policy.Mode.Confined() && s.support.Unavailable != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, s.support.Unavailable)
 	}
-	r := &Run{Enforcement: s.enforcement(c.Policy), Containment: s.support.Containment(), setupFailed: s.forgetVerdict}
+	r := &Run{Enforcement: s.enforcement(c.Policy), Containment: s.support.Containment()}
 	tmp, err := os.MkdirTemp(s.tmpRoot, "call-")
 	if err != nil {
 		return nil, fmt.Errorf("call temp dir: %w", err)
