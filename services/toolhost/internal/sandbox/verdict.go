@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // The probe's verdict is cached per boot so that a host's start does not
@@ -82,12 +84,12 @@ func (s *Sandbox) currentKey() (verdictKey, error) {
 	if err != nil {
 		return verdictKey{}, fmt.Errorf("boot id: %w", err)
 	}
-	var u syscall.Utsname
-	if err := syscall.Uname(&u); err != nil {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
 		return verdictKey{}, fmt.Errorf("uname: %w", err)
 	}
 	k := verdictKey{Version: verdictVersion, BootID: strings.TrimSpace(string(boot)),
-		Kernel: utsString(u.Release[:]) + " " + utsString(u.Version[:]),
+		Kernel: unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Version[:]),
 		EUID:   os.Geteuid(), LandlockABI: s.support.LandlockABI, PidsCgroup: s.support.PidsCgroup, Limits: s.cfg.Limits}
 	if k.BootID == "" {
 		return verdictKey{}, errors.New("boot id: empty")
@@ -99,17 +101,6 @@ func (s *Sandbox) currentKey() (verdictKey, error) {
 		return verdictKey{}, fmt.Errorf("this binary: %w", err)
 	}
 	return k, nil
-}
-
-func utsString(b []int8) string {
-	out := make([]byte, 0, len(b))
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		out = append(out, byte(c))
-	}
-	return string(out)
 }
 
 // cachedVerdict returns the cached verdict when it holds for key; any
