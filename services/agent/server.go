@@ -230,6 +230,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer gwConn.Close()
+	// Connect now: a session's creation asks the gateway for its providers,
+	// and the handshake then overlaps the store's open instead.
+	gwConn.Connect()
 	gw := gateway.New(gwConn)
 
 	pr, err := buildPrompt(sc)
