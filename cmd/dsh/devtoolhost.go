@@ -21,7 +21,10 @@ func startToolhost(ctx context.Context, e *env, workspace, data string, lis net.
 	home, _ := os.UserHomeDir()
 	dshHome, agentsHome := envOr(e, "DSH_HOME", filepath.Join(home, ".dsh")), envOr(e, "DSH_AGENTS_HOME", filepath.Join(home, ".agents"))
 	th, err := toolhost.New(toolhost.Config{WorkspaceRoot: workspace, SpillDir: filepath.Join(data, "spill"),
-		DshHome: dshHome, AgentsHome: agentsHome}, logger)
+		DshHome: dshHome, AgentsHome: agentsHome,
+		// The probe's verdict is kept per boot, beside the sessions unless
+		// there is a runtime directory: the next start skips the probe.
+		SandboxVerdictDir: toolhost.SandboxVerdictDir(e.getenv, data)}, logger)
 	if err != nil {
 		return nil, nil, err
 	}

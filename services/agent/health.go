@@ -58,6 +58,14 @@ func newDepHealth(store any, log *slog.Logger) *depHealth {
 	return &depHealth{store: p, log: log, status: map[string]bool{}}
 }
 
+// setProbe sets the store's pinger (before probeStore and run).
+func (d *depHealth) setProbe(store any) {
+	p, _ := store.(pinger)
+	d.mu.Lock()
+	d.store = p
+	d.mu.Unlock()
+}
+
 // set records name's health and forwards it once attached.
 func (d *depHealth) set(name string, up bool) {
 	d.mu.Lock()

@@ -205,26 +205,34 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	// The store opens while the gateway and toolhosts are dialled and
+	// listed: a process's first SQLite open (the library's set-up, a fresh
+	// database's schema) costs as much as the whole rest of the start.
 	var (
 		store persistence.Store
 		rep   *replica // nil unless on the shared postgres store
 		err   error
 	)
-	if sc.Store == "postgres" {
-		store, rep, err = openReplica(ctx, sc, logger)
-	} else {
-		store, err = openStore(ctx, sc)
-	}
-	if err != nil {
-		return err
-	}
-	defer store.Close()
+	opening := &openedStore{done: make(chan struct{})}
+	go func() {
+		defer close(opening.done)
+		opening.open(ctx, sc, logger)
+	}()
+	defer func() {
+		<-opening.done
+		if opening.err == nil {
+			opening.store.Close()
+		}
+	}()
 
 	gwConn, err := grpcserver.Dial(sc.Gateway, sc.DialOptions...)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer gwConn.Close()
+	// Connect now: a session's creation asks the gateway for its providers,
+	// and the handshake then overlaps the store's open instead.
+	gwConn.Connect()
 	gw := gateway.New(gwConn)
 
 	pr, err := buildPrompt(sc)
@@ -280,15 +288,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		approvers = append(approvers, approval.Remote{Name: r.Name, Client: agentv1.NewApproverClient(conn), Timeout: r.Timeout, FailOpen: r.FailOpen})
 	}
 	// One health monitor: the store's Ping, or for a replica the database
-	// and its lease renewal (NOT_SERVING while either fails).
-	var probe any = store
-	interval := cmp.Or(sc.HealthInterval, defaultHealthInterval)
-	if rep != nil {
-		probe = pingFunc(rep.healthy)
-		interval = cmp.Or(sc.HealthPeriod, DefaultHealthPeriod)
-	}
-	health := newDepHealth(probe, logger)
-	health.probeStore(ctx)
+	// and its lease renewal (NOT_SERVING while either fails); its probe is
+	// set once the store is open.
+	health := newDepHealth(nil, logger)
 	pipe := toolpipe.New(toolpipe.Config{Hosts: hosts, Interceptors: ics, Logger: logger, AllowUnenforced: sc.AllowUnenforcedHosts, OnHostState: func(name string, up bool, err error) {
 		health.set(HealthToolhost(name), up)
 		if sc.OnToolhost != nil {
@@ -304,10 +306,37 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 			svc.publishProgress(ex, out)
 		}
 	}})
-	if err := pipe.Start(ctx); err != nil {
+	// A store that fails to open ends the toolhosts' listing: its error is
+	// the one to report.
+	startCtx, endStart := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-opening.done:
+			if opening.err != nil {
+				endStart()
+			}
+		case <-startCtx.Done():
+		}
+	}()
+	err = pipe.Start(startCtx)
+	endStart()
+	<-opening.done
+	if opening.err != nil {
+		return opening.err
+	}
+	store, rep = opening.store, opening.rep
+	if err != nil {
 		return fmt.Errorf("toolhosts: %w", err)
 	}
 	defer pipe.Close()
+	var probe any = store
+	interval := cmp.Or(sc.HealthInterval, defaultHealthInterval)
+	if rep != nil {
+		probe = pingFunc(rep.healthy)
+		interval = cmp.Or(sc.HealthPeriod, DefaultHealthPeriod)
+	}
+	health.setProbe(probe)
+	health.probeStore(ctx)
 
 	hk := &hooks.Set{}
 	retry := hooks.DefaultRetryPolicy()
@@ -454,6 +483,23 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		serveErr = <-errc
 	}
 	return errors.Join(serveErr, closeErr)
+}
+
+// openedStore is the configured store being opened; its fields are set
+// when done is closed.
+type openedStore struct {
+	done  chan struct{}
+	store persistence.Store
+	rep   *replica // nil unless on the shared postgres store
+	err   error
+}
+
+func (o *openedStore) open(ctx context.Context, sc ServerConfig, logger *slog.Logger) {
+	if sc.Store == "postgres" {
+		o.store, o.rep, o.err = openReplica(ctx, sc, logger)
+	} else {
+		o.store, o.err = openStore(ctx, sc)
+	}
 }
 
 func openStore(ctx context.Context, sc ServerConfig) (persistence.Store, error) {

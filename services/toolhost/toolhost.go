@@ -83,6 +83,11 @@ type Config struct {
 	// roots (ranks 400 and 500); SkillDirs are extra roots (rank 300).
 	DshHome, AgentsHome string
 	SkillDirs           []string
+	// SandboxVerdictDir, when set, keeps the sandbox probe's verdict for
+	// this boot, so a later start with the same kernel, binaries and limits
+	// skips the probe (a cached verdict still fails closed per call); see
+	// SandboxVerdictDir. Empty: probe at every start.
+	SandboxVerdictDir string
 }
 
 // Service is the built-in toolhost.
@@ -147,6 +152,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	}
 	s.sandbox, err = sandbox.New(sandbox.Config{
 		HostRoot: realRoot, SpillRoot: sp.Root(), Limits: cfg.Limits, Environ: environ, ToolEnv: cfg.ToolEnv, Logger: logger,
+		VerdictDir: cfg.SandboxVerdictDir,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("toolhost: %w", err)
@@ -302,6 +308,12 @@ type (
 
 // ParseSandboxMode parses read-only, workspace-write or danger-full-access.
 func ParseSandboxMode(s string) (SandboxMode, error) { return sandbox.ParseMode(s) }
+
+// SandboxVerdictDir is where a host keeps its sandbox probe's verdict:
+// $XDG_RUNTIME_DIR/dsh (per user, per boot) when set, else fallback.
+func SandboxVerdictDir(getenv func(string) string, fallback string) string {
+	return sandbox.VerdictDir(getenv, fallback)
+}
 
 // ParseNetwork parses "on" or "off" and reports whether it is off.
 func ParseNetwork(s string) (off bool, err error) { return sandbox.ParseNetwork(s) }

@@ -104,6 +104,9 @@ func run() error {
 		WorkspaceRoot: root, Unconfined: *unconfined, MaxArgumentBytes: *maxArgs, ServerOptions: srvOpts,
 		DefaultMode: defMode, DefaultNetworkOff: netOff, Limits: lim, ToolEnv: toolEnv,
 		DshHome: *dshHome, AgentsHome: *agentsHome, SkillDirs: skillDirs,
+		// With a runtime directory, the sandbox probe's verdict is kept
+		// there for this boot.
+		SandboxVerdictDir: toolhost.SandboxVerdictDir(os.Getenv, ""),
 	}, log)
 	if err != nil {
 		return err

@@ -22,8 +22,10 @@ type pidsCgroups struct {
 }
 
 // newPidsCgroups finds a usable pids hierarchy and creates this host's
-// parent directory, or returns an error saying why there is none.
-func newPidsCgroups() (*pidsCgroups, error) {
+// parent directory (named after the process and tag, unique per host: two
+// hosts in one process each get their own), or returns an error saying why
+// there is none.
+func newPidsCgroups(tag string) (*pidsCgroups, error) {
 	mounts, err := cgroupMounts()
 	if err != nil {
 		return nil, err
@@ -32,7 +34,7 @@ func newPidsCgroups() (*pidsCgroups, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := fmt.Sprintf("dsh-toolhost-%d", os.Getpid())
+	name := fmt.Sprintf("dsh-toolhost-%d-%s", os.Getpid(), tag)
 	var errs []error
 	if m, ok := mounts["cgroup2"]; ok {
 		dir := filepath.Join(m, own[""], name)

@@ -39,6 +39,10 @@ type Config struct {
 	Exe string
 	// Logger receives the startup report.
 	Logger *slog.Logger
+	// VerdictDir, when set, keeps the probe's verdict for this boot (see
+	// verdict.go): a later start with the same kernel, binaries and
+	// settings takes it instead of probing. Empty: probe at every start.
+	VerdictDir string
 }
 
 // DefaultExe is the launcher a Sandbox runs when Config.Exe is empty: the
@@ -72,6 +76,8 @@ type Support struct {
 	PidsCgroup string
 	// Unavailable says why confined modes cannot run (nil: they can).
 	Unavailable error
+	// Cached says the verdict is this boot's cached one (no probe ran).
+	Cached bool
 }
 
 // Containment names how leftover processes are killed.
@@ -101,7 +107,10 @@ type Sandbox struct {
 // New prepares the host's temporary area and starts probing the machine in
 // the background: running the launcher costs a process start (a Go runtime,
 // and bash), which stays off a host's start-up path; Support, Enforcement
-// and Command wait for the probe. New fails only on setup errors; a machine
+// and Command wait for the probe. With Config.VerdictDir, a verdict cached
+// by an earlier start of this boot with the same binaries and settings is
+// taken instead, and no probe runs (verdict.go). New fails only on setup
+// errors; a machine
 // that cannot confine is reported in Support (and logged as a WARN), and
 // confined calls then fail closed.
 func New(cfg Config) (*Sandbox, error) {
@@ -131,16 +140,38 @@ func New(cfg Config) (*Sandbox, error) {
 	}
 	s.outside = &readListing{hidden: s.hidden}
 	s.support.LandlockABI, _ = llsys.LandlockGetABIVersion()
-	if pc, err := newPidsCgroups(); err == nil {
+	// The temporary area's random suffix tells this host's cgroups apart.
+	if pc, err := newPidsCgroups(strings.TrimPrefix(filepath.Base(tmp), "dsh-toolhost-tmp-")); err == nil {
 		s.pids = pc
 		s.support.PidsCgroup = "v" + strconv.Itoa(pc.version)
 	} else {
 		cfg.Logger.Info("sandbox: no pids cgroup; the process limit is RLIMIT_NPROC only (root ignores it)", "why", err)
 	}
+	var key verdictKey
+	if cfg.VerdictDir != "" {
+		if key, err = s.currentKey(); err != nil {
+			cfg.Logger.Debug("sandbox: no verdict cache", "why", err)
+			s.cfg.VerdictDir = ""
+		} else if v, ok := s.cachedVerdict(key); ok && s.support.LandlockABI >= 1 {
+			s.support.Namespaces, s.support.NetNamespace, s.support.Cached = v.Namespaces, v.NetNamespace, true
+			close(s.probed)
+			s.report()
+			return s, nil
+		}
+	}
 	go func() {
-		defer close(s.probed)
 		s.probe()
+		// Stored before any call can run, so a call whose set-up fails
+		// (and drops the verdict) comes after it.
+		var serr error
+		if s.cfg.VerdictDir != "" {
+			serr = s.storeVerdict(key)
+		}
+		close(s.probed)
 		s.report()
+		if serr != nil {
+			s.cfg.Logger.Info("sandbox: cannot cache the probe's verdict; the next start probes again", "why", serr)
+		}
 	}()
 	return s, nil
 }
@@ -189,7 +220,7 @@ func (s *Sandbox) run(command string, p Policy) error {
 
 func (s *Sandbox) report() {
 	sp := s.support
-	attrs := []any{"launcher", s.cfg.Exe, "landlock_abi", sp.LandlockABI, "containment", sp.Containment(), "netns", sp.NetNamespace, "pids_cgroup", sp.PidsCgroup,
+	attrs := []any{"launcher", s.cfg.Exe, "cached", sp.Cached, "landlock_abi", sp.LandlockABI, "containment", sp.Containment(), "netns", sp.NetNamespace, "pids_cgroup", sp.PidsCgroup,
 		"limits", fmt.Sprintf("cpu=%ds mem=%d procs=%d fsize=%d", s.cfg.Limits.CPUSeconds, s.cfg.Limits.MemoryBytes, s.cfg.Limits.Processes, s.cfg.Limits.FileBytes)}
 	if sp.Unavailable != nil {
 		s.cfg.Logger.Warn("sandbox unavailable: confined calls (read-only, workspace-write) will fail with SANDBOX_UNAVAILABLE", append(attrs, "why", sp.Unavailable)...)
@@ -258,6 +289,11 @@ type Run struct {
 	// Containment names how leftovers die (pid-namespace, subreaper).
 	Containment string
 
+	// ok says the launcher reported its set-up done; a call's Run
+	// finished without it calls setupFailed (the cached verdict is dropped).
+	ok          bool
+	setupFailed func()
+
 	statusR, statusW *os.File
 	// ruleset is the Landlock ruleset handed to the launcher (closed once
 	// it started).
@@ -271,7 +307,11 @@ type Run struct {
 // enforce it is ErrUnavailable. It waits for the probe.
 func (s *Sandbox) Command(c Call) (*Run, error) {
 	<-s.probed
-	return s.command(c)
+	r, err := s.command(c)
+	if r != nil {
+		r.setupFailed = s.forgetVerdict // a verdict that no longer holds
+	}
+	return r, err
 }
 
 // command prepares a call from support as it stands (the probe's own runs
@@ -363,6 +403,7 @@ func (r *Run) Started() error {
 	line = strings.TrimSpace(line)
 	switch {
 	case line == "ok":
+		r.ok = true
 		return nil
 	case strings.HasPrefix(line, "error: "):
 		return fmt.Errorf("%w: %s", ErrUnavailable, strings.TrimPrefix(line, "error: "))
@@ -374,6 +415,10 @@ func (r *Run) Started() error {
 // temporary directory and cgroup. Call it after Wait returned (every
 // process of the call is gone by then).
 func (r *Run) Finish() {
+	if !r.ok && r.setupFailed != nil {
+		r.setupFailed() // Start or the launcher's set-up failed
+		r.setupFailed = nil
+	}
 	if r.status != nil {
 		rest, _ := r.status.ReadString('\n')
 		r.result = strings.TrimSpace(rest)
