@@ -154,6 +154,25 @@ func benchLoad(b *testing.B, open BenchOpener, repair bool) {
 	b.ReportMetric(float64(len(loaded)), "events")
 }
 
+// AppendSpread appends b.N batches of batch events from logs, per batches
+// for each session "bench-<g>" (the last may take fewer), one goroutine per
+// session, and returns when all are stored.
+func AppendSpread(b *testing.B, s persistence.Store, logs [][]*sessionv1.SessionEvent, per, batch int) {
+	var wg sync.WaitGroup
+	for g := range logs {
+		n := min(per, b.N-g*per)
+		wg.Go(func() {
+			for k := range max(n, 0) {
+				if err := s.Append(b.Context(), fmt.Sprintf("bench-%d", g), logs[g][k*batch:(k+1)*batch]); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // BenchParallel measures durable appends from many sessions at once: b.N
 // batches of batch events spread over sessions goroutines, each appending
 // to its own session (events/s over all of them). A backend that shares a
@@ -173,19 +192,7 @@ func BenchParallel(b *testing.B, open BenchOpener, sessions, batch int) {
 	runtime.GC() // collect the setup's garbage outside the measurement
 	b.ResetTimer()
 	cpu := cputime.Process()
-	var wg sync.WaitGroup
-	for g := range sessions {
-		n := min(per, b.N-g*per)
-		wg.Go(func() {
-			for k := range max(n, 0) {
-				if err := s.Append(b.Context(), fmt.Sprintf("bench-%d", g), logs[g][k*batch:(k+1)*batch]); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	AppendSpread(b, s, logs, per, batch)
 	b.StopTimer()
 	reportCPU(b, cpu)
 	b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "events/s")

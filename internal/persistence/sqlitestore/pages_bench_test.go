@@ -81,18 +81,7 @@ func benchFlushPages(b *testing.B, sessions, batch int) {
 	c0, r0 := commits.Load(), requests.Load()
 	b.ResetTimer()
 	cpu := cputime.Process()
-	for g := range sessions {
-		n := min(per, b.N-g*per)
-		wg.Go(func() {
-			for k := range max(n, 0) {
-				if err := s.Append(b.Context(), fmt.Sprintf("bench-%d", g), logs[g][k*batch:(k+1)*batch]); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	persistencetest.AppendSpread(b, s, logs, per, batch)
 	b.StopTimer()
 	b.ReportMetric(float64(cputime.Process()-cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 	frames := float64(walFrames(b, path) - before)
