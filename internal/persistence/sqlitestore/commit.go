@@ -33,8 +33,9 @@ const maxGroup = 512
 type writeReq struct {
 	ctx    context.Context
 	queued time.Time
-	// run does the request's statements in tx; nil result means its
-	// savepoint is released, else rolled back.
+	// run does the request's statements in tx; a nil result keeps them,
+	// else they are undone (by re-running the group with a savepoint per
+	// request when a statement had already written).
 	run  func(ctx context.Context, tx *sql.Tx) error
 	done chan error // buffered 1: the result after the group's commit
 	// after runs on the committer once the group committed (nil result).

@@ -12,9 +12,9 @@ package sqlitestore
 // store").
 const SchemaVersion = 3
 
-// schema creates the tables. A sessions row exists exactly when the session
-// has at least one stored event (it is written by the first append), so List
-// never returns a created-but-never-appended session.
+// schema creates the tables. A sessions row is written by a session's first
+// append, so List never returns a created-but-never-appended session (a
+// version-2 database migrated may carry rows of sessions with no events).
 //
 // sessions.sid is the session's integer key (the rowid), which batches
 // use: a 1-3 byte varint instead of the ~36-byte text id in every index

@@ -13,8 +13,10 @@
 //
 // # Delivery
 //
-// Every Append is a savepoint in an IMMEDIATE transaction on the single
-// writer connection: it materialises the sessions row of a lazily created
+// Every Append is one request of a group committed in an IMMEDIATE
+// transaction on the single writer connection (commit.go; a group runs
+// without savepoints and is re-run with one per request when a statement
+// fails): it materialises the sessions row of a lazily created
 // session, asserts that the batch starts at the stored next seq and inserts
 // the batch's rows; any failure rolls the whole batch back. Appends
 // of different sessions that arrive together share one transaction and one
