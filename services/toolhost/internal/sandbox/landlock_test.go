@@ -117,6 +117,29 @@ func TestNoRulesetReachesTheShell(t *testing.T) {
 	}
 }
 
+// TestEveryLauncherThreadIsConfined: the shell may ptrace a thread of its
+// parent that shares its Landlock domain, and the launcher's threads share
+// one memory, so a launcher thread without the domain (or without
+// no_new_privs) would run whatever the shell wrote into that memory with
+// the host's access. Every thread of the shell's parent must carry both.
+func TestEveryLauncherThreadIsConfined(t *testing.T) {
+	t.Parallel()
+	s, _, a, _ := confinedSandbox(t)
+	for _, mode := range []Mode{WorkspaceWrite, ReadOnly} {
+		out, errb, _ := runIn(t, s, Policy{Mode: mode}, a, `n=0; for f in /proc/$PPID/task/*/status; do grep -h '^NoNewPrivs:' $f; n=$((n+1)); done; echo "threads $n"`)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) < 2 || !strings.HasPrefix(lines[len(lines)-1], "threads ") || lines[len(lines)-1] == "threads 0" {
+			t.Fatalf("%s: no launcher threads listed: %q (stderr %q)", mode, out, errb)
+		}
+		for _, l := range lines[:len(lines)-1] {
+			if strings.Join(strings.Fields(l), " ") != "NoNewPrivs: 1" {
+				t.Errorf("%s: a launcher thread without no_new_privs (so without the Landlock domain): %q", mode, out)
+				break
+			}
+		}
+	}
+}
+
 // TestMovedSiblingStaysHidden: a directory beside the host root is granted
 // (read) by the kept listing; moved into another session's workspace (and
 // its name taken by a new directory), it must be as hidden there as

@@ -9,7 +9,8 @@
 // The Landlock ruleset is not built here: the toolhost builds it (from a
 // listing of the filesystem it keeps while unchanged) and hands it over as
 // file descriptor RulesetFD; the launcher adds its own /proc, enforces it
-// on the thread that starts the shell, and closes it.
+// on every one of its threads (the shell inherits it from the one that
+// forks it), and closes it.
 package launcher
 
 // Keep the imports few and free of path/filepath, encoding/json and the
@@ -28,6 +29,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
@@ -295,7 +297,7 @@ var droppedCaps = []int{
 	unix.CAP_WAKE_ALARM, unix.CAP_BLOCK_SUSPEND, unix.CAP_LEASE,
 }
 
-// restrict enforces the toolhost's ruleset on this thread and closes it.
+// restrict enforces the toolhost's ruleset on every thread and closes it.
 // With a PID namespace the launcher mounted a /proc of its own, which the
 // toolhost could not name: it is readable (as the host's /proc would be),
 // so it gets its rule here. no_new_privs first: landlock_restrict_self
@@ -306,11 +308,17 @@ func restrict(ownProc bool) error {
 			return errors.New("rule for /proc: " + err.Error())
 		}
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+	// Every thread of the launcher, not only the one that forks the shell:
+	// the shell shares the forking thread's domain, so it may ptrace a
+	// thread of its parent that has the same domain, and every thread
+	// shares the launcher's memory — an unconfined runtime thread (sysmon,
+	// a GC worker) would run whatever the shell wrote there with the host's
+	// access (TestEveryLauncherThreadIsConfined).
+	if err := llsys.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return errors.New("no_new_privs: " + err.Error())
 	}
-	if _, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, RulesetFD, 0, 0); e != 0 {
-		return errors.New("enforce: " + e.Error())
+	if err := llsys.AllThreadsLandlockRestrictSelf(RulesetFD, 0); err != nil {
+		return errors.New("enforce: " + err.Error())
 	}
 	return unix.Close(RulesetFD)
 }
