@@ -34,7 +34,8 @@ import (
 // limits. A verdict with any other key is ignored and replaced. The file is
 // read only when it is a regular file (not a symlink) owned by this uid
 // with no group or other permission bits, in a directory owned by this uid
-// that no one else may write.
+// that no one else may write — checked on an open descriptor of the
+// directory, through which the file is then read, written and removed.
 
 // verdictVersion changes whenever the probe or this format does.
 const verdictVersion = 1
@@ -107,16 +108,22 @@ func (s *Sandbox) currentKey() (verdictKey, error) {
 // doubt (missing, another key, unsafe file or directory, bad content) is
 // "no verdict".
 func (s *Sandbox) cachedVerdict(key verdictKey) (verdict, bool) {
-	if s.cfg.VerdictDir == "" || !privateDir(s.cfg.VerdictDir) {
+	if s.cfg.VerdictDir == "" {
 		return verdict{}, false
 	}
-	f, err := os.OpenFile(filepath.Join(s.cfg.VerdictDir, VerdictFile), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	dir, err := openPrivateDir(s.cfg.VerdictDir)
 	if err != nil {
 		return verdict{}, false
 	}
+	defer unix.Close(dir)
+	fd, err := unix.Openat(dir, VerdictFile, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return verdict{}, false
+	}
+	f := os.NewFile(uintptr(fd), VerdictFile)
 	defer f.Close()
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG ||
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG ||
 		int(st.Uid) != os.Geteuid() || st.Mode&0o077 != 0 {
 		return verdict{}, false
 	}
@@ -133,14 +140,28 @@ func (s *Sandbox) cachedVerdict(key verdictKey) (verdict, bool) {
 	return v, true
 }
 
-// privateDir reports whether dir is a directory (not a symlink) owned by
-// this uid that no one else may write.
-func privateDir(dir string) bool {
-	var st syscall.Stat_t
-	if err := syscall.Lstat(dir, &st); err != nil {
-		return false
+// openPrivateDir opens dir (not following a symlink at its last
+// component) and checks on the open descriptor that it is a directory
+// owned by this uid that no one else may write. Every later step works on
+// that descriptor (openat, renameat, unlinkat), so a directory swapped for
+// another (or for a symlink) after the check is never written through: the
+// runtime directory may belong to someone else (`sudo -E` keeps a user's
+// XDG_RUNTIME_DIR).
+func openPrivateDir(dir string) (int, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
 	}
-	return st.Mode&syscall.S_IFMT == syscall.S_IFDIR && int(st.Uid) == os.Geteuid() && st.Mode&0o022 == 0
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s is not a private directory (owned by uid %d, not group or world writable)", dir, os.Geteuid())
+	}
+	return fd, nil
 }
 
 // storeVerdict caches the probe's verdict when it is the best one, and
@@ -156,36 +177,51 @@ func (s *Sandbox) storeVerdict(key verdictKey) error {
 	if err := os.MkdirAll(s.cfg.VerdictDir, 0o700); err != nil {
 		return err
 	}
-	if !privateDir(s.cfg.VerdictDir) {
-		return fmt.Errorf("%s is not a private directory (owned by uid %d, not group or world writable)", s.cfg.VerdictDir, os.Geteuid())
+	dir, err := openPrivateDir(s.cfg.VerdictDir)
+	if err != nil {
+		return err
 	}
+	defer unix.Close(dir)
 	b, err := json.Marshal(verdict{Key: key, Namespaces: true, NetNamespace: true})
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(s.cfg.VerdictDir, VerdictFile+".*") // 0600
-	if err != nil {
-		return err
+	var tmp string
+	fd := -1
+	for i := 0; fd < 0; i++ {
+		tmp = fmt.Sprintf("%s.%d.%d", VerdictFile, os.Getpid(), i)
+		fd, err = unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil && (!errors.Is(err, unix.EEXIST) || i >= 100) {
+			return fmt.Errorf("%s: %w", filepath.Join(s.cfg.VerdictDir, tmp), err)
+		}
 	}
+	f := os.NewFile(uintptr(fd), tmp)
 	_, werr := f.Write(b)
 	if cerr := f.Close(); werr == nil {
 		werr = cerr
 	}
 	if werr == nil {
-		werr = os.Rename(f.Name(), filepath.Join(s.cfg.VerdictDir, VerdictFile))
+		werr = unix.Renameat(dir, tmp, dir, VerdictFile)
 	}
 	if werr != nil {
-		os.Remove(f.Name())
+		_ = unix.Unlinkat(dir, tmp, 0)
 	}
 	return werr
 }
 
 // forgetVerdict removes the cached verdict (a call's set-up failed, or the
-// probe found less than the best): the next start probes.
+// probe found less than the best): the next start probes. Only from a
+// private directory, through its descriptor.
 func (s *Sandbox) forgetVerdict() {
-	if s.cfg.VerdictDir != "" {
-		_ = os.Remove(filepath.Join(s.cfg.VerdictDir, VerdictFile))
+	if s.cfg.VerdictDir == "" {
+		return
 	}
+	dir, err := openPrivateDir(s.cfg.VerdictDir)
+	if err != nil {
+		return
+	}
+	defer unix.Close(dir)
+	_ = unix.Unlinkat(dir, VerdictFile, 0)
 }
 
 // VerdictDir is where a host keeps its probe verdict: $XDG_RUNTIME_DIR/dsh

@@ -151,6 +151,14 @@ func TestVerdictFromElsewhereIsIgnored(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, true},
+		{"a directory that is a symlink (to a private one)", func(t *testing.T, dir string, v verdict) {
+			if err := os.Rename(dir, dir+".real"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(dir+".real", dir); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
 		{"a directory others may write", func(t *testing.T, dir string, v verdict) {
 			if err := os.Chmod(dir, 0o777); err != nil {
 				t.Fatal(err)
