@@ -129,7 +129,7 @@ func buildLauncher(b *testing.B) string {
 func BenchmarkCallRuleset(b *testing.B) {
 	root := b.TempDir()
 	hidden := []string{root}
-	l, err := newListing(hidden, nil)
+	l, err := newListing(hidden, nil, keepBudget())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func BenchmarkCallRuleset(b *testing.B) {
 	})
 	b.Run("listing", func(b *testing.B) {
 		for b.Loop() {
-			l, err := newListing(hidden, nil)
+			l, err := newListing(hidden, nil, keepBudget())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -154,13 +154,13 @@ func BenchmarkCallRuleset(b *testing.B) {
 		}
 	})
 	b.Run("relisting", func(b *testing.B) {
-		prev, err := newListing(hidden, nil)
+		prev, err := newListing(hidden, nil, keepBudget())
 		if err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
 			prev.retired = true
-			l, err := newListing(hidden, prev)
+			l, err := newListing(hidden, prev, keepBudget())
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -104,29 +104,38 @@ func (l *listing) close() {
 // name, device and inode) takes prev's descriptor over when prev is done
 // with it, or a duplicate, so a change in a busy directory costs a listing
 // and the new entries, not an open per entry.
-func newListing(hidden []string, prev *listing) (*listing, error) {
+//
+// At most budget descriptors are kept (keepBudget): anyone may fill /tmp
+// with entries, and the toolhost's own descriptors (connections, pipes, the
+// store) must not run out because of them; the rest are opened per call.
+func newListing(hidden []string, prev *listing, budget int) (*listing, error) {
 	entries, walked, err := listOutside(hidden)
 	if err != nil {
 		return nil, err
 	}
-	var kept map[string]*outsideEntry
+	kept := 0
+	var held map[string]*outsideEntry
 	if prev != nil {
-		kept = make(map[string]*outsideEntry, len(prev.entries))
+		held = make(map[string]*outsideEntry, len(prev.entries))
 		for i := range prev.entries {
 			if e := &prev.entries[i]; e.fd >= 0 {
-				kept[e.path] = e
+				held[e.path] = e
 			}
 		}
 	}
 	for i := range entries {
 		e := &entries[i]
-		if old := kept[e.path]; old != nil && old.file == e.file && old.ino == e.ino && old.dev == e.dev {
+		if kept >= budget {
+			break // the rest: opened per call
+		}
+		if old := held[e.path]; old != nil && old.file == e.file && old.ino == e.ino && old.dev == e.dev {
 			if prev.users == 0 && prev.retired {
 				e.fd, old.fd = old.fd, -1
 			} else if fd, err := unix.FcntlInt(uintptr(old.fd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
 				e.fd = fd
 			}
 			if e.fd >= 0 {
+				kept++
 				continue
 			}
 		}
@@ -143,8 +152,25 @@ func newListing(hidden []string, prev *listing) (*listing, error) {
 			continue
 		}
 		e.fd = fd
+		kept++
 	}
 	return &listing{entries: entries, walked: walked}, nil
+}
+
+// maxKept bounds the descriptors a listing keeps open.
+const maxKept = 4096
+
+// keepBudget is how many descriptors a listing may keep: maxKept, or an
+// eighth of the open-file limit when that is lower.
+func keepBudget() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return 64
+	}
+	if rl.Cur == unix.RLIM_INFINITY {
+		return maxKept
+	}
+	return int(min(uint64(maxKept), rl.Cur/8))
 }
 
 // mountRoot reports whether p is (or may be) the root of a mount.
@@ -179,7 +205,7 @@ func (r *readListing) get() (*listing, error) {
 	if prev != nil {
 		prev.retired = true
 	}
-	l, err := newListing(r.hidden, prev)
+	l, err := newListing(r.hidden, prev, keepBudget())
 	if prev != nil {
 		r.cur = nil
 		r.retire(prev)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -137,6 +138,57 @@ func TestEveryLauncherThreadIsConfined(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// TestListingKeepsABoundedNumberOfDescriptors: anyone can fill /tmp (where
+// the hidden roots live) with entries; a listing keeps at most its budget
+// of descriptors open, and the listing itself still names every entry (the
+// rest are opened per call), including when a re-listing takes kept
+// descriptors over from the previous one.
+func TestListingKeepsABoundedNumberOfDescriptors(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	hidden := filepath.Join(base, "hidden")
+	if err := os.Mkdir(hidden, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		if err := os.WriteFile(filepath.Join(base, "flood-"+strconv.Itoa(i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(l *listing) (kept, flood int) {
+		for _, e := range l.entries {
+			if e.fd >= 0 {
+				kept++
+			}
+			if strings.HasPrefix(filepath.Base(e.path), "flood-") {
+				flood++
+			}
+		}
+		return kept, flood
+	}
+	const budget = 5
+	prev, err := newListing([]string{hidden}, nil, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prev.close()
+	if kept, flood := count(prev); kept > budget || kept == 0 || flood != 40 {
+		t.Fatalf("first listing: %d descriptors kept (budget %d), %d of 40 entries listed", kept, budget, flood)
+	}
+	prev.retired = true
+	next, err := newListing([]string{hidden}, prev, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.close()
+	if kept, flood := count(next); kept > budget || flood != 40 {
+		t.Fatalf("re-listing: %d descriptors kept (budget %d), %d of 40 entries listed", kept, budget, flood)
+	}
+	if b := keepBudget(); b < 1 || b > maxKept {
+		t.Errorf("keepBudget() = %d, want 1..%d", b, maxKept)
 	}
 }
 
