@@ -205,7 +205,9 @@ func BenchmarkResume10k(b *testing.B) {
 	n := 0
 	for b.Loop() {
 		n++
-		resp, err := svc.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: "big"})
+		// WaitIdle loads the session (GetSession answers an unloaded SQLite
+		// session from its header without loading it).
+		resp, err := svc.WaitIdle(ctx, &agentv1.WaitIdleRequest{SessionId: "big"})
 		if err != nil {
 			b.Fatal(err)
 		}

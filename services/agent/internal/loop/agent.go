@@ -162,7 +162,7 @@ type Agent struct {
 	sandbox       sandboxFold
 	ws            *toolsv1.GetWorkspaceContextResponse
 	sections      []prompt.Section // this turn's agent/prompt-sections
-	asm           asmCache         // the last assembly (turn.go)
+	asm           *asmCache        // the last assembly (turn.go); nil while idle
 }
 
 // New returns an agent over log. It does not start the driver; call Start.
@@ -526,6 +526,12 @@ func (a *Agent) run() {
 			if a.disposed {
 				close(a.done)
 			} else if !a.exclusive {
+				// Idle: the step caches (the last assembly, the last logged
+				// header) go with the driver — they only save work between
+				// a turn's steps, and an idle session holds ≤ 10 KiB
+				// (BenchmarkIdleLoadedSessionMemory). Nothing else uses them
+				// while neither a driver nor an Exclusive turn runs.
+				a.asm, a.lastHeader = nil, nil
 				a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_IDLE)
 			}
 			a.mu.Unlock()

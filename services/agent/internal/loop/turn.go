@@ -420,23 +420,23 @@ func (a *Agent) assemble() (string, []*llmv1.ToolSchema, []*llmv1.Message, error
 	}
 	// Assembly is a pure function of its input: a step whose input is the
 	// previous step's (the usual case) reuses its result.
-	if a.asm.ok && sameInput(a.asm.in, in) {
-		return a.asm.out.System, a.asm.out.Tools, a.asm.out.Prefix, nil
+	if c := a.asm; c != nil && sameInput(c.in, in) {
+		return c.out.System, c.out.Tools, c.out.Prefix, nil
 	}
 	asm, err := a.cfg.Prompt.Assemble(in)
 	if err != nil {
-		a.asm = asmCache{}
+		a.asm = nil
 		return "", nil, nil, fmt.Errorf("assemble system prompt: %w", err)
 	}
-	a.asm = asmCache{in: in, out: asm, ok: true}
+	a.asm = &asmCache{in: in, out: asm}
 	return asm.System, asm.Tools, asm.Prefix, nil
 }
 
-// asmCache is the driver's last prompt assembly and its input.
+// asmCache is the driver's last prompt assembly and its input (nil while
+// idle: an idle session holds ≤ 10 KiB).
 type asmCache struct {
 	in  prompt.Input
 	out prompt.Assembly
-	ok  bool
 }
 
 // sameInput reports whether two assembly inputs are the same: equal
