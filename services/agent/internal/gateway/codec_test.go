@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -55,18 +56,7 @@ func TestHistoryCodecReencodesChangedMessages(t *testing.T) {
 	}
 	// A compaction-like change: position 1 now holds a different message.
 	changed := append([]*llmv1.Message{ms[0]}, history(1)[0], ms[3])
-	req := &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Messages: changed}
-	bs, err := c.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got llmv1.GenerateRequest
-	if err := proto.Unmarshal(bs.Materialize(), &got); err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(req, &got, protocmp.Transform()); diff != "" {
-		t.Fatalf("(-want +got):\n%s", diff)
-	}
+	marshalRoundTrip(t, c, &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Messages: changed})
 	c.forget("s")
 	if len(c.sessions) != 0 {
 		t.Error("forget kept the session")
@@ -169,17 +159,7 @@ func TestHistoryCodecSharesToolEncodings(t *testing.T) {
 	shared := []*llmv1.ToolSchema{{Name: "a", Parameters: `{"type":"object"}`}, {Name: "b", Description: "bee"}}
 	roundTrip := func(req *llmv1.GenerateRequest) []byte {
 		t.Helper()
-		bs, err := c.Marshal(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got llmv1.GenerateRequest
-		if err := proto.Unmarshal(bs.Materialize(), &got); err != nil {
-			t.Fatal(err)
-		}
-		if diff := cmp.Diff(req, &got, protocmp.Transform()); diff != "" {
-			t.Fatalf("round trip (-want +got):\n%s", diff)
-		}
+		bs := marshalRoundTrip(t, c, req)
 		if len(bs) < 2 {
 			return nil
 		}
@@ -200,4 +180,22 @@ func TestHistoryCodecSharesToolEncodings(t *testing.T) {
 	}
 	roundTrip(&llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s1", Tools: shared[:1], Messages: history(2)})
 	roundTrip(&llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s1", Messages: history(2)})
+}
+
+// marshalRoundTrip encodes req with c, requires it to decode to exactly req
+// and returns the encoding.
+func marshalRoundTrip(t *testing.T, c *historyCodec, req *llmv1.GenerateRequest) mem.BufferSlice {
+	t.Helper()
+	bs, err := c.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got llmv1.GenerateRequest
+	if err := proto.Unmarshal(bs.Materialize(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(req, &got, protocmp.Transform()); diff != "" {
+		t.Fatalf("round trip (-want +got):\n%s", diff)
+	}
+	return bs
 }
