@@ -36,8 +36,8 @@ func compactCommand(ctx context.Context, c agentv1.AgentServiceClient, id, line 
 	return true
 }
 
-// gauge is the context meter of the status line: "41% of 4k (1.6k tokens)",
-// or the tokens alone when the window is unknown.
+// gauge is the context meter of the status line: "41% of 4k", or the
+// tokens alone when the window is unknown.
 func gauge(m *agentv1.ContextMeasurement) string {
 	if m == nil {
 		return ""

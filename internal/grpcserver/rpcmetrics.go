@@ -89,18 +89,16 @@ func newRPCMetrics(mp metric.MeterProvider, client bool) *rpcMetrics {
 	// otelgrpc's buckets.
 	buckets := metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
 	h := &rpcMetrics{client: client}
+	var err error
 	if client {
-		d, err := rpcconv.NewClientCallDuration(meter, buckets)
-		if err != nil {
-			otel.Handle(err)
-		}
-		h.dur = d.Inst()
+		d, e := rpcconv.NewClientCallDuration(meter, buckets)
+		h.dur, err = d.Inst(), e
 	} else {
-		d, err := rpcconv.NewServerCallDuration(meter, buckets)
-		if err != nil {
-			otel.Handle(err)
-		}
-		h.dur = d.Inst()
+		d, e := rpcconv.NewServerCallDuration(meter, buckets)
+		h.dur, err = d.Inst(), e
+	}
+	if err != nil {
+		otel.Handle(err) // h.dur is then a no-op instrument
 	}
 	return h
 }
@@ -109,7 +107,7 @@ func (h *rpcMetrics) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.
 func (h *rpcMetrics) HandleConn(context.Context, stats.ConnStats)                       {}
 
 func (h *rpcMetrics) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
-	if h.dur == nil || !instrumented(info) {
+	if !instrumented(info) {
 		return ctx
 	}
 	return context.WithValue(ctx, rpcCallKey{}, &rpcCall{sets: h.method(info.FullMethodName)})
@@ -161,15 +159,14 @@ func (h *rpcMetrics) HandleRPC(ctx context.Context, rs stats.RPCStats) {
 func (h *rpcMetrics) set(call *rpcCall, code codes.Code) *attribute.Set {
 	ms := call.sets
 	if !h.client {
-		if int(code) < len(ms.byCode) {
-			if s := ms.byCode[code].Load(); s != nil {
-				return s
-			}
+		if int(code) >= len(ms.byCode) {
+			return h.build(ms, "", code)
+		}
+		if s := ms.byCode[code].Load(); s != nil {
+			return s
 		}
 		s := h.build(ms, "", code)
-		if int(code) < len(ms.byCode) {
-			ms.byCode[code].Store(s)
-		}
+		ms.byCode[code].Store(s)
 		return s
 	}
 	var addr string

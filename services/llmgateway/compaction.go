@@ -60,6 +60,9 @@ func (c *CompactionConfig) validate(where string) error {
 		return fmt.Errorf("%s: compaction retries must not be negative", where)
 	}
 	for m, mc := range c.Models {
+		if mc == nil { // "models": {"m": null}: no override
+			continue
+		}
 		if len(mc.Models) > 0 {
 			return fmt.Errorf("%s: compaction models.%s: per-model overrides do not nest", where, m)
 		}
@@ -113,8 +116,9 @@ func (c *CompactionConfig) policy(model string) *llmv1.CompactionPolicy {
 func (r *route) modelContext(model string) *llmv1.ModelContext {
 	out := &llmv1.ModelContext{Compaction: r.compaction.policy(model)}
 	for _, m := range r.adapter.Models() {
-		if m.ID == model && m.ContextWindow > 0 {
+		if m.ID == model {
 			out.ContextWindow = m.ContextWindow
+			break
 		}
 	}
 	if out.ContextWindow == 0 && out.Compaction == nil {

@@ -65,3 +65,13 @@ func TestCompactionConfigRejected(t *testing.T) {
 		}
 	}
 }
+
+// TestCompactionConfigNullModel: a config file's "models": {"m": null}
+// (a nil override) starts the gateway like no override at all.
+func TestCompactionConfigNullModel(t *testing.T) {
+	t.Parallel()
+	c := &CompactionConfig{ThresholdRatio: proto.Float64(0.5), Models: map[string]*CompactionConfig{"m": nil}}
+	if _, err := New(Config{Routes: []RouteConfig{{Name: "r", Kind: KindScripted, Compaction: c}}}, nil); err != nil {
+		t.Fatalf("New with a null per-model override: %v", err)
+	}
+}

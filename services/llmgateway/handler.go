@@ -252,8 +252,9 @@ func jsonObject(p string) (struct{}, error) {
 	if !json.Valid(b) {
 		return struct{}{}, errNotObject
 	}
-	t := bytes.TrimLeft(b, " \t\r\n")
-	if len(t) > 0 && t[0] == '{' || string(bytes.TrimRight(t, " \t\r\n")) == "null" {
+	// Valid JSON (so not blank) starting with '{' is an object, with 'n'
+	// it is null.
+	if t := bytes.TrimLeft(b, " \t\r\n"); t[0] == '{' || t[0] == 'n' {
 		return struct{}{}, nil
 	}
 	return struct{}{}, errNotObject

@@ -93,10 +93,12 @@ func Verify(ctx context.Context, r persistence.Reader, id string) (*Report, erro
 	events, err := r.ReadEvents(ctx, id, 0)
 	var corrupt *persistence.CorruptError
 	if sc, ok := r.(StorageChecker); ok && errors.As(err, &corrupt) {
-		// Unreadable storage the backend can describe: report what it finds.
-		add("%v", err)
-		if err := sc.CheckStorage(ctx, id); err != nil {
-			add("storage: %v", err)
+		// Unreadable storage the backend can describe: report what it finds
+		// (the read error only when the storage check finds nothing more).
+		if cerr := sc.CheckStorage(ctx, id); cerr != nil {
+			add("storage: %v", cerr)
+		} else {
+			add("%v", err)
 		}
 		return rep, nil
 	}

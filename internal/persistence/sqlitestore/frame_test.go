@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/dsh-dev/dsh/internal/persistence"
@@ -38,13 +39,8 @@ func TestPackRows(t *testing.T) {
 				}
 				want = r.seq + int64(r.n)
 			}
-			if len(starts) != len(tt.starts) {
+			if !slices.Equal(starts, tt.starts) {
 				t.Fatalf("rows at %v, want %v", starts, tt.starts)
-			}
-			for i := range starts {
-				if starts[i] != tt.starts[i] {
-					t.Fatalf("rows at %v, want %v", starts, tt.starts)
-				}
 			}
 			if len(got) != len(tt.data) {
 				t.Fatalf("%d events back, want %d", len(got), len(tt.data))

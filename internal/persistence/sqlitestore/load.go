@@ -108,10 +108,7 @@ func readRows(ctx context.Context, tx *sql.Tx, id string, sid, from int64) ([]pe
 			return nil, fmt.Errorf("session %q: %w", id, err)
 		}
 		if want < 0 { // the first row must hold from
-			want = seq
-			if seq > from {
-				want = from
-			}
+			want = min(seq, from)
 		}
 		if raw, err = unpackRow(id, want, seq, n, pb, raw); err != nil {
 			return nil, err

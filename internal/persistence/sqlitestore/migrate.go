@@ -116,6 +116,11 @@ func (s *Store) migrate2to3(ctx context.Context, tx *sql.Tx, from int) error {
 	if err := rows.Close(); err != nil {
 		return fail(err)
 	}
+	insert, err := tx.PrepareContext(ctx, insertBatchSQL)
+	if err != nil {
+		return fail(err)
+	}
+	defer insert.Close()
 	var copied int64
 	for _, x := range all {
 		data, err := v2Events(ctx, tx, x.id, x.next)
@@ -123,7 +128,7 @@ func (s *Store) migrate2to3(ctx context.Context, tx *sql.Tx, from int) error {
 			return fail(err)
 		}
 		for _, r := range packRows(0, data) {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO batches (sid, seq, n, pb) VALUES (?, ?, ?, ?)`, x.sid, r.seq, r.n, r.pb); err != nil {
+			if _, err := insert.ExecContext(ctx, x.sid, r.seq, r.n, r.pb); err != nil {
 				return fail(err)
 			}
 		}

@@ -12,6 +12,10 @@ package sqlitestore
 // store").
 const SchemaVersion = 3
 
+// insertBatchSQL stores one batch row (the committer's prepared statement
+// and the 2→3 migration share it).
+const insertBatchSQL = `INSERT INTO batches (sid, seq, n, pb) VALUES (?, ?, ?, ?)`
+
 // schema creates the tables. A sessions row is written by a session's first
 // append, so List never returns a created-but-never-appended session (a
 // version-2 database migrated may carry rows of sessions with no events).

@@ -228,7 +228,7 @@ func (s *Store) prepare(ctx context.Context) error {
 		{&s.insertSession, `INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, delegation_depth, header)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`},
 		{&s.lookupSession, `SELECT sid, ` + nextSeqOf("sessions.sid") + ` FROM sessions WHERE id = ?`},
-		{&s.insertBatch, `INSERT INTO batches (sid, seq, n, pb) VALUES (?, ?, ?, ?)`},
+		{&s.insertBatch, insertBatchSQL},
 		{&s.raiseCursor, `UPDATE sessions SET published_next = ?2 WHERE id = ?1 AND published_next < ?2 AND ?2 <= ` + nextSeqOf("sessions.sid")},
 	} {
 		st, err := s.w.PrepareContext(ctx, p.q)

@@ -66,9 +66,6 @@ func (r *Renderer) LiveTail() []string {
 	var out []string
 	for _, id := range ids {
 		t := r.tails[id]
-		if t == nil {
-			continue
-		}
 		lines := append([]string(nil), t.lines...)
 		if t.partial != "" {
 			lines = append(lines, OneLine(t.partial, maxTailWidth))

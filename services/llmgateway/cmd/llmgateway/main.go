@@ -181,7 +181,11 @@ func (r requiredProviders) check(cfg llmgateway.Config) error {
 		if !slices.ContainsFunc(cfg.Routes, func(rc llmgateway.RouteConfig) bool {
 			return rc.Name == name && (rc.APIKey != "" || rc.Kind == llmgateway.KindScripted || (rc.Kind == llmgateway.KindOpenAI && rc.BaseURL != ""))
 		}) {
-			missing = append(missing, fmt.Sprintf("%s (set %s_API_KEY, e.g. from the Secret dsh-provider-keys, or a config-file route)", name, strings.ToUpper(name)))
+			v := strings.ToUpper(name) + "_API_KEY"
+			if name == "openai" {
+				v = "OPENAI_API_KEY and/or OPENAI_BASE_URL" // a local server needs no key
+			}
+			missing = append(missing, fmt.Sprintf("%s (set %s, e.g. from the Secret dsh-provider-keys, or a config-file route)", name, v))
 		}
 	}
 	if len(missing) > 0 {
