@@ -533,6 +533,28 @@ func TestWidensAStreamOfTheOldSubjects(t *testing.T) {
 	}
 }
 
+// TestWidensAndLimitsAnOldStream: an old-subjects stream met by a publisher
+// with limits gets both the wider subjects and the limits (applying the
+// limits from the config read before the widening narrowed it again).
+func TestWidensAndLimitsAnOldStream(t *testing.T) {
+	t.Parallel()
+	srv, nc := startWithClient(t)
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: events.StreamName, Subjects: []string{"dsh.events.*"}}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPublisher(t, srv.URL(), newMemStore(), func(c *events.Config) {
+		c.Limits = events.StreamLimits{MaxAge: time.Hour, MaxBytes: 1 << 20}
+	})
+	p.Durable("acme", "w", mkEvents(0, 3))
+	flush(t, p)
+	c := streamConfig(t, srv.URL())
+	if fmt.Sprint(c.Subjects) != "["+events.AllEvents+"]" || c.MaxAge != time.Hour || c.MaxBytes != 1<<20 || c.Discard != jetstream.DiscardOld {
+		t.Fatalf("stream subjects %v, max age %v, max bytes %d, discard %v; want [%s], 1h, 1 MiB, old", c.Subjects, c.MaxAge, c.MaxBytes, c.Discard, events.AllEvents)
+	}
+	checkExactlyOnce(t, readStream(t, srv.URL()), "w", 3)
+}
+
 // TestOversizeEventDoesNotStall: an event over the server's max_payload (1 MB
 // by default) is published as a reference message in its place, and the
 // events after it still flow; before, the session's fan-out stopped for good.

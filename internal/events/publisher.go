@@ -534,10 +534,7 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 	}
 	st, err := p.js.Stream(ctx, StreamName)
 	if err == nil {
-		err = p.widenStream(ctx, st)
-	}
-	if err == nil {
-		err = p.limitStream(ctx, st)
+		err = p.reconcileStream(ctx, st)
 	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		st, err = p.js.CreateStream(ctx, jetstream.StreamConfig{
@@ -568,24 +565,6 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 	return nil
 }
 
-// widenStream makes a stream created before subjects carried the tenant
-// (filter dsh.events.*) capture dsh.events.> as well. Events already
-// published stay on their old dsh.events.<id> subjects (the durable cursor
-// is not rewound), so tenant-scoped consumers see only what is published
-// after the upgrade.
-func (p *Publisher) widenStream(ctx context.Context, st jetstream.Stream) error {
-	cfg := st.CachedInfo().Config
-	if slices.Contains(cfg.Subjects, AllEvents) {
-		return nil
-	}
-	cfg.Subjects = []string{AllEvents}
-	if _, err := p.js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("widen the subjects of %s to %s: %w", StreamName, AllEvents, err)
-	}
-	p.log.Info("widened the jetstream stream's subjects", "stream", StreamName, "subjects", AllEvents)
-	return nil
-}
-
 // StreamLimits bound the DSH_EVENTS stream so it fits its volume: the oldest
 // messages are discarded past MaxAge or MaxBytes (the session logs in the
 // agent's store stay the truth; a consumer that finds a gap reads the
@@ -595,24 +574,42 @@ type StreamLimits struct {
 	MaxBytes int64
 }
 
-// limitStream applies the configured limits to an existing stream whose
-// limits differ (the configured ones win; unset ones are left as they are).
-func (p *Publisher) limitStream(ctx context.Context, st jetstream.Stream) error {
+// reconcileStream brings an existing stream to what this publisher needs,
+// in one update built from one config (two updates from the same cached
+// config would undo each other):
+//   - a stream created before subjects carried the tenant (filter
+//     dsh.events.*) is widened to capture dsh.events.> as well; events
+//     already published stay on their old dsh.events.<id> subjects (the
+//     durable cursor is not rewound), so tenant-scoped consumers see only
+//     what is published after the upgrade;
+//   - the configured limits are applied where they differ (the configured
+//     ones win; unset ones are left as they are).
+func (p *Publisher) reconcileStream(ctx context.Context, st jetstream.Stream) error {
 	cfg := st.CachedInfo().Config
 	want := cfg
+	widen := !slices.Contains(cfg.Subjects, AllEvents)
+	if widen {
+		want.Subjects = []string{AllEvents}
+	}
 	if p.cfg.Limits.MaxAge > 0 {
 		want.MaxAge = p.cfg.Limits.MaxAge
 	}
 	if p.cfg.Limits.MaxBytes > 0 {
 		want.MaxBytes, want.Discard = p.cfg.Limits.MaxBytes, jetstream.DiscardOld
 	}
-	if want.MaxAge == cfg.MaxAge && want.MaxBytes == cfg.MaxBytes && want.Discard == cfg.Discard {
+	limit := want.MaxAge != cfg.MaxAge || want.MaxBytes != cfg.MaxBytes || want.Discard != cfg.Discard
+	if !widen && !limit {
 		return nil
 	}
 	if _, err := p.js.UpdateStream(ctx, want); err != nil {
-		return fmt.Errorf("set the limits of %s (max age %v, max bytes %d): %w", StreamName, want.MaxAge, want.MaxBytes, err)
+		return fmt.Errorf("update %s (subjects %v, max age %v, max bytes %d): %w", StreamName, want.Subjects, want.MaxAge, want.MaxBytes, err)
 	}
-	p.log.Info("set the jetstream stream's limits", "stream", StreamName, "max_age", want.MaxAge, "max_bytes", want.MaxBytes, "discard", "old")
+	if widen {
+		p.log.Info("widened the jetstream stream's subjects", "stream", StreamName, "subjects", AllEvents)
+	}
+	if limit {
+		p.log.Info("set the jetstream stream's limits", "stream", StreamName, "max_age", want.MaxAge, "max_bytes", want.MaxBytes, "discard", "old")
+	}
 	return nil
 }
 
