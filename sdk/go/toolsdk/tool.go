@@ -322,8 +322,9 @@ func (t *typed[Args]) decode(raw string) (Args, error) {
 		if v := Validate(t.schema, []byte(raw)); len(v) > 0 {
 			return a, &ArgsError{Violations: v}
 		}
-	} else if _, err := decodeJSON([]byte(raw)); err != nil {
-		return a, &ArgsError{Violations: []string{"arguments are not valid JSON: " + err.Error()}}
+	} else if !json.Valid([]byte(raw)) {
+		_, err := decodeJSON([]byte(raw)) // its words for what is wrong
+		return a, &ArgsError{Violations: []string{"arguments are not valid JSON: " + fmt.Sprint(err)}}
 	}
 	if err := unmarshalArgs([]byte(raw), &a); err != nil {
 		return a, &ArgsError{Violations: []string{err.Error()}}

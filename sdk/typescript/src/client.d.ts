@@ -48,4 +48,4 @@ export class AgentClient {
 }
 
 /** The grpc-js service definition of a protobuf-es service descriptor. */
-export function grpcDefinition(service: unknown): Record<string, unknown>
+export function grpcDefinition(service: unknown, typeName?: string): Record<string, unknown>

@@ -239,14 +239,9 @@ func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, er
 	return w, nil
 }
 
-// formatLine strips the line ending, repairs invalid UTF-8 and truncates
-// to ReadMaxLineLength characters; cut says the reader already dropped the
-// line's tail.
-func formatLine(b []byte, cut bool) string {
-	return string(appendLine(nil, b, cut))
-}
-
-// appendLine appends formatLine(b, cut) to dst; a valid line within the
+// appendLine appends the line b to dst with its ending stripped, invalid
+// UTF-8 repaired and truncated to ReadMaxLineLength characters (cut: the
+// reader already dropped the line's tail); a valid line within the
 // length cap (nearly every line) is copied without an intermediate string.
 func appendLine(dst, b []byte, cut bool) []byte {
 	b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))

@@ -72,3 +72,8 @@ func abs(i int) int {
 	}
 	return i
 }
+
+// formatLine is appendLine into a new string.
+func formatLine(b []byte, cut bool) string {
+	return string(appendLine(nil, b, cut))
+}

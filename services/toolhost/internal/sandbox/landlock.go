@@ -272,9 +272,13 @@ func callRuleset(outside *listing, read, write []string, network bool) (int, err
 		rules = append(rules, landlock.RWDirs(write...).WithRefer())
 	}
 	rules = append(rules, landlock.RWFiles(sinks...).IgnoreIfMissing())
-	fd, _, err := cfg.NewRulesetFD(rules...)
+	fd, flags, err := cfg.NewRulesetFD(rules...)
 	if err != nil {
 		return -1, err
+	}
+	if flags != 0 { // the launcher enforces with flags 0: fail closed
+		unix.Close(fd)
+		return -1, fmt.Errorf("landlock ruleset needs restrict flags %#x the launcher does not pass", flags)
 	}
 	if fd < 0 {
 		return -1, errors.New("landlock would enforce nothing on this kernel")

@@ -110,9 +110,8 @@ type Sandbox struct {
 // and Command wait for the probe. With Config.VerdictDir, a verdict cached
 // by an earlier start of this boot with the same binaries and settings is
 // taken instead, and no probe runs (verdict.go). New fails only on setup
-// errors; a machine
-// that cannot confine is reported in Support (and logged as a WARN), and
-// confined calls then fail closed.
+// errors; a machine that cannot confine is reported in Support (and logged
+// as a WARN), and confined calls then fail closed.
 func New(cfg Config) (*Sandbox, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
