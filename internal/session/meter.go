@@ -202,9 +202,3 @@ func (l *Log) measureLocked() Measurement {
 	m.TotalTokens = l.hdrTok + l.surf.sum
 	return m
 }
-
-// EstimateEvent returns the meter's estimate of one surface event (0 for an
-// event that projects to no message).
-func EstimateEvent(ev *sessionv1.SessionEvent) int64 {
-	return EstimateMessage(deriveEventMessage(ev))
-}

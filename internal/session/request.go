@@ -36,11 +36,17 @@ func CanonicalHeader(h *sessionv1.EpochHeader) *sessionv1.EpochHeader {
 // agent logs canonical headers), else a canonical copy: the log keeps the
 // folded header without copying its tools and prefix once more.
 func canonicalShared(h *sessionv1.EpochHeader) *sessionv1.EpochHeader {
-	if h == nil || (h.System != nil && *h.System == "") || (h.Tools != nil && len(h.Tools) == 0) ||
-		(h.MessagePrefix != nil && len(h.MessagePrefix) == 0) || (h.Config != nil && h.Config.Stop != nil && len(h.Config.Stop) == 0) {
+	if h == nil || !isCanonical(h) {
 		return CanonicalHeader(h)
 	}
 	return h
+}
+
+// isCanonical reports whether CanonicalizeHeader would leave h as it is
+// (the same four rules, as conditions).
+func isCanonical(h *sessionv1.EpochHeader) bool {
+	return !(h.System != nil && *h.System == "") && !(h.Tools != nil && len(h.Tools) == 0) &&
+		!(h.MessagePrefix != nil && len(h.MessagePrefix) == 0) && !(h.Config != nil && h.Config.Stop != nil && len(h.Config.Stop) == 0)
 }
 
 // CanonicalizeHeader puts a header the caller owns into the canonical form

@@ -71,7 +71,9 @@ func TestFirstHour(t *testing.T) {
 	if !strings.Contains(out, "run the two commands") || !strings.Contains(out, "resumed session "+id) {
 		t.Fatalf("dsh dev --continue did not replay session %s:\n%s", id, out)
 	}
-	if !strings.Contains(out, "compact") || strings.Contains(out, "running a turn") {
+	// The session is too short to summarize, so /compact answers "nothing
+	// to compact"; what matters is that it ran after the turn, not into it.
+	if !strings.Contains(out, "nothing to compact") || strings.Contains(out, "running a turn") {
 		t.Fatalf("the piped /compact did not wait for the turn:\n%s", out)
 	}
 	if list := offline("list"); strings.Count(strings.TrimSpace(list), "\n") != 1 {
