@@ -68,6 +68,9 @@ func (s *Service) Compact(ctx context.Context, req *agentv1.CompactRequest) (*ag
 	if req.Start != nil {
 		span = &compact.Span{Start: req.GetStart(), End: req.GetEnd()}
 	}
+	if err := s.admitting(); err != nil {
+		return nil, toStatus(s.log, "Compact", err)
+	}
 	l, err := s.acquire(ctx, req.GetSessionId())
 	if err != nil {
 		return nil, toStatus(s.log, "Compact", err)

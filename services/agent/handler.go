@@ -323,14 +323,21 @@ func (s *Service) Steer(ctx context.Context, req *agentv1.SteerRequest) (*agentv
 	return resp, nil
 }
 
-func (s *Service) submit(ctx context.Context, id, rid string, content []*llmv1.ContentBlock, src *llmv1.MessageSource, contexts []*toolsv1.HookContext, steer bool) (agentv1.AgentStatus, error) {
-	// Draining: running turns finish, no new one starts (a live session's
-	// fast path in acquire does not look at closing).
+// admitting is ErrClosing while the service drains: running turns finish,
+// no new one starts — a message's turn or a compaction's (a live session's
+// fast path in acquire does not look at closing, and reads must go on).
+func (s *Service) admitting() error {
 	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
-	if closing {
-		return 0, ErrClosing
+	defer s.mu.Unlock()
+	if s.closing {
+		return ErrClosing
+	}
+	return nil
+}
+
+func (s *Service) submit(ctx context.Context, id, rid string, content []*llmv1.ContentBlock, src *llmv1.MessageSource, contexts []*toolsv1.HookContext, steer bool) (agentv1.AgentStatus, error) {
+	if err := s.admitting(); err != nil {
+		return 0, err
 	}
 	if err := checkContent("content", content); err != nil {
 		return 0, err

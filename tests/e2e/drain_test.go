@@ -92,6 +92,11 @@ func TestDrainFinishesRunningTurn(t *testing.T) {
 		Options: &sessionv1.SessionOptions{Provider: "scripted", Model: "scripted"}}); status.Code(err) != codes.Unavailable {
 		t.Errorf("CreateSession during the drain = %v, want UNAVAILABLE", err)
 	}
+	// A compaction is a turn of its own (a model call): refused as well, not
+	// merely refused because a turn runs.
+	if _, err := s.client.Compact(ctx, &agentv1.CompactRequest{SessionId: id}); status.Code(err) != codes.Unavailable {
+		t.Errorf("Compact during the drain = %v, want UNAVAILABLE", err)
+	}
 	t.Logf("readiness NOT_SERVING %v after SIGTERM", flipped)
 
 	select {
