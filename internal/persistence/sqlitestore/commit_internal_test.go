@@ -1,6 +1,8 @@
 package sqlitestore
 
 import (
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -41,10 +43,9 @@ func TestGroupCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	const broken = 7
-	if _, err := s.w.ExecContext(t.Context(), fmt.Sprintf(`CREATE TRIGGER fail BEFORE INSERT ON batches
-		WHEN NEW.sid = (SELECT sid FROM sessions WHERE id = 's%d') BEGIN SELECT RAISE(ABORT, 'injected: disk full'); END`, broken)); err != nil {
-		t.Fatal(err)
-	}
+	// From another connection, as another process would.
+	other(t, path, fmt.Sprintf(`CREATE TRIGGER fail BEFORE INSERT ON batches
+		WHEN NEW.sid = (SELECT sid FROM sessions WHERE id = 's%d') BEGIN SELECT RAISE(ABORT, 'injected: disk full'); END`, broken))
 	logs := make([][]*sessionv1.SessionEvent, n+1)
 	for i := range logs {
 		id := fmt.Sprint("s", i)
@@ -114,6 +115,31 @@ func TestGroupCommit(t *testing.T) {
 	}
 }
 
+// other runs q on a connection of its own to the database at path.
+func other(t testing.TB, path, q string, args ...any) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(t.Context(), q, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// execWriter runs q on the committer's connection, as a write of its own.
+func (s *Store) execWriter(t testing.TB, q string) {
+	t.Helper()
+	err := s.submit(t.Context(), func(g *groupTx) error {
+		_, err := g.w.conn.(driver.ExecerContext).ExecContext(t.Context(), q, nil)
+		return err
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCloseAnswersQueuedWrites: appends racing Close either commit or fail
 // with ErrClosed; none hangs and none is half stored.
 func TestCloseAnswersQueuedWrites(t *testing.T) {
@@ -156,5 +182,54 @@ func TestCloseAnswersQueuedWrites(t *testing.T) {
 		case e != nil && !errors.Is(err, persistence.ErrNotFound):
 			t.Errorf("s%d: Append failed (%v) but Load = %d events, %v", i, e, len(got), err)
 		}
+	}
+}
+
+// TestPositionsFollowAnotherWriter: the committer caches where each
+// session's log ends; a batch written by another connection (another
+// process on the same file) must not leave it stale. Here the other writer
+// stores seqs 4 and 5 after the store appended 0..3 (cached: next 4), and
+// the store's append of 6.. must then be accepted (a stale cache would
+// refuse it as out of sequence), and one at 4 refused.
+func TestPositionsFollowAnotherWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dsh.db")
+	s, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var b persistencetest.Builder
+	b.CompletedTurn(4)
+	evs := b.Events()
+	if err := s.Create(t.Context(), persistencetest.Header("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(t.Context(), "a", evs[:4]); err != nil {
+		t.Fatal(err)
+	}
+	data, err := encodeRows("a", 4, evs[4:6], true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := packRows(4, data)[0]
+	other(t, path, `INSERT INTO batches (sid, seq, n, pb) SELECT sid, ?, ?, ? FROM sessions WHERE id = 'a'`, row.seq, row.n, row.pb)
+
+	if err := s.Append(t.Context(), "a", evs[6:]); err != nil {
+		t.Fatalf("append after the other writer's batch: %v", err)
+	}
+	var seqErr *persistence.SeqError
+	if err := s.Append(t.Context(), "a", evs[4:6]); !errors.As(err, &seqErr) {
+		t.Errorf("append of seqs 4..5 again: %v, want a *SeqError", err)
+	}
+	_, got, err := s.Load(t.Context(), "a")
+	if err != nil || len(got) != len(evs) {
+		t.Fatalf("Load = %d events, %v; want %d", len(got), err, len(evs))
+	}
+	if err := s.SetPublishedCursor(t.Context(), "a", int64(len(evs))); err != nil {
+		t.Errorf("raise the cursor to the end: %v", err)
+	}
+	var cursorErr *persistence.CursorError
+	if err := s.SetPublishedCursor(t.Context(), "a", int64(len(evs))+1); !errors.As(err, &cursorErr) {
+		t.Errorf("raise the cursor beyond the end: %v, want a *CursorError", err)
 	}
 }

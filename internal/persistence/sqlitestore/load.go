@@ -175,24 +175,17 @@ func (s *Store) SetPublishedCursor(ctx context.Context, id string, next int64) e
 		return err
 	}
 	// A write like an Append: raises of many sessions share a commit.
-	return s.submit(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.StmtContext(ctx, s.raiseCursor).ExecContext(ctx, id, next)
-		if err != nil {
-			return dirty(fmt.Errorf("session %q: published cursor: %w", id, err))
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return dirty(fmt.Errorf("session %q: published cursor: %w", id, err))
-		} else if n == 1 {
-			return nil
-		}
-		// Not raised: the session is missing, the value is not higher, or
-		// it is beyond the log.
-		_, stored, err := s.lookup(ctx, tx, id)
+	return s.submit(ctx, func(g *groupTx) error {
+		p, err := g.position(id)
 		if err != nil {
 			return err
 		}
-		if next > stored {
-			return &persistence.CursorError{SessionID: id, Next: next, Len: stored}
+		if next > p.next {
+			return &persistence.CursorError{SessionID: id, Next: next, Len: p.next}
+		}
+		// Raised only if higher (a lower value is not an error).
+		if _, err := g.w.exec(g.w.raiseCursor, g.w.bind(p.sid, next)); err != nil {
+			return dirty(fmt.Errorf("session %q: published cursor: %w", id, err))
 		}
 		return nil
 	}, nil)
