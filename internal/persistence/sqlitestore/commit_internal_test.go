@@ -207,11 +207,11 @@ func TestPositionsFollowAnotherWriter(t *testing.T) {
 	if err := s.Append(t.Context(), "a", evs[:4]); err != nil {
 		t.Fatal(err)
 	}
-	data, err := encodeRows("a", 4, evs[4:6], true)
+	rows, err := encodeBatch("a", evs[4:6], true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := packRows(4, data)[0]
+	row := rows[0]
 	other(t, path, `INSERT INTO batches (sid, seq, n, pb) SELECT sid, ?, ?, ? FROM sessions WHERE id = 'a'`, row.seq, row.n, row.pb)
 
 	if err := s.Append(t.Context(), "a", evs[6:]); err != nil {

@@ -32,12 +32,12 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 		if len(closers) == 0 {
 			return h, events, nil
 		}
-		data, err := encodeRows(id, closers[0].GetSeq(), closers, true)
+		rows, err := encodeBatch(id, closers, true)
 		if err != nil {
 			return nil, nil, fmt.Errorf("session %q: repair: %w", id, err)
 		}
 		// The repair is a write like an Append: through the committer.
-		err = s.submit(ctx, s.appendReq(id, nil, closers, packRows(closers[0].GetSeq(), data)), nil)
+		err = s.submit(ctx, s.appendReq(id, nil, closers, rows), nil)
 		var seqErr *persistence.SeqError
 		if errors.As(err, &seqErr) && attempt < 3 {
 			continue // the log grew after the read: read it again

@@ -43,6 +43,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
@@ -319,7 +320,7 @@ func (s *Store) append(ctx context.Context, id string, events []*sessionv1.Sessi
 	}
 	// Encode outside the transaction (contiguity checked here); the check
 	// against the stored next seq is made inside it.
-	data, err := encodeRows(id, events[0].GetSeq(), events, validate)
+	rows, err := encodeBatch(id, events, validate)
 	if err != nil {
 		return err
 	}
@@ -337,7 +338,7 @@ func (s *Store) append(ctx context.Context, id string, events []*sessionv1.Sessi
 			s.mu.Unlock()
 		}
 	}
-	return s.submit(ctx, s.appendReq(id, h, events, packRows(events[0].GetSeq(), data)), after)
+	return s.submit(ctx, s.appendReq(id, h, events, rows), after)
 }
 
 // materialize inserts the sessions row of a pending session and returns
@@ -370,18 +371,25 @@ func (g *groupTx) materialize(h *sessionv1.SessionHeader) (int64, error) {
 	return sid, nil
 }
 
-var pbMarshal = proto.MarshalOptions{Deterministic: true}
+var (
+	pbMarshal = proto.MarshalOptions{Deterministic: true}
+	// pbCached marshals an event whose Size was just taken (encodeBatch).
+	pbCached = proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
+)
 
-// encodeRows checks a batch (contiguity; with validate, the per-event rules
-// of session.ValidateEvent, so that the store never writes an event its Load
-// would reject) and encodes each event to its stored form, protobuf binary.
-// Events a session.Log committed passed those rules already (AppendValidated
-// skips them).
-func encodeRows(id string, next int64, events []*sessionv1.SessionEvent, validate bool) ([][]byte, error) {
-	if err := persistence.CheckBatch(id, next, events); err != nil {
+// encodeBatch checks a batch (contiguity from its first seq; with validate,
+// the per-event rules of session.ValidateEvent, so that the store never
+// writes an event its Load would reject) and encodes it to its stored
+// form: batch rows of the events in protobuf binary, framed (frame.go).
+// Events a session.Log committed passed those rules already
+// (AppendValidated skips them). Each event is marshalled once, straight
+// into its row (its size taken first).
+func encodeBatch(id string, events []*sessionv1.SessionEvent, validate bool) ([]batchRow, error) {
+	first := events[0].GetSeq()
+	if err := persistence.CheckBatch(id, first, events); err != nil {
 		return nil, err
 	}
-	out := make([][]byte, len(events))
+	sizes := make([]int, len(events))
 	for i, ev := range events {
 		typ := session.TypeName(ev)
 		if typ == "" {
@@ -392,13 +400,32 @@ func encodeRows(id string, next int64, events []*sessionv1.SessionEvent, validat
 				return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
 			}
 		}
-		pb, err := pbMarshal.Marshal(ev)
-		if err != nil {
-			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
-		}
-		out[i] = pb
+		sizes[i] = pbMarshal.Size(ev)
 	}
-	return out, nil
+	var (
+		rows []batchRow
+		err  error
+	)
+	splitRows(len(events), func(k int) int { return sizes[k] }, func(i, j, framed int) {
+		pb := make([]byte, 0, framed)
+		for k := i; k < j && err == nil; k++ {
+			pb = protowire.AppendTag(pb, 1, protowire.BytesType)
+			pb = protowire.AppendVarint(pb, uint64(sizes[k]))
+			at := len(pb)
+			if pb, err = pbCached.MarshalAppend(pb, events[k]); err == nil && len(pb)-at != sizes[k] {
+				err = fmt.Errorf("encoded in %d bytes, sized %d (changed while stored?)", len(pb)-at, sizes[k])
+			}
+			if err != nil {
+				ev := events[k]
+				err = &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: session.TypeName(ev), Err: err}
+			}
+		}
+		rows = append(rows, batchRow{seq: first + int64(i), n: j - i, pb: pb})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
 }
 
 // Discard forgets a created but never appended session.
