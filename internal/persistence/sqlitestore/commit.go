@@ -103,7 +103,10 @@ func (s *Store) committer() {
 			}
 		}
 		s.commitGroup(group)
-		clear(group) // no request outlives its answer here
+		// No request, result or row outlives its answer here.
+		clear(group)
+		clear(s.results)
+		clear(s.group.rows)
 	}
 }
 
