@@ -171,7 +171,7 @@ const maxPositions = 1 << 16
 // groupTx is one group's transaction as its requests see it.
 //
 // Without savepoints (the common path) a request does not write its batch
-// rows itself: it queues them (queue), and runGroup inserts the rows of
+// rows itself: it queues them (insert), and runGroup inserts the rows of
 // every request of the group with a few multi-row INSERTs before the
 // commit; where a session's log ends is taken from the committer's cache
 // of positions (Store.positions, kept from earlier commits of this
