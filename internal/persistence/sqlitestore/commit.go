@@ -2,9 +2,10 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
@@ -33,10 +34,10 @@ const maxGroup = 512
 type writeReq struct {
 	ctx    context.Context
 	queued time.Time
-	// run does the request's statements in tx; a nil result keeps them,
-	// else they are undone (by re-running the group with a savepoint per
-	// request when a statement had already written).
-	run  func(ctx context.Context, tx *sql.Tx) error
+	// run does the request's work in the group's transaction; a nil result
+	// keeps it, else it is undone (by re-running the group with a
+	// savepoint per request when a statement had already written).
+	run  func(g *groupTx) error
 	done chan error // buffered 1: the result after the group's commit
 	// after runs on the committer once the group committed (nil result).
 	after func()
@@ -58,7 +59,7 @@ func (s *Store) QueueDepth() int { return len(s.queue) }
 // queued, the request is waited for regardless of ctx (the committer skips
 // it if ctx ended before it ran), so an error always means nothing of it
 // was stored.
-func (s *Store) submit(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, after func()) error {
+func (s *Store) submit(ctx context.Context, fn func(g *groupTx) error, after func()) error {
 	r := &writeReq{ctx: ctx, queued: time.Now(), run: fn, done: make(chan error, 1), after: after}
 	s.gate.RLock()
 	if s.gateShut {
@@ -102,6 +103,10 @@ func (s *Store) committer() {
 			}
 		}
 		s.commitGroup(group)
+		// No request, result or row outlives its answer here.
+		clear(group)
+		clear(s.results)
+		clear(s.group.rows)
 	}
 }
 
@@ -109,15 +114,19 @@ func (s *Store) committer() {
 //
 // The requests run without savepoints first: a request that fails with
 // one of its own checks (a wrong seq, a missing session) wrote nothing,
-// so the others can commit. Only when one failed in a statement (a
-// *dirtyError: it may have written part of its rows, or SQLite may have
-// rolled the transaction back) is the transaction rolled back and the
-// group run again with a SAVEPOINT per request, so that it fails alone.
-// (A savepoint per request costs two statements and a sub-journal copy
-// of each page the request touches.)
+// so the others can commit. Only when a statement failed (a *dirtyError:
+// it may have written part of its rows, or SQLite may have rolled the
+// transaction back) is the transaction rolled back and the group run
+// again with a SAVEPOINT per request, so that it fails alone. (A
+// savepoint per request costs two statements and a sub-journal copy of
+// each page the request touches.)
 func (s *Store) commitGroup(group []*writeReq) {
 	start := time.Now()
-	results := make([]error, len(group))
+	results := s.results[:0]
+	for range group {
+		results = append(results, nil)
+	}
+	s.results = results
 	ran, err := s.runGroup(group, results, false)
 	var dirty *dirtyError
 	if errors.As(err, &dirty) {
@@ -152,17 +161,135 @@ func (e *dirtyError) Unwrap() error { return e.err }
 // dirty marks err (from a statement) as a *dirtyError.
 func dirty(err error) error { return &dirtyError{err} }
 
+// position is where a stored session's log ends: its sid and next seq.
+type position struct{ sid, next int64 }
+
+// maxPositions bounds the committer's cache of positions (a miss costs one
+// index lookup; the cache starts over when full).
+const maxPositions = 1 << 16
+
+// groupTx is one group's transaction as its requests see it.
+//
+// Without savepoints (the common path) a request does not write its batch
+// rows itself: it queues them (insert), and runGroup inserts the rows of
+// every request of the group with a few multi-row INSERTs before the
+// commit; where a session's log ends is taken from the committer's cache
+// of positions (Store.positions, kept from earlier commits of this
+// connection) or looked up once, and staged for the rest of the group. With
+// savepoints every request inserts its own rows and looks its session up
+// in the database, so that rolling back its savepoint undoes all of it.
+type groupTx struct {
+	s          *Store
+	w          *writer
+	savepoints bool
+	staged     map[string]position // positions as of this transaction (without savepoints)
+	rows       []queuedRow         // rows to insert before the commit (without savepoints)
+}
+
+// queuedRow is a batch row of a request waiting for the group's INSERT.
+type queuedRow struct {
+	sid int64
+	row batchRow
+}
+
+// position returns where session id's log ends in this transaction; a
+// missing session is ErrNotFound (nothing written).
+func (g *groupTx) position(id string) (position, error) {
+	if !g.savepoints {
+		if p, ok := g.staged[id]; ok {
+			return p, nil
+		}
+		if p, ok := g.s.positions[id]; ok {
+			g.staged[id] = p
+			return p, nil
+		}
+	}
+	v, ok, err := g.w.queryRow(g.w.lookupSession, g.w.bind(id), 2)
+	if err != nil {
+		return position{}, dirty(fmt.Errorf("session %q: %w", id, err))
+	}
+	if !ok {
+		return position{}, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
+	}
+	p := position{sid: v[0], next: v[1]}
+	if !g.savepoints {
+		g.staged[id] = p
+	}
+	return p, nil
+}
+
+// insert stores a checked batch's rows as the end of session id's log (a
+// failure is a *dirtyError: earlier rows, or the materialised session, may
+// be written). Without savepoints the rows are queued for the group's
+// INSERT and the new end staged.
+func (g *groupTx) insert(id string, p position, rows []batchRow) error {
+	if !g.savepoints {
+		for _, r := range rows {
+			g.rows = append(g.rows, queuedRow{p.sid, r})
+		}
+		last := rows[len(rows)-1]
+		g.staged[id] = position{sid: p.sid, next: last.seq + int64(last.n)}
+		return nil
+	}
+	for _, r := range rows {
+		if _, err := g.w.exec(g.w.insertBatch, g.w.bind(p.sid, r.seq, int64(r.n), r.pb)); err != nil {
+			return dirty(fmt.Errorf("session %q: insert seqs %d..%d: %w", id, r.seq, r.seq+int64(r.n)-1, err))
+		}
+	}
+	return nil
+}
+
+// insertQueued inserts the queued rows, up to maxInsertRows per statement.
+func (g *groupTx) insertQueued() error {
+	for rows := g.rows; len(rows) > 0; {
+		k := min(len(rows), maxInsertRows)
+		st, err := g.w.insertStmt(k)
+		if err != nil {
+			return dirty(err)
+		}
+		args := g.w.args[:0]
+		for i, q := range rows[:k] {
+			args = append(args,
+				driver.NamedValue{Ordinal: 4*i + 1, Value: q.sid},
+				driver.NamedValue{Ordinal: 4*i + 2, Value: q.row.seq},
+				driver.NamedValue{Ordinal: 4*i + 3, Value: int64(q.row.n)},
+				driver.NamedValue{Ordinal: 4*i + 4, Value: q.row.pb})
+		}
+		g.w.args = args
+		if _, err := g.w.exec(st, args); err != nil {
+			return dirty(fmt.Errorf("sqlitestore: insert %d batch rows: %w", k, err))
+		}
+		rows = rows[k:]
+	}
+	return nil
+}
+
 // runGroup runs group in one transaction, results[i] getting request i's
 // own error, and commits if any request succeeded; it returns the number
 // that did. Without savepoints, a *dirtyError of a request is returned
 // (after rolling back) for the caller to run the group again with them;
 // any other error means nothing was committed.
 func (s *Store) runGroup(group []*writeReq, results []error, savepoints bool) (int, error) {
-	ctx := context.Background() // each request checks its own ctx
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
+	w := s.w
+	if err := w.exec0(w.begin); err != nil {
+		s.forgetPositions()
 		return 0, fmt.Errorf("sqlitestore: begin: %w", err)
 	}
+	// Another connection (another process on the same file) may have
+	// written since this one last committed: then the cached positions may
+	// be stale. data_version changes exactly then.
+	v, _, err := w.queryRow(w.dataVersion, nil, 1)
+	if err != nil {
+		s.rollback()
+		return 0, fmt.Errorf("sqlitestore: data version: %w", err)
+	}
+	if v[0] != s.dataVersion {
+		s.forgetPositions()
+		s.dataVersion = v[0]
+	}
+	g := &s.group
+	*g = groupTx{s: s, w: w, savepoints: savepoints, staged: g.staged, rows: g.rows[:0]}
+	clear(g.staged)
 	ran := 0
 	for i, r := range group {
 		if err := r.ctx.Err(); err != nil {
@@ -170,10 +297,10 @@ func (s *Store) runGroup(group []*writeReq, results []error, savepoints bool) (i
 			continue
 		}
 		if !savepoints {
-			err := r.run(r.ctx, tx)
+			err := r.run(g)
 			var d *dirtyError
 			if errors.As(err, &d) {
-				s.rollback(tx)
+				s.rollback()
 				return 0, err
 			}
 			if results[i] = err; err == nil {
@@ -181,41 +308,63 @@ func (s *Store) runGroup(group []*writeReq, results []error, savepoints bool) (i
 			}
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+		if err := w.exec0(w.savepoint); err != nil {
 			results[i] = fmt.Errorf("sqlitestore: savepoint: %w", err)
 			continue
 		}
-		if err := r.run(r.ctx, tx); err != nil {
+		if err := r.run(g); err != nil {
 			var d *dirtyError
 			if errors.As(err, &d) {
 				err = d.err
 			}
 			results[i] = err
-			if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO w"); rerr != nil {
+			if rerr := w.exec0(w.rollbackTo); rerr != nil {
 				// The transaction is in an unknown state: fail the group.
-				s.rollback(tx)
+				s.rollback()
 				return 0, fmt.Errorf("sqlitestore: rollback to savepoint: %w", rerr)
 			}
 		} else {
 			ran++
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
-			s.rollback(tx)
+		if err := w.exec0(w.releaseSavept); err != nil {
+			s.rollback()
 			return 0, fmt.Errorf("sqlitestore: release savepoint: %w", err)
 		}
 	}
 	if ran == 0 {
-		s.rollback(tx)
+		s.rollback()
 		return 0, nil
 	}
-	if err := tx.Commit(); err != nil {
+	if err := g.insertQueued(); err != nil {
+		s.rollback()
+		return 0, err // dirty: run again with savepoints, each request inserting its own rows
+	}
+	if err := w.exec0(w.commit); err != nil {
+		s.rollback() // a COMMIT that failed may leave the transaction open
 		return 0, fmt.Errorf("sqlitestore: commit: %w", err)
 	}
+	if savepoints {
+		// Requests looked their sessions up in the database; positions
+		// cached from before may have moved.
+		s.forgetPositions()
+		return ran, nil
+	}
+	if len(s.positions)+len(g.staged) > maxPositions {
+		s.forgetPositions()
+	}
+	maps.Copy(s.positions, g.staged)
 	return ran, nil
 }
 
-func (s *Store) rollback(tx *sql.Tx) {
-	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+// forgetPositions empties the committer's cache of positions (after a
+// failed transaction, a write by another connection, or when full).
+func (s *Store) forgetPositions() { clear(s.positions) }
+
+// rollback rolls the committer's transaction back; what it staged is
+// dropped with it.
+func (s *Store) rollback() {
+	s.forgetPositions()
+	if err := s.w.rollback(); err != nil {
 		s.log.Error("sqlitestore: rollback failed", "error", err)
 	}
 }
@@ -236,34 +385,32 @@ func (s *Store) answer(group []*writeReq, results []error, err error) {
 	}
 }
 
-// appendReq is the statement sequence of one Append: materialise a pending
-// session (h non-nil) or look the session up, check the stored next seq and
-// insert the rows. Its checks come before its first write, so a request
-// that fails one of them wrote nothing; a failed statement is a
+// appendReq is the work of one Append: materialise a pending session (h
+// non-nil) or find where the session's log ends, check the batch starts
+// there and insert its rows. Its checks come before its first write, so a
+// request that fails one of them wrote nothing; a failed statement is a
 // *dirtyError.
-func (s *Store) appendReq(id string, h *sessionv1.SessionHeader, events []*sessionv1.SessionEvent, rows []batchRow) func(context.Context, *sql.Tx) error {
-	return func(ctx context.Context, tx *sql.Tx) error {
-		var sid int64
+func (s *Store) appendReq(id string, h *sessionv1.SessionHeader, events []*sessionv1.SessionEvent, rows []batchRow) func(*groupTx) error {
+	return func(g *groupTx) error {
+		var p position
 		if h != nil {
 			if err := persistence.CheckBatch(id, 0, events); err != nil {
 				return err
 			}
-			var err error
-			if sid, err = s.materialize(ctx, tx, h); err != nil {
+			sid, err := g.materialize(h)
+			if err != nil {
 				return err
 			}
+			p = position{sid: sid}
 		} else {
-			var (
-				next int64
-				err  error
-			)
-			if sid, next, err = s.lookup(ctx, tx, id); err != nil {
+			var err error
+			if p, err = g.position(id); err != nil {
 				return err
 			}
-			if err := persistence.CheckBatch(id, next, events); err != nil {
+			if err := persistence.CheckBatch(id, p.next, events); err != nil {
 				return err
 			}
 		}
-		return s.insertRows(ctx, tx, id, sid, rows)
+		return g.insert(id, p, rows)
 	}
 }

@@ -1,6 +1,8 @@
 package sqlitestore
 
 import (
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -15,14 +17,27 @@ import (
 )
 
 // TestGroupCommit holds the committer inside its first commit while n more
-// sessions queue their appends (one of them at a wrong seq, which fails its
-// own check before writing; one failing in its insert, after its session
-// row was written, which sends the group down the savepoint path), then
-// checks that the n share the next transaction, that the bad ones failed
-// alone (nothing of theirs stored) and that every other batch is stored —
-// in a fresh store over the same file, as after a crash.
+// sessions queue their appends (one of them, bad, at a wrong seq, which
+// fails its own check before writing; one, broken, failing in its insert,
+// after its session row was written, which sends the group down the
+// savepoint path), then checks that the n share the next transaction,
+// that the bad ones failed alone (nothing of theirs stored) and that every
+// other batch is stored — in a fresh store over the same file, as after a
+// crash. With 150 sessions the group's rows take three INSERTs (up to
+// maxInsertRows each).
 func TestGroupCommit(t *testing.T) {
-	const n = 12
+	for _, tt := range []struct {
+		name           string
+		n, bad, broken int // 0: none
+	}{
+		{"a check and an insert failing", 12, 5, 7},
+		{"more rows than one insert takes, a check failing", 150, 100, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) { groupCommit(t, tt.n, tt.bad, tt.broken) })
+	}
+}
+
+func groupCommit(t *testing.T, n, bad, broken int) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	var groups []CommitStats
@@ -40,10 +55,10 @@ func TestGroupCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const broken = 7
-	if _, err := s.w.ExecContext(t.Context(), fmt.Sprintf(`CREATE TRIGGER fail BEFORE INSERT ON batches
-		WHEN NEW.sid = (SELECT sid FROM sessions WHERE id = 's%d') BEGIN SELECT RAISE(ABORT, 'injected: disk full'); END`, broken)); err != nil {
-		t.Fatal(err)
+	if broken > 0 {
+		// From another connection, as another process would.
+		other(t, path, fmt.Sprintf(`CREATE TRIGGER fail BEFORE INSERT ON batches
+		WHEN NEW.sid = (SELECT sid FROM sessions WHERE id = 's%d') BEGIN SELECT RAISE(ABORT, 'injected: disk full'); END`, broken))
 	}
 	logs := make([][]*sessionv1.SessionEvent, n+1)
 	for i := range logs {
@@ -58,7 +73,6 @@ func TestGroupCommit(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { first <- s.Append(t.Context(), "s0", logs[0]) }()
 	<-entered
-	const bad = 5
 	errs := make([]error, n+1)
 	var wg sync.WaitGroup
 	for i := 1; i <= n; i++ {
@@ -88,8 +102,14 @@ func TestGroupCommit(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	if len(groups) != 2 || groups[1].Requests != n-2 {
-		t.Errorf("groups %+v: want the held one, then one of %d requests", groups, n-2)
+	failing := 0
+	for _, i := range []int{bad, broken} {
+		if i > 0 {
+			failing++
+		}
+	}
+	if len(groups) != 2 || groups[1].Requests != n-failing {
+		t.Errorf("groups %+v: want the held one, then one of %d requests", groups, n-failing)
 	}
 	mu.Unlock()
 	if err := s.Close(); err != nil {
@@ -102,7 +122,7 @@ func TestGroupCommit(t *testing.T) {
 	defer s2.Close()
 	for i := 0; i <= n; i++ {
 		_, got, err := s2.Load(t.Context(), fmt.Sprint("s", i))
-		if i == bad || i == broken {
+		if i > 0 && (i == bad || i == broken) {
 			if !errors.Is(err, persistence.ErrNotFound) {
 				t.Errorf("the failed session: Load = %d events, %v; want ErrNotFound", len(got), err)
 			}
@@ -111,6 +131,31 @@ func TestGroupCommit(t *testing.T) {
 		if err != nil || len(got) != len(logs[i]) {
 			t.Errorf("session s%d: Load = %d events, %v; want %d", i, len(got), err, len(logs[i]))
 		}
+	}
+}
+
+// other runs q on a connection of its own to the database at path.
+func other(t testing.TB, path, q string, args ...any) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(t.Context(), q, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// execWriter runs q on the committer's connection, as a write of its own.
+func (s *Store) execWriter(t testing.TB, q string) {
+	t.Helper()
+	err := s.submit(t.Context(), func(g *groupTx) error {
+		_, err := g.w.conn.(driver.ExecerContext).ExecContext(t.Context(), q, nil)
+		return err
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -156,5 +201,54 @@ func TestCloseAnswersQueuedWrites(t *testing.T) {
 		case e != nil && !errors.Is(err, persistence.ErrNotFound):
 			t.Errorf("s%d: Append failed (%v) but Load = %d events, %v", i, e, len(got), err)
 		}
+	}
+}
+
+// TestPositionsFollowAnotherWriter: the committer caches where each
+// session's log ends; a batch written by another connection (another
+// process on the same file) must not leave it stale. Here the other writer
+// stores seqs 4 and 5 after the store appended 0..3 (cached: next 4), and
+// the store's append of 6.. must then be accepted (a stale cache would
+// refuse it as out of sequence), and one at 4 refused.
+func TestPositionsFollowAnotherWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dsh.db")
+	s, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var b persistencetest.Builder
+	b.CompletedTurn(4)
+	evs := b.Events()
+	if err := s.Create(t.Context(), persistencetest.Header("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(t.Context(), "a", evs[:4]); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := encodeBatch("a", evs[4:6], true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := rows[0]
+	other(t, path, `INSERT INTO batches (sid, seq, n, pb) SELECT sid, ?, ?, ? FROM sessions WHERE id = 'a'`, row.seq, row.n, row.pb)
+
+	if err := s.Append(t.Context(), "a", evs[6:]); err != nil {
+		t.Fatalf("append after the other writer's batch: %v", err)
+	}
+	var seqErr *persistence.SeqError
+	if err := s.Append(t.Context(), "a", evs[4:6]); !errors.As(err, &seqErr) {
+		t.Errorf("append of seqs 4..5 again: %v, want a *SeqError", err)
+	}
+	_, got, err := s.Load(t.Context(), "a")
+	if err != nil || len(got) != len(evs) {
+		t.Fatalf("Load = %d events, %v; want %d", len(got), err, len(evs))
+	}
+	if err := s.SetPublishedCursor(t.Context(), "a", int64(len(evs))); err != nil {
+		t.Errorf("raise the cursor to the end: %v", err)
+	}
+	var cursorErr *persistence.CursorError
+	if err := s.SetPublishedCursor(t.Context(), "a", int64(len(evs))+1); !errors.As(err, &cursorErr) {
+		t.Errorf("raise the cursor beyond the end: %v, want a *CursorError", err)
 	}
 }

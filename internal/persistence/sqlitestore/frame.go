@@ -25,21 +25,31 @@ type batchRow struct {
 // rows of about batchRowBytes.
 func packRows(first int64, data [][]byte) []batchRow {
 	var rows []batchRow
-	for i := 0; i < len(data); {
-		size, j := 0, i
-		for j < len(data) && (j == i || size+len(data[j]) <= batchRowBytes) {
-			size += len(data[j]) + protowire.SizeTag(1) + protowire.SizeVarint(uint64(len(data[j])))
-			j++
-		}
-		pb := make([]byte, 0, size)
+	splitRows(len(data), func(k int) int { return len(data[k]) }, func(i, j, framed int) {
+		pb := make([]byte, 0, framed)
 		for _, d := range data[i:j] {
 			pb = protowire.AppendTag(pb, 1, protowire.BytesType)
 			pb = protowire.AppendBytes(pb, d)
 		}
 		rows = append(rows, batchRow{seq: first + int64(i), n: j - i, pb: pb})
+	})
+	return rows
+}
+
+// splitRows splits n events, event k size(k) bytes encoded, into rows of
+// about batchRowBytes: row(i, j, framed) for each row of the events i..j-1,
+// framed bytes long. A row ends before the event that would take it past
+// batchRowBytes (an event larger than that is a row of its own).
+func splitRows(n int, size func(k int) int, row func(i, j, framed int)) {
+	for i := 0; i < n; {
+		framed, j := 0, i
+		for j < n && (j == i || framed+size(j) <= batchRowBytes) {
+			framed += protowire.SizeTag(1) + protowire.SizeBytes(size(j))
+			j++
+		}
+		row(i, j, framed)
 		i = j
 	}
-	return rows
 }
 
 // unpackRow appends the events of one stored batch row (seq, n, pb) to out

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dsh-dev/dsh/internal/persistence"
+	"github.com/dsh-dev/dsh/internal/persistence/persistencetest"
 )
 
 // TestPackRows: a batch is split before the event that would take a row
@@ -91,4 +93,42 @@ func FuzzUnpackRow(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEncodeBatch: the rows encodeBatch marshals each event straight into
+// are the rows packRows makes of the events marshalled one by one (the
+// same bytes, split at the same events), also where an event is larger
+// than a row.
+func TestEncodeBatch(t *testing.T) {
+	t.Parallel()
+	var b persistencetest.Builder
+	b.StartTurn("go")
+	b.StartStep()
+	b.Chunks(3, "small")
+	b.Chunks(3, strings.Repeat("x", batchRowBytes/2))
+	b.Chunks(1, strings.Repeat("y", batchRowBytes+1))
+	b.Chunks(2, "small")
+	evs := b.Events()[1:] // from seq 1: a batch need not start the log
+	var data [][]byte
+	for _, ev := range evs {
+		pb, err := pbMarshal.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, pb)
+	}
+	want := packRows(1, data)
+	got, err := encodeBatch("s", evs, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) || len(got) < 4 {
+		t.Fatalf("%d rows, want %d (and at least 4)", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].seq != want[i].seq || got[i].n != want[i].n || !bytes.Equal(got[i].pb, want[i].pb) {
+			t.Errorf("row %d: seq %d n %d (%d bytes), want seq %d n %d (%d bytes)",
+				i, got[i].seq, got[i].n, len(got[i].pb), want[i].seq, want[i].n, len(want[i].pb))
+		}
+	}
 }

@@ -32,12 +32,12 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 		if len(closers) == 0 {
 			return h, events, nil
 		}
-		data, err := encodeRows(id, closers[0].GetSeq(), closers, true)
+		rows, err := encodeBatch(id, closers, true)
 		if err != nil {
 			return nil, nil, fmt.Errorf("session %q: repair: %w", id, err)
 		}
 		// The repair is a write like an Append: through the committer.
-		err = s.submit(ctx, s.appendReq(id, nil, closers, packRows(closers[0].GetSeq(), data)), nil)
+		err = s.submit(ctx, s.appendReq(id, nil, closers, rows), nil)
 		var seqErr *persistence.SeqError
 		if errors.As(err, &seqErr) && attempt < 3 {
 			continue // the log grew after the read: read it again
@@ -175,24 +175,17 @@ func (s *Store) SetPublishedCursor(ctx context.Context, id string, next int64) e
 		return err
 	}
 	// A write like an Append: raises of many sessions share a commit.
-	return s.submit(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.StmtContext(ctx, s.raiseCursor).ExecContext(ctx, id, next)
-		if err != nil {
-			return dirty(fmt.Errorf("session %q: published cursor: %w", id, err))
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return dirty(fmt.Errorf("session %q: published cursor: %w", id, err))
-		} else if n == 1 {
-			return nil
-		}
-		// Not raised: the session is missing, the value is not higher, or
-		// it is beyond the log.
-		_, stored, err := s.lookup(ctx, tx, id)
+	return s.submit(ctx, func(g *groupTx) error {
+		p, err := g.position(id)
 		if err != nil {
 			return err
 		}
-		if next > stored {
-			return &persistence.CursorError{SessionID: id, Next: next, Len: stored}
+		if next > p.next {
+			return &persistence.CursorError{SessionID: id, Next: next, Len: p.next}
+		}
+		// Raised only if higher (a lower value is not an error).
+		if _, err := g.w.exec(g.w.raiseCursor, g.w.bind(p.sid, next)); err != nil {
+			return dirty(fmt.Errorf("session %q: published cursor: %w", id, err))
 		}
 		return nil
 	}, nil)

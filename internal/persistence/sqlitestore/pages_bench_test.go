@@ -45,9 +45,7 @@ func benchFlushPages(b *testing.B, sessions, batch int) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.w.ExecContext(b.Context(), "PRAGMA wal_autocheckpoint = 0"); err != nil {
-		b.Fatal(err)
-	}
+	s.execWriter(b, "PRAGMA wal_autocheckpoint = 0")
 	per := (b.N + sessions - 1) / sessions
 	logs := make([][]*sessionv1.SessionEvent, sessions)
 	for g := range sessions {

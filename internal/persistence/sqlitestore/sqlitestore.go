@@ -43,6 +43,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
@@ -70,11 +71,9 @@ type Config struct {
 
 // Store is a persistence.Store over one SQLite database.
 type Store struct {
-	w   *sql.DB // the single writer connection
+	w   *writer // the single writer connection, the committer's
 	r   *sql.DB // read-only connections
 	log *slog.Logger
-
-	insertSession, lookupSession, insertBatch, raiseCursor *sql.Stmt
 
 	mu      sync.Mutex
 	closed  bool
@@ -87,7 +86,13 @@ type Store struct {
 	stop     chan struct{} // closed by Close
 	stopped  chan struct{} // closed by the committer when it has drained
 	onCommit func(CommitStats)
-	waits    []time.Duration // the committer's scratch for CommitStats.Waits
+
+	// The committer's own state (commit.go).
+	positions   map[string]position // where stored sessions' logs end, as of the last commit
+	dataVersion int64               // the writer's PRAGMA data_version when positions was right
+	group       groupTx             // the group being committed (reused)
+	results     []error             // scratch for the group's results
+	waits       []time.Duration     // scratch for CommitStats.Waits
 }
 
 var (
@@ -137,23 +142,31 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	f.Close()
 
 	s := &Store{log: cfg.Logger, pending: make(map[string]*sessionv1.SessionHeader), onCommit: cfg.OnCommit,
-		queue: make(chan *writeReq, maxGroup), stop: make(chan struct{}), stopped: make(chan struct{})}
+		queue: make(chan *writeReq, maxGroup), stop: make(chan struct{}), stopped: make(chan struct{}),
+		positions: make(map[string]position), group: groupTx{staged: make(map[string]position)}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	if s.w, err = sql.Open("sqlite", dsn(cfg.Path, sync, false)); err != nil {
+	// database/sql for the migration (rare, many statements), then the
+	// committer's own driver connection (writer.go).
+	mdb, err := sql.Open("sqlite", dsn(cfg.Path, sync, false))
+	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
-	s.w.SetMaxOpenConns(1)
-	s.w.SetMaxIdleConns(1)
-	s.w.SetConnMaxLifetime(0)
-	s.w.SetConnMaxIdleTime(0)
-	if err := s.migrate(ctx); err != nil {
-		s.w.Close()
+	mdb.SetMaxOpenConns(1)
+	err = s.migrate(ctx, mdb)
+	drv := mdb.Driver()
+	if cerr := mdb.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("sqlitestore: %w", cerr)
+	}
+	if err != nil {
 		return nil, err
 	}
+	if s.w, err = openWriter(drv, dsn(cfg.Path, sync, false)); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
 	if s.r, err = sql.Open("sqlite", dsn(cfg.Path, sync, true)); err != nil {
-		s.w.Close()
+		s.w.close()
 		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
 	readers := cfg.Readers
@@ -163,18 +176,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.r.SetMaxOpenConns(readers)
 	s.r.SetMaxIdleConns(readers)
 	go s.committer()
-	if err := s.prepare(ctx); err != nil {
-		s.Close()
-		return nil, err
-	}
 	return s, nil
 }
 
 // migrate stamps a fresh database with the schema, migrates an older one
 // (1 to 2 to 3, in one transaction: a failed step leaves the database as it
 // was) and refuses an unknown version.
-func (s *Store) migrate(ctx context.Context) error {
-	tx, err := s.w.BeginTx(ctx, nil)
+func (s *Store) migrate(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: %w", err)
 	}
@@ -220,26 +229,6 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) prepare(ctx context.Context) error {
-	for _, p := range []struct {
-		dst **sql.Stmt
-		q   string
-	}{
-		{&s.insertSession, `INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, delegation_depth, header)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`},
-		{&s.lookupSession, `SELECT sid, ` + nextSeqOf("sessions.sid") + ` FROM sessions WHERE id = ?`},
-		{&s.insertBatch, insertBatchSQL},
-		{&s.raiseCursor, `UPDATE sessions SET published_next = ?2 WHERE id = ?1 AND published_next < ?2 AND ?2 <= ` + nextSeqOf("sessions.sid")},
-	} {
-		st, err := s.w.PrepareContext(ctx, p.q)
-		if err != nil {
-			return fmt.Errorf("sqlitestore: prepare: %w", err)
-		}
-		*p.dst = st
-	}
-	return nil
-}
-
 // Ping reads the database file (the agent's health probe): an error means
 // the store cannot serve reads.
 func (s *Store) Ping(ctx context.Context) error {
@@ -264,17 +253,7 @@ func (s *Store) Close() error {
 	s.gate.Unlock()
 	close(s.stop)
 	<-s.stopped // every queued write answered
-	var errs []error
-	for _, st := range []*sql.Stmt{s.insertSession, s.lookupSession, s.insertBatch, s.raiseCursor} {
-		if st != nil {
-			errs = append(errs, st.Close())
-		}
-	}
-	if s.r != nil {
-		errs = append(errs, s.r.Close())
-	}
-	errs = append(errs, s.w.Close())
-	return errors.Join(errs...)
+	return errors.Join(s.r.Close(), s.w.close())
 }
 
 func (s *Store) checkOpen(ctx context.Context) error {
@@ -341,7 +320,7 @@ func (s *Store) append(ctx context.Context, id string, events []*sessionv1.Sessi
 	}
 	// Encode outside the transaction (contiguity checked here); the check
 	// against the stored next seq is made inside it.
-	data, err := encodeRows(id, events[0].GetSeq(), events, validate)
+	rows, err := encodeBatch(id, events, validate)
 	if err != nil {
 		return err
 	}
@@ -359,12 +338,12 @@ func (s *Store) append(ctx context.Context, id string, events []*sessionv1.Sessi
 			s.mu.Unlock()
 		}
 	}
-	return s.submit(ctx, s.appendReq(id, h, events, packRows(events[0].GetSeq(), data)), after)
+	return s.submit(ctx, s.appendReq(id, h, events, rows), after)
 }
 
 // materialize inserts the sessions row of a pending session and returns
 // its sid; an existing row is ErrExists (nothing written).
-func (s *Store) materialize(ctx context.Context, tx *sql.Tx, h *sessionv1.SessionHeader) (int64, error) {
+func (g *groupTx) materialize(h *sessionv1.SessionHeader) (int64, error) {
 	hb, err := persistence.MarshalHeader(h)
 	if err != nil {
 		return 0, fmt.Errorf("session %q: header: %w", h.GetId(), err)
@@ -373,8 +352,8 @@ func (s *Store) materialize(ctx context.Context, tx *sql.Tx, h *sessionv1.Sessio
 	if h.SeedLength != nil {
 		seedLength = h.GetSeedLength()
 	}
-	res, err := tx.StmtContext(ctx, s.insertSession).ExecContext(ctx, h.GetId(), h.GetVersion(), h.GetCreatedAt(),
-		h.GetCwd(), h.GetParentSession(), seedLength, h.GetDelegationDepth(), string(hb))
+	res, err := g.w.exec(g.w.insertSession, g.w.bind(h.GetId(), int64(h.GetVersion()), h.GetCreatedAt(),
+		h.GetCwd(), h.GetParentSession(), seedLength, int64(h.GetDelegationDepth()), string(hb)))
 	if err != nil {
 		return 0, dirty(fmt.Errorf("session %q: %w", h.GetId(), err))
 	}
@@ -392,43 +371,25 @@ func (s *Store) materialize(ctx context.Context, tx *sql.Tx, h *sessionv1.Sessio
 	return sid, nil
 }
 
-// lookup returns a stored session's sid and log length; a missing session
-// is ErrNotFound.
-func (s *Store) lookup(ctx context.Context, tx *sql.Tx, id string) (sid, next int64, err error) {
-	err = tx.StmtContext(ctx, s.lookupSession).QueryRowContext(ctx, id).Scan(&sid, &next)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
-	}
-	if err != nil {
-		return 0, 0, dirty(fmt.Errorf("session %q: %w", id, err))
-	}
-	return sid, next, nil
-}
+var (
+	pbMarshal = proto.MarshalOptions{Deterministic: true}
+	// pbCached marshals an event whose Size was just taken (encodeBatch).
+	pbCached = proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
+)
 
-// insertRows inserts a checked batch's rows (a failure is a *dirtyError:
-// earlier rows, or the materialised session, may be written).
-func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, id string, sid int64, rows []batchRow) error {
-	st := tx.StmtContext(ctx, s.insertBatch)
-	for _, r := range rows {
-		if _, err := st.ExecContext(ctx, sid, r.seq, r.n, r.pb); err != nil {
-			return dirty(fmt.Errorf("session %q: insert seqs %d..%d: %w", id, r.seq, r.seq+int64(r.n)-1, err))
-		}
-	}
-	return nil
-}
-
-var pbMarshal = proto.MarshalOptions{Deterministic: true}
-
-// encodeRows checks a batch (contiguity; with validate, the per-event rules
-// of session.ValidateEvent, so that the store never writes an event its Load
-// would reject) and encodes each event to its stored form, protobuf binary.
-// Events a session.Log committed passed those rules already (AppendValidated
-// skips them).
-func encodeRows(id string, next int64, events []*sessionv1.SessionEvent, validate bool) ([][]byte, error) {
-	if err := persistence.CheckBatch(id, next, events); err != nil {
+// encodeBatch checks a batch (contiguity from its first seq; with validate,
+// the per-event rules of session.ValidateEvent, so that the store never
+// writes an event its Load would reject) and encodes it to its stored
+// form: batch rows of the events in protobuf binary, framed (frame.go).
+// Events a session.Log committed passed those rules already
+// (AppendValidated skips them). Each event is marshalled once, straight
+// into its row (its size taken first).
+func encodeBatch(id string, events []*sessionv1.SessionEvent, validate bool) ([]batchRow, error) {
+	first := events[0].GetSeq()
+	if err := persistence.CheckBatch(id, first, events); err != nil {
 		return nil, err
 	}
-	out := make([][]byte, len(events))
+	sizes := make([]int, len(events))
 	for i, ev := range events {
 		typ := session.TypeName(ev)
 		if typ == "" {
@@ -439,13 +400,32 @@ func encodeRows(id string, next int64, events []*sessionv1.SessionEvent, validat
 				return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
 			}
 		}
-		pb, err := pbMarshal.Marshal(ev)
-		if err != nil {
-			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
-		}
-		out[i] = pb
+		sizes[i] = pbMarshal.Size(ev)
 	}
-	return out, nil
+	var (
+		rows []batchRow
+		err  error
+	)
+	splitRows(len(events), func(k int) int { return sizes[k] }, func(i, j, framed int) {
+		pb := make([]byte, 0, framed)
+		for k := i; k < j && err == nil; k++ {
+			pb = protowire.AppendTag(pb, 1, protowire.BytesType)
+			pb = protowire.AppendVarint(pb, uint64(sizes[k]))
+			at := len(pb)
+			if pb, err = pbCached.MarshalAppend(pb, events[k]); err == nil && len(pb)-at != sizes[k] {
+				err = fmt.Errorf("encoded in %d bytes, sized %d (changed while stored?)", len(pb)-at, sizes[k])
+			}
+			if err != nil {
+				ev := events[k]
+				err = &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: session.TypeName(ev), Err: err}
+			}
+		}
+		rows = append(rows, batchRow{seq: first + int64(i), n: j - i, pb: pb})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
 }
 
 // Discard forgets a created but never appended session.
