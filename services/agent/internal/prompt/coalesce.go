@@ -1,0 +1,95 @@
+package prompt
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+)
+
+// reads coalesces concurrent workspace reads of one (host, cwd): many
+// sessions starting turns at once (or being created in one directory)
+// share GetWorkspaceContext calls instead of each making its own.
+//
+// A caller never gets an answer older than its own request: it shares only
+// a read that starts after it asked. While a read is in flight, callers
+// join the next one, which starts when the current one ends; so a burst of
+// N callers costs at most two reads per host and cwd, and an instruction
+// file edited before a turn started is always seen by that turn.
+type reads struct {
+	mu      sync.Mutex
+	pending map[readKey]*readState
+}
+
+type readKey struct{ host, cwd string }
+
+// readState is one key's reads: the one in flight and the one its late
+// callers wait for.
+type readState struct {
+	running, next *flight
+}
+
+// flight is one GetWorkspaceContext call and its answer, shared read-only
+// by every caller that joined it.
+type flight struct {
+	ctx     context.Context // the first caller's values (trace), not its cancellation
+	done    chan struct{}
+	callers int // joined so far (under reads.mu)
+	resp    *toolsv1.GetWorkspaceContextResponse
+	err     error
+}
+
+// get returns h's answer for cwd from a read that started after the call,
+// or ctx's error when ctx ends first (the read itself goes on for the
+// other callers, bounded by timeout).
+func (r *reads) get(ctx context.Context, h Host, cwd string, timeout time.Duration) (*toolsv1.GetWorkspaceContextResponse, error) {
+	k := readKey{h.Name, cwd}
+	r.mu.Lock()
+	if r.pending == nil {
+		r.pending = map[readKey]*readState{}
+	}
+	st := r.pending[k]
+	var f *flight
+	switch {
+	case st == nil:
+		f = newFlight(ctx)
+		r.pending[k] = &readState{running: f}
+		go r.run(k, h, cwd, timeout, f)
+	case st.next != nil:
+		f = st.next
+	default:
+		f = newFlight(ctx)
+		st.next = f
+	}
+	f.callers++
+	r.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.resp, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func newFlight(ctx context.Context) *flight {
+	return &flight{ctx: context.WithoutCancel(ctx), done: make(chan struct{})}
+}
+
+// run makes f's call, then starts the read its late callers joined, if
+// any, or forgets the key.
+func (r *reads) run(k readKey, h Host, cwd string, timeout time.Duration, f *flight) {
+	for f != nil {
+		cctx, cancel := context.WithTimeout(f.ctx, timeout)
+		f.resp, f.err = h.Client.GetWorkspaceContext(cctx, &toolsv1.GetWorkspaceContextRequest{Cwd: cwd})
+		cancel()
+		close(f.done)
+		r.mu.Lock()
+		st := r.pending[k]
+		f, st.running, st.next = st.next, st.next, nil
+		if f == nil {
+			delete(r.pending, k)
+		}
+		r.mu.Unlock()
+	}
+}
