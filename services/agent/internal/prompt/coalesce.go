@@ -40,12 +40,12 @@ type flight struct {
 	err     error
 }
 
-// get returns h's answer for cwd from a read that started after the call,
-// or ctx's error when ctx ends first (the read itself goes on for the
-// other callers, bounded by timeout).
-func (r *reads) get(ctx context.Context, h Host, cwd string, timeout time.Duration) (*toolsv1.GetWorkspaceContextResponse, error) {
+// join returns the read of h for cwd that the caller shares: one that
+// starts after this call.
+func (r *reads) join(ctx context.Context, h Host, cwd string, timeout time.Duration) *flight {
 	k := readKey{h.Name, cwd}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.pending == nil {
 		r.pending = map[readKey]*readState{}
 	}
@@ -63,7 +63,12 @@ func (r *reads) get(ctx context.Context, h Host, cwd string, timeout time.Durati
 		st.next = f
 	}
 	f.callers++
-	r.mu.Unlock()
+	return f
+}
+
+// wait returns f's answer, or ctx's error when ctx ends first (the read
+// itself goes on for the other callers, bounded by its timeout).
+func (f *flight) wait(ctx context.Context) (*toolsv1.GetWorkspaceContextResponse, error) {
 	select {
 	case <-f.done:
 		return f.resp, f.err

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -202,5 +203,35 @@ func TestWorkspaceReadsSeeEdits(t *testing.T) {
 			})
 		}
 		wg.Wait()
+	}
+}
+
+// TestWorkspaceHostsReadTogether: a turn start asks every visible host at
+// once (it waits for the slowest, not the sum) and still merges in host
+// order whichever answers first.
+func TestWorkspaceHostsReadTogether(t *testing.T) {
+	t.Parallel()
+	a, b := newGatedHost("from a"), newGatedHost("from b")
+	w := &Workspaces{Hosts: []Host{{"a", a}, {"b", b}}}
+	got := make(chan *toolsv1.GetWorkspaceContextResponse, 1)
+	go func() {
+		r, err := w.Context(t.Context(), "/w", nil)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}()
+	for _, g := range []*gatedHost{a, b} {
+		select {
+		case <-g.started:
+		case <-time.After(30 * time.Second): // a failure bound, not a synchronisation
+			t.Fatal("a host was not asked while the other had not answered")
+		}
+	}
+	close(b.release)
+	close(a.release)
+	r := <-got
+	if len(r.GetInstructions()) != 2 || r.GetInstructions()[0].GetContent() != "from a" || r.GetVersion() != "a:from a,b:from b" {
+		t.Errorf("merged %v", r)
 	}
 }

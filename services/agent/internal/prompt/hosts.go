@@ -50,14 +50,23 @@ func (w *Workspaces) Context(ctx context.Context, cwd string, hosts []string) (*
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
+	// Every visible host's read starts now; the answers merge in host order.
+	type hostRead struct {
+		h Host
+		f *flight
+	}
+	var reads []hostRead
+	for _, h := range w.Hosts {
+		if len(hosts) == 0 || slices.Contains(hosts, h.Name) {
+			reads = append(reads, hostRead{h, w.reads.join(ctx, h, cwd, timeout)})
+		}
+	}
 	out := &toolsv1.GetWorkspaceContextResponse{}
 	var versions []string
 	taken := map[string]bool{}
-	for _, h := range w.Hosts {
-		if len(hosts) > 0 && !slices.Contains(hosts, h.Name) {
-			continue
-		}
-		resp, err := w.reads.get(ctx, h, cwd, timeout)
+	for _, r := range reads {
+		h := r.h
+		resp, err := r.f.wait(ctx)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -129,7 +138,7 @@ func (w *Workspaces) CheckCwd(ctx context.Context, cwd string, hosts []string) e
 		if len(hosts) > 0 && !slices.Contains(hosts, h.Name) {
 			continue
 		}
-		_, err := w.reads.get(ctx, h, cwd, timeout)
+		_, err := w.reads.join(ctx, h, cwd, timeout).wait(ctx)
 		switch {
 		case err == nil, status.Code(err) == codes.Unimplemented:
 		case status.Code(err) == codes.InvalidArgument:

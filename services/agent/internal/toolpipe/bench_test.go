@@ -63,7 +63,7 @@ func BenchmarkReadCall(b *testing.B) {
 			}
 		}},
 	} {
-		b.Run(bc.name, func(b *testing.B) {
+		b.Run("op="+bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			start, n := cputime.Process(), 0
 			for b.Loop() {
@@ -73,4 +73,20 @@ func BenchmarkReadCall(b *testing.B) {
 			b.ReportMetric(float64((cputime.Process()-start).Nanoseconds())/float64(n), "cpu-ns/op")
 		})
 	}
+	// Many sessions starting turns in one cwd at once (the load ladder's
+	// first seconds): 64 callers at a time; ns and cpu-ns per turn start.
+	b.Run("op=workspace-burst", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(32) // 64 goroutines on this 2-core machine
+		start := cputime.Process()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := ws.Context(b.Context(), h.Workspace, nil); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64((cputime.Process()-start).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	})
 }
