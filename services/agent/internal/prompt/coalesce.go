@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/status"
+
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 )
 
@@ -66,14 +68,26 @@ func (r *reads) join(ctx context.Context, h Host, cwd string, timeout time.Durat
 	return f
 }
 
-// wait returns f's answer, or ctx's error when ctx ends first (the read
-// itself goes on for the other callers, bounded by its timeout).
-func (f *flight) wait(ctx context.Context) (*toolsv1.GetWorkspaceContextResponse, error) {
+// wait returns f's answer; ctx's error when ctx ends first; or
+// DEADLINE_EXCEEDED, as the call itself would end, when timeout passes
+// first — a caller waits at most timeout, even when it joined behind a
+// read that hangs. The read itself goes on for the other callers, bounded
+// by its own timeout.
+func (f *flight) wait(ctx context.Context, timeout time.Duration) (*toolsv1.GetWorkspaceContextResponse, error) {
+	select {
+	case <-f.done:
+		return f.resp, f.err
+	default:
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
 	select {
 	case <-f.done:
 		return f.resp, f.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-t.C:
+		return nil, status.FromContextError(context.DeadlineExceeded).Err()
 	}
 }
 

@@ -235,3 +235,48 @@ func TestWorkspaceHostsReadTogether(t *testing.T) {
 		t.Errorf("merged %v", r)
 	}
 }
+
+// hungHost never answers until the test ends, whatever the call's deadline.
+type hungHost struct {
+	calls atomic.Int32
+	gone  chan struct{}
+}
+
+func (h *hungHost) GetWorkspaceContext(context.Context, *toolsv1.GetWorkspaceContextRequest, ...grpc.CallOption) (*toolsv1.GetWorkspaceContextResponse, error) {
+	h.calls.Add(1)
+	<-h.gone
+	return nil, errors.New("test over")
+}
+
+// TestWorkspaceReadWaitBounded: a caller waits at most the host timeout
+// even when it joined behind a read that never ends; a hung host is a
+// notice, never a stuck turn.
+func TestWorkspaceReadWaitBounded(t *testing.T) {
+	t.Parallel()
+	h := &hungHost{gone: make(chan struct{})}
+	t.Cleanup(func() { close(h.gone) })
+	w := &Workspaces{Hosts: []Host{{"hung", h}}, Timeout: 50 * time.Millisecond}
+	done := make(chan *toolsv1.GetWorkspaceContextResponse, 2)
+	for range 2 {
+		go func() {
+			r, err := w.Context(t.Context(), "/w", nil)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- r
+		}()
+	}
+	for range 2 {
+		select {
+		case r := <-done:
+			if len(r.GetNotices()) != 1 || !strings.Contains(r.GetNotices()[0].GetMessage(), "deadline exceeded") || r.GetVersion() != "hung:error" {
+				t.Errorf("answer %v", r)
+			}
+		case <-time.After(30 * time.Second): // a failure bound, not a synchronisation
+			t.Fatal("a caller waited past its timeout")
+		}
+	}
+	if n := h.calls.Load(); n != 1 {
+		t.Errorf("%d calls: the second caller waits for the next read, which starts only after the first ends", n)
+	}
+}

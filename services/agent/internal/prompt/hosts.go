@@ -66,7 +66,7 @@ func (w *Workspaces) Context(ctx context.Context, cwd string, hosts []string) (*
 	taken := map[string]bool{}
 	for _, r := range reads {
 		h := r.h
-		resp, err := r.f.wait(ctx)
+		resp, err := r.f.wait(ctx, timeout)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -138,7 +138,7 @@ func (w *Workspaces) CheckCwd(ctx context.Context, cwd string, hosts []string) e
 		if len(hosts) > 0 && !slices.Contains(hosts, h.Name) {
 			continue
 		}
-		_, err := w.reads.join(ctx, h, cwd, timeout).wait(ctx)
+		_, err := w.reads.join(ctx, h, cwd, timeout).wait(ctx, timeout)
 		switch {
 		case err == nil, status.Code(err) == codes.Unimplemented:
 		case status.Code(err) == codes.InvalidArgument:
