@@ -29,12 +29,15 @@ type Host struct {
 // Workspaces reads a session's workspace context from its visible
 // toolhosts. A host that owns no workspace (or predates the RPC) adds
 // nothing; a host that fails adds a notice and is retried next time, so a
-// broken host never fails a turn.
+// broken host never fails a turn. Concurrent reads of one host and cwd
+// share calls (see reads); a Workspaces must not be copied after first use.
 type Workspaces struct {
 	Hosts []Host
 	// Timeout bounds each host's answer; zero means 10 s.
 	Timeout time.Duration
 	Logger  *slog.Logger
+
+	reads reads
 }
 
 // Context merges the visible hosts' contexts (hosts empty = all), in host
@@ -47,16 +50,23 @@ func (w *Workspaces) Context(ctx context.Context, cwd string, hosts []string) (*
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
+	// Every visible host's read starts now; the answers merge in host order.
+	type hostRead struct {
+		h Host
+		f *flight
+	}
+	var reads []hostRead
+	for _, h := range w.Hosts {
+		if len(hosts) == 0 || slices.Contains(hosts, h.Name) {
+			reads = append(reads, hostRead{h, w.reads.join(ctx, h, cwd, timeout)})
+		}
+	}
 	out := &toolsv1.GetWorkspaceContextResponse{}
 	var versions []string
 	taken := map[string]bool{}
-	for _, h := range w.Hosts {
-		if len(hosts) > 0 && !slices.Contains(hosts, h.Name) {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		resp, err := h.Client.GetWorkspaceContext(cctx, &toolsv1.GetWorkspaceContextRequest{Cwd: cwd})
-		cancel()
+	for _, r := range reads {
+		h := r.h
+		resp, err := r.f.wait(ctx, timeout)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -128,9 +138,7 @@ func (w *Workspaces) CheckCwd(ctx context.Context, cwd string, hosts []string) e
 		if len(hosts) > 0 && !slices.Contains(hosts, h.Name) {
 			continue
 		}
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		_, err := h.Client.GetWorkspaceContext(cctx, &toolsv1.GetWorkspaceContextRequest{Cwd: cwd})
-		cancel()
+		_, err := w.reads.join(ctx, h, cwd, timeout).wait(ctx, timeout)
 		switch {
 		case err == nil, status.Code(err) == codes.Unimplemented:
 		case status.Code(err) == codes.InvalidArgument:

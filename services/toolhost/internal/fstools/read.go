@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/fileopen"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 )
 
@@ -95,7 +96,7 @@ func (f *FS) read(ctx context.Context, call *toolsdk.Call, a ReadArgs) (toolsdk.
 	case !fi.Mode().IsRegular():
 		return toolsdk.Result{}, fsError(CodeNotRegularFile, "%s is not a regular file", t.Display)
 	}
-	file, err := os.Open(t.Real)
+	file, err := fileopen.Read(t.Real)
 	if err != nil {
 		return toolsdk.Result{}, fsError(CodeIOError, "open %s: %v", t.Display, err)
 	}

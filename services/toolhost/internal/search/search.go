@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/fileopen"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/fstools"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/spill"
@@ -341,7 +342,7 @@ type match struct {
 // grepFile returns the matching lines of a text file; binary, unreadable
 // and oversized files yield none.
 func grepFile(p string, re *regexp.Regexp) []match {
-	f, err := os.Open(p)
+	f, err := fileopen.Read(p)
 	if err != nil {
 		return nil
 	}

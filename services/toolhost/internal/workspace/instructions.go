@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/fileopen"
 )
 
 // InstructionNames are the instruction file names by precedence: a
@@ -98,7 +99,7 @@ func (r *Reader) readInstruction(path string) (*toolsv1.InstructionFile, string)
 // readCapped reads at most max bytes (a file that grew since its stat is
 // cut, never read unbounded).
 func readCapped(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := fileopen.Read(path)
 	if err != nil {
 		return nil, err
 	}
