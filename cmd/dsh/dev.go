@@ -363,6 +363,9 @@ func startAgent(ctx context.Context, sc agent.ServerConfig, logger *slog.Logger)
 			if err := <-a.done; err != nil {
 				logger.Error("agent shutdown", "err", err)
 			}
+			// A start that failed before the agent served leaves its
+			// listener open (Serve closes it otherwise).
+			sc.Listener.Close()
 		})
 	}
 	return a
