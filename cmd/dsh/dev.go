@@ -23,6 +23,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/llmgateway"
+	"google.golang.org/grpc"
 )
 
 type devFlags struct {
@@ -88,12 +89,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	}
 	defer st.stop()
 
-	conn, err := grpcserver.Dial(st.agentAddr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	c := agentv1.NewAgentServiceClient(conn)
+	c := agentv1.NewAgentServiceClient(st.agentConn)
 	cwd, _ := os.Getwd()
 	sf := sessionFlags{provider: st.provider, model: st.model, cwd: cwd, approval: policy}
 	if f.yes {
@@ -123,6 +119,9 @@ type stack struct {
 	sandbox                                       string // the banner's sandbox line
 	sandboxWarn                                   string // set when confinement is unavailable
 	stop                                          func()
+	// agentConn is the CLI's connection to the agent, made as its
+	// listener was bound; the stack's stop closes it.
+	agentConn *grpc.ClientConn
 	// startNATS starts the embedded NATS server (once).
 	startNATS func()
 }
@@ -230,15 +229,74 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 		}
 	})
 
+	// Every listener is bound first: the agent starts right away (its
+	// store open, the first SQLite open of the process, is the longest
+	// piece of the start) while the gateway and the toolhost are built; its
+	// dials to them complete once they serve. The CLI's own connection to
+	// the agent is made now too, so its handshake is done by the time the
+	// agent serves (issue 19: launch to the first model request).
+	gwLis, err := listen(f.gatewayAddr, defaultGatewayAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--gateway-listen: %w", err)
+	}
+	cleanups = append(cleanups, func() { gwLis.Close() }) // until served
+	thLis, err := listen(f.toolhostAddr, defaultToolhostAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--toolhost-listen: %w", err)
+	}
+	cleanups = append(cleanups, func() { thLis.Close() }) // until served
+	agLis, err := listen(f.agentAddr, defaultAgentAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--agent-listen: %w", err)
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		agLis.Close()
+		return nil, err
+	}
+	sandbox, _ := agent.ParseSandbox(f.sandboxMode, f.sandboxNetwork)
+	ag := startAgent(ctx, agent.ServerConfig{
+		Listener: agLis, Gateway: gwLis.Addr().String(), Toolhosts: []string{"builtin=" + thLis.Addr().String()},
+		Store: f.store, DataDir: f.data, Synchronous: "NORMAL", ShutdownTimeout: 5 * time.Second,
+		// The agent publishes every durable event to the embedded NATS
+		// (internal/events) and catches up on sessions a previous run
+		// left unpublished.
+		NATS:        events.Conn{URL: natsURL, Name: "dsh dev agent"},
+		NATSOptions: gate.options(),
+		// One-shot: exit right after the answer; events the embedded
+		// NATS has not acknowledged by then are published by the next
+		// start (the durable published cursor hands them over).
+		PublishOnClose: publishOnClose(f.prompt),
+		// Deployment defaults: bash, write and edit ask; a question or
+		// approval nobody answers settles after 15 minutes.
+		Service: agent.Config{DefaultCwd: cwd, Sandbox: sandbox,
+			Approval: agent.ApprovalConfig{Rules: agent.DefaultApprovalRules(), Timeout: 15 * time.Minute}},
+		AllowUnenforcedHosts: f.allowUnenforced,
+		PromptSections:       f.promptSections,
+		// Say which toolhost is down (issue 14).
+		OnToolhost: toolhostNotice(e.stderr),
+	}, logger)
+	// Until the agent's stop is in its place below (it drains before the
+	// toolhost and the gateway stop), a failed start stops it first.
+	agentRegistered := false
+	defer func() {
+		if !agentRegistered {
+			ag.stop()
+		}
+	}()
+	agConn, err := grpcserver.Dial(agLis.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	agConn.Connect()
+	phase("agent started")
+
 	// Gateway.
 	gwCfg := llmgateway.ConfigFromEnv(e.getenv)
 	gw, err := llmgateway.New(gwCfg, logger)
 	if err != nil {
+		agConn.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
-	}
-	gwLis, err := listen(f.gatewayAddr, defaultGatewayAddr)
-	if err != nil {
-		return nil, fmt.Errorf("--gateway-listen: %w", err)
 	}
 	gwSrv := grpcserver.New(grpcserver.Config{Logger: logger, DrainTimeout: 2 * time.Second, Options: llmgateway.ServerOptions(),
 		Tracing: grpcserver.TracingFor(tel.Tracing || tel.Metering)})
@@ -247,18 +305,9 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	cleanups = append(cleanups, serve(ctx, gwSrv, gwLis, gw.Close))
 
 	// Toolhost.
-	cwd, err := os.Getwd()
-	if err != nil {
-		return nil, err
-	}
-	thLis, err := listen(f.toolhostAddr, defaultToolhostAddr)
-	if err != nil {
-		return nil, fmt.Errorf("--toolhost-listen: %w", err)
-	}
-	sandbox, _ := agent.ParseSandbox(f.sandboxMode, f.sandboxNetwork)
 	th, thStop, err := startToolhost(ctx, e, cwd, f.data, thLis, logger)
 	if err != nil {
-		thLis.Close()
+		agConn.Close()
 		return nil, fmt.Errorf("toolhost: %w", err)
 	}
 	cleanups = append(cleanups, thStop)
@@ -267,65 +316,59 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	fmt.Fprintln(e.stderr, summary)
 	logger.Info(summary)
 
-	// Agent.
-	agLis, err := listen(f.agentAddr, defaultAgentAddr)
-	if err != nil {
-		return nil, fmt.Errorf("--agent-listen: %w", err)
-	}
-	agCtx, agCancel := context.WithCancel(context.WithoutCancel(ctx))
-	ready := make(chan string, 1)
-	agDone := make(chan error, 1)
-	go func() {
-		agDone <- agent.Run(agCtx, agent.ServerConfig{
-			Listener: agLis, Gateway: gwLis.Addr().String(), Toolhosts: []string{"builtin=" + thLis.Addr().String()},
-			Store: f.store, DataDir: f.data, Synchronous: "NORMAL", ShutdownTimeout: 5 * time.Second,
-			// The agent publishes every durable event to the embedded NATS
-			// (internal/events) and catches up on sessions a previous run
-			// left unpublished.
-			NATS:        events.Conn{URL: natsURL, Name: "dsh dev agent"},
-			NATSOptions: gate.options(),
-			// One-shot: exit right after the answer; events the embedded
-			// NATS has not acknowledged by then are published by the next
-			// start (the durable published cursor hands them over).
-			PublishOnClose: publishOnClose(f.prompt),
-			// Deployment defaults: bash, write and edit ask; a question or
-			// approval nobody answers settles after 15 minutes.
-			Service: agent.Config{DefaultCwd: cwd, Sandbox: sandbox,
-				Approval: agent.ApprovalConfig{Rules: agent.DefaultApprovalRules(), Timeout: 15 * time.Minute}},
-			AllowUnenforcedHosts: f.allowUnenforced,
-			Ready:                func(addr string) { ready <- addr },
-			PromptSections:       f.promptSections,
-			// Say which toolhost is down (issue 14).
-			OnToolhost: toolhostNotice(e.stderr),
-		}, logger)
-	}()
-	cleanups = append(cleanups, func() {
-		agCancel()
-		if err := <-agDone; err != nil {
-			logger.Error("agent shutdown", "err", err)
-		}
-	})
+	// Agent: stopped first (cleanups run in reverse), after the CLI's
+	// connection to it is closed.
+	cleanups = append(cleanups, ag.stop, func() { agConn.Close() })
+	agentRegistered = true
 	select {
-	case <-ready:
+	case <-ag.ready:
 		phase("agent serving")
 		if f.prompt == "" {
 			startNATS()
 		}
-	case err := <-agDone:
-		agDone <- err
+	case err := <-ag.done:
+		ag.done <- err
 		return nil, fmt.Errorf("agent: %w", err)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 
 	st := &stack{agentAddr: agLis.Addr().String(), gatewayAddr: gwLis.Addr().String(), toolhostAddr: thLis.Addr().String(),
-		natsURL: natsURL, stop: stop, startNATS: startNATS}
+		natsURL: natsURL, stop: stop, startNATS: startNATS, agentConn: agConn}
 	st.sandbox, st.sandboxWarn = sandboxLine(f, th)
 	if err := pickModel(ctx, st, f, gwCfg); err != nil {
 		return nil, err
 	}
 	banner(e, st, f, cwd, gwCfg)
 	return st, nil
+}
+
+// runningAgent is the agent service started by startAgent.
+type runningAgent struct {
+	ready chan string // its address, once it serves
+	done  chan error  // agent.Run's result
+	stop  func()      // cancels it and waits for it to end
+}
+
+// startAgent runs the agent service in the background.
+func startAgent(ctx context.Context, sc agent.ServerConfig, logger *slog.Logger) *runningAgent {
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a := &runningAgent{ready: make(chan string, 1), done: make(chan error, 1)}
+	sc.Ready = func(addr string) { a.ready <- addr }
+	go func() { a.done <- agent.Run(actx, sc, logger) }()
+	var once sync.Once
+	a.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-a.done; err != nil {
+				logger.Error("agent shutdown", "err", err)
+			}
+			// A start that failed before the agent served leaves its
+			// listener open (Serve closes it otherwise).
+			sc.Listener.Close()
+		})
+	}
+	return a
 }
 
 // serve runs a gRPC server until the returned stop is called.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -94,5 +95,36 @@ func TestTokenNeedsTLSBeyondLoopback(t *testing.T) {
 	}
 	if opts, err := cf.dialOptions("127.0.0.1:7700"); err != nil || len(opts) != 1 {
 		t.Fatalf("token to a loopback agent: %v %v", opts, err)
+	}
+}
+
+// The agent starts before the gateway and the toolhost are built (issue 19):
+// a start that fails after it (here the gateway: its script file is
+// missing) stops it again and closes its port, rather than leaving it
+// serving beside an error.
+func TestDevFailedStartStopsTheAgent(t *testing.T) {
+	t.Parallel()
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(k string) string {
+		if k == "DSH_SCRIPT" {
+			return filepath.Join(dir, "missing-script.json")
+		}
+		return ""
+	}}
+	err = runDev(t.Context(), e, []string{"-p", "hello", "--data", filepath.Join(dir, ".dsh"), "--agent-listen", addr,
+		"--gateway-listen", "127.0.0.1:0", "--toolhost-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0"})
+	if err == nil || !strings.Contains(err.Error(), "gateway") || !strings.Contains(err.Error(), "missing-script.json") {
+		t.Fatalf("runDev with a missing script = %v, want the gateway's error naming the file", err)
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Fatalf("the agent still accepts connections at %s after the failed start", addr)
 	}
 }

@@ -81,22 +81,16 @@ func (s *Service) createNew(ctx context.Context, req *agentv1.CreateSessionReque
 	if err := checkCreateOptions(opts); err != nil {
 		return nil, err
 	}
-	if err := s.checkProvider(ctx, opts.GetProvider()); err != nil {
-		return nil, err
+	// The gateway's providers and the toolhosts' view of the cwd are asked
+	// side by side (two round trips on the way to a new session's first
+	// request); a provider error is still the one reported first.
+	provider := make(chan error, 1)
+	go func() { provider <- s.checkProvider(ctx, opts.GetProvider()) }()
+	cwd, err := s.checkNewCwd(ctx, req.GetCwd(), opts)
+	if perr := <-provider; perr != nil {
+		return nil, perr
 	}
-	cwd := req.GetCwd()
-	if cwd == "" {
-		cwd = s.cfg.DefaultCwd
-	}
-	if cwd != "" && !filepath.IsAbs(cwd) {
-		return nil, invalidf("cwd %q must be an absolute path", cwd)
-	}
-	if r := opts.GetWorkspaceRoot(); r != "" && !filepath.IsAbs(r) {
-		return nil, invalidf("options.workspace_root %q must be an absolute path", r)
-	} else if r != "" && slices.Contains(strings.Split(r, "/"), "..") {
-		return nil, invalidf("options.workspace_root %q must not contain \"..\" (name the directory itself)", r)
-	}
-	if err := s.checkCwd(ctx, cwd, opts.GetToolhosts()); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if id == "" {
@@ -111,6 +105,26 @@ func (s *Service) createNew(ctx context.Context, req *agentv1.CreateSessionReque
 	h := &sessionv1.SessionHeader{Id: id, CreatedAt: s.cfg.Now().UnixMilli(), Cwd: cwd, Options: proto.CloneOf(opts),
 		Tenant: principalOf(ctx).Tenant, RequestId: req.GetRequestId()}
 	return s.start(ctx, h, nil)
+}
+
+// checkNewCwd is a new session's cwd (the default unless given), checked
+// here and by its toolhosts.
+func (s *Service) checkNewCwd(ctx context.Context, cwd string, opts *sessionv1.SessionOptions) (string, error) {
+	if cwd == "" {
+		cwd = s.cfg.DefaultCwd
+	}
+	if cwd != "" && !filepath.IsAbs(cwd) {
+		return "", invalidf("cwd %q must be an absolute path", cwd)
+	}
+	if r := opts.GetWorkspaceRoot(); r != "" && !filepath.IsAbs(r) {
+		return "", invalidf("options.workspace_root %q must be an absolute path", r)
+	} else if r != "" && slices.Contains(strings.Split(r, "/"), "..") {
+		return "", invalidf("options.workspace_root %q must not contain \"..\" (name the directory itself)", r)
+	}
+	if err := s.checkCwd(ctx, cwd, opts.GetToolhosts()); err != nil {
+		return "", err
+	}
+	return cwd, nil
 }
 
 // start registers a new session (header + optional seed) and brings it live.
