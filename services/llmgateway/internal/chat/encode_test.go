@@ -36,7 +36,7 @@ func encodeAdapters() map[string]*Adapter {
 func sameBody(t *testing.T, req *llmv1.GenerateRequest) {
 	t.Helper()
 	for name, a := range encodeAdapters() {
-		w, _ := a.wire(req)
+		w, _ := a.wire(req, 0)
 		want, wantErr := marshalBody(w)
 		got, err := a.encode(&w)
 		if (err != nil) != (wantErr != nil) {

@@ -1,0 +1,260 @@
+// Package prefix remembers the conversations of recent model requests, so
+// that the next request of a conversation can name the earlier one and
+// carry only the messages appended since (GenerateRequest.prefix): the
+// gateway then decodes, validates and encodes only what is new instead of
+// the whole conversation on every step.
+//
+// A remembered conversation is an Entry: the decoded messages (immutable
+// once remembered) and, beside them, one adapter's encoding of their body
+// prefix. Its id is a chain of SHA-256 hashes over the messages' protobuf
+// encodings, seeded with the tenant, and entries are keyed by tenant and
+// hash: an id made under one tenant never resolves under another, and
+// knowing an id is not enough to use it from another tenant.
+//
+// The cache is bounded by bytes (the messages' wire size plus the bodies
+// kept beside them), overall and per tenant, evicting the least recently
+// used entries first. When a request continues an entry, its successor
+// replaces it (a conversation holds one entry, not one per step). A miss is
+// never an error of the conversation: the caller sends the whole request
+// again (docs/API.md).
+package prefix
+
+import (
+	"container/list"
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
+)
+
+// Entry is one remembered conversation. Messages must not be modified.
+type Entry struct {
+	tenant   string
+	hash     [sha256.Size]byte
+	Messages []*llmv1.Message
+	// msgBytes is the messages' wire size; body is the adapter body kept
+	// beside them (guarded by the cache's lock).
+	msgBytes int64
+	body     *provider.BodyPrefix
+	global   *list.Element
+	local    *list.Element
+	gone     bool
+}
+
+// ID is the entry's id for GenerateRequest.prefix.id (lowercase hex).
+func (e *Entry) ID() string { return hex.EncodeToString(e.hash[:]) }
+
+// WireBytes is the wire size of the entry's messages.
+func (e *Entry) WireBytes() int64 { return e.msgBytes }
+
+func (e *Entry) size() int64 {
+	n := e.msgBytes
+	if e.body != nil {
+		n += int64(len(e.body.Bytes))
+	}
+	return n
+}
+
+type key struct {
+	tenant string
+	hash   [sha256.Size]byte
+}
+
+type tenantUse struct {
+	size int64
+	lru  list.List // of *Entry, front = most recent
+}
+
+// Cache is the bounded store of entries. It is safe for concurrent use.
+type Cache struct {
+	max, tenantMax int64
+
+	mu      sync.Mutex
+	size    int64
+	entries map[key]*Entry
+	lru     list.List // of *Entry, front = most recent
+	tenants map[string]*tenantUse
+	stats   Stats
+}
+
+// Stats counts the cache's answers since it was made.
+type Stats struct {
+	Hits, Misses, Evictions int64
+}
+
+// New returns a cache of at most max bytes overall and tenantMax bytes
+// per tenant (max when tenantMax <= 0 or larger).
+func New(max, tenantMax int64) *Cache {
+	if tenantMax <= 0 || tenantMax > max {
+		tenantMax = max
+	}
+	return &Cache{max: max, tenantMax: tenantMax, entries: map[key]*Entry{}, tenants: map[string]*tenantUse{}}
+}
+
+// Stats returns the counters.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// Len is the number of entries held.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}
+
+// Get returns tenant's entry with id holding count messages; false when
+// there is none (never made, evicted, another tenant's, a malformed id or
+// a count that does not match).
+func (c *Cache) Get(tenant, id string, count int) (*Entry, bool) {
+	var h [sha256.Size]byte
+	if len(id) != 2*len(h) {
+		c.miss()
+		return nil, false
+	}
+	if _, err := hex.Decode(h[:], []byte(id)); err != nil {
+		c.miss()
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[key{tenant, h}]
+	if e == nil || len(e.Messages) != count {
+		c.stats.Misses++
+		return nil, false
+	}
+	c.stats.Hits++
+	c.lru.MoveToFront(e.global)
+	c.tenants[tenant].lru.MoveToFront(e.local)
+	return e, true
+}
+
+func (c *Cache) miss() {
+	c.mu.Lock()
+	c.stats.Misses++
+	c.mu.Unlock()
+}
+
+// seed is the hash before any message: tenant-specific, so that the same
+// conversation has different ids under different tenants.
+func seed(tenant string) [sha256.Size]byte {
+	return sha256.Sum256([]byte("dsh.llm.v1 prefix\x00" + tenant))
+}
+
+// Put remembers the conversation prev's messages followed by added (all of
+// msgs when prev is nil: then added must be the whole conversation) under
+// tenant, replacing prev, and returns the new entry. msgs is the whole
+// conversation (prev's messages then added) and is kept as it is. An entry
+// larger than the tenant's bound is not remembered (nil).
+func (c *Cache) Put(tenant string, prev *Entry, msgs, added []*llmv1.Message) (*Entry, error) {
+	h, n := seed(tenant), int64(0)
+	if prev != nil {
+		h, n = prev.hash, prev.msgBytes
+	}
+	var buf []byte
+	opts := proto.MarshalOptions{Deterministic: true}
+	for _, m := range added {
+		var err error
+		if buf, err = opts.MarshalAppend(buf[:0], m); err != nil {
+			return nil, err
+		}
+		d := sha256.New()
+		d.Write(h[:])
+		d.Write(buf)
+		d.Sum(h[:0])
+		n += int64(len(buf))
+	}
+	e := &Entry{tenant: tenant, hash: h, Messages: msgs, msgBytes: n}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if prev != nil && !prev.gone && prev.hash != h {
+		c.remove(prev)
+	}
+	if e.size() > c.tenantMax {
+		return nil, nil
+	}
+	if old := c.entries[key{tenant, h}]; old != nil {
+		// The same conversation again (a retried step): keep the old
+		// entry and its body.
+		c.lru.MoveToFront(old.global)
+		c.tenants[tenant].lru.MoveToFront(old.local)
+		return old, nil
+	}
+	t := c.tenants[tenant]
+	if t == nil {
+		t = &tenantUse{}
+		c.tenants[tenant] = t
+	}
+	c.entries[key{tenant, h}] = e
+	e.global = c.lru.PushFront(e)
+	e.local = t.lru.PushFront(e)
+	c.add(e, e.size())
+	return e, nil
+}
+
+// SetBody keeps b beside e (replacing any body it had), within the bounds.
+func (c *Cache) SetBody(e *Entry, b *provider.BodyPrefix) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.gone {
+		return
+	}
+	before := e.size()
+	e.body = b
+	if e.size() > c.tenantMax {
+		e.body = nil
+		return
+	}
+	c.add(e, e.size()-before)
+}
+
+// Body returns the body kept beside e, or nil.
+func (c *Cache) Body(e *Entry) *provider.BodyPrefix {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return e.body
+}
+
+// add accounts delta more bytes to e (held) and evicts down to the
+// bounds, never e itself.
+func (c *Cache) add(e *Entry, delta int64) {
+	t := c.tenants[e.tenant]
+	c.size += delta
+	t.size += delta
+	for t.size > c.tenantMax {
+		old := t.lru.Back().Value.(*Entry)
+		if old == e {
+			break
+		}
+		c.remove(old)
+		c.stats.Evictions++
+	}
+	for c.size > c.max {
+		old := c.lru.Back().Value.(*Entry)
+		if old == e {
+			break
+		}
+		c.remove(old)
+		c.stats.Evictions++
+	}
+}
+
+func (c *Cache) remove(e *Entry) {
+	t := c.tenants[e.tenant]
+	sz := e.size()
+	c.size -= sz
+	t.size -= sz
+	c.lru.Remove(e.global)
+	t.lru.Remove(e.local)
+	delete(c.entries, key{e.tenant, e.hash})
+	e.gone = true
+	if t.lru.Len() == 0 {
+		delete(c.tenants, e.tenant)
+	}
+}
