@@ -102,6 +102,7 @@ type result struct {
 	level
 	stepsTaken int            // tool steps (gaps the upstream measured)
 	requests   int            // model requests answered
+	conns      int64          // connections the gateway opened to the upstream
 	errors     map[string]int // by gRPC code or turn-end kind
 	p50, p99   time.Duration  // harness-added step time
 	wall       time.Duration  // first Send to last turn end
@@ -184,6 +185,7 @@ func BenchmarkLoad(b *testing.B) {
 			b.ReportMetric(float64(r.p50.Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(r.p99.Microseconds())/1000, "p99-ms")
 			b.ReportMetric(float64(r.harnessCPUPerStep().Microseconds())/1000, "harness-cpu-ms/step")
+			b.ReportMetric(float64(r.conns), "upstream-conns")
 			rows = append(rows, r.row())
 		})
 	}
@@ -201,6 +203,11 @@ func TestLoadSmoke(t *testing.T) {
 			}
 			if r.stepsTaken != 3*2 || r.requests != 3*3 {
 				t.Fatalf("upstream measured %d steps over %d requests, want 6 over 9", r.stepsTaken, r.requests)
+			}
+			// The gateway keeps its provider connections: three sessions
+			// in lockstep need about three, not one per request.
+			if r.conns > 2*3 {
+				t.Errorf("the gateway opened %d connections for %d requests of 3 sessions", r.conns, r.requests)
 			}
 			if r.p99 <= 0 || r.cpu["agent"].self < 0 || r.rss["agent"] <= 0 {
 				t.Fatalf("implausible measurement: p99 %v, agent CPU %v, RSS %d KiB", r.p99, r.cpu["agent"], r.rss["agent"])
@@ -382,7 +389,7 @@ func runLevel(tb testing.TB, lv level) result {
 		}
 	}
 	gaps := up.gaps()
-	r.stepsTaken, r.requests = len(gaps), up.requests()
+	r.stepsTaken, r.requests, r.conns = len(gaps), up.requests(), up.conns.Load()
 	r.p50, r.p99 = percentile(gaps, 0.50), percentile(gaps, 0.99)
 	if up.bad > 0 {
 		r.errors["upstream: unparsable request"] += up.bad
