@@ -45,9 +45,10 @@ var errPrefixMiss = func() error {
 	return st.Err()
 }()
 
-// resolve replaces req's prefix reference with the messages it names, in
-// place (req is the handler's own decoded request), and returns the entry
-// it continues (nil without a reference).
+// resolve puts the messages (and, when the reference says so, the system
+// prompt and tools) that req's prefix reference names into req, in place
+// (req is the handler's own decoded request), and returns the entry it
+// continues (nil without a reference).
 func (s *Service) resolve(req *llmv1.GenerateRequest) (*prefix.Entry, error) {
 	ref := req.GetPrefix()
 	if ref == nil {
@@ -60,6 +61,18 @@ func (s *Service) resolve(req *llmv1.GenerateRequest) (*prefix.Entry, error) {
 	if !ok {
 		return nil, errPrefixMiss
 	}
+	if ref.GetSameTools() {
+		if len(req.GetTools()) > 0 {
+			return nil, &provider.RequestError{Field: "tools", Reason: "must be empty when prefix.same_tools is set"}
+		}
+		req.Tools = e.Tools
+	}
+	if ref.GetSameSystem() {
+		if req.System != nil {
+			return nil, &provider.RequestError{Field: "system", Reason: "must be unset when prefix.same_system is set"}
+		}
+		req.System = e.System
+	}
 	added := req.Messages
 	if size := e.WireBytes() + int64(sizeOf(added)); size > MaxRequestBytes {
 		// The limit a whole request has on the wire holds for the
@@ -68,7 +81,6 @@ func (s *Service) resolve(req *llmv1.GenerateRequest) (*prefix.Entry, error) {
 	}
 	msgs := make([]*llmv1.Message, 0, len(e.Messages)+len(added))
 	req.Messages = append(append(msgs, e.Messages...), added...)
-	req.Prefix = nil
 	return e, nil
 }
 
@@ -86,7 +98,9 @@ func (s *Service) remember(req *llmv1.GenerateRequest, prev *prefix.Entry, added
 	if !req.GetRememberPrefix() || s.prefixes == nil {
 		return nil
 	}
-	e, err := s.prefixes.Put(req.GetTenant(), prev, req.GetMessages(), added)
+	ref := req.GetPrefix()
+	e, err := s.prefixes.Put(req.GetTenant(), prev, prefix.Request{Messages: req.GetMessages(), Added: added, System: req.System, Tools: req.GetTools(),
+		SameSystem: ref.GetSameSystem(), SameTools: ref.GetSameTools()})
 	if err != nil {
 		s.log.Warn("generate: conversation not remembered", "err", err)
 		return nil

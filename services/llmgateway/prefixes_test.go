@@ -123,6 +123,7 @@ func TestPrefixBodiesByteIdentical(t *testing.T) {
 		{"system", &sys, []string{"a", "a", "a", "a", "a", "a"}},
 		{"no system", nil, []string{"a", "a", "a"}},
 		{"route switch", &sys, []string{"a", "a", "b", "b", "a"}},
+		{"same head", &sys, []string{"a", "a", "a", "b"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conv := conversation(len(tc.routes))
@@ -133,6 +134,9 @@ func TestPrefixBodiesByteIdentical(t *testing.T) {
 					SessionId: "s", Tenant: "t-" + tc.name, RememberPrefix: true}
 				if id != "" {
 					req.Prefix = &llmv1.PrefixRef{Id: id, Count: uint32(held)}
+					if tc.name == "same head" {
+						req.Prefix.SameSystem, req.Prefix.SameTools, req.System, req.Tools = true, true, nil, nil
+					}
 				}
 				before := len(up.Requests())
 				var err error
@@ -260,6 +264,18 @@ func TestPrefixBounds(t *testing.T) {
 	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Messages: []*llmv1.Message{big}, Tenant: "t", Prefix: &llmv1.PrefixRef{Id: id, Count: 1}})
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
 		t.Errorf("oversized conversation: %v", err)
+	}
+	// Tools or a system prompt beside "the same as before" are refused.
+	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Tenant: "t", Tools: []*llmv1.ToolSchema{{Name: "x"}},
+		Prefix: &llmv1.PrefixRef{Id: id, Count: 1, SameTools: true}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "same_tools") {
+		t.Errorf("tools with same_tools: %v", err)
+	}
+	sys := ""
+	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Tenant: "t", System: &sys,
+		Prefix: &llmv1.PrefixRef{Id: id, Count: 1, SameSystem: true}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "same_system") {
+		t.Errorf("system with same_system: %v", err)
 	}
 	// A new message without a role is refused as in a whole request.
 	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Messages: []*llmv1.Message{{}}, Tenant: "t", Prefix: &llmv1.PrefixRef{Id: id, Count: 1}})

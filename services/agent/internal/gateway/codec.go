@@ -58,23 +58,32 @@ type sessionEnc struct {
 	buf     []byte
 	ref     string
 	refMsgs []*llmv1.Message
+	// refSystem and refTools are the system prompt and tools of the
+	// request the gateway remembered as ref.
+	refSystem *string
+	refTools  []*llmv1.ToolSchema
 }
 
 // held records what the gateway answered to a conversation request of a
-// session: the id it remembered msgs under, or none ("").
-func (c *historyCodec) held(sessionID, id string, msgs []*llmv1.Message) {
+// session: the id it remembered req under, or none ("").
+func (c *historyCodec) held(req *llmv1.GenerateRequest, id string) {
 	c.mu.Lock()
-	se := c.sessions[sessionID]
+	se := c.sessions[req.GetSessionId()]
 	c.mu.Unlock()
 	if se == nil {
 		return
 	}
 	se.mu.Lock()
 	defer se.mu.Unlock()
-	se.ref, se.refMsgs = id, nil
+	se.ref, se.refMsgs, se.refSystem, se.refTools = id, nil, nil, nil
 	if id != "" {
-		se.refMsgs = slices.Clone(msgs)
+		se.refMsgs, se.refSystem, se.refTools = slices.Clone(req.GetMessages()), req.System, slices.Clone(req.GetTools())
 	}
+}
+
+// sameSystem reports whether two optional system prompts are the same.
+func sameSystem(a, b *string) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }
 
 // conversation reports whether req is a step of a session's conversation:
@@ -202,9 +211,17 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, error) {
 	c.reused.Add(int64(len(se.buf) - fresh))
 	from := 0 // the history bytes sent: buf[from:]
 	if !full && req.Prefix == nil && conversation(req) && se.ref != "" && len(se.refMsgs) > 0 && len(se.refMsgs) <= len(msgs) && slices.Equal(se.refMsgs, msgs[:len(se.refMsgs)]) {
-		head.Prefix = &llmv1.PrefixRef{Id: se.ref, Count: uint32(len(se.refMsgs))}
+		ref := &llmv1.PrefixRef{Id: se.ref, Count: uint32(len(se.refMsgs))}
 		from = se.ends[len(se.refMsgs)-1]
-		c.referred.Add(int64(from))
+		referred := from
+		if sameSystem(se.refSystem, req.System) {
+			ref.SameSystem, head.System = true, nil
+		}
+		if len(tools) > 0 && slices.Equal(se.refTools, req.Tools) { // the same schema pointers in the same order
+			ref.SameTools, referred, tools = true, referred+len(tools), nil
+		}
+		head.Prefix = ref
+		c.referred.Add(int64(referred))
 	} else if req.Prefix != nil {
 		head.Prefix = req.Prefix
 	}

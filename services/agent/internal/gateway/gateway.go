@@ -78,7 +78,7 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 			if v := md.Get(prefixHeader); len(v) == 1 {
 				id = v[0]
 			}
-			c.codec.held(req.GetSessionId(), id, req.GetMessages())
+			c.codec.held(req, id)
 		}
 	}
 	finished, got := false, false
@@ -93,7 +93,7 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 		}
 		if err != nil {
 			if !full && !got && prefixMiss(err) {
-				c.codec.held(req.GetSessionId(), "", nil)
+				c.codec.held(req, "")
 				c.misses.Add(1)
 				return true
 			}

@@ -4,12 +4,14 @@
 // gateway then decodes, validates and encodes only what is new instead of
 // the whole conversation on every step.
 //
-// A remembered conversation is an Entry: the decoded messages (immutable
-// once remembered) and, beside them, one adapter's encoding of their body
-// prefix. Its id is a chain of SHA-256 hashes over the messages' protobuf
-// encodings, seeded with the tenant, and entries are keyed by tenant and
-// hash: an id made under one tenant never resolves under another, and
-// knowing an id is not enough to use it from another tenant.
+// A remembered conversation is an Entry: the decoded messages, system
+// prompt and tools (immutable once remembered) and, beside them, one
+// adapter's encoding of the messages' part of the body. Its id is a
+// SHA-256 over a chain of SHA-256 hashes of the messages' protobuf
+// encodings seeded with the tenant, a hash of the system prompt and one of
+// the tools; entries are keyed by tenant and id: an id made under one
+// tenant never resolves under another, and knowing an id is not enough to
+// use it from another tenant.
 //
 // The cache is bounded by bytes (the messages' wire size plus the bodies
 // kept beside them), overall and per tenant, evicting the least recently
@@ -22,6 +24,7 @@ package prefix
 import (
 	"container/list"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"sync"
 
@@ -31,15 +34,22 @@ import (
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
 )
 
-// Entry is one remembered conversation. Messages must not be modified.
+// Entry is one remembered conversation: the messages, the system prompt
+// and the tools of a request. They must not be modified.
 type Entry struct {
 	tenant   string
 	hash     [sha256.Size]byte
 	Messages []*llmv1.Message
-	// msgBytes is the messages' wire size; body is the adapter body kept
-	// beside them (guarded by the cache's lock).
-	msgBytes int64
-	body     *provider.BodyPrefix
+	System   *string
+	Tools    []*llmv1.ToolSchema
+	// chain is the hash of the messages alone, sys and tools those of the
+	// system prompt and the tools; hash (the id) is over the three.
+	chain, sys, tools [sha256.Size]byte
+	// msgBytes is the wire size of the messages, headBytes of the system
+	// prompt and tools; body is the adapter body kept beside them
+	// (guarded by the cache's lock).
+	msgBytes, headBytes int64
+	body                *provider.BodyPrefix
 	global   *list.Element
 	local    *list.Element
 	gone     bool
@@ -48,11 +58,12 @@ type Entry struct {
 // ID is the entry's id for GenerateRequest.prefix.id (lowercase hex).
 func (e *Entry) ID() string { return hex.EncodeToString(e.hash[:]) }
 
-// WireBytes is the wire size of the entry's messages.
-func (e *Entry) WireBytes() int64 { return e.msgBytes }
+// WireBytes is the wire size of the entry's messages, system prompt and
+// tools.
+func (e *Entry) WireBytes() int64 { return e.msgBytes + e.headBytes }
 
 func (e *Entry) size() int64 {
-	n := e.msgBytes
+	n := e.msgBytes + e.headBytes
 	if e.body != nil {
 		n += int64(len(e.body.Bytes))
 	}
@@ -141,36 +152,101 @@ func (c *Cache) miss() {
 	c.mu.Unlock()
 }
 
+func prevSysBytes(e *Entry) int64 {
+	if e.System == nil {
+		return 0
+	}
+	return int64(len(*e.System))
+}
+
+// chain is the hash of the messages up to one whose encoding is b, given
+// h, the hash of those before it.
+func chain(h [sha256.Size]byte, b []byte) [sha256.Size]byte {
+	d := sha256.New()
+	d.Write(h[:])
+	d.Write(b)
+	var out [sha256.Size]byte
+	d.Sum(out[:0])
+	return out
+}
+
 // seed is the hash before any message: tenant-specific, so that the same
 // conversation has different ids under different tenants.
 func seed(tenant string) [sha256.Size]byte {
 	return sha256.Sum256([]byte("dsh.llm.v1 prefix\x00" + tenant))
 }
 
-// Put remembers the conversation prev's messages followed by added (all of
-// msgs when prev is nil: then added must be the whole conversation) under
-// tenant, replacing prev, and returns the new entry. msgs is the whole
-// conversation (prev's messages then added) and is kept as it is. An entry
+// Request is what Put remembers: a request's whole conversation and
+// what in it is new since the entry it continues.
+type Request struct {
+	// Messages is the whole conversation (the continued entry's messages,
+	// then Added); kept as it is.
+	Messages []*llmv1.Message
+	// Added is what is new: all of Messages when nothing is continued.
+	Added  []*llmv1.Message
+	System *string
+	Tools  []*llmv1.ToolSchema
+	// SameSystem and SameTools say that System and Tools are the
+	// continued entry's (their hashes are not computed again).
+	SameSystem, SameTools bool
+}
+
+// Put remembers r under tenant, continuing prev (nil: r.Added is the whole
+// conversation), which it replaces, and returns the new entry. An entry
 // larger than the tenant's bound is not remembered (nil).
-func (c *Cache) Put(tenant string, prev *Entry, msgs, added []*llmv1.Message) (*Entry, error) {
-	h, n := seed(tenant), int64(0)
+func (c *Cache) Put(tenant string, prev *Entry, r Request) (*Entry, error) {
+	e := &Entry{tenant: tenant, Messages: r.Messages, System: r.System, Tools: r.Tools, chain: seed(tenant)}
 	if prev != nil {
-		h, n = prev.hash, prev.msgBytes
+		e.chain, e.msgBytes = prev.chain, prev.msgBytes
 	}
 	var buf []byte
 	opts := proto.MarshalOptions{Deterministic: true}
-	for _, m := range added {
+	for _, m := range r.Added {
 		var err error
 		if buf, err = opts.MarshalAppend(buf[:0], m); err != nil {
 			return nil, err
 		}
-		d := sha256.New()
-		d.Write(h[:])
-		d.Write(buf)
-		d.Sum(h[:0])
-		n += int64(len(buf))
+		e.chain = chain(e.chain, buf)
+		e.msgBytes += int64(len(buf))
 	}
-	e := &Entry{tenant: tenant, hash: h, Messages: msgs, msgBytes: n}
+	var sysBytes, toolBytes int64
+	if prev != nil && r.SameSystem {
+		e.sys = prev.sys
+		if prev.System != nil {
+			sysBytes = int64(len(*prev.System))
+		}
+	} else {
+		d := sha256.New()
+		if r.System != nil {
+			d.Write([]byte{1})
+			d.Write([]byte(*r.System))
+			sysBytes = int64(len(*r.System))
+		}
+		d.Sum(e.sys[:0])
+	}
+	if prev != nil && r.SameTools {
+		e.tools, toolBytes = prev.tools, prev.headBytes-prevSysBytes(prev)
+	} else {
+		d := sha256.New()
+		for _, t := range r.Tools {
+			var err error
+			if buf, err = opts.MarshalAppend(buf[:0], t); err != nil {
+				return nil, err
+			}
+			var n [binary.MaxVarintLen64]byte
+			d.Write(n[:binary.PutUvarint(n[:], uint64(len(buf)))])
+			d.Write(buf)
+			toolBytes += int64(len(buf))
+		}
+		d.Sum(e.tools[:0])
+	}
+	e.headBytes = sysBytes + toolBytes
+	d := sha256.New()
+	d.Write(e.chain[:])
+	d.Write(e.sys[:])
+	d.Write(e.tools[:])
+	d.Sum(e.hash[:0])
+	h := e.hash
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if prev != nil && !prev.gone && prev.hash != h {
@@ -180,8 +256,8 @@ func (c *Cache) Put(tenant string, prev *Entry, msgs, added []*llmv1.Message) (*
 		return nil, nil
 	}
 	if old := c.entries[key{tenant, h}]; old != nil {
-		// The same conversation again (a retried step): keep the old
-		// entry and its body.
+		// The same request again (a retried step): keep the old entry
+		// and its body.
 		c.lru.MoveToFront(old.global)
 		c.tenants[tenant].lru.MoveToFront(old.local)
 		return old, nil

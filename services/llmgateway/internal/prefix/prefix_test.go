@@ -29,7 +29,7 @@ func put(t *testing.T, c *Cache, tenant string, prev *Entry, all []*llmv1.Messag
 	if prev != nil {
 		added = all[len(prev.Messages):]
 	}
-	e, err := c.Put(tenant, prev, all, added)
+	e, err := c.Put(tenant, prev, Request{Messages: all, Added: added})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +76,40 @@ func TestChainAndTenants(t *testing.T) {
 	} {
 		if _, ok := c.Get(tc.tenant, tc.id, tc.count); ok != tc.ok {
 			t.Errorf("Get(%q, %q, %d) = %v, want %v", tc.tenant, tc.id, tc.count, ok, tc.ok)
+		}
+	}
+	// The system prompt and the tools are part of the id, inherited or
+	// not.
+	sys, other := "be terse", "be verbose"
+	tools := []*llmv1.ToolSchema{{Name: "read"}}
+	c3 := New(1<<20, 0)
+	withHead, err := c3.Put("a", nil, Request{Messages: conv[:2], Added: conv[:2], System: &sys, Tools: tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{whole.ID(): true}
+	for _, r := range []Request{
+		{System: &sys, Tools: tools, SameSystem: true, SameTools: true},
+		{System: &other, Tools: tools, SameTools: true},
+		{System: &sys},
+		{System: nil, Tools: tools, SameTools: true},
+	} {
+		r.Messages, r.Added = conv, conv[2:]
+		e, err := c3.Put("a", withHead, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ids[e.ID()] {
+			t.Errorf("head %+v: an id seen before", r)
+		}
+		ids[e.ID()] = true
+		// The same request sent whole has the same id.
+		whole, err := New(1<<20, 0).Put("a", nil, Request{Messages: conv, Added: conv, System: r.System, Tools: r.Tools})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if whole.ID() != e.ID() {
+			t.Errorf("head %+v: continued id %s, whole %s", r, e.ID(), whole.ID())
 		}
 	}
 	// A change anywhere changes the id.
@@ -146,7 +180,7 @@ func TestEviction(t *testing.T) {
 func FuzzGet(f *testing.F) {
 	c := New(1<<20, 0)
 	conv := msgs("m", 3, 10)
-	e, err := c.Put("victim", nil, conv, conv)
+	e, err := c.Put("victim", nil, Request{Messages: conv, Added: conv})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -2919,7 +2919,12 @@ type PrefixRef struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// How many messages the referenced conversation holds (a check: a
 	// mismatch is PREFIX_NOT_CACHED too).
-	Count         uint32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Count uint32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// The tools are the referenced request's (then `tools` must be empty).
+	SameTools bool `protobuf:"varint,3,opt,name=same_tools,json=sameTools,proto3" json:"same_tools,omitempty"`
+	// The system prompt is the referenced request's (then `system` must be
+	// unset).
+	SameSystem    bool `protobuf:"varint,4,opt,name=same_system,json=sameSystem,proto3" json:"same_system,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2966,6 +2971,20 @@ func (x *PrefixRef) GetCount() uint32 {
 		return x.Count
 	}
 	return 0
+}
+
+func (x *PrefixRef) GetSameTools() bool {
+	if x != nil {
+		return x.SameTools
+	}
+	return false
+}
+
+func (x *PrefixRef) GetSameSystem() bool {
+	if x != nil {
+		return x.SameSystem
+	}
+	return false
 }
 
 // GenerateResponse is one streamed chunk of a Generate call.
@@ -3803,10 +3822,14 @@ const file_dsh_llm_v1_llm_proto_rawDesc = "" +
 	"\x06tenant\x18\r \x01(\tR\x06tenantB\t\n" +
 	"\a_systemB\x0e\n" +
 	"\f_temperatureB\r\n" +
-	"\v_max_tokens\"1\n" +
+	"\v_max_tokens\"q\n" +
 	"\tPrefixRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\rR\x05count\"A\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\x12\x1d\n" +
+	"\n" +
+	"same_tools\x18\x03 \x01(\bR\tsameTools\x12\x1f\n" +
+	"\vsame_system\x18\x04 \x01(\bR\n" +
+	"sameSystem\"A\n" +
 	"\x10GenerateResponse\x12-\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x17.dsh.llm.v1.StreamChunkR\x05chunk\"F\n" +
 	"\fProviderInfo\x12\x0e\n" +

@@ -1394,6 +1394,21 @@ export declare type PrefixRef = Message$1<"dsh.llm.v1.PrefixRef"> & {
    * @generated from field: uint32 count = 2;
    */
   count: number;
+
+  /**
+   * The tools are the referenced request's (then `tools` must be empty).
+   *
+   * @generated from field: bool same_tools = 3;
+   */
+  sameTools: boolean;
+
+  /**
+   * The system prompt is the referenced request's (then `system` must be
+   * unset).
+   *
+   * @generated from field: bool same_system = 4;
+   */
+  sameSystem: boolean;
 };
 
 /**
