@@ -50,9 +50,9 @@ type Entry struct {
 	// (guarded by the cache's lock).
 	msgBytes, headBytes int64
 	body                *provider.BodyPrefix
-	global   *list.Element
-	local    *list.Element
-	gone     bool
+	global              *list.Element
+	local               *list.Element
+	gone                bool
 }
 
 // ID is the entry's id for GenerateRequest.prefix.id (lowercase hex).
