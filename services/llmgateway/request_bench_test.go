@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,7 +235,10 @@ func conversationAt(tb testing.TB, step int) *llmv1.GenerateRequest {
 // stream: mode=whole sends the whole conversation every step (the agent
 // before remembered conversations), mode=prefix names the conversation the
 // gateway remembered at the previous step and sends the two new messages
-// (at step 1 there is none: the whole request, remembered). The previous
+// only (the same system prompt and tools: not sent either), as the agent
+// does; at step 1 there is none: the whole request, remembered. The 64
+// conversations are the same 64 in every iteration (each replaces its
+// entry), so the gateway holds what it would for 64 live sessions. The previous
 // steps are sent outside the measured window.
 func BenchmarkConversationCPU(b *testing.B) {
 	const width = 64
@@ -267,7 +269,6 @@ func BenchmarkConversationCPU(b *testing.B) {
 					}
 					return "", nil
 				}
-				var seq atomic.Int64
 				// one conversation: the previous step (unmeasured) then the
 				// measured one, split by the barrier.
 				run := func(measure func()) {
@@ -276,7 +277,7 @@ func BenchmarkConversationCPU(b *testing.B) {
 					var wg sync.WaitGroup
 					errs := make(chan error, 2*width)
 					for i := range width {
-						tenants[i] = fmt.Sprint("bench-", seq.Add(1))
+						tenants[i] = fmt.Sprint("bench-", i)
 						if mode != "prefix" || prevN == 0 {
 							continue
 						}
@@ -299,7 +300,8 @@ func BenchmarkConversationCPU(b *testing.B) {
 							if mode == "prefix" {
 								r.Tenant, r.RememberPrefix = tenants[i], true
 								if ids[i] != "" {
-									r.Prefix, r.Messages = &llmv1.PrefixRef{Id: ids[i], Count: uint32(prevN)}, conv.Messages[prevN:]
+									r.Prefix, r.Messages = &llmv1.PrefixRef{Id: ids[i], Count: uint32(prevN), SameSystem: true, SameTools: true}, conv.Messages[prevN:]
+									r.System, r.Tools = nil, nil
 								}
 							}
 							_, err := send(r)
