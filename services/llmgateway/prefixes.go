@@ -33,7 +33,7 @@ const (
 // DefaultPrefixCacheBytes bounds the remembered conversations when the
 // configuration does not (wire bytes of the messages plus the encoded
 // bodies kept beside them; the decoded messages take a small multiple).
-const DefaultPrefixCacheBytes = 256 << 20
+const DefaultPrefixCacheBytes = 128 << 20
 
 // errPrefixMiss answers a reference the gateway does not hold. The
 // message never says why (another tenant's id looks like any other miss).

@@ -15,7 +15,9 @@
 //
 // The cache is bounded by bytes (the messages' wire size plus the bodies
 // kept beside them), overall and per tenant, evicting the least recently
-// used entries first. When a request continues an entry, its successor
+// used entries first, and by time: an entry unused for DefaultTTL is
+// forgotten (the decoded messages are pointer-dense heap that every
+// garbage collection marks: stale ones cost CPU, not only memory). When a request continues an entry, its successor
 // replaces it (a conversation holds one entry, not one per step). A miss is
 // never an error of the conversation: the caller sends the whole request
 // again (docs/API.md).
@@ -27,6 +29,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -53,6 +56,8 @@ type Entry struct {
 	global              *list.Element
 	local               *list.Element
 	gone                bool
+	// used is when the entry was last made or resolved.
+	used time.Time
 }
 
 // ID is the entry's id for GenerateRequest.prefix.id (lowercase hex).
@@ -83,6 +88,8 @@ type tenantUse struct {
 // Cache is the bounded store of entries. It is safe for concurrent use.
 type Cache struct {
 	max, tenantMax int64
+	ttl            time.Duration
+	now            func() time.Time
 
 	mu      sync.Mutex
 	size    int64
@@ -97,13 +104,32 @@ type Stats struct {
 	Hits, Misses, Evictions int64
 }
 
+// DefaultTTL is how long an entry nobody used is kept: a session that
+// idles this long is unloaded by the agent anyway, and what the gateway
+// keeps is pointer-dense heap that every garbage collection marks.
+const DefaultTTL = 10 * time.Minute
+
 // New returns a cache of at most max bytes overall and tenantMax bytes
-// per tenant (max when tenantMax <= 0 or larger).
+// per tenant (max when tenantMax <= 0 or larger), forgetting entries
+// unused for DefaultTTL.
 func New(max, tenantMax int64) *Cache {
 	if tenantMax <= 0 || tenantMax > max {
 		tenantMax = max
 	}
-	return &Cache{max: max, tenantMax: tenantMax, entries: map[key]*Entry{}, tenants: map[string]*tenantUse{}}
+	return &Cache{max: max, tenantMax: tenantMax, ttl: DefaultTTL, now: time.Now, entries: map[key]*Entry{}, tenants: map[string]*tenantUse{}}
+}
+
+// expire drops the entries unused for the TTL (the least recently used
+// first, so it stops at the first one still fresh).
+func (c *Cache) expire(now time.Time) {
+	for c.lru.Len() > 0 {
+		old := c.lru.Back().Value.(*Entry)
+		if now.Sub(old.used) < c.ttl {
+			return
+		}
+		c.remove(old)
+		c.stats.Evictions++
+	}
 }
 
 // Stats returns the counters.
@@ -133,14 +159,17 @@ func (c *Cache) Get(tenant, id string, count int) (*Entry, bool) {
 		c.miss()
 		return nil, false
 	}
+	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.expire(now)
 	e := c.entries[key{tenant, h}]
 	if e == nil || len(e.Messages) != count {
 		c.stats.Misses++
 		return nil, false
 	}
 	c.stats.Hits++
+	e.used = now
 	c.lru.MoveToFront(e.global)
 	c.tenants[tenant].lru.MoveToFront(e.local)
 	return e, true
@@ -247,8 +276,11 @@ func (c *Cache) Put(tenant string, prev *Entry, r Request) (*Entry, error) {
 	d.Write(e.tools[:])
 	d.Sum(e.hash[:0])
 	h := e.hash
+	now := c.now()
+	e.used = now
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.expire(now)
 	if prev != nil && !prev.gone && prev.hash != h {
 		c.remove(prev)
 	}
@@ -258,6 +290,7 @@ func (c *Cache) Put(tenant string, prev *Entry, r Request) (*Entry, error) {
 	if old := c.entries[key{tenant, h}]; old != nil {
 		// The same request again (a retried step): keep the old entry
 		// and its body.
+		old.used = now
 		c.lru.MoveToFront(old.global)
 		c.tenants[tenant].lru.MoveToFront(old.local)
 		return old, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -198,4 +199,28 @@ func FuzzGet(f *testing.F) {
 			t.Fatalf("Get(%q, %q, %d) resolved", tenant, id, count)
 		}
 	})
+}
+
+func TestExpiry(t *testing.T) {
+	t.Parallel()
+	c := New(1<<20, 0)
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	old := put(t, c, "a", nil, msgs("old", 1, 10))
+	now = now.Add(DefaultTTL / 2)
+	fresh := put(t, c, "a", nil, msgs("fresh", 1, 10))
+	now = now.Add(DefaultTTL/2 + time.Second)
+	if _, ok := c.Get("a", old.ID(), 1); ok {
+		t.Error("an entry unused for the TTL resolved")
+	}
+	if _, ok := c.Get("a", fresh.ID(), 1); !ok {
+		t.Error("a fresh entry expired")
+	}
+	now = now.Add(DefaultTTL - time.Second) // fresh was used just now: kept
+	if _, ok := c.Get("a", fresh.ID(), 1); !ok {
+		t.Error("an entry in use expired")
+	}
+	if c.Len() != 1 || c.size != fresh.size() {
+		t.Errorf("%d entries of %d bytes; want 1 of %d", c.Len(), c.size, fresh.size())
+	}
 }
