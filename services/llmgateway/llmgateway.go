@@ -1,7 +1,9 @@
 // Package llmgateway serves dsh.llm.v1.LlmGateway: the one streaming API in
-// front of every model provider. It is stateless; each Generate call is
-// exactly one provider attempt (retries are the agent's decision, because a
-// retry is a new durable step), normalised to the StreamChunk protocol.
+// front of every model provider. It is stateless but for a cache of
+// remembered conversations (GenerateRequest.prefix: losing it costs the
+// caller a resend, never a result); each Generate call is exactly one
+// provider attempt (retries are the agent's decision, because a retry is a
+// new durable step), normalised to the StreamChunk protocol.
 //
 // Routes are registered from Config: a route name selects an adapter
 // instance of a kind (deepseek, openai, anthropic, scripted). ConfigFromEnv
