@@ -52,6 +52,7 @@ var (
 	flagSteps    = flag.Int("load.steps", 5, "tool steps per turn")
 	flagTurns    = flag.Int("load.turns", 1, "turns per session")
 	flagAgent    = flag.String("load.agent-args", "", "extra agent flags, space-separated (e.g. --sqlite-sync=NORMAL)")
+	flagGateway  = flag.String("load.gateway-args", "", "extra gateway flags, space-separated (e.g. --prefix-cache-mib=0)")
 	flagPprof    = flag.String("load.pprof", "", "directory: take a CPU profile of each process (through --debug-addr) during each level's first -load.pprof-seconds")
 	flagPprofSec = flag.Int("load.pprof-seconds", 5, "length of the -load.pprof CPU profiles")
 )
@@ -94,7 +95,7 @@ type level struct {
 	sessions, steps, turns int
 	tool                   string
 	delay                  time.Duration
-	agentArgs              []string
+	agentArgs, gatewayArgs []string
 }
 
 // result is what one level measured.
@@ -173,7 +174,7 @@ func BenchmarkLoad(b *testing.B) {
 		if err != nil || n <= 0 {
 			b.Fatalf("-load.sessions: %q is not a positive count", f)
 		}
-		lv := level{sessions: n, steps: *flagSteps, turns: *flagTurns, tool: *flagTool, delay: *flagDelay, agentArgs: strings.Fields(*flagAgent)}
+		lv := level{sessions: n, steps: *flagSteps, turns: *flagTurns, tool: *flagTool, delay: *flagDelay, agentArgs: strings.Fields(*flagAgent), gatewayArgs: strings.Fields(*flagGateway)}
 		b.Run(fmt.Sprintf("tool=%s/sessions=%d", lv.tool, n), func(b *testing.B) {
 			var r result
 			for b.Loop() {
@@ -298,7 +299,7 @@ func runLevel(tb testing.TB, lv level) result {
 		}
 	}
 	procs := map[string]*proc{
-		"llmgateway": startProc(tb, "llmgateway", cleanEnv("OPENAI_API_KEY=load", "OPENAI_BASE_URL="+url, "OPENAI_MODEL=load"), append([]string{"--listen", gwAddr}, debug["llmgateway"]...)...),
+		"llmgateway": startProc(tb, "llmgateway", cleanEnv("OPENAI_API_KEY=load", "OPENAI_BASE_URL="+url, "OPENAI_MODEL=load"), append(append([]string{"--listen", gwAddr}, debug["llmgateway"]...), lv.gatewayArgs...)...),
 		"toolhost":   startProc(tb, "toolhost", cleanEnv(), append([]string{"--listen", thAddr, "--workspace", ws}, debug["toolhost"]...)...),
 	}
 	dial(ctx, tb, gwAddr)
