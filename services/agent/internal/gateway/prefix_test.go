@@ -176,10 +176,9 @@ func TestPrefixConversation(t *testing.T) {
 	}
 }
 
-// TestPrefixNotForOneOffs: a title or compaction call (not remembered) is
-// sent whole and leaves the session's reference alone for the next step
-// only if its messages are not the conversation's (the reference is to the
-// conversation's last step).
+// TestPrefixOneOffs: a title or compaction call (not remembered) is sent
+// whole and leaves the session's reference alone: the next step still
+// names the conversation's last step.
 func TestPrefixOneOffs(t *testing.T) {
 	t.Parallel()
 	up := serveUpstream(t)
