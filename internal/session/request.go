@@ -188,6 +188,10 @@ func CheckRequest(events []*sessionv1.SessionEvent, req *llmv1.GenerateRequest) 
 	if err != nil {
 		return fmt.Errorf("session: request check: %w", err)
 	}
+	// How the request travels to the gateway (the tenant its remembered
+	// conversations are kept under, whether to remember this one, the
+	// earlier one it continues) is not part of the model request.
+	want.Tenant, want.RememberPrefix, want.Prefix = req.GetTenant(), req.GetRememberPrefix(), req.GetPrefix()
 	if proto.Equal(want, req) {
 		return nil
 	}

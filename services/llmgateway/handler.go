@@ -61,16 +61,32 @@ var _ llmv1.LlmGatewayServer = handler{}
 // Generate makes exactly one provider attempt and streams its chunks.
 func (h handler) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamingServer[llmv1.GenerateResponse]) error {
 	ctx := stream.Context()
-	r, req, err := h.s.prepare(req)
+	added := req.GetMessages()
+	prev, err := h.s.resolve(req)
 	if err != nil {
 		return toStatus(h.s.log, "Generate", err)
 	}
+	r, preq, err := h.s.prepare(req)
+	if err != nil {
+		return toStatus(h.s.log, "Generate", err)
+	}
+	// Remember the conversation (the request as received: replay state
+	// stripped for this route by prepare stays in the remembered messages
+	// for the next route to decide on) and name it in the header.
+	md := metadata.MD{}
+	if next := h.s.remember(req, prev, added); next != nil {
+		md.Set(PrefixHeader, next.ID())
+		ctx = provider.WithBodyCache(ctx, bodySlot{c: h.s.prefixes, prev: prev, next: next})
+	} else if prev != nil {
+		ctx = provider.WithBodyCache(ctx, bodySlot{c: h.s.prefixes, prev: prev})
+	}
+	req = preq
 	// Send the response headers now, so they travel while the provider
 	// works on its first token instead of in front of the first chunk
 	// (measured: sending them with the first chunk instead was no faster
 	// in process and slower out of process, see
 	// docs/arch/throughput-gateway.md).
-	if err := stream.SendHeader(metadata.MD{}); err != nil {
+	if err := stream.SendHeader(md); err != nil {
 		return toStatus(h.s.log, "Generate", err)
 	}
 	span := trace.SpanFromContext(ctx)

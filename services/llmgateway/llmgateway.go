@@ -1,7 +1,9 @@
 // Package llmgateway serves dsh.llm.v1.LlmGateway: the one streaming API in
-// front of every model provider. It is stateless; each Generate call is
-// exactly one provider attempt (retries are the agent's decision, because a
-// retry is a new durable step), normalised to the StreamChunk protocol.
+// front of every model provider. It is stateless but for a cache of
+// remembered conversations (GenerateRequest.prefix: losing it costs the
+// caller a resend, never a result); each Generate call is exactly one
+// provider attempt (retries are the agent's decision, because a retry is a
+// new durable step), normalised to the StreamChunk protocol.
 //
 // Routes are registered from Config: a route name selects an adapter
 // instance of a kind (deepseek, openai, anthropic, scripted). ConfigFromEnv
@@ -39,6 +41,7 @@ import (
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/deepseek"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/memo"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/openai"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/prefix"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/scripted"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/upstream"
@@ -67,6 +70,25 @@ type Config struct {
 	HTTPClient *http.Client `json:"-"`
 	// Now is the clock (Retry-After dates); time.Now when nil.
 	Now func() time.Time `json:"-"`
+	// PrefixCacheBytes bounds the remembered conversations
+	// (GenerateRequest.prefix); DefaultPrefixCacheBytes when zero, none
+	// remembered when negative (every reference then misses).
+	PrefixCacheBytes int64 `json:"-"`
+	// PrefixCacheTenantBytes bounds one tenant's share of them; the whole
+	// bound when zero.
+	PrefixCacheTenantBytes int64 `json:"-"`
+}
+
+// newPrefixCache returns the remembered-conversation cache of cfg, or nil.
+func newPrefixCache(cfg Config) *prefix.Cache {
+	n := cfg.PrefixCacheBytes
+	if n < 0 {
+		return nil
+	}
+	if n == 0 {
+		n = DefaultPrefixCacheBytes
+	}
+	return prefix.New(n, cfg.PrefixCacheTenantBytes)
 }
 
 // RouteConfig is one provider route.
@@ -233,6 +255,9 @@ type Service struct {
 	transport *http.Transport
 	// objects remembers the tool schemas accepted as JSON objects.
 	objects *memo.Memo[struct{}]
+	// prefixes remembers conversations for GenerateRequest.prefix; nil
+	// when off.
+	prefixes *prefix.Cache
 }
 
 // maxSchemas bounds the tool schemas remembered as valid.
@@ -244,7 +269,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{log: logger, byName: map[string]*route{}, objects: memo.New(maxSchemas, jsonObject)}
+	s := &Service{log: logger, byName: map[string]*route{}, objects: memo.New(maxSchemas, jsonObject), prefixes: newPrefixCache(cfg)}
 	hc := cfg.HTTPClient
 	if hc == nil {
 		s.transport = upstream.NewTransport()
@@ -286,7 +311,7 @@ func NewWithAdapters(logger *slog.Logger, routes map[string]provider.Adapter, or
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{log: logger, byName: map[string]*route{}, objects: memo.New(maxSchemas, jsonObject)}
+	s := &Service{log: logger, byName: map[string]*route{}, objects: memo.New(maxSchemas, jsonObject), prefixes: newPrefixCache(Config{})}
 	for _, name := range order {
 		a, ok := routes[name]
 		if !ok || name == "" {

@@ -13,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 )
 
@@ -202,4 +206,128 @@ func BenchmarkPrepareBody(b *testing.B) {
 		size = len(body)
 	}
 	b.SetBytes(int64(size))
+}
+
+// conversationAt is the load benchmark's conversation at a step: the
+// user's prompt and the first step-1 tool calls with their results, the
+// load request's five repeated (with fresh call ids) for steps past six.
+func conversationAt(tb testing.TB, step int) *llmv1.GenerateRequest {
+	req := loadRequest(tb)
+	base := req.Messages
+	msgs := []*llmv1.Message{base[0]}
+	for i := 0; len(msgs) < 1+2*(step-1); i++ {
+		call, result := base[1+2*(i%5)], base[2+2*(i%5)]
+		if i >= 5 {
+			id := fmt.Sprintf("call_r%d", i)
+			call, result = proto.CloneOf(call), proto.CloneOf(result)
+			call.Content[len(call.Content)-1].GetToolCall().Id = id
+			result.Content[0].GetToolResult().ToolCallId = id
+		}
+		msgs = append(msgs, call, result)
+	}
+	req.Messages = msgs
+	return req
+}
+
+// BenchmarkConversationCPU measures the gateway process's CPU per model
+// request at a step of a conversation (1, 5, and a long one of 50 steps),
+// out of process, 64 conversations at once, answered by a tool-call
+// stream: mode=whole sends the whole conversation every step (the agent
+// before remembered conversations), mode=prefix names the conversation the
+// gateway remembered at the previous step and sends the two new messages
+// only (the same system prompt and tools: not sent either), as the agent
+// does; at step 1 there is none: the whole request, remembered. The 64
+// conversations are the same 64 in every iteration (each replaces its
+// entry), so the gateway holds what it would for 64 live sessions. The previous
+// steps are sent outside the measured window.
+func BenchmarkConversationCPU(b *testing.B) {
+	const width = 64
+	for _, step := range []int{1, 5, 50} {
+		for _, mode := range []string{"whole", "prefix"} {
+			b.Run(fmt.Sprintf("step=%d/mode=%s", step, mode), func(b *testing.B) {
+				g := startProcess(b, toolCallUpstream(b))
+				ctx := context.Background()
+				conv := conversationAt(b, step)
+				prevN := max(0, len(conv.Messages)-2)
+				send := func(req *llmv1.GenerateRequest) (string, error) {
+					var hdr metadata.MD
+					s, err := g.client.Generate(ctx, req, grpc.Header(&hdr))
+					if err != nil {
+						return "", err
+					}
+					for {
+						_, err := s.Recv()
+						if err == io.EOF {
+							break
+						}
+						if err != nil {
+							return "", err
+						}
+					}
+					if v := hdr.Get(PrefixHeader); len(v) == 1 {
+						return v[0], nil
+					}
+					return "", nil
+				}
+				// one conversation: the previous step (unmeasured) then the
+				// measured one, split by the barrier.
+				run := func(measure func()) {
+					ids := make([]string, width)
+					tenants := make([]string, width)
+					var wg sync.WaitGroup
+					errs := make(chan error, 2*width)
+					for i := range width {
+						tenants[i] = fmt.Sprint("bench-", i)
+						if mode != "prefix" || prevN == 0 {
+							continue
+						}
+						wg.Go(func() {
+							r := proto.CloneOf(conv)
+							r.Messages, r.Tenant, r.RememberPrefix = conv.Messages[:prevN], tenants[i], true
+							id, err := send(r)
+							if err == nil && id == "" {
+								err = fmt.Errorf("not remembered")
+							}
+							ids[i] = id
+							errs <- err
+						})
+					}
+					wg.Wait()
+					measure()
+					for i := range width {
+						wg.Go(func() {
+							r := &llmv1.GenerateRequest{Provider: conv.Provider, Model: conv.Model, System: conv.System, Tools: conv.Tools, Messages: conv.Messages}
+							if mode == "prefix" {
+								r.Tenant, r.RememberPrefix = tenants[i], true
+								if ids[i] != "" {
+									r.Prefix, r.Messages = &llmv1.PrefixRef{Id: ids[i], Count: uint32(prevN), SameSystem: true, SameTools: true}, conv.Messages[prevN:]
+									r.System, r.Tools = nil, nil
+								}
+							}
+							_, err := send(r)
+							errs <- err
+						})
+					}
+					wg.Wait()
+					close(errs)
+					for err := range errs {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				for range 3 {
+					run(func() {}) // warm: connections, pools, caches
+				}
+				var per []time.Duration
+				for b.Loop() {
+					var c0 time.Duration
+					run(func() { c0 = g.cpu(b) })
+					per = append(per, (g.cpu(b)-c0)/width)
+				}
+				b.ReportMetric(median(per)/1e3, "gateway-cpu-µs/request")
+				b.ReportMetric(float64(proto.Size(conv)), "request-bytes")
+			})
+		}
+	}
 }

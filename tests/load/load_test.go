@@ -52,6 +52,7 @@ var (
 	flagSteps    = flag.Int("load.steps", 5, "tool steps per turn")
 	flagTurns    = flag.Int("load.turns", 1, "turns per session")
 	flagAgent    = flag.String("load.agent-args", "", "extra agent flags, space-separated (e.g. --sqlite-sync=NORMAL)")
+	flagGateway  = flag.String("load.gateway-args", "", "extra gateway flags, space-separated (e.g. --prefix-cache-mib=0)")
 	flagPprof    = flag.String("load.pprof", "", "directory: take a CPU profile of each process (through --debug-addr) during each level's first -load.pprof-seconds")
 	flagPprofSec = flag.Int("load.pprof-seconds", 5, "length of the -load.pprof CPU profiles")
 )
@@ -94,7 +95,7 @@ type level struct {
 	sessions, steps, turns int
 	tool                   string
 	delay                  time.Duration
-	agentArgs              []string
+	agentArgs, gatewayArgs []string
 }
 
 // result is what one level measured.
@@ -102,6 +103,7 @@ type result struct {
 	level
 	stepsTaken int            // tool steps (gaps the upstream measured)
 	requests   int            // model requests answered
+	conns      int64          // connections the gateway opened to the upstream
 	errors     map[string]int // by gRPC code or turn-end kind
 	p50, p99   time.Duration  // harness-added step time
 	wall       time.Duration  // first Send to last turn end
@@ -172,7 +174,7 @@ func BenchmarkLoad(b *testing.B) {
 		if err != nil || n <= 0 {
 			b.Fatalf("-load.sessions: %q is not a positive count", f)
 		}
-		lv := level{sessions: n, steps: *flagSteps, turns: *flagTurns, tool: *flagTool, delay: *flagDelay, agentArgs: strings.Fields(*flagAgent)}
+		lv := level{sessions: n, steps: *flagSteps, turns: *flagTurns, tool: *flagTool, delay: *flagDelay, agentArgs: strings.Fields(*flagAgent), gatewayArgs: strings.Fields(*flagGateway)}
 		b.Run(fmt.Sprintf("tool=%s/sessions=%d", lv.tool, n), func(b *testing.B) {
 			var r result
 			for b.Loop() {
@@ -184,6 +186,7 @@ func BenchmarkLoad(b *testing.B) {
 			b.ReportMetric(float64(r.p50.Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(r.p99.Microseconds())/1000, "p99-ms")
 			b.ReportMetric(float64(r.harnessCPUPerStep().Microseconds())/1000, "harness-cpu-ms/step")
+			b.ReportMetric(float64(r.conns), "upstream-conns")
 			rows = append(rows, r.row())
 		})
 	}
@@ -201,6 +204,11 @@ func TestLoadSmoke(t *testing.T) {
 			}
 			if r.stepsTaken != 3*2 || r.requests != 3*3 {
 				t.Fatalf("upstream measured %d steps over %d requests, want 6 over 9", r.stepsTaken, r.requests)
+			}
+			// The gateway keeps its provider connections: three sessions
+			// in lockstep need about three, not one per request.
+			if r.conns > 2*3 {
+				t.Errorf("the gateway opened %d connections for %d requests of 3 sessions", r.conns, r.requests)
 			}
 			if r.p99 <= 0 || r.cpu["agent"].self < 0 || r.rss["agent"] <= 0 {
 				t.Fatalf("implausible measurement: p99 %v, agent CPU %v, RSS %d KiB", r.p99, r.cpu["agent"], r.rss["agent"])
@@ -291,7 +299,7 @@ func runLevel(tb testing.TB, lv level) result {
 		}
 	}
 	procs := map[string]*proc{
-		"llmgateway": startProc(tb, "llmgateway", cleanEnv("OPENAI_API_KEY=load", "OPENAI_BASE_URL="+url, "OPENAI_MODEL=load"), append([]string{"--listen", gwAddr}, debug["llmgateway"]...)...),
+		"llmgateway": startProc(tb, "llmgateway", cleanEnv("OPENAI_API_KEY=load", "OPENAI_BASE_URL="+url, "OPENAI_MODEL=load"), append(append([]string{"--listen", gwAddr}, debug["llmgateway"]...), lv.gatewayArgs...)...),
 		"toolhost":   startProc(tb, "toolhost", cleanEnv(), append([]string{"--listen", thAddr, "--workspace", ws}, debug["toolhost"]...)...),
 	}
 	dial(ctx, tb, gwAddr)
@@ -382,7 +390,7 @@ func runLevel(tb testing.TB, lv level) result {
 		}
 	}
 	gaps := up.gaps()
-	r.stepsTaken, r.requests = len(gaps), up.requests()
+	r.stepsTaken, r.requests, r.conns = len(gaps), up.requests(), up.conns.Load()
 	r.p50, r.p99 = percentile(gaps, 0.50), percentile(gaps, 0.99)
 	if up.bad > 0 {
 		r.errors["upstream: unparsable request"] += up.bad

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,6 +32,10 @@ type upstream struct {
 	mu    sync.Mutex
 	convs map[string]*conv
 	bad   int // requests it could not parse
+	// conns counts the connections the gateway opened to it: with the
+	// gateway's pool working, about one per request in flight at once,
+	// not one per request.
+	conns atomic.Int64
 }
 
 // conv is one turn as the upstream saw it.
@@ -49,7 +54,11 @@ func (u *upstream) serve() (url string, stop func(), err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	srv := &http.Server{Handler: u, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: u, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			u.conns.Add(1)
+		}
+	}}
 	go func() { _ = srv.Serve(l) }()
 	return "http://" + l.Addr().String() + "/v1", func() { _ = srv.Close() }, nil
 }

@@ -42,18 +42,67 @@ type historyCodec struct {
 	mu       sync.Mutex
 	sessions map[string]*sessionEnc
 	// encoded and reused count history bytes encoded afresh and taken
-	// from the cache, over every request (EncodeStats).
-	encoded, reused atomic.Int64
+	// from the cache, over every request (EncodeStats); referred counts
+	// the history bytes not sent because the gateway held them.
+	encoded, reused, referred atomic.Int64
 }
 
 // sessionEnc is one session's cache: buf[:ends[i]] holds the encoded message
-// fields (tag, length, bytes) of msgs[:i+1].
+// fields (tag, length, bytes) of msgs[:i+1]. ref is the id under which the
+// gateway said it remembered the conversation refMsgs (the messages of the
+// session's last conversation request), "" when none is known.
 type sessionEnc struct {
-	mu   sync.Mutex
-	msgs []*llmv1.Message
-	ends []int
-	buf  []byte
+	mu      sync.Mutex
+	msgs    []*llmv1.Message
+	ends    []int
+	buf     []byte
+	ref     string
+	refMsgs []*llmv1.Message
+	// refSystem and refTools are the system prompt and tools of the
+	// request the gateway remembered as ref.
+	refSystem *string
+	refTools  []*llmv1.ToolSchema
 }
+
+// held records what the gateway answered to a conversation request of a
+// session: the id it remembered req under, or none ("").
+func (c *historyCodec) held(req *llmv1.GenerateRequest, id string) {
+	c.mu.Lock()
+	se := c.sessions[req.GetSessionId()]
+	c.mu.Unlock()
+	if se == nil {
+		return
+	}
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	se.ref, se.refMsgs, se.refSystem, se.refTools = id, nil, nil, nil
+	if id != "" {
+		se.refMsgs, se.refSystem, se.refTools = slices.Clone(req.GetMessages()), req.System, slices.Clone(req.GetTools())
+	}
+}
+
+// sameSystem reports whether two optional system prompts are the same.
+func sameSystem(a, b *string) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
+}
+
+// conversation reports whether req is a step of a session's conversation:
+// a request the gateway is asked to remember (the loop asks for its steps;
+// a title or compaction call is a one-off), which may name the session's
+// previous one.
+func conversation(req *llmv1.GenerateRequest) bool {
+	return req.GetSessionId() != "" && req.GetRememberPrefix()
+}
+
+// callCodec is the codec of one Generate call: full sends the whole
+// conversation even when the gateway is believed to hold its beginning
+// (the resend after PREFIX_NOT_CACHED).
+type callCodec struct {
+	*historyCodec
+	full bool
+}
+
+func (c callCodec) Marshal(v any) (mem.BufferSlice, error) { return c.marshal(v, c.full) }
 
 // toolsEnc is the encoded tools field (tag, length, bytes per schema) of
 // the schema list tools. buf is never written again once handed out.
@@ -101,7 +150,11 @@ func (c *historyCodec) forget(sessionID string) {
 	c.mu.Unlock()
 }
 
-func (c *historyCodec) Marshal(v any) (mem.BufferSlice, error) {
+func (c *historyCodec) Marshal(v any) (mem.BufferSlice, error) { return c.marshal(v, true) }
+
+// marshal encodes v; a conversation request is sent as a reference to the
+// conversation the gateway holds plus the messages after it, unless full.
+func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, error) {
 	req, ok := v.(*llmv1.GenerateRequest)
 	if !ok || req.GetSessionId() == "" {
 		return c.base.Marshal(v)
@@ -115,11 +168,8 @@ func (c *historyCodec) Marshal(v any) (mem.BufferSlice, error) {
 	c.mu.Unlock()
 
 	head := &llmv1.GenerateRequest{Provider: req.Provider, Model: req.Model, System: req.System,
-		Temperature: req.Temperature, MaxTokens: req.MaxTokens, Stop: req.Stop, SessionId: req.SessionId, Purpose: req.Purpose}
-	out, err := proto.Marshal(head)
-	if err != nil {
-		return nil, fmt.Errorf("marshal request: %w", err)
-	}
+		Temperature: req.Temperature, MaxTokens: req.MaxTokens, Stop: req.Stop, SessionId: req.SessionId, Purpose: req.Purpose,
+		Tenant: req.Tenant, RememberPrefix: req.RememberPrefix}
 	tools, err := c.tools.encode(req.Tools)
 	if err != nil {
 		return nil, err
@@ -159,12 +209,32 @@ func (c *historyCodec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	c.encoded.Add(int64(fresh))
 	c.reused.Add(int64(len(se.buf) - fresh))
+	from := 0 // the history bytes sent: buf[from:]
+	if !full && req.Prefix == nil && conversation(req) && se.ref != "" && len(se.refMsgs) > 0 && len(se.refMsgs) <= len(msgs) && slices.Equal(se.refMsgs, msgs[:len(se.refMsgs)]) {
+		ref := &llmv1.PrefixRef{Id: se.ref, Count: uint32(len(se.refMsgs))}
+		from = se.ends[len(se.refMsgs)-1]
+		referred := from
+		if sameSystem(se.refSystem, req.System) {
+			ref.SameSystem, head.System = true, nil
+		}
+		if len(tools) > 0 && slices.Equal(se.refTools, req.Tools) { // the same schema pointers in the same order
+			ref.SameTools, referred, tools = true, referred+len(tools), nil
+		}
+		head.Prefix = ref
+		c.referred.Add(int64(referred))
+	} else if req.Prefix != nil {
+		head.Prefix = req.Prefix
+	}
+	out, err := proto.Marshal(head)
+	if err != nil {
+		return nil, fmt.Errorf("marshal request: %w", err)
+	}
 	bs := mem.BufferSlice{mem.SliceBuffer(out)}
 	if len(tools) > 0 {
 		bs = append(bs, mem.SliceBuffer(tools))
 	}
-	if n := len(se.buf); n > 0 {
-		bs = append(bs, mem.SliceBuffer(se.buf[:n:n]))
+	if n := len(se.buf); n > from {
+		bs = append(bs, mem.SliceBuffer(se.buf[from:n:n]))
 	}
 	return bs, nil
 }

@@ -14,7 +14,9 @@ import (
 	"io"
 	"iter"
 	"strings"
+	"sync/atomic"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,8 +27,9 @@ import (
 
 // Client is the LlmGateway client adapter.
 type Client struct {
-	c     llmv1.LlmGatewayClient
-	codec *historyCodec
+	c      llmv1.LlmGatewayClient
+	codec  *historyCodec
+	misses atomic.Int64
 }
 
 var _ loop.LLM = (*Client)(nil)
@@ -38,42 +41,104 @@ func New(conn grpc.ClientConnInterface) *Client {
 
 // Generate streams one model attempt. Breaking out of the iteration cancels
 // the call.
+//
+// A step of a session's conversation names the conversation the gateway
+// remembered for the session's previous step and sends only the messages
+// after it (GenerateRequest.prefix, docs/API.md). When the gateway does not
+// hold it (restarted, another replica, evicted) it answers
+// FAILED_PRECONDITION PREFIX_NOT_CACHED before anything reaches the
+// provider and before any chunk, and the whole request is sent again here:
+// the caller sees one attempt either way.
 func (c *Client) Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error] {
 	return func(yield func(*llmv1.StreamChunk, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		stream, err := c.c.Generate(ctx, req, grpc.ForceCodecV2(c.codec))
-		if err != nil {
-			yield(nil, classify(err))
-			return
-		}
-		finished := false
-		for {
-			resp, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				if !finished {
-					yield(nil, &loop.RequestFailure{Failure: &llmv1.LlmFailure{
-						Code: "STREAM_CLOSED", Message: "gateway stream ended without a finish chunk"}})
-				}
-				return
-			}
-			if err != nil {
-				yield(nil, classify(err))
-				return
-			}
-			ch := resp.GetChunk()
-			if ch == nil {
-				continue
-			}
-			if ch.GetFinish() != nil {
-				finished = true
-			}
-			if !yield(ch, nil) {
+		for _, full := range []bool{false, true} {
+			if !c.attempt(ctx, req, full, yield) {
 				return
 			}
 		}
 	}
 }
+
+// attempt makes one Generate call and yields what it streams; it reports
+// true only when the gateway did not hold the conversation the request
+// named (nothing was yielded then) and the whole request should be sent.
+func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full bool, yield func(*llmv1.StreamChunk, error) bool) bool {
+	stream, err := c.c.Generate(ctx, req, grpc.ForceCodecV2(callCodec{c.codec, full}))
+	if err != nil {
+		yield(nil, classify(err))
+		return false
+	}
+	if conversation(req) {
+		// The header comes before the first chunk (the gateway sends it
+		// when it accepted the request); an error here surfaces from Recv.
+		if md, err := stream.Header(); err == nil {
+			id := ""
+			if v := md.Get(prefixHeader); len(v) == 1 {
+				id = v[0]
+			}
+			c.codec.held(req, id)
+		}
+	}
+	finished, got := false, false
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			if !finished {
+				yield(nil, &loop.RequestFailure{Failure: &llmv1.LlmFailure{
+					Code: "STREAM_CLOSED", Message: "gateway stream ended without a finish chunk"}})
+			}
+			return false
+		}
+		if err != nil {
+			if !full && !got && prefixMiss(err) {
+				c.codec.held(req, "")
+				c.misses.Add(1)
+				return true
+			}
+			yield(nil, classify(err))
+			return false
+		}
+		ch := resp.GetChunk()
+		if ch == nil {
+			continue
+		}
+		got = true
+		if ch.GetFinish() != nil {
+			finished = true
+		}
+		if !yield(ch, nil) {
+			return false
+		}
+	}
+}
+
+// The remembered-conversation protocol (docs/API.md; the gateway's
+// llmgateway.PrefixHeader and ReasonPrefixNotCached).
+const (
+	prefixHeader          = "dsh-prefix-id"
+	reasonPrefixNotCached = "PREFIX_NOT_CACHED"
+)
+
+// prefixMiss reports whether err is the gateway's answer to a conversation
+// reference it does not hold.
+func prefixMiss(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.FailedPrecondition {
+		return false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == reasonPrefixNotCached {
+			return true
+		}
+	}
+	return false
+}
+
+// PrefixMisses counts the requests the gateway answered PREFIX_NOT_CACHED
+// (each was sent again whole).
+func (c *Client) PrefixMisses() int64 { return c.misses.Load() }
 
 // ListProviders returns the gateway's provider route ids.
 func (c *Client) ListProviders(ctx context.Context) ([]string, error) {
@@ -128,6 +193,10 @@ func classify(err error) error {
 func (c *Client) EncodeStats() (encoded, reused int64) {
 	return c.codec.encoded.Load(), c.codec.reused.Load()
 }
+
+// ReferredBytes reports the history bytes not sent because the gateway held
+// them (named by GenerateRequest.prefix instead).
+func (c *Client) ReferredBytes() int64 { return c.codec.referred.Load() }
 
 // Forget drops the per-session encoding cache of a session that left memory.
 func (c *Client) Forget(sessionID string) { c.codec.forget(sessionID) }

@@ -532,6 +532,7 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 	req := &llmv1.GenerateRequest{
 		Provider: cfg.GetProvider(), Model: cfg.GetModel(), Messages: msgs, System: header.System, Tools: tools,
 		Temperature: cfg.Temperature, MaxTokens: cfg.MaxTokens, Stop: cfg.GetStop(), SessionId: a.ID(),
+		Tenant: a.h.GetTenant(), RememberPrefix: true,
 	}
 	if a.cfg.Debug {
 		if err := a.debugCheck(req); err != nil {

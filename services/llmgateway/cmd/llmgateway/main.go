@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -81,6 +82,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	configFile := fs.String("config", env("DSH_LLM_CONFIG", ""), "optional JSON config file with extra routes and model catalogues (env DSH_LLM_CONFIG)")
 	idle := fs.Duration("idle-timeout", cfg.IdleTimeout, "provider stream idle bound; 0 means 5m (env DSH_LLM_IDLE_TIMEOUT)")
 	connAge := grpcserver.MaxConnectionAgeFlag(fs, getenv)
+	prefixMiB := fs.Int64("prefix-cache-mib", envInt(getenv, "DSH_LLM_PREFIX_CACHE_MIB", llmgateway.DefaultPrefixCacheBytes>>20), "MiB of remembered conversations (GenerateRequest.prefix: a step sends only its new messages); 0 remembers none (env DSH_LLM_PREFIX_CACHE_MIB)")
+	prefixTenantMiB := fs.Int64("prefix-cache-tenant-mib", envInt(getenv, "DSH_LLM_PREFIX_CACHE_TENANT_MIB", 0), "one tenant's share of --prefix-cache-mib; 0 means all of it (env DSH_LLM_PREFIX_CACHE_TENANT_MIB)")
 	scriptedOn := fs.Bool("scripted", getenv("DSH_SCRIPTED") != "false", "serve the scripted route (the offline demo model); --scripted=false in production (env DSH_SCRIPTED=false)")
 	var required requiredProviders
 	fs.Var(&required, "require-provider", "a provider route that must be configured, repeatable or comma-separated (e.g. deepseek): without it the gateway refuses to start, so a missing key Secret fails the pod's readiness with a log line saying which (env DSH_REQUIRE_PROVIDER)")
@@ -110,6 +113,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	if *idle > 0 {
 		cfg.IdleTimeout = *idle
+	}
+	cfg.PrefixCacheBytes, cfg.PrefixCacheTenantBytes = *prefixMiB<<20, *prefixTenantMiB<<20
+	if *prefixMiB <= 0 {
+		cfg.PrefixCacheBytes = -1
 	}
 	if !*scriptedOn {
 		cfg.Routes = slices.DeleteFunc(cfg.Routes, func(r llmgateway.RouteConfig) bool { return r.Kind == llmgateway.KindScripted })
@@ -192,4 +199,13 @@ func (r requiredProviders) check(cfg llmgateway.Config) error {
 		return fmt.Errorf("--require-provider: not configured: %s", strings.Join(missing, "; "))
 	}
 	return nil
+}
+
+// envInt is the integer in the environment variable k, or def when it is
+// unset or not an integer.
+func envInt(getenv func(string) string, k string, def int64) int64 {
+	if v, err := strconv.ParseInt(getenv(k), 10, 64); err == nil {
+		return v
+	}
+	return def
 }

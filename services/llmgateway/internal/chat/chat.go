@@ -143,7 +143,7 @@ func (a *Adapter) Stream(ctx context.Context, req *llmv1.GenerateRequest) iter.S
 		h.Set(a.d.CompactionHeader, "1")
 	}
 	return a.client.Stream(ctx, upstream.Call{Route: a.cfg.Route, URL: a.url, Header: h, Logger: a.cfg.Logger,
-		Body: func() ([]byte, int, error) { return a.Body(req) }, Translate: translate})
+		Body: func() ([]byte, int, error) { return a.body(req, provider.BodyCacheFrom(ctx)) }, Translate: translate})
 }
 
 // translate folds the provider's events into chunks.
@@ -384,13 +384,44 @@ func (u *wireUsage) proto() *llmv1.TokenUsage {
 // Body serialises req for the wire. It reports how many blocks the wire
 // format cannot carry (extension blocks) and were dropped.
 func (a *Adapter) Body(req *llmv1.GenerateRequest) ([]byte, int, error) {
-	w, dropped := a.wire(req)
+	w, dropped := a.wire(req, 0)
 	b, err := a.encode(&w)
 	return b, dropped, err
 }
 
-// wire builds the request's wire form.
-func (a *Adapter) wire(req *llmv1.GenerateRequest) (wireRequest, int) {
+// body is Body reusing, when bc holds one this adapter made, the encoding
+// of the conversation's first messages from the request this one continues
+// (the gateway's remembered conversation: the very same messages), and
+// handing the encoding of all of this request's messages to bc for the
+// next. The bytes are the same as Body's: the messages array is the system
+// message and then each message's wire messages, comma-separated, and a
+// message's wire form depends on nothing but the message and the adapter.
+func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([]byte, int, error) {
+	if bc == nil {
+		return a.Body(req)
+	}
+	var sp msgSpan
+	from, dropped0 := 0, 0
+	if p := bc.Prev(); p != nil && p.Owner == a && p.N <= len(req.GetMessages()) {
+		from, sp.cached, dropped0 = p.N, p.Bytes, p.Dropped
+	}
+	w, dropped := a.wire(req, from)
+	if req.System != nil {
+		sp.nsys = 1
+	}
+	n := sizeHint(&w) + len(sp.cached)
+	b, err := a.appendRequest(make([]byte, 0, n+n/8+256), &w, &sp)
+	if err != nil {
+		return nil, 0, err
+	}
+	dropped += dropped0
+	bc.Keep(&provider.BodyPrefix{Owner: a, N: len(req.GetMessages()), Bytes: b[sp.start:sp.end:sp.end], Dropped: dropped})
+	return b, dropped, nil
+}
+
+// wire builds the request's wire form, leaving out the wire messages of
+// the conversation's first from messages (the system message stays).
+func (a *Adapter) wire(req *llmv1.GenerateRequest, from int) (wireRequest, int) {
 	w := wireRequest{
 		Model:         req.GetModel(),
 		Stream:        true,
@@ -411,7 +442,7 @@ func (a *Adapter) wire(req *llmv1.GenerateRequest) (wireRequest, int) {
 		w.Messages = append(w.Messages, wireMessage{Role: "system", Content: req.GetSystem()})
 	}
 	dropped := 0
-	for _, m := range req.GetMessages() {
+	for _, m := range req.GetMessages()[from:] {
 		var n int
 		w.Messages, n = a.appendMessage(w.Messages, m)
 		dropped += n

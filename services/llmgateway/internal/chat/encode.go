@@ -29,7 +29,18 @@ func encodeRaw(s string) ([]byte, error) {
 // never copied.
 func (a *Adapter) encode(w *wireRequest) ([]byte, error) {
 	n := sizeHint(w)
-	return a.appendRequest(make([]byte, 0, n+n/8+256), w)
+	return a.appendRequest(make([]byte, 0, n+n/8+256), w, &msgSpan{})
+}
+
+// msgSpan places the conversation in the messages array: the first nsys
+// wire messages are the system slot, cached is the encoding of the
+// conversation's first wire messages (comma-separated, written before the
+// rest), and appendRequest sets start and end to where the conversation's
+// wire messages (cached and the rest) are in the body.
+type msgSpan struct {
+	nsys       int
+	cached     []byte
+	start, end int
 }
 
 // sizeHint is the length of the text in w and of its fixed syntax,
@@ -72,20 +83,33 @@ func appendBool(b []byte, v bool) []byte {
 	return append(b, "false"...)
 }
 
-func (a *Adapter) appendRequest(b []byte, w *wireRequest) ([]byte, error) {
+func (a *Adapter) appendRequest(b []byte, w *wireRequest, sp *msgSpan) ([]byte, error) {
 	b = append(b, `{"model":`...)
 	b = appendString(b, w.Model)
 	b = append(b, `,"messages":`...)
-	if w.Messages == nil {
+	if w.Messages == nil && len(sp.cached) == 0 {
 		b = append(b, "null"...)
+		sp.start, sp.end = len(b), len(b)
 	} else {
 		b = append(b, '[')
-		for i := range w.Messages {
+		for i := range sp.nsys {
 			if i > 0 {
 				b = append(b, ',')
 			}
 			b = appendMessage(b, &w.Messages[i])
 		}
+		if sp.nsys > 0 && (len(sp.cached) > 0 || len(w.Messages) > sp.nsys) {
+			b = append(b, ',')
+		}
+		sp.start = len(b)
+		b = append(b, sp.cached...)
+		for i := sp.nsys; i < len(w.Messages); i++ {
+			if len(b) > sp.start {
+				b = append(b, ',')
+			}
+			b = appendMessage(b, &w.Messages[i])
+		}
+		sp.end = len(b)
 		b = append(b, ']')
 	}
 	if len(w.Tools) > 0 {

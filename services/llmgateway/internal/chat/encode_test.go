@@ -6,8 +6,10 @@ import (
 	"testing"
 
 	json "github.com/segmentio/encoding/json"
+	"google.golang.org/protobuf/proto"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/providertest"
 )
 
@@ -36,7 +38,7 @@ func encodeAdapters() map[string]*Adapter {
 func sameBody(t *testing.T, req *llmv1.GenerateRequest) {
 	t.Helper()
 	for name, a := range encodeAdapters() {
-		w, _ := a.wire(req)
+		w, _ := a.wire(req, 0)
 		want, wantErr := marshalBody(w)
 		got, err := a.encode(&w)
 		if (err != nil) != (wantErr != nil) {
@@ -47,6 +49,48 @@ func sameBody(t *testing.T, req *llmv1.GenerateRequest) {
 		}
 		if err == nil && !json.Valid(got) {
 			t.Fatalf("%s: not JSON: %s", name, got)
+		}
+		if err == nil {
+			sameContinuedBody(t, name, a, req)
+		}
+	}
+}
+
+// slot is a provider.BodyCache holding one body.
+type slot struct{ prev, kept *provider.BodyPrefix }
+
+func (s *slot) Prev() *provider.BodyPrefix  { return s.prev }
+func (s *slot) Keep(b *provider.BodyPrefix) { s.kept = b }
+
+// sameContinuedBody checks that a request continuing its first k messages
+// (for every k, and after a body another adapter made) gets exactly the
+// body and dropped count of the whole request.
+func sameContinuedBody(t *testing.T, name string, a *Adapter, req *llmv1.GenerateRequest) {
+	t.Helper()
+	want, wantDropped, err := a.Body(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := New(Dialect{Kind: "openai"}, Config{Route: "other"})
+	for k := 0; k <= len(req.GetMessages()); k++ {
+		for _, owner := range []*Adapter{a, other} {
+			first := proto.CloneOf(req)
+			first.Messages = req.Messages[:k]
+			s := &slot{}
+			if _, _, err := owner.body(first, s); err != nil {
+				t.Fatal(err)
+			}
+			s.prev, s.kept = s.kept, nil
+			got, dropped, err := a.body(req, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) || dropped != wantDropped {
+				t.Fatalf("%s: continuing %d messages (owner %s): body differs (dropped %d, want %d):\n got %s\nwant %s", name, k, owner.cfg.Route, dropped, wantDropped, got, want)
+			}
+			if s.kept == nil || s.kept.N != len(req.GetMessages()) || s.kept.Owner != a {
+				t.Fatalf("%s: kept %+v", name, s.kept)
+			}
 		}
 	}
 }

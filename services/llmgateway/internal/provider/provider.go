@@ -107,3 +107,37 @@ func (a AppIdentity) UserAgent() string {
 	}
 	return p + "/" + v + " (+" + u + ")"
 }
+
+// BodyPrefix is an adapter's encoding of the first N messages of a
+// conversation, kept beside the gateway's remembered conversation
+// (package prefix) so that the request continuing it encodes only the
+// messages after them. Owner is the adapter that made it: a body is
+// reused only by its owner. Bytes must not be modified.
+type BodyPrefix struct {
+	Owner any
+	N     int
+	Bytes []byte
+	// Dropped is how many blocks the first N messages dropped.
+	Dropped int
+}
+
+// BodyCache is the slot of one request's remembered conversation: Prev is
+// the body kept for the conversation the request continues (nil when
+// none); Keep hands over the body of this request's messages for the next.
+type BodyCache interface {
+	Prev() *BodyPrefix
+	Keep(*BodyPrefix)
+}
+
+type bodyCacheKey struct{}
+
+// WithBodyCache returns ctx carrying bc for the adapter's Stream.
+func WithBodyCache(ctx context.Context, bc BodyCache) context.Context {
+	return context.WithValue(ctx, bodyCacheKey{}, bc)
+}
+
+// BodyCacheFrom returns the body cache ctx carries, or nil.
+func BodyCacheFrom(ctx context.Context) BodyCache {
+	bc, _ := ctx.Value(bodyCacheKey{}).(BodyCache)
+	return bc
+}

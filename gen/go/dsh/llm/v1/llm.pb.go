@@ -2754,7 +2754,7 @@ type GenerateRequest struct {
 	// Model id (required; need not be in the advisory catalogue).
 	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	// Conversation messages exactly as the provider sees them, after the system
-	// slot (required, non-empty).
+	// slot (required, non-empty unless `prefix` supplies them).
 	Messages []*Message `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
 	// System prompt text.
 	System *string `protobuf:"bytes,4,opt,name=system,proto3,oneof" json:"system,omitempty"`
@@ -2769,7 +2769,22 @@ type GenerateRequest struct {
 	// Session that issued the call, for routing and telemetry; adapters ignore it.
 	SessionId string `protobuf:"bytes,9,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Auxiliary call classification.
-	Purpose       Purpose `protobuf:"varint,10,opt,name=purpose,proto3,enum=dsh.llm.v1.Purpose" json:"purpose,omitempty"`
+	Purpose Purpose `protobuf:"varint,10,opt,name=purpose,proto3,enum=dsh.llm.v1.Purpose" json:"purpose,omitempty"`
+	// The messages of an earlier request this one continues: when set, the
+	// conversation is the referenced request's messages followed by
+	// `messages` (which may then be empty). A gateway that does not hold the
+	// reference (restarted, another replica, evicted, another tenant) answers
+	// FAILED_PRECONDITION with ErrorInfo reason "PREFIX_NOT_CACHED" before
+	// anything is sent upstream; the caller then sends the full request.
+	Prefix *PrefixRef `protobuf:"bytes,11,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// Ask the gateway to remember this request's whole conversation (the
+	// messages, after `prefix`) for a later request's `prefix`; the id is
+	// returned in the response header "dsh-prefix-id" (absent when not
+	// remembered).
+	RememberPrefix bool `protobuf:"varint,12,opt,name=remember_prefix,json=rememberPrefix,proto3" json:"remember_prefix,omitempty"`
+	// Tenant of the session that issued the call. Remembered conversations are
+	// keyed by tenant: a reference made under another tenant never resolves.
+	Tenant        string `protobuf:"bytes,13,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2874,6 +2889,104 @@ func (x *GenerateRequest) GetPurpose() Purpose {
 	return Purpose_PURPOSE_UNSPECIFIED
 }
 
+func (x *GenerateRequest) GetPrefix() *PrefixRef {
+	if x != nil {
+		return x.Prefix
+	}
+	return nil
+}
+
+func (x *GenerateRequest) GetRememberPrefix() bool {
+	if x != nil {
+		return x.RememberPrefix
+	}
+	return false
+}
+
+func (x *GenerateRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+// PrefixRef names the conversation of an earlier request, as the gateway
+// returned it in the "dsh-prefix-id" response header.
+type PrefixRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id from "dsh-prefix-id": a strong hash of the messages, opaque to
+	// the caller.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// How many messages the referenced conversation holds (a check: a
+	// mismatch is PREFIX_NOT_CACHED too).
+	Count uint32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// The tools are the referenced request's (then `tools` must be empty).
+	SameTools bool `protobuf:"varint,3,opt,name=same_tools,json=sameTools,proto3" json:"same_tools,omitempty"`
+	// The system prompt is the referenced request's (then `system` must be
+	// unset).
+	SameSystem    bool `protobuf:"varint,4,opt,name=same_system,json=sameSystem,proto3" json:"same_system,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefixRef) Reset() {
+	*x = PrefixRef{}
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefixRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefixRef) ProtoMessage() {}
+
+func (x *PrefixRef) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefixRef.ProtoReflect.Descriptor instead.
+func (*PrefixRef) Descriptor() ([]byte, []int) {
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *PrefixRef) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PrefixRef) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *PrefixRef) GetSameTools() bool {
+	if x != nil {
+		return x.SameTools
+	}
+	return false
+}
+
+func (x *PrefixRef) GetSameSystem() bool {
+	if x != nil {
+		return x.SameSystem
+	}
+	return false
+}
+
 // GenerateResponse is one streamed chunk of a Generate call.
 type GenerateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2885,7 +2998,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[36]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3010,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[36]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3023,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{36}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GenerateResponse) GetChunk() *StreamChunk {
@@ -2935,7 +3048,7 @@ type ProviderInfo struct {
 
 func (x *ProviderInfo) Reset() {
 	*x = ProviderInfo{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[37]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2947,7 +3060,7 @@ func (x *ProviderInfo) String() string {
 func (*ProviderInfo) ProtoMessage() {}
 
 func (x *ProviderInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[37]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2960,7 +3073,7 @@ func (x *ProviderInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderInfo.ProtoReflect.Descriptor instead.
 func (*ProviderInfo) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{37}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ProviderInfo) GetId() string {
@@ -3003,7 +3116,7 @@ type ModelInfo struct {
 
 func (x *ModelInfo) Reset() {
 	*x = ModelInfo{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[38]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3015,7 +3128,7 @@ func (x *ModelInfo) String() string {
 func (*ModelInfo) ProtoMessage() {}
 
 func (x *ModelInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[38]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3028,7 +3141,7 @@ func (x *ModelInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
 func (*ModelInfo) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{38}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ModelInfo) GetProvider() string {
@@ -3080,7 +3193,7 @@ type ModelContext struct {
 
 func (x *ModelContext) Reset() {
 	*x = ModelContext{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[39]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3205,7 @@ func (x *ModelContext) String() string {
 func (*ModelContext) ProtoMessage() {}
 
 func (x *ModelContext) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[39]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3218,7 @@ func (x *ModelContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelContext.ProtoReflect.Descriptor instead.
 func (*ModelContext) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{39}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ModelContext) GetContextWindow() int64 {
@@ -3148,7 +3261,7 @@ type CompactionPolicy struct {
 
 func (x *CompactionPolicy) Reset() {
 	*x = CompactionPolicy{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[40]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3160,7 +3273,7 @@ func (x *CompactionPolicy) String() string {
 func (*CompactionPolicy) ProtoMessage() {}
 
 func (x *CompactionPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[40]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3173,7 +3286,7 @@ func (x *CompactionPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionPolicy.ProtoReflect.Descriptor instead.
 func (*CompactionPolicy) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{40}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CompactionPolicy) GetThresholdRatio() float64 {
@@ -3241,7 +3354,7 @@ type ListProvidersRequest struct {
 
 func (x *ListProvidersRequest) Reset() {
 	*x = ListProvidersRequest{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[41]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3253,7 +3366,7 @@ func (x *ListProvidersRequest) String() string {
 func (*ListProvidersRequest) ProtoMessage() {}
 
 func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[41]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3266,7 +3379,7 @@ func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersRequest.ProtoReflect.Descriptor instead.
 func (*ListProvidersRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{41}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{42}
 }
 
 // ListProvidersResponse lists the registered routes in registration order.
@@ -3280,7 +3393,7 @@ type ListProvidersResponse struct {
 
 func (x *ListProvidersResponse) Reset() {
 	*x = ListProvidersResponse{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[42]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +3405,7 @@ func (x *ListProvidersResponse) String() string {
 func (*ListProvidersResponse) ProtoMessage() {}
 
 func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[42]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +3418,7 @@ func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersResponse.ProtoReflect.Descriptor instead.
 func (*ListProvidersResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{42}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListProvidersResponse) GetProviders() []*ProviderInfo {
@@ -3326,7 +3439,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[43]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3451,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[43]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3464,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{43}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListModelsRequest) GetProvider() string {
@@ -3372,7 +3485,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[44]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3384,7 +3497,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[44]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3397,7 +3510,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{44}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelInfo {
@@ -3420,7 +3533,7 @@ type GetModelContextRequest struct {
 
 func (x *GetModelContextRequest) Reset() {
 	*x = GetModelContextRequest{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[45]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3432,7 +3545,7 @@ func (x *GetModelContextRequest) String() string {
 func (*GetModelContextRequest) ProtoMessage() {}
 
 func (x *GetModelContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[45]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3445,7 +3558,7 @@ func (x *GetModelContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelContextRequest.ProtoReflect.Descriptor instead.
 func (*GetModelContextRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{45}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetModelContextRequest) GetProvider() string {
@@ -3473,7 +3586,7 @@ type GetModelContextResponse struct {
 
 func (x *GetModelContextResponse) Reset() {
 	*x = GetModelContextResponse{}
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[46]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3485,7 +3598,7 @@ func (x *GetModelContextResponse) String() string {
 func (*GetModelContextResponse) ProtoMessage() {}
 
 func (x *GetModelContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_llm_v1_llm_proto_msgTypes[46]
+	mi := &file_dsh_llm_v1_llm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3498,7 +3611,7 @@ func (x *GetModelContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelContextResponse.ProtoReflect.Descriptor instead.
 func (*GetModelContextResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{46}
+	return file_dsh_llm_v1_llm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetModelContextResponse) GetContext() *ModelContext {
@@ -3689,7 +3802,7 @@ const file_dsh_llm_v1_llm_proto_rawDesc = "" +
 	"max_tokens\x18\x04 \x01(\x05H\x01R\tmaxTokens\x88\x01\x01\x12\x12\n" +
 	"\x04stop\x18\x05 \x03(\tR\x04stopB\x0e\n" +
 	"\f_temperatureB\r\n" +
-	"\v_max_tokens\"\x96\x03\n" +
+	"\v_max_tokens\"\x86\x04\n" +
 	"\x0fGenerateRequest\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12/\n" +
@@ -3703,10 +3816,20 @@ const file_dsh_llm_v1_llm_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\t \x01(\tR\tsessionId\x12-\n" +
 	"\apurpose\x18\n" +
-	" \x01(\x0e2\x13.dsh.llm.v1.PurposeR\apurposeB\t\n" +
+	" \x01(\x0e2\x13.dsh.llm.v1.PurposeR\apurpose\x12-\n" +
+	"\x06prefix\x18\v \x01(\v2\x15.dsh.llm.v1.PrefixRefR\x06prefix\x12'\n" +
+	"\x0fremember_prefix\x18\f \x01(\bR\x0erememberPrefix\x12\x16\n" +
+	"\x06tenant\x18\r \x01(\tR\x06tenantB\t\n" +
 	"\a_systemB\x0e\n" +
 	"\f_temperatureB\r\n" +
-	"\v_max_tokens\"A\n" +
+	"\v_max_tokens\"q\n" +
+	"\tPrefixRef\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\x12\x1d\n" +
+	"\n" +
+	"same_tools\x18\x03 \x01(\bR\tsameTools\x12\x1f\n" +
+	"\vsame_system\x18\x04 \x01(\bR\n" +
+	"sameSystem\"A\n" +
 	"\x10GenerateResponse\x12-\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x17.dsh.llm.v1.StreamChunkR\x05chunk\"F\n" +
 	"\fProviderInfo\x12\x0e\n" +
@@ -3794,7 +3917,7 @@ func file_dsh_llm_v1_llm_proto_rawDescGZIP() []byte {
 }
 
 var file_dsh_llm_v1_llm_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_dsh_llm_v1_llm_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_dsh_llm_v1_llm_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_dsh_llm_v1_llm_proto_goTypes = []any{
 	(Role)(0),                       // 0: dsh.llm.v1.Role
 	(BlockType)(0),                  // 1: dsh.llm.v1.BlockType
@@ -3835,17 +3958,18 @@ var file_dsh_llm_v1_llm_proto_goTypes = []any{
 	(*StreamChunk)(nil),             // 36: dsh.llm.v1.StreamChunk
 	(*LlmCallConfig)(nil),           // 37: dsh.llm.v1.LlmCallConfig
 	(*GenerateRequest)(nil),         // 38: dsh.llm.v1.GenerateRequest
-	(*GenerateResponse)(nil),        // 39: dsh.llm.v1.GenerateResponse
-	(*ProviderInfo)(nil),            // 40: dsh.llm.v1.ProviderInfo
-	(*ModelInfo)(nil),               // 41: dsh.llm.v1.ModelInfo
-	(*ModelContext)(nil),            // 42: dsh.llm.v1.ModelContext
-	(*CompactionPolicy)(nil),        // 43: dsh.llm.v1.CompactionPolicy
-	(*ListProvidersRequest)(nil),    // 44: dsh.llm.v1.ListProvidersRequest
-	(*ListProvidersResponse)(nil),   // 45: dsh.llm.v1.ListProvidersResponse
-	(*ListModelsRequest)(nil),       // 46: dsh.llm.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),      // 47: dsh.llm.v1.ListModelsResponse
-	(*GetModelContextRequest)(nil),  // 48: dsh.llm.v1.GetModelContextRequest
-	(*GetModelContextResponse)(nil), // 49: dsh.llm.v1.GetModelContextResponse
+	(*PrefixRef)(nil),               // 39: dsh.llm.v1.PrefixRef
+	(*GenerateResponse)(nil),        // 40: dsh.llm.v1.GenerateResponse
+	(*ProviderInfo)(nil),            // 41: dsh.llm.v1.ProviderInfo
+	(*ModelInfo)(nil),               // 42: dsh.llm.v1.ModelInfo
+	(*ModelContext)(nil),            // 43: dsh.llm.v1.ModelContext
+	(*CompactionPolicy)(nil),        // 44: dsh.llm.v1.CompactionPolicy
+	(*ListProvidersRequest)(nil),    // 45: dsh.llm.v1.ListProvidersRequest
+	(*ListProvidersResponse)(nil),   // 46: dsh.llm.v1.ListProvidersResponse
+	(*ListModelsRequest)(nil),       // 47: dsh.llm.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),      // 48: dsh.llm.v1.ListModelsResponse
+	(*GetModelContextRequest)(nil),  // 49: dsh.llm.v1.GetModelContextRequest
+	(*GetModelContextResponse)(nil), // 50: dsh.llm.v1.GetModelContextResponse
 }
 var file_dsh_llm_v1_llm_proto_depIdxs = []int32{
 	9,  // 0: dsh.llm.v1.ToolResultBlock.content:type_name -> dsh.llm.v1.ContentBlock
@@ -3888,24 +4012,25 @@ var file_dsh_llm_v1_llm_proto_depIdxs = []int32{
 	15, // 37: dsh.llm.v1.GenerateRequest.messages:type_name -> dsh.llm.v1.Message
 	20, // 38: dsh.llm.v1.GenerateRequest.tools:type_name -> dsh.llm.v1.ToolSchema
 	2,  // 39: dsh.llm.v1.GenerateRequest.purpose:type_name -> dsh.llm.v1.Purpose
-	36, // 40: dsh.llm.v1.GenerateResponse.chunk:type_name -> dsh.llm.v1.StreamChunk
-	43, // 41: dsh.llm.v1.ModelContext.compaction:type_name -> dsh.llm.v1.CompactionPolicy
-	40, // 42: dsh.llm.v1.ListProvidersResponse.providers:type_name -> dsh.llm.v1.ProviderInfo
-	41, // 43: dsh.llm.v1.ListModelsResponse.models:type_name -> dsh.llm.v1.ModelInfo
-	42, // 44: dsh.llm.v1.GetModelContextResponse.context:type_name -> dsh.llm.v1.ModelContext
-	38, // 45: dsh.llm.v1.LlmGateway.Generate:input_type -> dsh.llm.v1.GenerateRequest
-	44, // 46: dsh.llm.v1.LlmGateway.ListProviders:input_type -> dsh.llm.v1.ListProvidersRequest
-	46, // 47: dsh.llm.v1.LlmGateway.ListModels:input_type -> dsh.llm.v1.ListModelsRequest
-	48, // 48: dsh.llm.v1.LlmGateway.GetModelContext:input_type -> dsh.llm.v1.GetModelContextRequest
-	39, // 49: dsh.llm.v1.LlmGateway.Generate:output_type -> dsh.llm.v1.GenerateResponse
-	45, // 50: dsh.llm.v1.LlmGateway.ListProviders:output_type -> dsh.llm.v1.ListProvidersResponse
-	47, // 51: dsh.llm.v1.LlmGateway.ListModels:output_type -> dsh.llm.v1.ListModelsResponse
-	49, // 52: dsh.llm.v1.LlmGateway.GetModelContext:output_type -> dsh.llm.v1.GetModelContextResponse
-	49, // [49:53] is the sub-list for method output_type
-	45, // [45:49] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	39, // 40: dsh.llm.v1.GenerateRequest.prefix:type_name -> dsh.llm.v1.PrefixRef
+	36, // 41: dsh.llm.v1.GenerateResponse.chunk:type_name -> dsh.llm.v1.StreamChunk
+	44, // 42: dsh.llm.v1.ModelContext.compaction:type_name -> dsh.llm.v1.CompactionPolicy
+	41, // 43: dsh.llm.v1.ListProvidersResponse.providers:type_name -> dsh.llm.v1.ProviderInfo
+	42, // 44: dsh.llm.v1.ListModelsResponse.models:type_name -> dsh.llm.v1.ModelInfo
+	43, // 45: dsh.llm.v1.GetModelContextResponse.context:type_name -> dsh.llm.v1.ModelContext
+	38, // 46: dsh.llm.v1.LlmGateway.Generate:input_type -> dsh.llm.v1.GenerateRequest
+	45, // 47: dsh.llm.v1.LlmGateway.ListProviders:input_type -> dsh.llm.v1.ListProvidersRequest
+	47, // 48: dsh.llm.v1.LlmGateway.ListModels:input_type -> dsh.llm.v1.ListModelsRequest
+	49, // 49: dsh.llm.v1.LlmGateway.GetModelContext:input_type -> dsh.llm.v1.GetModelContextRequest
+	40, // 50: dsh.llm.v1.LlmGateway.Generate:output_type -> dsh.llm.v1.GenerateResponse
+	46, // 51: dsh.llm.v1.LlmGateway.ListProviders:output_type -> dsh.llm.v1.ListProvidersResponse
+	48, // 52: dsh.llm.v1.LlmGateway.ListModels:output_type -> dsh.llm.v1.ListModelsResponse
+	50, // 53: dsh.llm.v1.LlmGateway.GetModelContext:output_type -> dsh.llm.v1.GetModelContextResponse
+	50, // [50:54] is the sub-list for method output_type
+	46, // [46:50] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_dsh_llm_v1_llm_proto_init() }
@@ -3964,15 +4089,15 @@ func file_dsh_llm_v1_llm_proto_init() {
 	}
 	file_dsh_llm_v1_llm_proto_msgTypes[34].OneofWrappers = []any{}
 	file_dsh_llm_v1_llm_proto_msgTypes[35].OneofWrappers = []any{}
-	file_dsh_llm_v1_llm_proto_msgTypes[38].OneofWrappers = []any{}
-	file_dsh_llm_v1_llm_proto_msgTypes[40].OneofWrappers = []any{}
+	file_dsh_llm_v1_llm_proto_msgTypes[39].OneofWrappers = []any{}
+	file_dsh_llm_v1_llm_proto_msgTypes[41].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsh_llm_v1_llm_proto_rawDesc), len(file_dsh_llm_v1_llm_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   47,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1280,7 +1280,7 @@ export declare type GenerateRequest = Message$1<"dsh.llm.v1.GenerateRequest"> & 
 
   /**
    * Conversation messages exactly as the provider sees them, after the system
-   * slot (required, non-empty).
+   * slot (required, non-empty unless `prefix` supplies them).
    *
    * @generated from field: repeated dsh.llm.v1.Message messages = 3;
    */
@@ -1334,6 +1334,36 @@ export declare type GenerateRequest = Message$1<"dsh.llm.v1.GenerateRequest"> & 
    * @generated from field: dsh.llm.v1.Purpose purpose = 10;
    */
   purpose: Purpose;
+
+  /**
+   * The messages of an earlier request this one continues: when set, the
+   * conversation is the referenced request's messages followed by
+   * `messages` (which may then be empty). A gateway that does not hold the
+   * reference (restarted, another replica, evicted, another tenant) answers
+   * FAILED_PRECONDITION with ErrorInfo reason "PREFIX_NOT_CACHED" before
+   * anything is sent upstream; the caller then sends the full request.
+   *
+   * @generated from field: dsh.llm.v1.PrefixRef prefix = 11;
+   */
+  prefix?: PrefixRef | undefined;
+
+  /**
+   * Ask the gateway to remember this request's whole conversation (the
+   * messages, after `prefix`) for a later request's `prefix`; the id is
+   * returned in the response header "dsh-prefix-id" (absent when not
+   * remembered).
+   *
+   * @generated from field: bool remember_prefix = 12;
+   */
+  rememberPrefix: boolean;
+
+  /**
+   * Tenant of the session that issued the call. Remembered conversations are
+   * keyed by tenant: a reference made under another tenant never resolves.
+   *
+   * @generated from field: string tenant = 13;
+   */
+  tenant: string;
 };
 
 /**
@@ -1341,6 +1371,51 @@ export declare type GenerateRequest = Message$1<"dsh.llm.v1.GenerateRequest"> & 
  * Use `create(GenerateRequestSchema)` to create a new message.
  */
 export declare const GenerateRequestSchema: GenMessage<GenerateRequest>;
+
+/**
+ * PrefixRef names the conversation of an earlier request, as the gateway
+ * returned it in the "dsh-prefix-id" response header.
+ *
+ * @generated from message dsh.llm.v1.PrefixRef
+ */
+export declare type PrefixRef = Message$1<"dsh.llm.v1.PrefixRef"> & {
+  /**
+   * The id from "dsh-prefix-id": a strong hash of the messages, opaque to
+   * the caller.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * How many messages the referenced conversation holds (a check: a
+   * mismatch is PREFIX_NOT_CACHED too).
+   *
+   * @generated from field: uint32 count = 2;
+   */
+  count: number;
+
+  /**
+   * The tools are the referenced request's (then `tools` must be empty).
+   *
+   * @generated from field: bool same_tools = 3;
+   */
+  sameTools: boolean;
+
+  /**
+   * The system prompt is the referenced request's (then `system` must be
+   * unset).
+   *
+   * @generated from field: bool same_system = 4;
+   */
+  sameSystem: boolean;
+};
+
+/**
+ * Describes the message dsh.llm.v1.PrefixRef.
+ * Use `create(PrefixRefSchema)` to create a new message.
+ */
+export declare const PrefixRefSchema: GenMessage<PrefixRef>;
 
 /**
  * GenerateResponse is one streamed chunk of a Generate call.
