@@ -1,12 +1,14 @@
 package events_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,12 +19,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/natstest"
+	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 )
 
@@ -212,6 +217,62 @@ func TestPublishesInOrderWithHeaders(t *testing.T) {
 	flush(t, p)
 	if got := len(readStream(t, srv.URL())); got != 150 {
 		t.Fatalf("after re-handing: %d messages, want 150", got)
+	}
+}
+
+// TestDurableEncodedPublishesTheStoresBytes: events handed in with their
+// encodings (the store's, persistence.EncodingAppender) are published with
+// those very bytes as the body — one marshal per event — and the same
+// headers as any other; without encodings, or with a count that does not
+// match, the publisher encodes the events itself.
+func TestDurableEncodedPublishesTheStoresBytes(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	p := newPublisher(t, srv.URL(), newMemStore(), nil)
+	evs := mkEvents(0, 6)
+	evs[1].Payload = &sessionv1.SessionEvent_AssistantChunk{AssistantChunk: &sessionv1.AssistantChunk{Turn: 1, Step: 1,
+		Chunk: &llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_TextDelta{TextDelta: &llmv1.TextDelta{Text: "hi"}}}}}
+	// Each encoding carries a trailing unknown field (still an encoding of
+	// the event: it decodes to it), so a body equal to it can only be the
+	// handed-in bytes, never a second marshal.
+	pb := make([][]byte, 4)
+	for i, ev := range evs[:4] {
+		b, err := proto.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb[i] = protowire.AppendBytes(protowire.AppendTag(b, 999, protowire.BytesType), []byte("store"))
+	}
+	p.DurableEncoded("acme", "e", evs[:4], pb)
+	p.DurableEncoded("acme", "e", evs[4:], pb[:1]) // count mismatch: encoded here
+	flush(t, p)
+	checkExactlyOnce(t, readStream(t, srv.URL()), "e", 6)
+	st := eventStream(t, srv.URL())
+	for seq := uint64(1); seq <= 6; seq++ {
+		m, err := st.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := seq - 1
+		if i < 4 && !bytes.Equal(m.Data, pb[i]) {
+			t.Fatalf("seq %d: body is not the handed-in encoding", i)
+		}
+		if i >= 4 {
+			if want, _ := proto.Marshal(evs[i]); !bytes.Equal(m.Data, want) {
+				t.Fatalf("seq %d: body %x, want the event's own encoding %x", i, m.Data, want)
+			}
+		}
+		want := nats.Header{
+			events.HeaderEventType: {session.TypeName(evs[i])}, events.HeaderSeq: {strconv.FormatUint(i, 10)},
+			events.HeaderSessionID: {"e"}, events.HeaderTenant: {"acme"}, nats.MsgIdHdr: {"e:" + strconv.FormatUint(i, 10)},
+			jetstream.ExpectedStreamHeader: {events.StreamName},
+		}
+		if i == 1 {
+			want[events.HeaderDelta] = []string{"1"}
+		}
+		if !reflect.DeepEqual(m.Header, want) {
+			t.Fatalf("seq %d: headers %v, want %v", i, m.Header, want)
+		}
 	}
 }
 

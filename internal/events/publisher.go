@@ -59,6 +59,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
@@ -153,12 +154,15 @@ type Publisher struct {
 
 type queued struct {
 	ev *sessionv1.SessionEvent
+	pb []byte // the event's protobuf encoding when the store handed it over, else nil
 	at time.Time
 }
 
 type sessionState struct {
 	id         string
 	tenant     string // the session's tenant ("" is DefaultTenant); set at creation, immutable
+	subject    string // EventSubject(tenant, id), made once
+	tenantTok  string // TenantToken(tenant), made once
 	cursor     int64  // next seq to publish; -1 until read from the store
 	next       int64  // one past the highest seq ever queued; -1 when none
 	pending    []queued
@@ -280,7 +284,8 @@ func (p *Publisher) poke() {
 func (p *Publisher) state(id, tenant string) *sessionState {
 	s := p.sessions[id]
 	if s == nil {
-		s = &sessionState{id: id, tenant: tenant, cursor: -1, next: -1, saved: -1}
+		s = &sessionState{id: id, tenant: tenant, subject: EventSubject(tenant, id), tenantTok: TenantToken(tenant),
+			cursor: -1, next: -1, saved: -1}
 		p.sessions[id] = s
 	}
 	return s
@@ -291,6 +296,21 @@ func (p *Publisher) state(id, tenant string) *sessionState {
 // ignored, so the agent may hand in a whole loaded log after a restart. It
 // never blocks.
 func (p *Publisher) Durable(tenant, sessionID string, events []*sessionv1.SessionEvent) {
+	p.durable(tenant, sessionID, events, nil)
+}
+
+// DurableEncoded is Durable for events whose protobuf encodings the store
+// made as it stored them (persistence.EncodingAppender): pb[i] encodes
+// events[i] and is published as the message body as it is, so no event is
+// marshalled twice. The bytes must not be modified afterwards.
+func (p *Publisher) DurableEncoded(tenant, sessionID string, events []*sessionv1.SessionEvent, pb [][]byte) {
+	if len(pb) != len(events) {
+		pb = nil
+	}
+	p.durable(tenant, sessionID, events, pb)
+}
+
+func (p *Publisher) durable(tenant, sessionID string, events []*sessionv1.SessionEvent, pb [][]byte) {
 	if len(events) == 0 {
 		return
 	}
@@ -301,21 +321,25 @@ func (p *Publisher) Durable(tenant, sessionID string, events []*sessionv1.Sessio
 	// overflow) fill a gap and are kept whole: they are the agent's own
 	// in-memory log, so holding them costs only the queue slots.
 	rehand := events[0].GetSeq() < s.next
-	for _, ev := range events {
+	for k, ev := range events {
 		seq := ev.GetSeq()
 		if s.cursor >= 0 && seq < s.cursor {
 			continue
 		}
+		q := queued{ev: ev, at: now}
+		if pb != nil {
+			q.pb = pb[k]
+		}
 		s.next = max(s.next, seq+1)
 		n := len(s.pending)
 		if n == 0 || seq > s.pending[n-1].ev.GetSeq() {
-			s.pending = append(s.pending, queued{ev: ev, at: now})
+			s.pending = append(s.pending, q)
 		} else {
 			i, found := slices.BinarySearchFunc(s.pending, seq, func(q queued, seq int64) int { return cmp.Compare(q.ev.GetSeq(), seq) })
 			if found {
 				continue
 			}
-			s.pending = slices.Insert(s.pending, i, queued{ev: ev, at: now})
+			s.pending = slices.Insert(s.pending, i, q)
 		}
 		if len(s.pending) > p.cfg.QueueLimit && !rehand {
 			// Keep the lowest seqs: they go out first. The dropped tail
@@ -762,10 +786,14 @@ func (p *Publisher) publishBatch(ctx context.Context, s *sessionState, batch []q
 	futures := make([]jetstream.PubAckFuture, 0, len(batch))
 	var sendErr error
 	for _, q := range batch {
-		msg, err := EncodeEvent(s.tenant, s.id, q.ev)
-		if err != nil {
-			return err
+		data := q.pb
+		if data == nil {
+			var err error
+			if data, err = proto.Marshal(q.ev); err != nil {
+				return fmt.Errorf("events: encode %s seq %d: %w", s.id, q.ev.GetSeq(), err)
+			}
 		}
+		msg := eventMsg(s.subject, s.tenantTok, s.id, q.ev, data, true)
 		if ref, over := fitPayload(msg, p.nc.MaxPayload()); over {
 			// Publishing it whole would fail on every attempt and stall
 			// the session's fan-out for good: publish a reference.
@@ -774,7 +802,9 @@ func (p *Publisher) publishBatch(ctx context.Context, s *sessionState, batch []q
 			p.cfg.Metrics.RecordOversizeEvent(ctx)
 			msg = ref
 		}
-		f, err := p.js.PublishMsgAsync(msg, jetstream.WithExpectStream(StreamName))
+		// No publish options: the expected stream is in the message's
+		// headers already (options would cost allocations per message).
+		f, err := p.js.PublishMsgAsync(msg)
 		if err != nil {
 			sendErr = err
 			break

@@ -96,6 +96,7 @@ var (
 	_ persistence.Discarder = (*Store)(nil)
 
 	_ persistence.ValidatedAppender = (*Store)(nil)
+	_ persistence.EncodingAppender  = (*Store)(nil)
 )
 
 func dsn(path, sync string, readOnly bool) string {
@@ -323,27 +324,38 @@ func (s *Store) Create(ctx context.Context, h *sessionv1.SessionHeader) error {
 
 // Append durably appends one batch in one transaction.
 func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.SessionEvent) error {
-	return s.append(ctx, id, events, true)
+	_, err := s.append(ctx, id, events, true)
+	return err
 }
 
 // AppendValidated is Append for events a session.Log committed, which
 // applied session.ValidateEvent's rules already (persistence.ValidatedAppender).
 func (s *Store) AppendValidated(ctx context.Context, id string, events []*sessionv1.SessionEvent) error {
+	_, err := s.append(ctx, id, events, false)
+	return err
+}
+
+// AppendEncoded is AppendValidated that also returns each event's stored
+// protobuf encoding (persistence.EncodingAppender): the agent's event
+// fan-out publishes those bytes instead of marshalling every event again.
+func (s *Store) AppendEncoded(ctx context.Context, id string, events []*sessionv1.SessionEvent) ([][]byte, error) {
 	return s.append(ctx, id, events, false)
 }
 
-func (s *Store) append(ctx context.Context, id string, events []*sessionv1.SessionEvent, validate bool) error {
+// append stores a batch and returns the events' encodings (shared with no
+// one: the rows are framed copies).
+func (s *Store) append(ctx context.Context, id string, events []*sessionv1.SessionEvent, validate bool) ([][]byte, error) {
 	if len(events) == 0 {
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	if err := s.checkOpen(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	// Encode outside the transaction (contiguity checked here); the check
 	// against the stored next seq is made inside it.
 	data, err := encodeRows(id, events[0].GetSeq(), events, validate)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.mu.Lock()
 	h := s.pending[id]
@@ -359,7 +371,10 @@ func (s *Store) append(ctx context.Context, id string, events []*sessionv1.Sessi
 			s.mu.Unlock()
 		}
 	}
-	return s.submit(ctx, s.appendReq(id, h, events, packRows(events[0].GetSeq(), data)), after)
+	if err := s.submit(ctx, s.appendReq(id, h, events, packRows(events[0].GetSeq(), data)), after); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 // materialize inserts the sessions row of a pending session and returns
@@ -417,19 +432,25 @@ func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, id string, sid int64
 	return nil
 }
 
-var pbMarshal = proto.MarshalOptions{Deterministic: true}
+var (
+	pbMarshal = proto.MarshalOptions{Deterministic: true}
+	// pbMarshalSized marshals a message whose proto.Size was just taken
+	// (the sizes of its parts are reused, not computed again).
+	pbMarshalSized = proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
+)
 
 // encodeRows checks a batch (contiguity; with validate, the per-event rules
 // of session.ValidateEvent, so that the store never writes an event its Load
 // would reject) and encodes each event to its stored form, protobuf binary.
 // Events a session.Log committed passed those rules already (AppendValidated
-// skips them).
+// skips them). The encodings share one buffer (one allocation per batch);
+// each is capped at its own end.
 func encodeRows(id string, next int64, events []*sessionv1.SessionEvent, validate bool) ([][]byte, error) {
 	if err := persistence.CheckBatch(id, next, events); err != nil {
 		return nil, err
 	}
-	out := make([][]byte, len(events))
-	for i, ev := range events {
+	total := 0
+	for _, ev := range events {
 		typ := session.TypeName(ev)
 		if typ == "" {
 			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: "(none)", Err: errors.New("event has no payload")}
@@ -439,11 +460,17 @@ func encodeRows(id string, next int64, events []*sessionv1.SessionEvent, validat
 				return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
 			}
 		}
-		pb, err := pbMarshal.Marshal(ev)
-		if err != nil {
-			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
+		total += proto.Size(ev)
+	}
+	out := make([][]byte, len(events))
+	buf := make([]byte, 0, total)
+	for i, ev := range events {
+		start := len(buf)
+		var err error
+		if buf, err = pbMarshalSized.MarshalAppend(buf, ev); err != nil {
+			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: session.TypeName(ev), Err: err}
 		}
-		out[i] = pb
+		out[i] = buf[start:len(buf):len(buf)]
 	}
 	return out, nil
 }
