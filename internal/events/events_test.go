@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -300,6 +301,52 @@ func TestServerDeduplicatesByMsgID(t *testing.T) {
 		t.Fatal("re-publish of seq 1 was not reported as a duplicate")
 	}
 	checkExactlyOnce(t, readStream(t, srv.URL()), "d", 3)
+}
+
+// countingStore is a memStore that counts PublishedCursor reads.
+type countingStore struct {
+	*memStore
+	reads atomic.Int64
+}
+
+func (c *countingStore) PublishedCursor(ctx context.Context, id string) (int64, error) {
+	c.reads.Add(1)
+	return c.memStore.PublishedCursor(ctx, id)
+}
+
+// TestCreatedSkipsTheCursorRead: a session the agent just created is
+// published from seq 0 without reading its cursor from the store, and the
+// stream's tail still decides where publishing starts (an id whose subject
+// already holds events from an earlier store is published exactly once).
+func TestCreatedSkipsTheCursorRead(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	first := newPublisher(t, srv.URL(), newMemStore(), nil)
+	first.Durable("", "old", mkEvents(0, 5))
+	flush(t, first)
+
+	store := &countingStore{memStore: newMemStore()}
+	p := newPublisher(t, srv.URL(), store, nil)
+	for _, id := range []string{"old", "new"} {
+		p.Created("", id)
+		p.Durable("", id, mkEvents(0, 8))
+	}
+	flush(t, p)
+	msgs := readStream(t, srv.URL())
+	checkExactlyOnce(t, msgs, "old", 8)
+	checkExactlyOnce(t, msgs, "new", 8)
+	if n := store.reads.Load(); n != 0 {
+		t.Fatalf("%d PublishedCursor reads for created sessions, want 0", n)
+	}
+	if store.cursor("old") != 8 || store.cursor("new") != 8 {
+		t.Fatalf("cursors %d / %d, want 8 / 8", store.cursor("old"), store.cursor("new"))
+	}
+	// A session not announced as created still reads its cursor.
+	p.Durable("", "loaded", mkEvents(0, 2))
+	flush(t, p)
+	if n := store.reads.Load(); n != 1 {
+		t.Fatalf("%d PublishedCursor reads after a loaded session's first publication, want 1", n)
+	}
 }
 
 func TestOutageMidSession(t *testing.T) {

@@ -358,6 +358,21 @@ func (p *Publisher) durable(tenant, sessionID string, events []*sessionv1.Sessio
 	p.poke()
 }
 
+// Created tells the publisher that sessionID was just created in the store
+// (its Create succeeded, so no stored session had the id and none of its
+// events was ever published from this store): its first publication starts
+// at seq 0 without reading the published cursor from the store. The
+// stream's tail is still consulted first, as for every session's first
+// publication, so messages an earlier store left on the subject are not
+// published twice. A session the publisher already tracks is left as it is.
+func (p *Publisher) Created(tenant, sessionID string) {
+	p.mu.Lock()
+	if s := p.state(sessionID, tenant); s.cursor < 0 {
+		s.cursor, s.resync = 0, true
+	}
+	p.mu.Unlock()
+}
+
 // CatchUp asks the publisher to publish whatever the store holds beyond the
 // published cursor of each stored session (after a restart); the headers
 // name the sessions and their tenants. It needs a store that implements

@@ -95,6 +95,12 @@ type encodedSink interface {
 	DurableEncoded(tenant, sessionID string, events []*sessionv1.SessionEvent, pb [][]byte)
 }
 
+// createdSink is a sink that wants to know of a session just created in
+// the store (the NATS publisher then skips reading its published cursor).
+type createdSink interface {
+	Created(tenant, sessionID string)
+}
+
 // catchUpper is a sink that can publish, by itself, what the store holds
 // beyond what it has published (the NATS publisher).
 type catchUpper interface {
