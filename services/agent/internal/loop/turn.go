@@ -604,8 +604,15 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 			}
 		}
 	}
+	// With no hook the content is the assembler's own copy, which nothing
+	// else keeps (the batch below only reads the calls' strings): the log
+	// takes it without copying it again.
+	add := a.log.Append
+	if res == assembled {
+		add = a.log.AppendOwned
+	}
 	a.mu.Lock()
-	_, err = a.appendLocked(assistantEvent(turn, step, res.GetContent(), prov, usage, seqs))
+	_, err = a.appendLockedHow(assistantEvent(turn, step, res.GetContent(), prov, usage, seqs), add)
 	if err == nil && len(calls) > 0 {
 		a.inBatch = true
 	}
