@@ -277,12 +277,53 @@ func TestDurableEncodedPublishesTheStoresBytes(t *testing.T) {
 	}
 }
 
-func TestServerDeduplicatesByMsgID(t *testing.T) {
+// TestHeldEncodingsAreBounded: the queues hold handed-in encodings up to
+// Config.HeldEncodings bytes; events past it are queued without theirs and
+// marshalled when published (still exactly once), and the budget is free
+// again once the held ones are published.
+func TestHeldEncodingsAreBounded(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	p := newPublisher(t, srv.URL(), newMemStore(), nil)
-	p.Durable("", "d", mkEvents(0, 3))
+	evs := mkEvents(0, 8)
+	pb := make([][]byte, len(evs))
+	for i, ev := range evs {
+		b, _ := proto.Marshal(ev)
+		pb[i] = protowire.AppendBytes(protowire.AppendTag(b, 999, protowire.BytesType), []byte("store"))
+	}
+	p := newPublisher(t, srv.URL(), newMemStore(), func(c *events.Config) { c.HeldEncodings = len(pb[4]) + len(pb[5]) }) // the larger pair (seq 0 encodes shorter)
+	p.DurableEncoded("", "h", evs[:4], pb[:4])
 	flush(t, p)
+	p.DurableEncoded("", "h", evs[4:], pb[4:])
+	flush(t, p)
+	checkExactlyOnce(t, readStream(t, srv.URL()), "h", 8)
+	st := eventStream(t, srv.URL())
+	for seq := uint64(1); seq <= 8; seq++ {
+		m, err := st.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := seq - 1
+		handed := bytes.Equal(m.Data, pb[i])
+		if want := i%4 < 2; handed != want {
+			t.Fatalf("seq %d: body is the handed-in encoding = %v, want %v (budget of two)", i, handed, want)
+		}
+	}
+}
+
+// startPublished starts a server and a publisher (on a fresh memStore)
+// that has published events 0..n-1 of session id.
+func startPublished(t *testing.T, id string, n int64) (*natstest.Server, *events.Publisher) {
+	t.Helper()
+	srv := natstest.Start(t)
+	p := newPublisher(t, srv.URL(), newMemStore(), nil)
+	p.Durable("", id, mkEvents(0, n))
+	flush(t, p)
+	return srv, p
+}
+
+func TestServerDeduplicatesByMsgID(t *testing.T) {
+	t.Parallel()
+	srv, _ := startPublished(t, "d", 3)
 	nc, err := nats.Connect(srv.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -320,11 +361,7 @@ func (c *countingStore) PublishedCursor(ctx context.Context, id string) (int64, 
 // already holds events from an earlier store is published exactly once).
 func TestCreatedSkipsTheCursorRead(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	first := newPublisher(t, srv.URL(), newMemStore(), nil)
-	first.Durable("", "old", mkEvents(0, 5))
-	flush(t, first)
-
+	srv, _ := startPublished(t, "old", 5)
 	store := &countingStore{memStore: newMemStore()}
 	p := newPublisher(t, srv.URL(), store, nil)
 	for _, id := range []string{"old", "new"} {

@@ -74,9 +74,11 @@ const (
 	// DefaultDuplicates is the stream's duplicate window when dsh creates it.
 	DefaultDuplicates = 2 * time.Minute
 	maxStatusQueue    = 16
-	closeGrace        = time.Second
-	minBackoff        = 50 * time.Millisecond
-	maxBackoff        = 2 * time.Second
+	// DefaultHeldEncodings is Config.HeldEncodings when unset.
+	DefaultHeldEncodings = 8 << 20
+	closeGrace           = time.Second
+	minBackoff           = 50 * time.Millisecond
+	maxBackoff           = 2 * time.Second
 )
 
 // Cursors is the durable published cursor of each session (the persistence
@@ -125,6 +127,12 @@ type Config struct {
 	// store (the stream's tail corrects a stale cursor on the next start);
 	// 0 means 200ms. Close writes every cursor.
 	CursorEvery time.Duration
+	// HeldEncodings bounds the bytes of handed-in encodings (DurableEncoded)
+	// the queues hold at once: past it an event is queued without its bytes
+	// and marshalled when it is published, so a publisher that falls behind
+	// holds at most this much more than the events themselves. 0 means
+	// DefaultHeldEncodings; negative holds none.
+	HeldEncodings int
 	// ExtraOptions are appended to the NATS options (tests use it).
 	ExtraOptions []nats.Option
 }
@@ -142,6 +150,7 @@ type Publisher struct {
 	done    chan struct{}
 
 	mu       sync.Mutex
+	held     int // bytes of the encodings queued (queued.pb), at most cfg.HeldEncodings
 	sessions map[string]*sessionState
 	dirty    map[string]struct{}
 	busy     bool   // publishDirty is running
@@ -202,6 +211,9 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		if m, err := telemetry.NewMetrics(nil); err == nil {
 			cfg.Metrics = m
 		}
+	}
+	if cfg.HeldEncodings == 0 {
+		cfg.HeldEncodings = DefaultHeldEncodings
 	}
 	if cfg.CursorEvery <= 0 {
 		cfg.CursorEvery = 200 * time.Millisecond
@@ -327,7 +339,7 @@ func (p *Publisher) durable(tenant, sessionID string, events []*sessionv1.Sessio
 			continue
 		}
 		q := queued{ev: ev, at: now}
-		if pb != nil {
+		if pb != nil && p.held+len(pb[k]) <= p.cfg.HeldEncodings {
 			q.pb = pb[k]
 		}
 		s.next = max(s.next, seq+1)
@@ -341,6 +353,7 @@ func (p *Publisher) durable(tenant, sessionID string, events []*sessionv1.Sessio
 			}
 			s.pending = slices.Insert(s.pending, i, q)
 		}
+		p.held += len(q.pb)
 		if len(s.pending) > p.cfg.QueueLimit && !rehand {
 			// Keep the lowest seqs: they go out first. The dropped tail
 			// stays below s.next and is read again (Reader) or handed in
@@ -350,6 +363,7 @@ func (p *Publisher) durable(tenant, sessionID string, events []*sessionv1.Sessio
 					"session", sessionID, "limit", p.cfg.QueueLimit)
 				s.overflowed = true
 			}
+			p.release(s.pending[p.cfg.QueueLimit:])
 			s.pending = s.pending[:p.cfg.QueueLimit]
 		}
 	}
@@ -402,6 +416,13 @@ func (p *Publisher) Status(tenant, sessionID string, st agentv1.AgentStatus) {
 	p.dirty[sessionID] = struct{}{}
 	p.mu.Unlock()
 	p.poke()
+}
+
+// release accounts for queued events leaving the queues (p.mu held).
+func (p *Publisher) release(qs []queued) {
+	for _, q := range qs {
+		p.held -= len(q.pb)
+	}
 }
 
 // Pending is the number of queued, unpublished events of every session.
@@ -740,6 +761,8 @@ func (p *Publisher) nextBatch(ctx context.Context, s *sessionState) ([]queued, e
 	for i < len(s.pending) && s.pending[i].ev.GetSeq() < s.cursor {
 		i++
 	}
+	p.release(s.pending[:i])
+	clear(s.pending[:i]) // the published events and their bytes are garbage now
 	s.pending = s.pending[i:]
 	if len(s.pending) == 0 {
 		s.pending = nil
