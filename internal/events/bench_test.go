@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/natstest"
 )
@@ -13,7 +15,14 @@ import (
 // BenchmarkPublish measures the publisher end to end against an embedded
 // JetStream server: one op is one event handed to Durable (in batches of
 // 16, as an agent flush would) until JetStream has acknowledged all of them.
-func BenchmarkPublish(b *testing.B) {
+func BenchmarkPublish(b *testing.B) { benchPublish(b, false) }
+
+// BenchmarkPublishEncoded is BenchmarkPublish with each event's encoding
+// handed in (DurableEncoded), as the agent's flush does with the SQLite
+// store's bytes: the publisher marshals nothing.
+func BenchmarkPublishEncoded(b *testing.B) { benchPublish(b, true) }
+
+func benchPublish(b *testing.B, encoded bool) {
 	srv := natstest.Start(b)
 	p, err := events.New(b.Context(), events.Config{Conn: events.Conn{URL: srv.URL()}, Store: newMemStore(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -21,9 +30,22 @@ func BenchmarkPublish(b *testing.B) {
 	}
 	defer p.Close(context.Background())
 	evs := mkEvents(0, int64(b.N))
+	var pb [][]byte
+	if encoded {
+		pb = make([][]byte, len(evs))
+		for i, ev := range evs {
+			pb[i], _ = proto.Marshal(ev)
+		}
+	}
+	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < len(evs); i += 16 {
-		p.Durable("", "bench", evs[i:min(i+16, len(evs))])
+		j := min(i+16, len(evs))
+		if encoded {
+			p.DurableEncoded("", "bench", evs[i:j], pb[i:j])
+		} else {
+			p.Durable("", "bench", evs[i:j])
+		}
 	}
 	ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
 	defer cancel()

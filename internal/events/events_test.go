@@ -1,15 +1,18 @@
 package events_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,12 +20,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/natstest"
+	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 )
 
@@ -215,12 +221,109 @@ func TestPublishesInOrderWithHeaders(t *testing.T) {
 	}
 }
 
-func TestServerDeduplicatesByMsgID(t *testing.T) {
+// TestDurableEncodedPublishesTheStoresBytes: events handed in with their
+// encodings (the store's, persistence.EncodingAppender) are published with
+// those very bytes as the body — one marshal per event — and the same
+// headers as any other; without encodings, or with a count that does not
+// match, the publisher encodes the events itself.
+func TestDurableEncodedPublishesTheStoresBytes(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	p := newPublisher(t, srv.URL(), newMemStore(), nil)
-	p.Durable("", "d", mkEvents(0, 3))
+	evs := mkEvents(0, 6)
+	evs[1].Payload = &sessionv1.SessionEvent_AssistantChunk{AssistantChunk: &sessionv1.AssistantChunk{Turn: 1, Step: 1,
+		Chunk: &llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_TextDelta{TextDelta: &llmv1.TextDelta{Text: "hi"}}}}}
+	// Each encoding carries a trailing unknown field (still an encoding of
+	// the event: it decodes to it), so a body equal to it can only be the
+	// handed-in bytes, never a second marshal.
+	pb := make([][]byte, 4)
+	for i, ev := range evs[:4] {
+		b, err := proto.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb[i] = protowire.AppendBytes(protowire.AppendTag(b, 999, protowire.BytesType), []byte("store"))
+	}
+	p.DurableEncoded("acme", "e", evs[:4], pb)
+	p.DurableEncoded("acme", "e", evs[4:], pb[:1]) // count mismatch: encoded here
 	flush(t, p)
+	checkExactlyOnce(t, readStream(t, srv.URL()), "e", 6)
+	st := eventStream(t, srv.URL())
+	for seq := uint64(1); seq <= 6; seq++ {
+		m, err := st.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := seq - 1
+		if i < 4 && !bytes.Equal(m.Data, pb[i]) {
+			t.Fatalf("seq %d: body is not the handed-in encoding", i)
+		}
+		if i >= 4 {
+			if want, _ := proto.Marshal(evs[i]); !bytes.Equal(m.Data, want) {
+				t.Fatalf("seq %d: body %x, want the event's own encoding %x", i, m.Data, want)
+			}
+		}
+		want := nats.Header{
+			events.HeaderEventType: {session.TypeName(evs[i])}, events.HeaderSeq: {strconv.FormatUint(i, 10)},
+			events.HeaderSessionID: {"e"}, events.HeaderTenant: {"acme"}, nats.MsgIdHdr: {"e:" + strconv.FormatUint(i, 10)},
+			jetstream.ExpectedStreamHeader: {events.StreamName},
+		}
+		if i == 1 {
+			want[events.HeaderDelta] = []string{"1"}
+		}
+		if !reflect.DeepEqual(m.Header, want) {
+			t.Fatalf("seq %d: headers %v, want %v", i, m.Header, want)
+		}
+	}
+}
+
+// TestHeldEncodingsAreBounded: the queues hold handed-in encodings up to
+// Config.HeldEncodings bytes; events past it are queued without theirs and
+// marshalled when published (still exactly once), and the budget is free
+// again once the held ones are published.
+func TestHeldEncodingsAreBounded(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	evs := mkEvents(0, 8)
+	pb := make([][]byte, len(evs))
+	for i, ev := range evs {
+		b, _ := proto.Marshal(ev)
+		pb[i] = protowire.AppendBytes(protowire.AppendTag(b, 999, protowire.BytesType), []byte("store"))
+	}
+	p := newPublisher(t, srv.URL(), newMemStore(), func(c *events.Config) { c.HeldEncodings = len(pb[4]) + len(pb[5]) }) // the larger pair (seq 0 encodes shorter)
+	p.DurableEncoded("", "h", evs[:4], pb[:4])
+	flush(t, p)
+	p.DurableEncoded("", "h", evs[4:], pb[4:])
+	flush(t, p)
+	checkExactlyOnce(t, readStream(t, srv.URL()), "h", 8)
+	st := eventStream(t, srv.URL())
+	for seq := uint64(1); seq <= 8; seq++ {
+		m, err := st.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := seq - 1
+		handed := bytes.Equal(m.Data, pb[i])
+		if want := i%4 < 2; handed != want {
+			t.Fatalf("seq %d: body is the handed-in encoding = %v, want %v (budget of two)", i, handed, want)
+		}
+	}
+}
+
+// startPublished starts a server and a publisher (on a fresh memStore)
+// that has published events 0..n-1 of session id.
+func startPublished(t *testing.T, id string, n int64) (*natstest.Server, *events.Publisher) {
+	t.Helper()
+	srv := natstest.Start(t)
+	p := newPublisher(t, srv.URL(), newMemStore(), nil)
+	p.Durable("", id, mkEvents(0, n))
+	flush(t, p)
+	return srv, p
+}
+
+func TestServerDeduplicatesByMsgID(t *testing.T) {
+	t.Parallel()
+	srv, _ := startPublished(t, "d", 3)
 	nc, err := nats.Connect(srv.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -239,6 +342,48 @@ func TestServerDeduplicatesByMsgID(t *testing.T) {
 		t.Fatal("re-publish of seq 1 was not reported as a duplicate")
 	}
 	checkExactlyOnce(t, readStream(t, srv.URL()), "d", 3)
+}
+
+// countingStore is a memStore that counts PublishedCursor reads.
+type countingStore struct {
+	*memStore
+	reads atomic.Int64
+}
+
+func (c *countingStore) PublishedCursor(ctx context.Context, id string) (int64, error) {
+	c.reads.Add(1)
+	return c.memStore.PublishedCursor(ctx, id)
+}
+
+// TestCreatedSkipsTheCursorRead: a session the agent just created is
+// published from seq 0 without reading its cursor from the store, and the
+// stream's tail still decides where publishing starts (an id whose subject
+// already holds events from an earlier store is published exactly once).
+func TestCreatedSkipsTheCursorRead(t *testing.T) {
+	t.Parallel()
+	srv, _ := startPublished(t, "old", 5)
+	store := &countingStore{memStore: newMemStore()}
+	p := newPublisher(t, srv.URL(), store, nil)
+	for _, id := range []string{"old", "new"} {
+		p.Created("", id)
+		p.Durable("", id, mkEvents(0, 8))
+	}
+	flush(t, p)
+	msgs := readStream(t, srv.URL())
+	checkExactlyOnce(t, msgs, "old", 8)
+	checkExactlyOnce(t, msgs, "new", 8)
+	if n := store.reads.Load(); n != 0 {
+		t.Fatalf("%d PublishedCursor reads for created sessions, want 0", n)
+	}
+	if store.cursor("old") != 8 || store.cursor("new") != 8 {
+		t.Fatalf("cursors %d / %d, want 8 / 8", store.cursor("old"), store.cursor("new"))
+	}
+	// A session not announced as created still reads its cursor.
+	p.Durable("", "loaded", mkEvents(0, 2))
+	flush(t, p)
+	if n := store.reads.Load(); n != 1 {
+		t.Fatalf("%d PublishedCursor reads after a loaded session's first publication, want 1", n)
+	}
 }
 
 func TestOutageMidSession(t *testing.T) {

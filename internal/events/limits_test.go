@@ -40,10 +40,7 @@ func streamConfig(t *testing.T, url string) jetstream.StreamConfig {
 // within it.
 func TestStreamLimits(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	p := newPublisher(t, srv.URL(), newMemStore(), nil)
-	p.Durable("", "before", mkEvents(0, 5))
-	flush(t, p)
+	srv, _ := startPublished(t, "before", 5)
 	if c := streamConfig(t, srv.URL()); c.MaxAge != 0 || c.MaxBytes != -1 {
 		t.Fatalf("unconfigured: max age %v, max bytes %d; want unbounded", c.MaxAge, c.MaxBytes)
 	}

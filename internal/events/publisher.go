@@ -59,6 +59,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
@@ -73,9 +74,11 @@ const (
 	// DefaultDuplicates is the stream's duplicate window when dsh creates it.
 	DefaultDuplicates = 2 * time.Minute
 	maxStatusQueue    = 16
-	closeGrace        = time.Second
-	minBackoff        = 50 * time.Millisecond
-	maxBackoff        = 2 * time.Second
+	// DefaultHeldEncodings is Config.HeldEncodings when unset.
+	DefaultHeldEncodings = 8 << 20
+	closeGrace           = time.Second
+	minBackoff           = 50 * time.Millisecond
+	maxBackoff           = 2 * time.Second
 )
 
 // Cursors is the durable published cursor of each session (the persistence
@@ -124,6 +127,12 @@ type Config struct {
 	// store (the stream's tail corrects a stale cursor on the next start);
 	// 0 means 200ms. Close writes every cursor.
 	CursorEvery time.Duration
+	// HeldEncodings bounds the bytes of handed-in encodings (DurableEncoded)
+	// the queues hold at once: past it an event is queued without its bytes
+	// and marshalled when it is published, so a publisher that falls behind
+	// holds at most this much more than the events themselves. 0 means
+	// DefaultHeldEncodings; negative holds none.
+	HeldEncodings int
 	// ExtraOptions are appended to the NATS options (tests use it).
 	ExtraOptions []nats.Option
 }
@@ -141,6 +150,7 @@ type Publisher struct {
 	done    chan struct{}
 
 	mu       sync.Mutex
+	held     int // bytes of the encodings queued (queued.pb), at most cfg.HeldEncodings
 	sessions map[string]*sessionState
 	dirty    map[string]struct{}
 	busy     bool   // publishDirty is running
@@ -153,12 +163,15 @@ type Publisher struct {
 
 type queued struct {
 	ev *sessionv1.SessionEvent
+	pb []byte // the event's protobuf encoding when the store handed it over, else nil
 	at time.Time
 }
 
 type sessionState struct {
 	id         string
 	tenant     string // the session's tenant ("" is DefaultTenant); set at creation, immutable
+	subject    string // EventSubject(tenant, id), made once
+	tenantTok  string // TenantToken(tenant), made once
 	cursor     int64  // next seq to publish; -1 until read from the store
 	next       int64  // one past the highest seq ever queued; -1 when none
 	pending    []queued
@@ -198,6 +211,9 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		if m, err := telemetry.NewMetrics(nil); err == nil {
 			cfg.Metrics = m
 		}
+	}
+	if cfg.HeldEncodings == 0 {
+		cfg.HeldEncodings = DefaultHeldEncodings
 	}
 	if cfg.CursorEvery <= 0 {
 		cfg.CursorEvery = 200 * time.Millisecond
@@ -280,7 +296,8 @@ func (p *Publisher) poke() {
 func (p *Publisher) state(id, tenant string) *sessionState {
 	s := p.sessions[id]
 	if s == nil {
-		s = &sessionState{id: id, tenant: tenant, cursor: -1, next: -1, saved: -1}
+		s = &sessionState{id: id, tenant: tenant, subject: EventSubject(tenant, id), tenantTok: TenantToken(tenant),
+			cursor: -1, next: -1, saved: -1}
 		p.sessions[id] = s
 	}
 	return s
@@ -291,6 +308,21 @@ func (p *Publisher) state(id, tenant string) *sessionState {
 // ignored, so the agent may hand in a whole loaded log after a restart. It
 // never blocks.
 func (p *Publisher) Durable(tenant, sessionID string, events []*sessionv1.SessionEvent) {
+	p.durable(tenant, sessionID, events, nil)
+}
+
+// DurableEncoded is Durable for events whose protobuf encodings the store
+// made as it stored them (persistence.EncodingAppender): pb[i] encodes
+// events[i] and is published as the message body as it is, so no event is
+// marshalled twice. The bytes must not be modified afterwards.
+func (p *Publisher) DurableEncoded(tenant, sessionID string, events []*sessionv1.SessionEvent, pb [][]byte) {
+	if len(pb) != len(events) {
+		pb = nil
+	}
+	p.durable(tenant, sessionID, events, pb)
+}
+
+func (p *Publisher) durable(tenant, sessionID string, events []*sessionv1.SessionEvent, pb [][]byte) {
 	if len(events) == 0 {
 		return
 	}
@@ -301,22 +333,27 @@ func (p *Publisher) Durable(tenant, sessionID string, events []*sessionv1.Sessio
 	// overflow) fill a gap and are kept whole: they are the agent's own
 	// in-memory log, so holding them costs only the queue slots.
 	rehand := events[0].GetSeq() < s.next
-	for _, ev := range events {
+	for k, ev := range events {
 		seq := ev.GetSeq()
 		if s.cursor >= 0 && seq < s.cursor {
 			continue
 		}
+		q := queued{ev: ev, at: now}
+		if pb != nil && p.held+len(pb[k]) <= p.cfg.HeldEncodings {
+			q.pb = pb[k]
+		}
 		s.next = max(s.next, seq+1)
 		n := len(s.pending)
 		if n == 0 || seq > s.pending[n-1].ev.GetSeq() {
-			s.pending = append(s.pending, queued{ev: ev, at: now})
+			s.pending = append(s.pending, q)
 		} else {
 			i, found := slices.BinarySearchFunc(s.pending, seq, func(q queued, seq int64) int { return cmp.Compare(q.ev.GetSeq(), seq) })
 			if found {
 				continue
 			}
-			s.pending = slices.Insert(s.pending, i, queued{ev: ev, at: now})
+			s.pending = slices.Insert(s.pending, i, q)
 		}
+		p.held += len(q.pb)
 		if len(s.pending) > p.cfg.QueueLimit && !rehand {
 			// Keep the lowest seqs: they go out first. The dropped tail
 			// stays below s.next and is read again (Reader) or handed in
@@ -326,12 +363,28 @@ func (p *Publisher) Durable(tenant, sessionID string, events []*sessionv1.Sessio
 					"session", sessionID, "limit", p.cfg.QueueLimit)
 				s.overflowed = true
 			}
+			p.release(s.pending[p.cfg.QueueLimit:])
 			s.pending = s.pending[:p.cfg.QueueLimit]
 		}
 	}
 	p.dirty[sessionID] = struct{}{}
 	p.mu.Unlock()
 	p.poke()
+}
+
+// Created tells the publisher that sessionID was just created in the store
+// (its Create succeeded, so no stored session had the id and none of its
+// events was ever published from this store): its first publication starts
+// at seq 0 without reading the published cursor from the store. The
+// stream's tail is still consulted first, as for every session's first
+// publication, so messages an earlier store left on the subject are not
+// published twice. A session the publisher already tracks is left as it is.
+func (p *Publisher) Created(tenant, sessionID string) {
+	p.mu.Lock()
+	if s := p.state(sessionID, tenant); s.cursor < 0 {
+		s.cursor, s.resync = 0, true
+	}
+	p.mu.Unlock()
 }
 
 // CatchUp asks the publisher to publish whatever the store holds beyond the
@@ -363,6 +416,13 @@ func (p *Publisher) Status(tenant, sessionID string, st agentv1.AgentStatus) {
 	p.dirty[sessionID] = struct{}{}
 	p.mu.Unlock()
 	p.poke()
+}
+
+// release accounts for queued events leaving the queues (p.mu held).
+func (p *Publisher) release(qs []queued) {
+	for _, q := range qs {
+		p.held -= len(q.pb)
+	}
 }
 
 // Pending is the number of queued, unpublished events of every session.
@@ -701,6 +761,8 @@ func (p *Publisher) nextBatch(ctx context.Context, s *sessionState) ([]queued, e
 	for i < len(s.pending) && s.pending[i].ev.GetSeq() < s.cursor {
 		i++
 	}
+	p.release(s.pending[:i])
+	clear(s.pending[:i]) // the published events and their bytes are garbage now
 	s.pending = s.pending[i:]
 	if len(s.pending) == 0 {
 		s.pending = nil
@@ -762,10 +824,14 @@ func (p *Publisher) publishBatch(ctx context.Context, s *sessionState, batch []q
 	futures := make([]jetstream.PubAckFuture, 0, len(batch))
 	var sendErr error
 	for _, q := range batch {
-		msg, err := EncodeEvent(s.tenant, s.id, q.ev)
-		if err != nil {
-			return err
+		data := q.pb
+		if data == nil {
+			var err error
+			if data, err = proto.Marshal(q.ev); err != nil {
+				return fmt.Errorf("events: encode %s seq %d: %w", s.id, q.ev.GetSeq(), err)
+			}
 		}
+		msg := eventMsg(s.subject, s.tenantTok, s.id, q.ev, data, true)
 		if ref, over := fitPayload(msg, p.nc.MaxPayload()); over {
 			// Publishing it whole would fail on every attempt and stall
 			// the session's fan-out for good: publish a reference.
@@ -774,7 +840,9 @@ func (p *Publisher) publishBatch(ctx context.Context, s *sessionState, batch []q
 			p.cfg.Metrics.RecordOversizeEvent(ctx)
 			msg = ref
 		}
-		f, err := p.js.PublishMsgAsync(msg, jetstream.WithExpectStream(StreamName))
+		// No publish options: the expected stream is in the message's
+		// headers already (options would cost allocations per message).
+		f, err := p.js.PublishMsgAsync(msg)
 		if err != nil {
 			sendErr = err
 			break

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
@@ -201,17 +202,39 @@ func EncodeEvent(tenant, sessionID string, ev *sessionv1.SessionEvent) (*nats.Ms
 	if err != nil {
 		return nil, fmt.Errorf("events: encode %s seq %d: %w", sessionID, ev.GetSeq(), err)
 	}
-	m := nats.NewMsg(EventSubject(tenant, sessionID))
-	m.Data = data
-	m.Header.Set(HeaderEventType, session.TypeName(ev))
-	m.Header.Set(HeaderSeq, strconv.FormatInt(ev.GetSeq(), 10))
-	m.Header.Set(HeaderSessionID, sessionID)
-	m.Header.Set(HeaderTenant, TenantToken(tenant))
+	return eventMsg(EventSubject(tenant, sessionID), TenantToken(tenant), sessionID, ev, data, false), nil
+}
+
+// Header values shared by every message that carries them (never modified).
+var (
+	deltaValue  = []string{"1"}
+	streamValue = []string{StreamName}
+)
+
+// eventMsg is EncodeEvent's message for an event whose protobuf encoding is
+// data, on subject (EventSubject) with tenantTok (TenantToken); with
+// expectStream it also carries Nats-Expected-Stream: DSH_EVENTS, so
+// JetStream stores it in no other stream. It costs four allocations
+// whatever the header count: the message, the header map, one array for
+// the variable header values and one string holding both the message id
+// and, as its tail, the seq.
+func eventMsg(subject, tenantTok, sessionID string, ev *sessionv1.SessionEvent, data []byte, expectStream bool) *nats.Msg {
+	id := MsgID(sessionID, ev.GetSeq())
+	vals := [...]string{session.TypeName(ev), id[len(sessionID)+1:], sessionID, tenantTok, id}
+	v := vals[:]
+	h := make(nats.Header, 7)
+	h[HeaderEventType] = v[0:1:1]
+	h[HeaderSeq] = v[1:2:2]
+	h[HeaderSessionID] = v[2:3:3]
+	h[HeaderTenant] = v[3:4:4]
+	h[nats.MsgIdHdr] = v[4:5:5]
 	if IsDelta(ev) {
-		m.Header.Set(HeaderDelta, "1")
+		h[HeaderDelta] = deltaValue
 	}
-	m.Header.Set(nats.MsgIdHdr, MsgID(sessionID, ev.GetSeq()))
-	return m, nil
+	if expectStream {
+		h[jetstream.ExpectedStreamHeader] = streamValue
+	}
+	return &nats.Msg{Subject: subject, Header: h, Data: data}
 }
 
 // DecodeEvent reads an event message: its session id (from the header) and

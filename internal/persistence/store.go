@@ -112,11 +112,27 @@ type ValidatedAppender interface {
 	AppendValidated(ctx context.Context, id string, events []*sessionv1.SessionEvent) error
 }
 
+// EncodingAppender is implemented by stores whose stored form of an event
+// is its protobuf encoding. AppendEncoded is AppendValidated that also
+// returns what it stored: pb[i] is the protobuf encoding of events[i] (a
+// valid proto.Marshal of it, so proto.Unmarshal gives the event back). The
+// bytes are the caller's to read, never to modify; the store keeps no
+// reference to them. The agent hands them to the event fan-out, which then
+// publishes each event without encoding it a second time.
+type EncodingAppender interface {
+	AppendEncoded(ctx context.Context, id string, events []*sessionv1.SessionEvent) (pb [][]byte, err error)
+}
+
 // AppendLogged appends events a session.Log committed: through
-// AppendValidated when s offers it, else through Append.
-func AppendLogged(ctx context.Context, s Appender, id string, events []*sessionv1.SessionEvent) error {
-	if va, ok := s.(ValidatedAppender); ok {
-		return va.AppendValidated(ctx, id, events)
+// AppendEncoded or AppendValidated when s offers them, else through
+// Append. It returns the events' protobuf encodings when the store made
+// them (EncodingAppender), else nil.
+func AppendLogged(ctx context.Context, s Appender, id string, events []*sessionv1.SessionEvent) ([][]byte, error) {
+	switch a := s.(type) {
+	case EncodingAppender:
+		return a.AppendEncoded(ctx, id, events)
+	case ValidatedAppender:
+		return nil, a.AppendValidated(ctx, id, events)
 	}
-	return s.Append(ctx, id, events)
+	return nil, s.Append(ctx, id, events)
 }

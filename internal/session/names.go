@@ -211,7 +211,15 @@ func AgentSource(sessionID string) *llmv1.MessageSource {
 
 // AppendOp returns the surface op "append".
 func AppendOp() *sessionv1.SurfaceOp {
-	return &sessionv1.SurfaceOp{Op: &sessionv1.SurfaceOp_Append{Append: &sessionv1.SurfaceAppend{}}}
+	// Its three messages in one allocation (every surface event has one).
+	o := &struct {
+		op sessionv1.SurfaceOp
+		w  sessionv1.SurfaceOp_Append
+		a  sessionv1.SurfaceAppend
+	}{}
+	o.w.Append = &o.a
+	o.op.Op = &o.w
+	return &o.op
 }
 
 // ReplaceOp returns the surface op replacing the inclusive positional range

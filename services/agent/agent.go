@@ -87,6 +87,20 @@ type EventSink interface {
 	Status(tenant, sessionID string, status agentv1.AgentStatus)
 }
 
+// encodedSink is a sink that takes the events' protobuf encodings along
+// (the store made them: persistence.EncodingAppender), so it need not
+// encode each event again (the NATS publisher publishes them as they are).
+// pb[i] encodes events[i]; the sink must not modify the bytes.
+type encodedSink interface {
+	DurableEncoded(tenant, sessionID string, events []*sessionv1.SessionEvent, pb [][]byte)
+}
+
+// createdSink is a sink that wants to know of a session just created in
+// the store (the NATS publisher then skips reading its published cursor).
+type createdSink interface {
+	Created(tenant, sessionID string)
+}
+
 // catchUpper is a sink that can publish, by itself, what the store holds
 // beyond what it has published (the NATS publisher).
 type catchUpper interface {
@@ -378,13 +392,18 @@ func (l *liveSession) flush(ctx context.Context) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	if err := persistence.AppendLogged(ctx, l.s.deps.Store, l.id, evs); err != nil {
+	pb, err := persistence.AppendLogged(ctx, l.s.deps.Store, l.id, evs)
+	if err != nil {
 		return fmt.Errorf("flush session %s from seq %d: %w", l.id, from, err)
 	}
 	l.durable.Store(evs[len(evs)-1].GetSeq() + 1)
 	l.steps.observe(l.s.metrics, l.log.Settings().Options, evs)
-	if l.s.cfg.Sink != nil {
-		l.s.cfg.Sink.Durable(l.log.Header().GetTenant(), l.id, evs)
+	if sink := l.s.cfg.Sink; sink != nil {
+		if es, ok := sink.(encodedSink); ok && len(pb) == len(evs) {
+			es.DurableEncoded(l.log.Header().GetTenant(), l.id, evs, pb)
+		} else {
+			sink.Durable(l.log.Header().GetTenant(), l.id, evs)
+		}
 	}
 	return nil
 }

@@ -19,6 +19,8 @@ import (
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/events"
+	"github.com/dsh-dev/dsh/internal/natstest"
 	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
 	"github.com/dsh-dev/dsh/internal/pgtest"
 	"github.com/dsh-dev/dsh/internal/session"
@@ -95,6 +97,16 @@ func BenchmarkStep(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkStepNATS is BenchmarkStep at 100 steps (SQLite NORMAL) with the
+// event fan-out on: every durable event is published to an embedded
+// JetStream (in this process, so its CPU counts too), as a deployment with
+// --nats-url does.
+func BenchmarkStepNATS(b *testing.B) {
+	benchSteps(b, 100, nil, agent.ServerConfig{DataDir: b.TempDir(), Synchronous: "NORMAL",
+		NATS: events.Conn{URL: natstest.Start(b).URL()}},
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
 // BenchmarkStepStores is BenchmarkStep at 100 steps on the durable stores

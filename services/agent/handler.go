@@ -147,6 +147,9 @@ func (s *Service) start(ctx context.Context, h *sessionv1.SessionHeader, seed []
 	if err := s.deps.Store.Create(ctx, h); err != nil {
 		return nil, fmt.Errorf("create session %s: %w", h.GetId(), err)
 	}
+	if cs, ok := s.cfg.Sink.(createdSink); ok {
+		cs.Created(h.GetTenant(), h.GetId())
+	}
 	l := s.open(ctx, log, 0, "startup")
 	if len(seed) > 0 {
 		if err := l.flush(ctx); err != nil {

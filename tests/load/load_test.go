@@ -53,8 +53,8 @@ var (
 	flagTurns    = flag.Int("load.turns", 1, "turns per session")
 	flagAgent    = flag.String("load.agent-args", "", "extra agent flags, space-separated (e.g. --sqlite-sync=NORMAL)")
 	flagGateway  = flag.String("load.gateway-args", "", "extra gateway flags, space-separated (e.g. --prefix-cache-mib=0)")
-	flagPprof    = flag.String("load.pprof", "", "directory: take a CPU profile of each process (through --debug-addr) during each level's first -load.pprof-seconds")
-	flagPprofSec = flag.Int("load.pprof-seconds", 5, "length of the -load.pprof CPU profiles")
+	flagPprof    = flag.String("load.pprof", "", "directory: take a CPU and an allocation profile of each process (through --debug-addr) during each level's first -load.pprof-seconds")
+	flagPprofSec = flag.Int("load.pprof-seconds", 5, "length of the -load.pprof profiles")
 )
 
 // binDir holds the binaries TestMain built.
@@ -361,7 +361,12 @@ func runLevel(tb testing.TB, lv level) result {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			profile(tb, d[1], filepath.Join(*flagPprof, fmt.Sprintf("%s-%s-%d.pprof", name, lv.tool, lv.sessions)))
+			profile(tb, d[1], "profile", filepath.Join(*flagPprof, fmt.Sprintf("%s-%s-%d.pprof", name, lv.tool, lv.sessions)))
+		}()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			profile(tb, d[1], "allocs", filepath.Join(*flagPprof, fmt.Sprintf("%s-%s-%d.allocs.pprof", name, lv.tool, lv.sessions)))
 		}()
 	}
 	for i, id := range ids {
@@ -398,9 +403,11 @@ func runLevel(tb testing.TB, lv level) result {
 	return r
 }
 
-// profile saves a CPU profile of the process whose --debug-addr is addr.
-func profile(tb testing.TB, addr, path string) {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, *flagPprofSec))
+// profile saves a profile of the process whose --debug-addr is addr over
+// the next -load.pprof-seconds: kind "profile" (CPU) or "allocs" (the
+// allocations made in that window).
+func profile(tb testing.TB, addr, kind, path string) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, *flagPprofSec))
 	if err != nil {
 		tb.Errorf("profile %s: %v", addr, err)
 		return

@@ -101,6 +101,7 @@ var (
 	_ persistence.Discarder = (*Store)(nil)
 
 	_ persistence.ValidatedAppender = (*Store)(nil)
+	_ persistence.EncodingAppender  = (*Store)(nil)
 )
 
 func dsn(path, sync string, readOnly bool) string {
@@ -302,27 +303,39 @@ func (s *Store) Create(ctx context.Context, h *sessionv1.SessionHeader) error {
 
 // Append durably appends one batch in one transaction.
 func (s *Store) Append(ctx context.Context, id string, events []*sessionv1.SessionEvent) error {
-	return s.append(ctx, id, events, true)
+	_, err := s.append(ctx, id, events, true)
+	return err
 }
 
 // AppendValidated is Append for events a session.Log committed, which
 // applied session.ValidateEvent's rules already (persistence.ValidatedAppender).
 func (s *Store) AppendValidated(ctx context.Context, id string, events []*sessionv1.SessionEvent) error {
+	_, err := s.append(ctx, id, events, false)
+	return err
+}
+
+// AppendEncoded is AppendValidated that also returns each event's stored
+// protobuf encoding (persistence.EncodingAppender): the agent's event
+// fan-out publishes those bytes instead of marshalling every event again.
+func (s *Store) AppendEncoded(ctx context.Context, id string, events []*sessionv1.SessionEvent) ([][]byte, error) {
 	return s.append(ctx, id, events, false)
 }
 
-func (s *Store) append(ctx context.Context, id string, events []*sessionv1.SessionEvent, validate bool) error {
+// append stores a batch and returns the events' encodings: each is the
+// payload of its frame in a batch row, capped at its own end; the store
+// keeps no reference to the rows once committed.
+func (s *Store) append(ctx context.Context, id string, events []*sessionv1.SessionEvent, validate bool) ([][]byte, error) {
 	if len(events) == 0 {
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	if err := s.checkOpen(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	// Encode outside the transaction (contiguity checked here); the check
 	// against the stored next seq is made inside it.
-	rows, err := encodeBatch(id, events, validate)
+	rows, pb, err := encodeBatchPB(id, events, validate)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.mu.Lock()
 	h := s.pending[id]
@@ -338,7 +351,10 @@ func (s *Store) append(ctx context.Context, id string, events []*sessionv1.Sessi
 			s.mu.Unlock()
 		}
 	}
-	return s.submit(ctx, s.appendReq(id, h, events, rows), after)
+	if err := s.submit(ctx, s.appendReq(id, h, events, rows), after); err != nil {
+		return nil, err
+	}
+	return pb, nil
 }
 
 // materialize inserts the sessions row of a pending session and returns
@@ -385,25 +401,33 @@ var (
 // (AppendValidated skips them). Each event is marshalled once, straight
 // into its row (its size taken first).
 func encodeBatch(id string, events []*sessionv1.SessionEvent, validate bool) ([]batchRow, error) {
+	rows, _, err := encodeBatchPB(id, events, validate)
+	return rows, err
+}
+
+// encodeBatchPB is encodeBatch that also returns each event's encoding: the
+// payload of its frame, capped at its own end.
+func encodeBatchPB(id string, events []*sessionv1.SessionEvent, validate bool) ([]batchRow, [][]byte, error) {
 	first := events[0].GetSeq()
 	if err := persistence.CheckBatch(id, first, events); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sizes := make([]int, len(events))
 	for i, ev := range events {
 		typ := session.TypeName(ev)
 		if typ == "" {
-			return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: "(none)", Err: errors.New("event has no payload")}
+			return nil, nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: "(none)", Err: errors.New("event has no payload")}
 		}
 		if validate {
 			if err := session.ValidateEvent(ev); err != nil {
-				return nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
+				return nil, nil, &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: typ, Err: err}
 			}
 		}
 		sizes[i] = pbMarshal.Size(ev)
 	}
 	var (
 		rows []batchRow
+		out  = make([][]byte, len(events))
 		err  error
 	)
 	splitRows(len(events), func(k int) int { return sizes[k] }, func(i, j, framed int) {
@@ -415,6 +439,7 @@ func encodeBatch(id string, events []*sessionv1.SessionEvent, validate bool) ([]
 			if pb, err = pbCached.MarshalAppend(pb, events[k]); err == nil && len(pb)-at != sizes[k] {
 				err = fmt.Errorf("encoded in %d bytes, sized %d (changed while stored?)", len(pb)-at, sizes[k])
 			}
+			out[k] = pb[at:len(pb):len(pb)]
 			if err != nil {
 				ev := events[k]
 				err = &persistence.InvalidEventError{SessionID: id, Seq: ev.GetSeq(), Type: session.TypeName(ev), Err: err}
@@ -423,9 +448,9 @@ func encodeBatch(id string, events []*sessionv1.SessionEvent, validate bool) ([]
 		rows = append(rows, batchRow{seq: first + int64(i), n: j - i, pb: pb})
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return rows, nil
+	return rows, out, nil
 }
 
 // Discard forgets a created but never appended session.

@@ -1,6 +1,7 @@
 package sqlitestore_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -231,6 +232,52 @@ func TestBatchRows(t *testing.T) {
 		if err := rawDB(t, dir).QueryRow(q, args...).Scan(&n); err != nil || n != 0 {
 			t.Fatalf("%s %s still there (%d, %v)", table, col, n, err)
 		}
+	}
+}
+
+// TestAppendEncodedReturnsTheStoredBytes: AppendEncoded stores like
+// AppendValidated and returns each event's protobuf encoding, exactly the
+// bytes framed in its batch row, each capped at its own end (appending to
+// one cannot overwrite the next); a failed append returns none.
+func TestAppendEncodedReturnsTheStoredBytes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := open(t, dir)
+	defer s.Close()
+	var b persistencetest.Builder
+	b.CompletedTurn(3)
+	if err := s.Create(t.Context(), persistencetest.Header("e")); err != nil {
+		t.Fatal(err)
+	}
+	st := s.(persistence.EncodingAppender)
+	pb, err := st.AppendEncoded(t.Context(), "e", b.Events())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pb) != int(b.Len()) {
+		t.Fatalf("%d encodings for %d events", len(pb), b.Len())
+	}
+	var row []byte
+	if err := rawDB(t, dir).QueryRow(`SELECT pb FROM batches`).Scan(&row); err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range b.Events() {
+		var got sessionv1.SessionEvent
+		if err := proto.Unmarshal(pb[i], &got); err != nil || !proto.Equal(&got, ev) {
+			t.Fatalf("encoding %d = %v (%v), want %v", i, &got, err, ev)
+		}
+		if cap(pb[i]) != len(pb[i]) {
+			t.Fatalf("encoding %d: cap %d > len %d", i, cap(pb[i]), len(pb[i]))
+		}
+		num, _, m := protowire.ConsumeTag(row)
+		frame, m2 := protowire.ConsumeBytes(row[m:])
+		if num != 1 || m2 < 0 || !bytes.Equal(frame, pb[i]) {
+			t.Fatalf("encoding %d differs from the stored frame", i)
+		}
+		row = row[m+m2:]
+	}
+	if pb, err := st.AppendEncoded(t.Context(), "e", b.Events()[:1]); err == nil || pb != nil {
+		t.Fatalf("re-append of seq 0 = %d encodings, %v; want none and a seq error", len(pb), err)
 	}
 }
 

@@ -82,8 +82,11 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 		}
 	}
 	finished, got := false, false
+	// One response wrapper for the whole stream: each RecvMsg resets it,
+	// and the chunk it held (yielded, now the log's) is left alone.
+	resp := &llmv1.GenerateResponse{}
 	for {
-		resp, err := stream.Recv()
+		err := stream.RecvMsg(resp)
 		if errors.Is(err, io.EOF) {
 			if !finished {
 				yield(nil, &loop.RequestFailure{Failure: &llmv1.LlmFailure{

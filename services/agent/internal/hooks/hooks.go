@@ -48,6 +48,9 @@ func (c *Chain[In, Out]) Len() int { return len(c.links) }
 
 // Run runs the chain with dflt as the innermost default.
 func (c *Chain[In, Out]) Run(ctx context.Context, in In, dflt Next[In, Out]) (Out, error) {
+	if len(c.links) == 0 {
+		return dflt(ctx, in) // no closures to build (an empty chain is the common case)
+	}
 	var at func(i int) Next[In, Out]
 	at = func(i int) Next[In, Out] {
 		if i >= len(c.links) {

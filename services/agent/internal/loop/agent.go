@@ -581,7 +581,8 @@ func (a *Agent) appendLocked(ev *sessionv1.SessionEvent) (*sessionv1.SessionEven
 }
 
 // appendOwned is append for an event the loop built for the log alone and
-// hands over (session.Log.AppendOwned: no copy): step bounds and chunks.
+// hands over (session.Log.AppendOwned: no copy): step bounds, chunks, and
+// an assistant message no hook saw.
 func (a *Agent) appendOwned(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -571,7 +571,13 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 	}
 	prov := &llmv1.AssistantProvenance{Provider: cfg.GetProvider(), Model: cfg.GetModel()}
 	usage := asm.Usage()
-	res, err := a.hk.StepResult.Run(ctx, &hooks.StepResult{Subject: a.subj, Turn: turn, Step: step, Message: proto.CloneOf(assembled)},
+	// A hook gets its own copy (it may change or keep it); with none the
+	// result is the assembled message itself (the assembler's copy).
+	in := &hooks.StepResult{Subject: a.subj, Turn: turn, Step: step, Message: assembled}
+	if a.hk.StepResult.Len() > 0 {
+		in.Message = proto.CloneOf(assembled)
+	}
+	res, err := a.hk.StepResult.Run(ctx, in,
 		func(_ context.Context, in *hooks.StepResult) (*llmv1.Message, error) { return in.Message, nil })
 	if err != nil || ctx.Err() != nil {
 		// Every successful provider call leaves exactly one assistant/message.
@@ -588,7 +594,7 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 		res, s = stripToolCalls(res)
 		stripped = stripped || s
 	}
-	if rs := asm.ReplayState(); rs != nil && !stripped && proto.Equal(&llmv1.Message{Content: res.GetContent()}, &llmv1.Message{Content: assembled.GetContent()}) {
+	if rs := asm.ReplayState(); rs != nil && !stripped && (res == assembled || proto.Equal(&llmv1.Message{Content: res.GetContent()}, &llmv1.Message{Content: assembled.GetContent()})) {
 		prov.ReplayState = rs
 	}
 	var calls []*llmv1.ToolCallBlock
@@ -599,8 +605,15 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 			}
 		}
 	}
+	// With no hook the content is the assembler's own copy, which nothing
+	// else keeps (the batch below only reads the calls' strings): the log
+	// takes it without copying it again.
+	add := a.log.Append
+	if res == assembled {
+		add = a.log.AppendOwned
+	}
 	a.mu.Lock()
-	_, err = a.appendLocked(assistantEvent(turn, step, res.GetContent(), prov, usage, seqs))
+	_, err = a.appendLockedHow(assistantEvent(turn, step, res.GetContent(), prov, usage, seqs), add)
 	if err == nil && len(calls) > 0 {
 		a.inBatch = true
 	}
@@ -630,7 +643,7 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 
 // stream runs one model call, appending every chunk, under a model-call span.
 func (a *Agent) stream(ctx context.Context, turn, step int32, req *llmv1.GenerateRequest) (asm *llmstream.Assembler, seqs []int64, err error) {
-	asm, seqs = &llmstream.Assembler{}, []int64{}
+	asm, seqs = &llmstream.Assembler{}, make([]int64, 0, 16)
 	mctx, span := telemetry.StartModelCall(ctx, a.ID(), req.GetProvider(), req.GetModel())
 	defer func() {
 		finish := asm.Finish()
@@ -654,8 +667,7 @@ func (a *Agent) stream(ctx context.Context, turn, step int32, req *llmv1.Generat
 		}
 		// The chunk is this call's own (LLM: never mutated once yielded),
 		// and the assembler copies what it keeps: the log takes it as is.
-		ev, err := a.appendOwned(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_AssistantChunk{
-			AssistantChunk: &sessionv1.AssistantChunk{Turn: turn, Step: step, Chunk: chunk}}})
+		ev, err := a.appendOwned(chunkEvent(turn, step, chunk))
 		if err != nil {
 			return asm, seqs, err
 		}
@@ -663,6 +675,21 @@ func (a *Agent) stream(ctx context.Context, turn, step int32, req *llmv1.Generat
 		asm.Push(chunk)
 	}
 	return asm, seqs, nil
+}
+
+// chunkEvent is the assistant/chunk event of one received chunk, its three
+// messages (the event, its payload wrapper and the AssistantChunk) made in
+// one allocation: a step logs one per chunk.
+func chunkEvent(turn, step int32, chunk *llmv1.StreamChunk) *sessionv1.SessionEvent {
+	e := &struct {
+		ev sessionv1.SessionEvent
+		p  sessionv1.SessionEvent_AssistantChunk
+		c  sessionv1.AssistantChunk
+	}{}
+	e.c.Turn, e.c.Step, e.c.Chunk = turn, step, chunk
+	e.p.AssistantChunk = &e.c
+	e.ev.Payload = &e.p
+	return &e.ev
 }
 
 func failureOr(f *llmv1.LlmFailure, code string) *llmv1.LlmFailure {
