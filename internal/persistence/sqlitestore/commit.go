@@ -103,10 +103,13 @@ func (s *Store) committer() {
 			}
 		}
 		s.commitGroup(group)
-		// No request, result or row outlives its answer here.
+		// No request, result or row outlives its answer here (a savepoint
+		// re-run leaves the first pass's rows beyond len, the last INSERT's
+		// arguments hold its rows' bytes).
 		clear(group)
 		clear(s.results)
-		clear(s.group.rows)
+		clear(s.group.rows[:cap(s.group.rows)])
+		clear(s.w.args[:cap(s.w.args)])
 	}
 }
 
@@ -272,7 +275,9 @@ func (g *groupTx) insertQueued() error {
 func (s *Store) runGroup(group []*writeReq, results []error, savepoints bool) (int, error) {
 	w := s.w
 	if err := w.exec0(w.begin); err != nil {
-		s.forgetPositions()
+		// A transaction left open by a ROLLBACK that failed earlier would
+		// fail every later BEGIN: end it (no transaction is not an error).
+		s.rollback()
 		return 0, fmt.Errorf("sqlitestore: begin: %w", err)
 	}
 	// Another connection (another process on the same file) may have
@@ -309,8 +314,10 @@ func (s *Store) runGroup(group []*writeReq, results []error, savepoints bool) (i
 			continue
 		}
 		if err := w.exec0(w.savepoint); err != nil {
-			results[i] = fmt.Errorf("sqlitestore: savepoint: %w", err)
-			continue
+			// As for RELEASE: the transaction's state is unknown (a later
+			// SAVEPOINT outside it would start a new one), fail the group.
+			s.rollback()
+			return 0, fmt.Errorf("sqlitestore: savepoint: %w", err)
 		}
 		if err := r.run(g); err != nil {
 			var d *dirtyError

@@ -252,3 +252,46 @@ func TestPositionsFollowAnotherWriter(t *testing.T) {
 		t.Errorf("raise the cursor beyond the end: %v, want a *CursorError", err)
 	}
 }
+
+// TestStatementRollingTheTransactionBack: a statement that rolls the whole
+// transaction back (RAISE(ROLLBACK) here; SQLite does the same on some
+// I/O and memory errors) fails the group's append — in the first pass
+// and in the savepoint re-run, where ROLLBACK TO then finds no savepoint —
+// with nothing of it stored, and leaves no transaction open: the committer's
+// ROLLBACK takes "no transaction is active" as done, and the next appends
+// (of this session and another) commit.
+func TestStatementRollingTheTransactionBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dsh.db")
+	s, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	logs := map[string][]*sessionv1.SessionEvent{}
+	for _, id := range []string{"a", "b"} {
+		if err := s.Create(t.Context(), persistencetest.Header(id)); err != nil {
+			t.Fatal(err)
+		}
+		var b persistencetest.Builder
+		b.CompletedTurn(2)
+		logs[id] = b.Events()
+		if err := s.Append(t.Context(), id, logs[id][:2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other(t, path, `CREATE TRIGGER fail BEFORE INSERT ON batches
+		WHEN NEW.sid = (SELECT sid FROM sessions WHERE id = 'b') BEGIN SELECT RAISE(ROLLBACK, 'injected: rolled back'); END`)
+	if err := s.Append(t.Context(), "b", logs["b"][2:4]); err == nil {
+		t.Fatal("append through a statement rolling the transaction back: got nil, want an error")
+	}
+	other(t, path, `DROP TRIGGER fail`)
+	for _, id := range []string{"a", "b"} {
+		if err := s.Append(t.Context(), id, logs[id][2:]); err != nil {
+			t.Fatalf("append to %s after the rolled-back group: %v", id, err)
+		}
+		_, got, err := s.Load(t.Context(), id)
+		if err != nil || len(got) != len(logs[id]) {
+			t.Fatalf("session %s: Load = %d events, %v; want %d", id, len(got), err, len(logs[id]))
+		}
+	}
+}
