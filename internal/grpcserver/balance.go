@@ -3,6 +3,8 @@ package grpcserver
 import (
 	"flag"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -36,9 +38,20 @@ const roundRobin = `{"loadBalancingConfig":[{"round_robin":{}}]}`
 // owns about as many as the others (a few percent apart), and a pick is a
 // binary search over them; it is built again only when the name's address
 // list changes.
+//
+// gRPC can be told to ignore requestHashHeader (the environment variable
+// GRPC_EXPERIMENTAL_RING_HASH_SET_REQUEST_HASH_KEY=false); ring_hash would
+// then fail every call, so the connection stays round_robin instead.
 func SessionAffinity(header string) grpc.DialOption {
+	if strings.EqualFold(os.Getenv(ringHashHeaderEnv), "false") {
+		return grpc.WithDefaultServiceConfig(roundRobin)
+	}
 	return grpc.WithDefaultServiceConfig(fmt.Sprintf(ringHash, header))
 }
+
+// ringHashHeaderEnv turns gRPC's support of requestHashHeader off when
+// "false" (read once by gRPC at start; here at every SessionAffinity).
+const ringHashHeaderEnv = "GRPC_EXPERIMENTAL_RING_HASH_SET_REQUEST_HASH_KEY"
 
 const ringHash = `{"loadBalancingConfig":[{"ring_hash_experimental":{"minRingSize":1024,"maxRingSize":1024,"requestHashHeader":%q}}]}`
 

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -211,5 +213,38 @@ func TestSessionAffinity(t *testing.T) {
 		case own[key] != gone && own[key] != i:
 			t.Errorf("key %q moved from replica %d to %d though its replica is up", key, own[key], i)
 		}
+	}
+}
+
+// TestSessionAffinityHeaderKeyOff: with gRPC told to ignore
+// requestHashHeader, ring_hash would fail every call (it then expects an
+// xDS hash); SessionAffinity falls back to round_robin and calls succeed.
+// gRPC reads the variable when it starts, so the test runs again in a
+// process started with it.
+func TestSessionAffinityHeaderKeyOff(t *testing.T) {
+	if os.Getenv(ringHashHeaderEnv) != "false" {
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestSessionAffinityHeaderKeyOff$", "-test.count=1")
+		cmd.Env = append(os.Environ(), ringHashHeaderEnv+"=false")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return
+	}
+	srv := New(Config{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	defer func() { cancel(); <-done }()
+	conn, err := Dial(lis.Addr().String(), SessionAffinity("dsh-session-id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := healthpb.NewHealthClient(conn).Check(metadata.AppendToOutgoingContext(t.Context(), "dsh-session-id", "s"), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
 	}
 }
