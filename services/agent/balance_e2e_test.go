@@ -239,4 +239,7 @@ func TestGatewayReplicaStoppedMidSession(t *testing.T) {
 	if got := g.referenced.Load(); got != 3 {
 		t.Errorf("%d requests named a remembered conversation, want 3", got)
 	}
+	if u := g.unlabelled.Load(); u != 0 {
+		t.Errorf("%d Generate calls without their session id in %s", u, gateway.SessionHeader)
+	}
 }
