@@ -2,9 +2,14 @@ package grpcserver
 
 import (
 	"flag"
+	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
+	// ring_hash, registered for SessionAffinity.
+	_ "google.golang.org/grpc/balancer/ringhash"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -17,6 +22,38 @@ import (
 // roundRobin is the default service config of every client Dial opens; a
 // name with one address behaves as before.
 const roundRobin = `{"loadBalancingConfig":[{"round_robin":{}}]}`
+
+// SessionAffinity is a Dial option that replaces round_robin with ring_hash
+// keyed by the request header named header: every call carrying the same
+// value reaches the same replica while it is up (the agent's model calls of
+// one session reach the gateway replica that remembers the session's
+// conversation, docs/arch/llmgateway.md). A replica that fails takes its
+// share of the ring to the next replica on it; a call without the header
+// goes to a random ready replica.
+//
+// ring_hash connects lazily: a call whose replica is not connected yet
+// (IDLE) starts the connection and is queued by the balancer until it is
+// ready or has failed (then the call moves on along the ring), so no call
+// fails for being first. The ring holds 1,024 points: at a few replicas each
+// owns about as many as the others (a few percent apart), and a pick is a
+// binary search over them; it is built again only when the name's address
+// list changes.
+//
+// gRPC can be told to ignore requestHashHeader (the environment variable
+// GRPC_EXPERIMENTAL_RING_HASH_SET_REQUEST_HASH_KEY=false); ring_hash would
+// then fail every call, so the connection stays round_robin instead.
+func SessionAffinity(header string) grpc.DialOption {
+	if strings.EqualFold(os.Getenv(ringHashHeaderEnv), "false") {
+		return grpc.WithDefaultServiceConfig(roundRobin)
+	}
+	return grpc.WithDefaultServiceConfig(fmt.Sprintf(ringHash, header))
+}
+
+// ringHashHeaderEnv turns gRPC's support of requestHashHeader off when
+// "false" (read once by gRPC at start; here at every SessionAffinity).
+const ringHashHeaderEnv = "GRPC_EXPERIMENTAL_RING_HASH_SET_REQUEST_HASH_KEY"
+
+const ringHash = `{"loadBalancingConfig":[{"ring_hash_experimental":{"minRingSize":1024,"maxRingSize":1024,"requestHashHeader":%q}}]}`
 
 // DefaultMaxConnectionAge is the --max-connection-age of the servers.
 const DefaultMaxConnectionAge = 5 * time.Minute

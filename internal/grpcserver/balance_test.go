@@ -3,13 +3,21 @@ package grpcserver
 import (
 	"context"
 	"flag"
+	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/stats"
 )
 
@@ -84,5 +92,159 @@ func TestMaxConnectionAgeFlag(t *testing.T) {
 		if *got != tc.want {
 			t.Errorf("env %q arg %q: %v, want %v", tc.env, tc.arg, *got, tc.want)
 		}
+	}
+}
+
+// TestSessionAffinity: a connection dialled with SessionAffinity sends every
+// call carrying the same header value to one replica of the three its name
+// resolves to, and different values to different replicas. Its replicas are
+// connected lazily, so the first calls find them IDLE: they are fail-fast
+// calls (no WaitForReady) and must still succeed (the balancer queues them
+// while the replica connects). A call without the header goes anywhere. A
+// replica that stops hands its values to the others, again without a call
+// failing.
+func TestSessionAffinity(t *testing.T) {
+	const replicas, keys, calls, header = 3, 12, 3, "dsh-session-id"
+	var (
+		mu     sync.Mutex
+		served = map[string]map[int]int{} // key -> replica -> calls
+		stops  []func()                   // each stops its replica once, waiting for it
+		addrs  []resolver.Address
+	)
+	for i := range replicas {
+		record := grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			md, _ := metadata.FromIncomingContext(ctx)
+			key := strings.Join(md.Get(header), ",")
+			mu.Lock()
+			if served[key] == nil {
+				served[key] = map[int]int{}
+			}
+			served[key][i]++
+			mu.Unlock()
+			return h(ctx, req)
+		})
+		srv := New(Config{Options: []grpc.ServerOption{record}})
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ctx, lis) }()
+		stops = append(stops, sync.OnceFunc(func() { cancel(); <-done }))
+		addrs = append(addrs, resolver.Address{Addr: lis.Addr().String()})
+	}
+	t.Cleanup(func() {
+		for _, stop := range stops {
+			stop()
+		}
+	})
+	r := manual.NewBuilderWithScheme("affine")
+	r.InitialState(resolver.State{Addresses: addrs})
+	conn, err := Dial(r.Scheme()+":///replicas", grpc.WithResolvers(r), SessionAffinity(header))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	check := func(key string) {
+		t.Helper()
+		ctx := t.Context()
+		if key != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, header, key)
+		}
+		if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("key %q: %v", key, err)
+		}
+	}
+	// owners returns the replica each key reached, failing a key that
+	// reached more than one.
+	owners := func() map[string]int {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[string]int{}
+		for key, by := range served {
+			if key == "" {
+				continue
+			}
+			if len(by) != 1 {
+				t.Errorf("key %q reached replicas %v, want one", key, by)
+			}
+			for i := range by {
+				out[key] = i
+			}
+		}
+		return out
+	}
+	for range calls {
+		for k := range keys {
+			check(fmt.Sprintf("session-%d", k))
+		}
+		check("")
+	}
+	own := owners()
+	used := map[int]bool{}
+	for _, i := range own {
+		used[i] = true
+	}
+	if len(own) != keys || len(used) < 2 {
+		t.Fatalf("%d keys over replicas %v; want %d keys over more than one replica", len(own), used, keys)
+	}
+	if n := len(served[""]); n == 0 {
+		t.Errorf("calls without the header reached no replica")
+	}
+
+	// Stop the replica of session-0: its keys move, the others stay.
+	gone := own["session-0"]
+	stops[gone]()
+	mu.Lock()
+	served = map[string]map[int]int{}
+	mu.Unlock()
+	for range calls {
+		for k := range keys {
+			check(fmt.Sprintf("session-%d", k))
+		}
+	}
+	for key, i := range owners() {
+		switch {
+		case i == gone:
+			t.Errorf("key %q reached the stopped replica %d", key, i)
+		case own[key] != gone && own[key] != i:
+			t.Errorf("key %q moved from replica %d to %d though its replica is up", key, own[key], i)
+		}
+	}
+}
+
+// TestSessionAffinityHeaderKeyOff: with gRPC told to ignore
+// requestHashHeader, ring_hash would fail every call (it then expects an
+// xDS hash); SessionAffinity falls back to round_robin and calls succeed.
+// gRPC reads the variable when it starts, so the test runs again in a
+// process started with it.
+func TestSessionAffinityHeaderKeyOff(t *testing.T) {
+	if os.Getenv(ringHashHeaderEnv) != "false" {
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestSessionAffinityHeaderKeyOff$", "-test.count=1")
+		cmd.Env = append(os.Environ(), ringHashHeaderEnv+"=false")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return
+	}
+	srv := New(Config{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	defer func() { cancel(); <-done }()
+	conn, err := Dial(lis.Addr().String(), SessionAffinity("dsh-session-id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := healthpb.NewHealthClient(conn).Check(metadata.AppendToOutgoingContext(t.Context(), "dsh-session-id", "s"), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -225,7 +225,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		}
 	}()
 
-	gwConn, err := grpcserver.Dial(sc.Gateway, sc.DialOptions...)
+	// Session-affine: a session's model calls all reach the gateway
+	// replica that remembers its conversation (every other connection
+	// stays round_robin).
+	gwConn, err := grpcserver.Dial(sc.Gateway, append(slices.Clone(sc.DialOptions), grpcserver.SessionAffinity(gateway.SessionHeader))...)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}

@@ -112,25 +112,30 @@ func (g *Gateway) ListProviders(context.Context, *llmv1.ListProvidersRequest) (*
 // returns its address; the server stops at test cleanup.
 func Serve(tb testing.TB, register func(*grpc.Server)) string {
 	tb.Helper()
-	addr, stop, err := Listen("127.0.0.1:0", register)
-	if err != nil {
-		tb.Fatalf("fakes: listen: %v", err)
-	}
-	tb.Cleanup(stop)
-	return addr
+	return ServeWith(tb, nil, register)
 }
 
 // Listen starts a gRPC server on addr with register applied. It returns the
 // bound address and a stop func.
 func Listen(addr string, register func(*grpc.Server)) (string, func(), error) {
+	addr, gs, err := ListenWith(addr, nil, register)
+	if err != nil {
+		return "", nil, err
+	}
+	return addr, gs.Stop, nil
+}
+
+// ListenWith is Listen with server options, returning the server (to stop
+// at once or gracefully).
+func ListenWith(addr string, opts []grpc.ServerOption, register func(*grpc.Server)) (string, *grpc.Server, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, err
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	register(gs)
 	go func() { _ = gs.Serve(lis) }()
-	return lis.Addr().String(), gs.Stop, nil
+	return lis.Addr().String(), gs, nil
 }
 
 // Unavailable is a gRPC error a scripted response may end with.
@@ -139,13 +144,10 @@ var Unavailable = status.Error(codes.Unavailable, "fake gateway: connection rese
 // ServeWith is Serve with server options.
 func ServeWith(tb testing.TB, opts []grpc.ServerOption, register func(*grpc.Server)) string {
 	tb.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, gs, err := ListenWith("127.0.0.1:0", opts, register)
 	if err != nil {
 		tb.Fatalf("fakes: listen: %v", err)
 	}
-	gs := grpc.NewServer(opts...)
-	register(gs)
-	go func() { _ = gs.Serve(lis) }()
 	tb.Cleanup(gs.Stop)
-	return lis.Addr().String()
+	return addr
 }

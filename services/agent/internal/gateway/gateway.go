@@ -19,6 +19,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -49,10 +50,18 @@ func New(conn grpc.ClientConnInterface) *Client {
 // FAILED_PRECONDITION PREFIX_NOT_CACHED before anything reaches the
 // provider and before any chunk, and the whole request is sent again here:
 // the caller sees one attempt either way.
+//
+// Every call of a session carries the session's id in the SessionHeader
+// metadata, so a connection dialled with grpcserver.SessionAffinity on it
+// sends all of a session's steps to the same gateway replica, the one that
+// remembers the conversation.
 func (c *Client) Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error] {
 	return func(yield func(*llmv1.StreamChunk, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
+		if id := req.GetSessionId(); id != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, SessionHeader, id)
+		}
 		for _, full := range []bool{false, true} {
 			if !c.attempt(ctx, req, full, yield) {
 				return
@@ -116,6 +125,11 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 		}
 	}
 }
+
+// SessionHeader is the request metadata naming the session a Generate call
+// belongs to: the agent's gateway connection hashes it to pick a replica
+// (grpcserver.SessionAffinity). The gateway does not read it.
+const SessionHeader = "dsh-session-id"
 
 // The remembered-conversation protocol (docs/API.md; the gateway's
 // llmgateway.PrefixHeader and ReasonPrefixNotCached).
