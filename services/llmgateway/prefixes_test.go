@@ -134,6 +134,7 @@ func TestPrefixBodiesByteIdentical(t *testing.T) {
 					SessionId: "s", Tenant: "t-" + tc.name, RememberPrefix: true}
 				if id != "" {
 					req.Prefix = &llmv1.PrefixRef{Id: id, Count: uint32(held)}
+					req.Messages, req.Continued = nil, req.Messages
 					if tc.name == "same head" {
 						req.Prefix.SameSystem, req.Prefix.SameTools, req.System, req.Tools = true, true, nil, nil
 					}
@@ -217,8 +218,8 @@ func TestPrefixReferenceRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(up.Requests())
-			r := req(tc.tenant, conv[3:5])
-			r.Prefix = tc.ref
+			r := req(tc.tenant, nil)
+			r.Prefix, r.Continued = tc.ref, conv[3:5]
 			_, err := tc.g.send(t, r)
 			if !prefixMissInfo(err) {
 				t.Fatalf("err = %v, want FAILED_PRECONDITION with reason %s", err, ReasonPrefixNotCached)
@@ -232,8 +233,8 @@ func TestPrefixReferenceRefused(t *testing.T) {
 		})
 	}
 	// The victim's own reference still resolves.
-	r := req("victim", conv[3:5])
-	r.Prefix = &llmv1.PrefixRef{Id: victim, Count: 3}
+	r := req("victim", nil)
+	r.Prefix, r.Continued = &llmv1.PrefixRef{Id: victim, Count: 3}, conv[3:5]
 	if _, err := g.send(t, r); err != nil {
 		t.Fatalf("the owner's reference: %v", err)
 	}
@@ -261,7 +262,7 @@ func TestPrefixBounds(t *testing.T) {
 	}
 	// Two messages of half the limit are more than one request may carry.
 	n := len(up.Requests())
-	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Messages: []*llmv1.Message{big}, Tenant: "t", Prefix: &llmv1.PrefixRef{Id: id, Count: 1}})
+	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Continued: []*llmv1.Message{big}, Tenant: "t", Prefix: &llmv1.PrefixRef{Id: id, Count: 1}})
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
 		t.Errorf("oversized conversation: %v", err)
 	}
@@ -278,11 +279,42 @@ func TestPrefixBounds(t *testing.T) {
 		t.Errorf("system with same_system: %v", err)
 	}
 	// A new message without a role is refused as in a whole request.
-	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Messages: []*llmv1.Message{{}}, Tenant: "t", Prefix: &llmv1.PrefixRef{Id: id, Count: 1}})
+	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Continued: []*llmv1.Message{{}}, Tenant: "t", Prefix: &llmv1.PrefixRef{Id: id, Count: 1}})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "messages[1].role") {
 		t.Errorf("invalid new message: %v", err)
 	}
+	// The new messages of a referenced request go in continued, never in
+	// messages (a gateway that predates prefix would take them for the
+	// whole conversation), and continued needs a reference.
+	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Messages: []*llmv1.Message{userText("x")}, Tenant: "t", Prefix: &llmv1.PrefixRef{Id: id, Count: 1}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "messages: must be empty when prefix is set") {
+		t.Errorf("messages with prefix: %v", err)
+	}
+	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Continued: []*llmv1.Message{userText("x")}, Tenant: "t"})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "continued") {
+		t.Errorf("continued without prefix: %v", err)
+	}
 	if len(up.Requests()) != n {
 		t.Errorf("refused requests reached the provider")
+	}
+}
+
+// TestPrefixOldGatewayRefuses: a gateway that predates prefix validates a
+// request with prepare alone (no resolve: it ignores prefix and
+// continued). A referenced request then has no messages and is refused
+// INVALID_ARGUMENT before anything goes upstream, never answered as a
+// conversation of only its tail.
+func TestPrefixOldGatewayRefuses(t *testing.T) {
+	t.Parallel()
+	svc, err := New(Config{Routes: []RouteConfig{{Name: "a", Kind: KindOpenAI, BaseURL: "http://127.0.0.1:1"}}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	sys := "s"
+	_, _, err = svc.prepare(&llmv1.GenerateRequest{Provider: "a", Model: "m", Tenant: "t", RememberPrefix: true, Continued: conversation(2)[1:],
+		Prefix: &llmv1.PrefixRef{Id: strings.Repeat("ab", 32), Count: 1, SameSystem: true}, System: &sys})
+	if status.Code(toStatus(svc.log, "Generate", err)) != codes.InvalidArgument || !strings.Contains(err.Error(), "messages") {
+		t.Fatalf("a referenced request validated without resolving its reference: %v, want INVALID_ARGUMENT on messages", err)
 	}
 }

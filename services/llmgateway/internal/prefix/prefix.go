@@ -67,6 +67,12 @@ func (e *Entry) ID() string { return hex.EncodeToString(e.hash[:]) }
 // tools.
 func (e *Entry) WireBytes() int64 { return e.msgBytes + e.headBytes }
 
+// MessageBytes is the wire size of the entry's messages.
+func (e *Entry) MessageBytes() int64 { return e.msgBytes }
+
+// ToolBytes is the wire size of the entry's tools.
+func (e *Entry) ToolBytes() int64 { return e.headBytes - prevSysBytes(e) }
+
 func (e *Entry) size() int64 {
 	n := e.msgBytes + e.headBytes
 	if e.body != nil {
