@@ -323,8 +323,9 @@ func (c *Cache) SetBody(e *Entry, b *provider.BodyPrefix) {
 	before := e.size()
 	e.body = b
 	if e.size() > c.tenantMax {
+		// Too big: e keeps no body (the one it replaced is gone too, and
+		// no longer counted).
 		e.body = nil
-		return
 	}
 	c.add(e, e.size()-before)
 }

@@ -224,3 +224,29 @@ func TestExpiry(t *testing.T) {
 		t.Errorf("%d entries of %d bytes; want 1 of %d", c.Len(), c.size, fresh.size())
 	}
 }
+
+// TestSetBodyTooBigUncountsOld: a body replaced by one over the tenant's
+// bound is dropped, and the bytes of the one it replaced are no longer
+// counted: removing the entry brings the cache back to zero.
+func TestSetBodyTooBigUncountsOld(t *testing.T) {
+	t.Parallel()
+	c := New(1<<20, 1000)
+	e := put(t, c, "a", nil, msgs("a", 1, 10))
+	c.SetBody(e, &provider.BodyPrefix{N: 1, Bytes: make([]byte, 500)})
+	if c.Body(e) == nil {
+		t.Fatal("a body within the bound was not kept")
+	}
+	c.SetBody(e, &provider.BodyPrefix{N: 1, Bytes: make([]byte, 5000)})
+	if c.Body(e) != nil {
+		t.Fatal("a body over the tenant's bound was kept")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.size != e.size() || c.tenants["a"].size != e.size() {
+		t.Errorf("accounted %d (tenant %d), the entry holds %d", c.size, c.tenants["a"].size, e.size())
+	}
+	c.remove(e)
+	if c.size != 0 {
+		t.Errorf("size after removing the only entry = %d, want 0 (the dropped body's predecessor stayed counted)", c.size)
+	}
+}
