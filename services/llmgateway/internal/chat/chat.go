@@ -13,6 +13,7 @@
 package chat
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -415,7 +416,9 @@ func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([]byt
 		return nil, 0, err
 	}
 	dropped += dropped0
-	bc.Keep(&provider.BodyPrefix{Owner: a, N: len(req.GetMessages()), Bytes: b[sp.start:sp.end:sp.end], Dropped: dropped})
+	// A copy: a slice of b would keep the whole request body (head,
+	// tools) alive while the cache counts only the messages' bytes.
+	bc.Keep(&provider.BodyPrefix{Owner: a, N: len(req.GetMessages()), Bytes: bytes.Clone(b[sp.start:sp.end]), Dropped: dropped})
 	return b, dropped, nil
 }
 
