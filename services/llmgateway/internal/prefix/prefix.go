@@ -343,20 +343,23 @@ func (c *Cache) add(e *Entry, delta int64) {
 	t := c.tenants[e.tenant]
 	c.size += delta
 	t.size += delta
-	for t.size > c.tenantMax {
-		old := t.lru.Back().Value.(*Entry)
-		if old == e {
-			break
+	c.evict(e, &t.lru, func() bool { return t.size > c.tenantMax })
+	c.evict(e, &c.lru, func() bool { return c.size > c.max })
+}
+
+// evict removes the least recently used entries of lru but e while over
+// reports true (e may be the least recently used: a body set on an older
+// entry; eviction goes on past it).
+func (c *Cache) evict(e *Entry, lru *list.List, over func() bool) {
+	for over() {
+		el := lru.Back()
+		if el != nil && el.Value.(*Entry) == e {
+			el = el.Prev()
 		}
-		c.remove(old)
-		c.stats.Evictions++
-	}
-	for c.size > c.max {
-		old := c.lru.Back().Value.(*Entry)
-		if old == e {
-			break
+		if el == nil {
+			return
 		}
-		c.remove(old)
+		c.remove(el.Value.(*Entry))
 		c.stats.Evictions++
 	}
 }

@@ -250,3 +250,40 @@ func TestSetBodyTooBigUncountsOld(t *testing.T) {
 		t.Errorf("size after removing the only entry = %d, want 0 (the dropped body's predecessor stayed counted)", c.size)
 	}
 }
+
+// TestSetBodyEvictsPastItself: a body that takes an entry over a bound
+// evicts the other entries, older or newer, until the cache is within it,
+// never the entry itself: it does not stop at the entry when that is the
+// least recently used.
+func TestSetBodyEvictsPastItself(t *testing.T) {
+	t.Parallel()
+	size := int64(proto.Size(msgs("t", 1, 100)[0]))
+	for _, tc := range []struct {
+		name           string
+		max, tenantMax int64
+		tenants        [2]string
+	}{
+		{"tenant bound", 100 * size, 3 * size, [2]string{"a", "a"}},
+		{"overall bound", 3 * size, 0, [2]string{"a", "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := New(tc.max, tc.tenantMax)
+			old := put(t, c, tc.tenants[0], nil, msgs("old", 1, 100))
+			newer := put(t, c, tc.tenants[1], nil, msgs("new", 1, 100))
+			// old is the least recently used: its body takes the cache
+			// over the bound, so newer has to go.
+			c.SetBody(old, &provider.BodyPrefix{N: 1, Bytes: make([]byte, size+size/2)})
+			if c.Body(old) == nil {
+				t.Fatal("the body was dropped")
+			}
+			if _, ok := c.Get(tc.tenants[1], newer.ID(), 1); ok {
+				t.Error("the other entry stayed: the cache is over its bound")
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.size > c.max || c.tenants[tc.tenants[0]].size > c.tenantMax {
+				t.Errorf("size %d (tenant %d) over the bounds %d / %d", c.size, c.tenants[tc.tenants[0]].size, c.max, c.tenantMax)
+			}
+		})
+	}
+}
