@@ -394,3 +394,33 @@ func TestPrefixCacheOff(t *testing.T) {
 		t.Errorf("referred %d bytes, %d misses", c.ReferredBytes(), c.PrefixMisses())
 	}
 }
+
+// TestPrefixKeptAcrossRefusedStep: a step the gateway refuses before its
+// response header for a reason other than the reference (here an unknown
+// route) leaves the session's reference alone: the next step still names
+// the conversation the gateway holds.
+func TestPrefixKeptAcrossRefusedStep(t *testing.T) {
+	t.Parallel()
+	up := serveUpstream(t)
+	conn, err := grpcserver.Dial(serveGateway(t, up.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	c := New(conn)
+	conv := steps(3)
+	req := func(route string, n int) *llmv1.GenerateRequest {
+		return &llmv1.GenerateRequest{Provider: route, Model: "m", Messages: conv[:n], SessionId: "s", Tenant: "t", RememberPrefix: true}
+	}
+	collect(t, c, req("p", 1))
+	for _, err := range c.Generate(t.Context(), req("nope", 3)) {
+		if err == nil {
+			t.Fatal("a step on an unknown route was served")
+		}
+	}
+	r0 := c.ReferredBytes()
+	collect(t, c, req("p", 3))
+	if c.ReferredBytes() <= r0 || c.PrefixMisses() != 0 {
+		t.Errorf("the step after a refused one went whole (referred %d, before %d; misses %d)", c.ReferredBytes(), r0, c.PrefixMisses())
+	}
+}
