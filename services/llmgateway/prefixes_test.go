@@ -17,6 +17,7 @@ import (
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/prefix"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/providertest"
 )
 
@@ -316,5 +317,41 @@ func TestPrefixOldGatewayRefuses(t *testing.T) {
 		Prefix: &llmv1.PrefixRef{Id: strings.Repeat("ab", 32), Count: 1, SameSystem: true}, System: &sys})
 	if status.Code(toStatus(svc.log, "Generate", err)) != codes.InvalidArgument || !strings.Contains(err.Error(), "messages") {
 		t.Fatalf("a referenced request validated without resolving its reference: %v, want INVALID_ARGUMENT on messages", err)
+	}
+}
+
+// TestPrefixSizeCountsCurrentHead: the assembled-size bound counts the
+// system prompt and tools the request uses: a request that replaces the
+// remembered conversation's large tools with small ones is measured
+// without them, and one that keeps them (same_tools) with them.
+func TestPrefixSizeCountsCurrentHead(t *testing.T) {
+	t.Parallel()
+	svc, err := New(Config{Routes: []RouteConfig{{Name: "a", Kind: KindOpenAI, BaseURL: "http://127.0.0.1:1"}}, PrefixCacheBytes: 2 * MaxRequestBytes}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	bigTools := []*llmv1.ToolSchema{{Name: "big", Description: strings.Repeat("d", MaxRequestBytes/2)}}
+	first := []*llmv1.Message{userText("go")}
+	e, err := svc.prefixes.Put("t", nil, prefix.Request{Messages: first, Added: first, Tools: bigTools})
+	if err != nil || e == nil {
+		t.Fatalf("put: %v %v", e, err)
+	}
+	tail := []*llmv1.Message{userText(strings.Repeat("x", MaxRequestBytes/2+1024))}
+	for _, tc := range []struct {
+		name      string
+		sameTools bool
+		tools     []*llmv1.ToolSchema
+		ok        bool
+	}{
+		{"new small tools", false, []*llmv1.ToolSchema{{Name: "small"}}, true},
+		{"the same large tools", true, nil, false},
+	} {
+		req := &llmv1.GenerateRequest{Provider: "a", Model: "m", Tenant: "t", Tools: tc.tools, Continued: tail,
+			Prefix: &llmv1.PrefixRef{Id: e.ID(), Count: 1, SameTools: tc.sameTools}}
+		_, _, err := svc.resolve(req)
+		if (err == nil) != tc.ok || (err != nil && status.Code(err) != codes.ResourceExhausted) {
+			t.Errorf("%s: %v, want ok %v (else RESOURCE_EXHAUSTED)", tc.name, err, tc.ok)
+		}
 	}
 }
