@@ -63,10 +63,6 @@ type Entry struct {
 // ID is the entry's id for GenerateRequest.prefix.id (lowercase hex).
 func (e *Entry) ID() string { return hex.EncodeToString(e.hash[:]) }
 
-// WireBytes is the wire size of the entry's messages, system prompt and
-// tools.
-func (e *Entry) WireBytes() int64 { return e.msgBytes + e.headBytes }
-
 // MessageBytes is the wire size of the entry's messages.
 func (e *Entry) MessageBytes() int64 { return e.msgBytes }
 
