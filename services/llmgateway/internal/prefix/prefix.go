@@ -72,7 +72,7 @@ func (e *Entry) ToolBytes() int64 { return e.headBytes - prevSysBytes(e) }
 func (e *Entry) size() int64 {
 	n := e.msgBytes + e.headBytes
 	if e.body != nil {
-		n += int64(len(e.body.Bytes))
+		n += int64(e.body.HeldBytes())
 	}
 	return n
 }

@@ -287,3 +287,22 @@ func TestSetBodyEvictsPastItself(t *testing.T) {
 		})
 	}
 }
+
+// TestBodyCountsHeldBuffer: a body that is a slice of a larger buffer is
+// counted as the whole buffer it keeps alive, not its length.
+func TestBodyCountsHeldBuffer(t *testing.T) {
+	t.Parallel()
+	c := New(1<<20, 1000)
+	e := put(t, c, "a", nil, msgs("a", 1, 10))
+	buf := make([]byte, 5000)
+	c.SetBody(e, &provider.BodyPrefix{N: 1, Bytes: buf[:10:10], Held: cap(buf)})
+	if c.Body(e) != nil {
+		t.Error("a 10-byte slice of a 5000-byte buffer was kept under a 1000-byte bound")
+	}
+	c.SetBody(e, &provider.BodyPrefix{N: 1, Bytes: buf[:10:10], Held: 600})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if want := int64(proto.Size(e.Messages[0])) + 600; e.body == nil || c.size != want {
+		t.Errorf("size %d, want %d (the held buffer counted)", c.size, want)
+	}
+}
