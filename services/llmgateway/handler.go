@@ -61,8 +61,7 @@ var _ llmv1.LlmGatewayServer = handler{}
 // Generate makes exactly one provider attempt and streams its chunks.
 func (h handler) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamingServer[llmv1.GenerateResponse]) error {
 	ctx := stream.Context()
-	added := req.GetMessages()
-	prev, err := h.s.resolve(req)
+	prev, added, err := h.s.resolve(req)
 	if err != nil {
 		return toStatus(h.s.log, "Generate", err)
 	}

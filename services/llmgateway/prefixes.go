@@ -47,41 +47,60 @@ var errPrefixMiss = func() error {
 
 // resolve puts the messages (and, when the reference says so, the system
 // prompt and tools) that req's prefix reference names into req, in place
-// (req is the handler's own decoded request), and returns the entry it
-// continues (nil without a reference).
-func (s *Service) resolve(req *llmv1.GenerateRequest) (*prefix.Entry, error) {
+// (req is the handler's own decoded request), followed by the messages it
+// continues with, and returns the entry it continues (nil without a
+// reference) and the messages new in req (all of them without one).
+//
+// A referenced request carries its new messages in `continued` and none in
+// `messages`: a gateway that predates `prefix` ignores the reference and
+// `continued`, and refuses the request as having no messages
+// (INVALID_ARGUMENT) instead of answering a truncated conversation.
+func (s *Service) resolve(req *llmv1.GenerateRequest) (*prefix.Entry, []*llmv1.Message, error) {
 	ref := req.GetPrefix()
 	if ref == nil {
-		return nil, nil
+		if len(req.GetContinued()) > 0 {
+			return nil, nil, &provider.RequestError{Field: "continued", Reason: "must be empty when prefix is unset (a whole request's messages go in messages)"}
+		}
+		return nil, req.GetMessages(), nil
+	}
+	if len(req.GetMessages()) > 0 {
+		return nil, nil, &provider.RequestError{Field: "messages", Reason: "must be empty when prefix is set (the messages after the referenced conversation go in continued)"}
 	}
 	if s.prefixes == nil {
-		return nil, errPrefixMiss
+		return nil, nil, errPrefixMiss
 	}
 	e, ok := s.prefixes.Get(req.GetTenant(), ref.GetId(), int(ref.GetCount()))
 	if !ok {
-		return nil, errPrefixMiss
+		return nil, nil, errPrefixMiss
 	}
+	head := int64(0) // the wire size of the system prompt and tools this request uses
 	if ref.GetSameTools() {
 		if len(req.GetTools()) > 0 {
-			return nil, &provider.RequestError{Field: "tools", Reason: "must be empty when prefix.same_tools is set"}
+			return nil, nil, &provider.RequestError{Field: "tools", Reason: "must be empty when prefix.same_tools is set"}
 		}
 		req.Tools = e.Tools
+		head += e.ToolBytes()
+	} else {
+		for _, t := range req.GetTools() {
+			head += int64(proto.Size(t))
+		}
 	}
 	if ref.GetSameSystem() {
 		if req.System != nil {
-			return nil, &provider.RequestError{Field: "system", Reason: "must be unset when prefix.same_system is set"}
+			return nil, nil, &provider.RequestError{Field: "system", Reason: "must be unset when prefix.same_system is set"}
 		}
 		req.System = e.System
 	}
-	added := req.Messages
-	if size := e.WireBytes() + int64(sizeOf(added)); size > MaxRequestBytes {
+	head += int64(len(req.GetSystem()))
+	added := req.Continued
+	if size := e.MessageBytes() + int64(sizeOf(added)) + head; size > MaxRequestBytes {
 		// The limit a whole request has on the wire holds for the
 		// conversation assembled here too (the same answer gRPC gives).
-		return nil, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d): the conversation named by prefix plus the new messages", size, MaxRequestBytes)
+		return nil, nil, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d): the conversation named by prefix plus the new messages", size, MaxRequestBytes)
 	}
 	msgs := make([]*llmv1.Message, 0, len(e.Messages)+len(added))
-	req.Messages = append(append(msgs, e.Messages...), added...)
-	return e, nil
+	req.Messages, req.Continued = append(append(msgs, e.Messages...), added...), nil
+	return e, added, nil
 }
 
 func sizeOf(msgs []*llmv1.Message) int {

@@ -17,6 +17,7 @@ import (
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/prefix"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/providertest"
 )
 
@@ -134,6 +135,7 @@ func TestPrefixBodiesByteIdentical(t *testing.T) {
 					SessionId: "s", Tenant: "t-" + tc.name, RememberPrefix: true}
 				if id != "" {
 					req.Prefix = &llmv1.PrefixRef{Id: id, Count: uint32(held)}
+					req.Messages, req.Continued = nil, req.Messages
 					if tc.name == "same head" {
 						req.Prefix.SameSystem, req.Prefix.SameTools, req.System, req.Tools = true, true, nil, nil
 					}
@@ -217,8 +219,8 @@ func TestPrefixReferenceRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(up.Requests())
-			r := req(tc.tenant, conv[3:5])
-			r.Prefix = tc.ref
+			r := req(tc.tenant, nil)
+			r.Prefix, r.Continued = tc.ref, conv[3:5]
 			_, err := tc.g.send(t, r)
 			if !prefixMissInfo(err) {
 				t.Fatalf("err = %v, want FAILED_PRECONDITION with reason %s", err, ReasonPrefixNotCached)
@@ -232,8 +234,8 @@ func TestPrefixReferenceRefused(t *testing.T) {
 		})
 	}
 	// The victim's own reference still resolves.
-	r := req("victim", conv[3:5])
-	r.Prefix = &llmv1.PrefixRef{Id: victim, Count: 3}
+	r := req("victim", nil)
+	r.Prefix, r.Continued = &llmv1.PrefixRef{Id: victim, Count: 3}, conv[3:5]
 	if _, err := g.send(t, r); err != nil {
 		t.Fatalf("the owner's reference: %v", err)
 	}
@@ -261,7 +263,7 @@ func TestPrefixBounds(t *testing.T) {
 	}
 	// Two messages of half the limit are more than one request may carry.
 	n := len(up.Requests())
-	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Messages: []*llmv1.Message{big}, Tenant: "t", Prefix: &llmv1.PrefixRef{Id: id, Count: 1}})
+	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Continued: []*llmv1.Message{big}, Tenant: "t", Prefix: &llmv1.PrefixRef{Id: id, Count: 1}})
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
 		t.Errorf("oversized conversation: %v", err)
 	}
@@ -278,11 +280,78 @@ func TestPrefixBounds(t *testing.T) {
 		t.Errorf("system with same_system: %v", err)
 	}
 	// A new message without a role is refused as in a whole request.
-	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Messages: []*llmv1.Message{{}}, Tenant: "t", Prefix: &llmv1.PrefixRef{Id: id, Count: 1}})
+	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Continued: []*llmv1.Message{{}}, Tenant: "t", Prefix: &llmv1.PrefixRef{Id: id, Count: 1}})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "messages[1].role") {
 		t.Errorf("invalid new message: %v", err)
 	}
+	// The new messages of a referenced request go in continued, never in
+	// messages (a gateway that predates prefix would take them for the
+	// whole conversation), and continued needs a reference.
+	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Messages: []*llmv1.Message{userText("x")}, Tenant: "t", Prefix: &llmv1.PrefixRef{Id: id, Count: 1}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "messages: must be empty when prefix is set") {
+		t.Errorf("messages with prefix: %v", err)
+	}
+	_, err = g.send(t, &llmv1.GenerateRequest{Provider: "a", Model: "m", Continued: []*llmv1.Message{userText("x")}, Tenant: "t"})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "continued") {
+		t.Errorf("continued without prefix: %v", err)
+	}
 	if len(up.Requests()) != n {
 		t.Errorf("refused requests reached the provider")
+	}
+}
+
+// TestPrefixOldGatewayRefuses: a gateway that predates prefix validates a
+// request with prepare alone (no resolve: it ignores prefix and
+// continued). A referenced request then has no messages and is refused
+// INVALID_ARGUMENT before anything goes upstream, never answered as a
+// conversation of only its tail.
+func TestPrefixOldGatewayRefuses(t *testing.T) {
+	t.Parallel()
+	svc, err := New(Config{Routes: []RouteConfig{{Name: "a", Kind: KindOpenAI, BaseURL: "http://127.0.0.1:1"}}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	sys := "s"
+	_, _, err = svc.prepare(&llmv1.GenerateRequest{Provider: "a", Model: "m", Tenant: "t", RememberPrefix: true, Continued: conversation(2)[1:],
+		Prefix: &llmv1.PrefixRef{Id: strings.Repeat("ab", 32), Count: 1, SameSystem: true}, System: &sys})
+	if status.Code(toStatus(svc.log, "Generate", err)) != codes.InvalidArgument || !strings.Contains(err.Error(), "messages") {
+		t.Fatalf("a referenced request validated without resolving its reference: %v, want INVALID_ARGUMENT on messages", err)
+	}
+}
+
+// TestPrefixSizeCountsCurrentHead: the assembled-size bound counts the
+// system prompt and tools the request uses: a request that replaces the
+// remembered conversation's large tools with small ones is measured
+// without them, and one that keeps them (same_tools) with them.
+func TestPrefixSizeCountsCurrentHead(t *testing.T) {
+	t.Parallel()
+	svc, err := New(Config{Routes: []RouteConfig{{Name: "a", Kind: KindOpenAI, BaseURL: "http://127.0.0.1:1"}}, PrefixCacheBytes: 2 * MaxRequestBytes}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	bigTools := []*llmv1.ToolSchema{{Name: "big", Description: strings.Repeat("d", MaxRequestBytes/2)}}
+	first := []*llmv1.Message{userText("go")}
+	e, err := svc.prefixes.Put("t", nil, prefix.Request{Messages: first, Added: first, Tools: bigTools})
+	if err != nil || e == nil {
+		t.Fatalf("put: %v %v", e, err)
+	}
+	tail := []*llmv1.Message{userText(strings.Repeat("x", MaxRequestBytes/2+1024))}
+	for _, tc := range []struct {
+		name      string
+		sameTools bool
+		tools     []*llmv1.ToolSchema
+		ok        bool
+	}{
+		{"new small tools", false, []*llmv1.ToolSchema{{Name: "small"}}, true},
+		{"the same large tools", true, nil, false},
+	} {
+		req := &llmv1.GenerateRequest{Provider: "a", Model: "m", Tenant: "t", Tools: tc.tools, Continued: tail,
+			Prefix: &llmv1.PrefixRef{Id: e.ID(), Count: 1, SameTools: tc.sameTools}}
+		_, _, err := svc.resolve(req)
+		if (err == nil) != tc.ok || (err != nil && status.Code(err) != codes.ResourceExhausted) {
+			t.Errorf("%s: %v, want ok %v (else RESOURCE_EXHAUSTED)", tc.name, err, tc.ok)
+		}
 	}
 }

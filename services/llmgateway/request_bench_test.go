@@ -300,7 +300,7 @@ func BenchmarkConversationCPU(b *testing.B) {
 							if mode == "prefix" {
 								r.Tenant, r.RememberPrefix = tenants[i], true
 								if ids[i] != "" {
-									r.Prefix, r.Messages = &llmv1.PrefixRef{Id: ids[i], Count: uint32(prevN), SameSystem: true, SameTools: true}, conv.Messages[prevN:]
+									r.Prefix, r.Messages, r.Continued = &llmv1.PrefixRef{Id: ids[i], Count: uint32(prevN), SameSystem: true, SameTools: true}, nil, conv.Messages[prevN:]
 									r.System, r.Tools = nil, nil
 								}
 							}

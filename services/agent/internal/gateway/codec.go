@@ -96,13 +96,21 @@ func conversation(req *llmv1.GenerateRequest) bool {
 
 // callCodec is the codec of one Generate call: full sends the whole
 // conversation even when the gateway is believed to hold its beginning
-// (the resend after PREFIX_NOT_CACHED).
+// (the resend after a refused reference); referenced reports whether the
+// request went out as a reference.
 type callCodec struct {
 	*historyCodec
-	full bool
+	full       bool
+	referenced atomic.Bool
 }
 
-func (c callCodec) Marshal(v any) (mem.BufferSlice, error) { return c.marshal(v, c.full) }
+func (c *callCodec) Marshal(v any) (mem.BufferSlice, error) {
+	bs, ref, err := c.marshal(v, c.full)
+	if ref {
+		c.referenced.Store(true)
+	}
+	return bs, err
+}
 
 // toolsEnc is the encoded tools field (tag, length, bytes per schema) of
 // the schema list tools. buf is never written again once handed out.
@@ -150,14 +158,27 @@ func (c *historyCodec) forget(sessionID string) {
 	c.mu.Unlock()
 }
 
-func (c *historyCodec) Marshal(v any) (mem.BufferSlice, error) { return c.marshal(v, true) }
+func (c *historyCodec) Marshal(v any) (mem.BufferSlice, error) {
+	bs, _, err := c.marshal(v, true)
+	return bs, err
+}
+
+// The field numbers of GenerateRequest.messages and .continued.
+const (
+	messagesField  protowire.Number = 3
+	continuedField protowire.Number = 14
+)
 
 // marshal encodes v; a conversation request is sent as a reference to the
-// conversation the gateway holds plus the messages after it, unless full.
-func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, error) {
+// conversation the gateway holds plus the messages after it (in
+// `continued`, `messages` left empty: a gateway that predates references
+// refuses it instead of answering the tail alone), unless full. It reports
+// whether the request went out as a reference.
+func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, error) {
 	req, ok := v.(*llmv1.GenerateRequest)
 	if !ok || req.GetSessionId() == "" {
-		return c.base.Marshal(v)
+		bs, err := c.base.Marshal(v)
+		return bs, false, err
 	}
 	c.mu.Lock()
 	se := c.sessions[req.GetSessionId()]
@@ -172,7 +193,7 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, error) {
 		Tenant: req.Tenant, RememberPrefix: req.RememberPrefix}
 	tools, err := c.tools.encode(req.Tools)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	se.mu.Lock()
 	defer se.mu.Unlock()
@@ -194,9 +215,9 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, error) {
 	for i := k; i < len(msgs); i++ {
 		b, err := proto.Marshal(msgs[i])
 		if err != nil {
-			return nil, fmt.Errorf("marshal history message %d: %w", i, err)
+			return nil, false, fmt.Errorf("marshal history message %d: %w", i, err)
 		}
-		se.buf = protowire.AppendTag(se.buf, 3, protowire.BytesType)
+		se.buf = protowire.AppendTag(se.buf, messagesField, protowire.BytesType)
 		se.buf = protowire.AppendBytes(se.buf, b)
 		se.msgs, se.ends = append(se.msgs, msgs[i]), append(se.ends, len(se.buf))
 	}
@@ -209,7 +230,8 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, error) {
 	}
 	c.encoded.Add(int64(fresh))
 	c.reused.Add(int64(len(se.buf) - fresh))
-	from := 0 // the history bytes sent: buf[from:]
+	from := 0       // the history bytes sent: buf[from:]
+	var tail []byte // the messages after a reference, as continued fields
 	if !full && req.Prefix == nil && conversation(req) && se.ref != "" && len(se.refMsgs) > 0 && len(se.refMsgs) <= len(msgs) && slices.Equal(se.refMsgs, msgs[:len(se.refMsgs)]) {
 		ref := &llmv1.PrefixRef{Id: se.ref, Count: uint32(len(se.refMsgs))}
 		from = se.ends[len(se.refMsgs)-1]
@@ -222,19 +244,33 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, error) {
 		}
 		head.Prefix = ref
 		c.referred.Add(int64(referred))
+		// The same encodings under the continued field number (a copy:
+		// the tail is only what is new since the last step).
+		tail = make([]byte, 0, len(se.buf)-from+len(msgs)-len(se.refMsgs))
+		for i := len(se.refMsgs); i < len(msgs); i++ {
+			start := se.ends[i-1]
+			_, _, n := protowire.ConsumeTag(se.buf[start:])
+			tail = protowire.AppendTag(tail, continuedField, protowire.BytesType)
+			tail = append(tail, se.buf[start+n:se.ends[i]]...)
+		}
 	} else if req.Prefix != nil {
-		head.Prefix = req.Prefix
+		head.Prefix, head.Continued = req.Prefix, req.Continued
 	}
 	out, err := proto.Marshal(head)
 	if err != nil {
-		return nil, fmt.Errorf("marshal request: %w", err)
+		return nil, false, fmt.Errorf("marshal request: %w", err)
 	}
 	bs := mem.BufferSlice{mem.SliceBuffer(out)}
 	if len(tools) > 0 {
 		bs = append(bs, mem.SliceBuffer(tools))
 	}
-	if n := len(se.buf); n > from {
+	switch n := len(se.buf); {
+	case tail != nil:
+		if len(tail) > 0 {
+			bs = append(bs, mem.SliceBuffer(tail))
+		}
+	case n > from:
 		bs = append(bs, mem.SliceBuffer(se.buf[from:n:n]))
 	}
-	return bs, nil
+	return bs, tail != nil, nil
 }

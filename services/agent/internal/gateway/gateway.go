@@ -15,6 +15,7 @@ import (
 	"iter"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -31,13 +32,24 @@ type Client struct {
 	c      llmv1.LlmGatewayClient
 	codec  *historyCodec
 	misses atomic.Int64
+	// wholeUntil is when (Unix nanoseconds) the client may send
+	// references again after a gateway refused one as invalid (a gateway
+	// that predates them: a replica of an older version).
+	wholeUntil atomic.Int64
+	now        func() time.Time
 }
+
+// refusedBackoff is how long a client sends every request whole after a
+// gateway refused a reference as invalid but took the whole request: long
+// enough that a mixed-version rollout does not pay a refusal per step,
+// short enough that references resume soon after it ends.
+const refusedBackoff = 5 * time.Minute
 
 var _ loop.LLM = (*Client)(nil)
 
 // New wraps a connection to an LlmGateway.
 func New(conn grpc.ClientConnInterface) *Client {
-	return &Client{c: llmv1.NewLlmGatewayClient(conn), codec: newHistoryCodec()}
+	return &Client{c: llmv1.NewLlmGatewayClient(conn), codec: newHistoryCodec(), now: time.Now}
 }
 
 // Generate streams one model attempt. Breaking out of the iteration cancels
@@ -49,7 +61,11 @@ func New(conn grpc.ClientConnInterface) *Client {
 // hold it (restarted, another replica, evicted) it answers
 // FAILED_PRECONDITION PREFIX_NOT_CACHED before anything reaches the
 // provider and before any chunk, and the whole request is sent again here:
-// the caller sees one attempt either way.
+// the caller sees one attempt either way. A gateway that predates
+// references refuses one INVALID_ARGUMENT (it sees no messages: the new
+// ones travel in `continued`); that is a miss too, and when the whole
+// request is then accepted the client sends every request whole for
+// refusedBackoff (a mixed-version rollout would refuse again).
 //
 // Every call of a session carries the session's id in the SessionHeader
 // metadata, so a connection dialled with grpcserver.SessionAffinity on it
@@ -62,27 +78,44 @@ func (c *Client) Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.
 		if id := req.GetSessionId(); id != "" {
 			ctx = metadata.AppendToOutgoingContext(ctx, SessionHeader, id)
 		}
-		for _, full := range []bool{false, true} {
-			if !c.attempt(ctx, req, full, yield) {
-				return
+		full := c.now().UnixNano() < c.wholeUntil.Load()
+		switch c.attempt(ctx, req, full, yield) {
+		case notHeld:
+			c.attempt(ctx, req, true, yield)
+		case refused:
+			if c.attempt(ctx, req, true, yield) != refused {
+				c.wholeUntil.Store(c.now().Add(refusedBackoff).UnixNano())
 			}
 		}
 	}
 }
 
-// attempt makes one Generate call and yields what it streams; it reports
-// true only when the gateway did not hold the conversation the request
-// named (nothing was yielded then) and the whole request should be sent.
-func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full bool, yield func(*llmv1.StreamChunk, error) bool) bool {
-	stream, err := c.c.Generate(ctx, req, grpc.ForceCodecV2(callCodec{c.codec, full}))
+// outcome is how an attempt ended, as far as a resend is concerned.
+type outcome int
+
+const (
+	done    outcome = iota // streamed, or failed with the error yielded
+	notHeld                // a reference the gateway does not hold: nothing yielded
+	refused                // INVALID_ARGUMENT before any chunk: of a reference, nothing yielded
+)
+
+// attempt makes one Generate call and yields what it streams. It yields
+// nothing when the gateway refused the reference the request went out as
+// (notHeld, refused), so the whole request can be sent; a whole request
+// refused INVALID_ARGUMENT is yielded and reported refused.
+func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full bool, yield func(*llmv1.StreamChunk, error) bool) outcome {
+	cc := &callCodec{historyCodec: c.codec, full: full}
+	stream, err := c.c.Generate(ctx, req, grpc.ForceCodecV2(cc))
 	if err != nil {
 		yield(nil, classify(err))
-		return false
+		return done
 	}
+	referenced := cc.referenced.Load()
 	if conversation(req) {
 		// The header comes before the first chunk (the gateway sends it
-		// when it accepted the request); an error here surfaces from Recv.
-		if md, err := stream.Header(); err == nil {
+		// when it accepted the request); an error here surfaces from
+		// Recv, and Header then returns no metadata.
+		if md, _ := stream.Header(); md != nil {
 			id := ""
 			if v := md.Get(prefixHeader); len(v) == 1 {
 				id = v[0]
@@ -101,16 +134,23 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 				yield(nil, &loop.RequestFailure{Failure: &llmv1.LlmFailure{
 					Code: "STREAM_CLOSED", Message: "gateway stream ended without a finish chunk"}})
 			}
-			return false
+			return done
 		}
 		if err != nil {
-			if !full && !got && prefixMiss(err) {
+			invalid := !got && status.Code(err) == codes.InvalidArgument
+			if referenced && !got && (invalid || prefixMiss(err)) {
 				c.codec.held(req, "")
 				c.misses.Add(1)
-				return true
+				if invalid {
+					return refused
+				}
+				return notHeld
 			}
 			yield(nil, classify(err))
-			return false
+			if invalid {
+				return refused
+			}
+			return done
 		}
 		ch := resp.GetChunk()
 		if ch == nil {
@@ -121,7 +161,7 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 			finished = true
 		}
 		if !yield(ch, nil) {
-			return false
+			return done
 		}
 	}
 }
@@ -153,8 +193,9 @@ func prefixMiss(err error) bool {
 	return false
 }
 
-// PrefixMisses counts the requests the gateway answered PREFIX_NOT_CACHED
-// (each was sent again whole).
+// PrefixMisses counts the references the gateway refused (PREFIX_NOT_CACHED,
+// or INVALID_ARGUMENT from a gateway that predates them); each request was
+// sent again whole.
 func (c *Client) PrefixMisses() int64 { return c.misses.Load() }
 
 // ListProviders returns the gateway's provider route ids.

@@ -3,19 +3,24 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/protobuf/proto"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
@@ -57,14 +62,24 @@ func (u *upstream) seen() [][]byte {
 
 // serveGateway starts a real gateway (routes "p" and "whole" on up) and
 // returns its address.
-func serveGateway(t *testing.T, up string) string {
-	svc, err := llmgateway.New(llmgateway.Config{Routes: []llmgateway.RouteConfig{
+func serveGateway(t *testing.T, up string) string { return serveGatewayCache(t, up, 0) }
+
+// serveGatewayCache is serveGateway with the gateway's prefix cache bound
+// (0: the default, < 0: off).
+func serveGatewayCache(t *testing.T, up string, cacheBytes int64) string {
+	svc, err := llmgateway.New(llmgateway.Config{PrefixCacheBytes: cacheBytes, Routes: []llmgateway.RouteConfig{
 		{Name: "p", Kind: llmgateway.KindOpenAI, BaseURL: up}, {Name: "whole", Kind: llmgateway.KindOpenAI, BaseURL: up}}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpcserver.New(grpcserver.Config{Options: llmgateway.ServerOptions()})
 	svc.Register(srv.Server)
+	return serveOn(t, srv, svc.Close)
+}
+
+// serveOn serves srv on a loopback port until the test ends (then calls
+// closeFn) and returns its address.
+func serveOn(t *testing.T, srv *grpcserver.Server, closeFn func()) string {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +87,7 @@ func serveGateway(t *testing.T, up string) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = srv.Serve(ctx, lis); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; svc.Close() })
+	t.Cleanup(func() { cancel(); <-done; closeFn() })
 	return lis.Addr().String()
 }
 
@@ -150,18 +165,25 @@ func TestPrefixConversation(t *testing.T) {
 		if n := len(chunks); n == 0 || chunks[n-1].GetFinish() == nil {
 			t.Fatalf("step %d: %d chunks without a finish", step, n)
 		}
-		// The same request, whole, on another route of the same gateway.
-		collect(t, whole, &llmv1.GenerateRequest{Provider: "whole", Model: "m", System: &sys, Tools: tools, Messages: msgs})
+		// The same request, whole, on another route of the same gateway
+		// (a session's request that does not ask to be remembered).
+		collect(t, whole, &llmv1.GenerateRequest{Provider: "whole", Model: "m", System: &sys, Tools: tools, Messages: msgs, SessionId: "s1", Tenant: "t"})
 		want := up.seen()[before+1]
 		if !bytes.Equal(got[0], want) {
 			t.Fatalf("step %d: the provider's body differs from the whole request's:\n%s\n%s", step, got[0], want)
 		}
 		now := c.ReferredBytes()
 		switch {
-		case step == 0 || step == 4:
-			// The first step, and the resend after the restart: whole.
-			if now != referred && step == 0 {
-				t.Errorf("step %d referred %d bytes", step, now-referred)
+		case step == 0:
+			if now != 0 {
+				t.Errorf("step 0 referred %d bytes", now)
+			}
+		case step == 4:
+			// The step after the restart named a conversation the new
+			// gateway does not hold: a miss, then the whole request
+			// (checked above: one provider request, the whole body).
+			if m := c.PrefixMisses(); m != 1 {
+				t.Errorf("step 4: misses = %d, want 1 (the restart)", m)
 			}
 		case now <= referred:
 			t.Errorf("step %d sent the whole conversation (referred %d bytes so far)", step, now)
@@ -203,5 +225,202 @@ func TestPrefixOneOffs(t *testing.T) {
 	step(5)
 	if c.ReferredBytes() <= r0 || c.PrefixMisses() != 0 {
 		t.Errorf("the step after a title call: referred %d (before %d), misses %d", c.ReferredBytes(), r0, c.PrefixMisses())
+	}
+}
+
+// mixedGateway stands for the replicas of a gateway in a rolling upgrade:
+// while old is set it behaves like a gateway that predates remembered
+// conversations (it drops GenerateRequest fields 11–14, which such a
+// gateway does not know, before a real gateway validates and serves the
+// rest); otherwise it forwards the request as it is. It records what it
+// received.
+type mixedGateway struct {
+	llmv1.UnimplementedLlmGatewayServer
+	gw  llmv1.LlmGatewayClient
+	old atomic.Bool
+	mu  sync.Mutex
+	got []*llmv1.GenerateRequest
+}
+
+func (g *mixedGateway) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamingServer[llmv1.GenerateResponse]) error {
+	g.mu.Lock()
+	g.got = append(g.got, proto.CloneOf(req))
+	g.mu.Unlock()
+	if g.old.Load() {
+		req.Prefix, req.RememberPrefix, req.Tenant, req.Continued = nil, false, "", nil
+	}
+	s, err := g.gw.Generate(stream.Context(), req)
+	if err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		resp, err := s.Recv()
+		if first {
+			if md, _ := s.Header(); len(md) > 0 {
+				if err := stream.SendHeader(md); err != nil {
+					return err
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// received returns the requests received since the n-th.
+func (g *mixedGateway) received(n int) []*llmv1.GenerateRequest {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.got[n:])
+}
+
+func dialMixed(t *testing.T, gw string) (*mixedGateway, *grpc.ClientConn) {
+	t.Helper()
+	back, err := grpcserver.Dial(gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = back.Close() })
+	m := &mixedGateway{gw: llmv1.NewLlmGatewayClient(back)}
+	srv := grpcserver.New(grpcserver.Config{})
+	llmv1.RegisterLlmGatewayServer(srv.Server, m)
+	conn, err := grpcserver.Dial(serveOn(t, srv, func() {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return m, conn
+}
+
+// TestPrefixOldGateway: in a rolling upgrade a session's step can reach a
+// replica that predates remembered conversations, holding a reference an
+// upgraded one gave. That replica must never take the new messages for the
+// whole conversation (the provider would answer a truncated one, without
+// its system prompt and tools): it sees a request without messages and
+// refuses it INVALID_ARGUMENT before anything goes upstream; the client
+// sends the step whole once — the provider gets exactly the whole
+// request's body, once — and sends whole for a while, without a refusal
+// per step; afterwards it references again.
+func TestPrefixOldGateway(t *testing.T) {
+	t.Parallel()
+	up := serveUpstream(t)
+	mixed, conn := dialMixed(t, serveGateway(t, up.URL))
+	c := New(conn)
+	clock := time.Unix(1_000_000, 0)
+	c.now = func() time.Time { return clock }
+	whole := New(conn)
+	conv := steps(6)
+	sys := "system"
+	tools := []*llmv1.ToolSchema{{Name: "read", Parameters: `{"type":"object"}`}}
+	for step := range 6 {
+		switch step {
+		case 1:
+			mixed.old.Store(true) // the next replica is an old one
+		case 3:
+			mixed.old.Store(false)
+			clock = clock.Add(refusedBackoff)
+		}
+		msgs := conv[:1+2*step]
+		before, calls := len(up.seen()), len(mixed.received(0))
+		collect(t, c, &llmv1.GenerateRequest{Provider: "p", Model: "m", System: &sys, Tools: tools, Messages: msgs,
+			SessionId: "s1", Tenant: "t", RememberPrefix: true})
+		sent := mixed.received(calls)
+		got := up.seen()[before:]
+		if len(got) != 1 {
+			t.Fatalf("step %d: the provider saw %d requests, want 1", step, len(got))
+		}
+		collect(t, whole, &llmv1.GenerateRequest{Provider: "whole", Model: "m", System: &sys, Tools: tools, Messages: msgs, SessionId: "s1", Tenant: "t"})
+		if want := up.seen()[before+1]; !bytes.Equal(got[0], want) {
+			t.Fatalf("step %d: the provider's body differs from the whole request's (a truncated conversation?):\n%s\n%s", step, got[0], want)
+		}
+		for i, r := range sent {
+			if r.GetPrefix() == nil && len(r.GetMessages()) != len(msgs) {
+				t.Fatalf("step %d call %d: %d messages sent as a whole conversation of %d", step, i, len(r.GetMessages()), len(msgs))
+			}
+			if r.GetPrefix() != nil && len(r.GetMessages()) != 0 {
+				t.Fatalf("step %d call %d: a reference with %d messages (an old gateway would take them for the whole)", step, i, len(r.GetMessages()))
+			}
+		}
+		referenced := len(sent) > 0 && sent[0].GetPrefix() != nil
+		want := map[int][2]any{ // step: calls, first call referenced
+			0: {1, false}, // the first step
+			1: {2, true},  // the old replica refuses the reference; the step goes whole
+			2: {1, false}, // whole for a while, without a refusal
+			3: {1, false}, // upgraded, after the while: nothing is held yet
+			4: {1, true},  // referenced again
+			5: {1, true},
+		}[step]
+		if len(sent) != want[0].(int) || referenced != want[1].(bool) {
+			t.Errorf("step %d: %d calls, first referenced %v; want %d, %v", step, len(sent), referenced, want[0], want[1])
+		}
+	}
+	if m := c.PrefixMisses(); m != 1 {
+		t.Errorf("misses = %d, want 1 (the old replica)", m)
+	}
+}
+
+// TestPrefixCacheOff: a gateway that never names a remembered conversation
+// (its cache off) never gets a reference: every step goes whole, and the
+// provider receives exactly the whole request's body.
+func TestPrefixCacheOff(t *testing.T) {
+	t.Parallel()
+	up := serveUpstream(t)
+	mixed, conn := dialMixed(t, serveGatewayCache(t, up.URL, -1))
+	c, whole := New(conn), New(conn)
+	conv := steps(4)
+	for step := range 4 {
+		msgs := conv[:1+2*step]
+		before := len(up.seen())
+		collect(t, c, &llmv1.GenerateRequest{Provider: "p", Model: "m", Messages: msgs, SessionId: "s1", Tenant: "t", RememberPrefix: true})
+		collect(t, whole, &llmv1.GenerateRequest{Provider: "whole", Model: "m", Messages: msgs, SessionId: "s1", Tenant: "t"})
+		got := up.seen()[before:]
+		if len(got) != 2 || !bytes.Equal(got[0], got[1]) {
+			t.Fatalf("step %d: %d provider requests, or the body differs from the whole request's", step, len(got))
+		}
+	}
+	for i, r := range mixed.received(0) {
+		if r.GetPrefix() != nil || len(r.GetContinued()) > 0 {
+			t.Errorf("call %d went out as a reference to a gateway that never named one", i)
+		}
+	}
+	if c.ReferredBytes() != 0 || c.PrefixMisses() != 0 {
+		t.Errorf("referred %d bytes, %d misses", c.ReferredBytes(), c.PrefixMisses())
+	}
+}
+
+// TestPrefixKeptAcrossRefusedStep: a step the gateway refuses before its
+// response header for a reason other than the reference (here an unknown
+// route) leaves the session's reference alone: the next step still names
+// the conversation the gateway holds.
+func TestPrefixKeptAcrossRefusedStep(t *testing.T) {
+	t.Parallel()
+	up := serveUpstream(t)
+	conn, err := grpcserver.Dial(serveGateway(t, up.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	c := New(conn)
+	conv := steps(3)
+	req := func(route string, n int) *llmv1.GenerateRequest {
+		return &llmv1.GenerateRequest{Provider: route, Model: "m", Messages: conv[:n], SessionId: "s", Tenant: "t", RememberPrefix: true}
+	}
+	collect(t, c, req("p", 1))
+	for _, err := range c.Generate(t.Context(), req("nope", 3)) {
+		if err == nil {
+			t.Fatal("a step on an unknown route was served")
+		}
+	}
+	r0 := c.ReferredBytes()
+	collect(t, c, req("p", 3))
+	if c.ReferredBytes() <= r0 || c.PrefixMisses() != 0 {
+		t.Errorf("the step after a refused one went whole (referred %d, before %d; misses %d)", c.ReferredBytes(), r0, c.PrefixMisses())
 	}
 }

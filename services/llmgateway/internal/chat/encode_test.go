@@ -91,6 +91,10 @@ func sameContinuedBody(t *testing.T, name string, a *Adapter, req *llmv1.Generat
 			if s.kept == nil || s.kept.N != len(req.GetMessages()) || s.kept.Owner != a {
 				t.Fatalf("%s: kept %+v", name, s.kept)
 			}
+			// The kept bytes are a slice of the body: counted as all of it.
+			if s.kept.HeldBytes() < cap(got) {
+				t.Fatalf("%s: kept %d bytes counted as %d, but they keep the %d-byte body alive", name, len(s.kept.Bytes), s.kept.HeldBytes(), cap(got))
+			}
 		}
 	}
 }

@@ -63,14 +63,16 @@ type Entry struct {
 // ID is the entry's id for GenerateRequest.prefix.id (lowercase hex).
 func (e *Entry) ID() string { return hex.EncodeToString(e.hash[:]) }
 
-// WireBytes is the wire size of the entry's messages, system prompt and
-// tools.
-func (e *Entry) WireBytes() int64 { return e.msgBytes + e.headBytes }
+// MessageBytes is the wire size of the entry's messages.
+func (e *Entry) MessageBytes() int64 { return e.msgBytes }
+
+// ToolBytes is the wire size of the entry's tools.
+func (e *Entry) ToolBytes() int64 { return e.headBytes - prevSysBytes(e) }
 
 func (e *Entry) size() int64 {
 	n := e.msgBytes + e.headBytes
 	if e.body != nil {
-		n += int64(len(e.body.Bytes))
+		n += int64(e.body.HeldBytes())
 	}
 	return n
 }
@@ -317,8 +319,9 @@ func (c *Cache) SetBody(e *Entry, b *provider.BodyPrefix) {
 	before := e.size()
 	e.body = b
 	if e.size() > c.tenantMax {
+		// Too big: e keeps no body (the one it replaced is gone too, and
+		// no longer counted).
 		e.body = nil
-		return
 	}
 	c.add(e, e.size()-before)
 }
@@ -336,20 +339,23 @@ func (c *Cache) add(e *Entry, delta int64) {
 	t := c.tenants[e.tenant]
 	c.size += delta
 	t.size += delta
-	for t.size > c.tenantMax {
-		old := t.lru.Back().Value.(*Entry)
-		if old == e {
-			break
+	c.evict(e, &t.lru, func() bool { return t.size > c.tenantMax })
+	c.evict(e, &c.lru, func() bool { return c.size > c.max })
+}
+
+// evict removes the least recently used entries of lru but e while over
+// reports true (e may be the least recently used: a body set on an older
+// entry; eviction goes on past it).
+func (c *Cache) evict(e *Entry, lru *list.List, over func() bool) {
+	for over() {
+		el := lru.Back()
+		if el != nil && el.Value.(*Entry) == e {
+			el = el.Prev()
 		}
-		c.remove(old)
-		c.stats.Evictions++
-	}
-	for c.size > c.max {
-		old := c.lru.Back().Value.(*Entry)
-		if old == e {
-			break
+		if el == nil {
+			return
 		}
-		c.remove(old)
+		c.remove(el.Value.(*Entry))
 		c.stats.Evictions++
 	}
 }

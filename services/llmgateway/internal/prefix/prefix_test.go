@@ -224,3 +224,85 @@ func TestExpiry(t *testing.T) {
 		t.Errorf("%d entries of %d bytes; want 1 of %d", c.Len(), c.size, fresh.size())
 	}
 }
+
+// TestSetBodyTooBigUncountsOld: a body replaced by one over the tenant's
+// bound is dropped, and the bytes of the one it replaced are no longer
+// counted: removing the entry brings the cache back to zero.
+func TestSetBodyTooBigUncountsOld(t *testing.T) {
+	t.Parallel()
+	c := New(1<<20, 1000)
+	e := put(t, c, "a", nil, msgs("a", 1, 10))
+	c.SetBody(e, &provider.BodyPrefix{N: 1, Bytes: make([]byte, 500)})
+	if c.Body(e) == nil {
+		t.Fatal("a body within the bound was not kept")
+	}
+	c.SetBody(e, &provider.BodyPrefix{N: 1, Bytes: make([]byte, 5000)})
+	if c.Body(e) != nil {
+		t.Fatal("a body over the tenant's bound was kept")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.size != e.size() || c.tenants["a"].size != e.size() {
+		t.Errorf("accounted %d (tenant %d), the entry holds %d", c.size, c.tenants["a"].size, e.size())
+	}
+	c.remove(e)
+	if c.size != 0 {
+		t.Errorf("size after removing the only entry = %d, want 0 (the dropped body's predecessor stayed counted)", c.size)
+	}
+}
+
+// TestSetBodyEvictsPastItself: a body that takes an entry over a bound
+// evicts the other entries, older or newer, until the cache is within it,
+// never the entry itself: it does not stop at the entry when that is the
+// least recently used.
+func TestSetBodyEvictsPastItself(t *testing.T) {
+	t.Parallel()
+	size := int64(proto.Size(msgs("t", 1, 100)[0]))
+	for _, tc := range []struct {
+		name           string
+		max, tenantMax int64
+		tenants        [2]string
+	}{
+		{"tenant bound", 100 * size, 3 * size, [2]string{"a", "a"}},
+		{"overall bound", 3 * size, 0, [2]string{"a", "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := New(tc.max, tc.tenantMax)
+			old := put(t, c, tc.tenants[0], nil, msgs("old", 1, 100))
+			newer := put(t, c, tc.tenants[1], nil, msgs("new", 1, 100))
+			// old is the least recently used: its body takes the cache
+			// over the bound, so newer has to go.
+			c.SetBody(old, &provider.BodyPrefix{N: 1, Bytes: make([]byte, size+size/2)})
+			if c.Body(old) == nil {
+				t.Fatal("the body was dropped")
+			}
+			if _, ok := c.Get(tc.tenants[1], newer.ID(), 1); ok {
+				t.Error("the other entry stayed: the cache is over its bound")
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.size > c.max || c.tenants[tc.tenants[0]].size > c.tenantMax {
+				t.Errorf("size %d (tenant %d) over the bounds %d / %d", c.size, c.tenants[tc.tenants[0]].size, c.max, c.tenantMax)
+			}
+		})
+	}
+}
+
+// TestBodyCountsHeldBuffer: a body that is a slice of a larger buffer is
+// counted as the whole buffer it keeps alive, not its length.
+func TestBodyCountsHeldBuffer(t *testing.T) {
+	t.Parallel()
+	c := New(1<<20, 1000)
+	e := put(t, c, "a", nil, msgs("a", 1, 10))
+	buf := make([]byte, 5000)
+	c.SetBody(e, &provider.BodyPrefix{N: 1, Bytes: buf[:10:10], Held: cap(buf)})
+	if c.Body(e) != nil {
+		t.Error("a 10-byte slice of a 5000-byte buffer was kept under a 1000-byte bound")
+	}
+	c.SetBody(e, &provider.BodyPrefix{N: 1, Bytes: buf[:10:10], Held: 600})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if want := int64(proto.Size(e.Messages[0])) + 600; e.body == nil || c.size != want {
+		t.Errorf("size %d, want %d (the held buffer counted)", c.size, want)
+	}
+}

@@ -119,6 +119,15 @@ type BodyPrefix struct {
 	Bytes []byte
 	// Dropped is how many blocks the first N messages dropped.
 	Dropped int
+	// Held is how many bytes keeping Bytes keeps alive (Bytes may be a
+	// slice of a larger buffer, the whole request body: counting only
+	// len(Bytes) would make the cache's bound untrue); 0 means len(Bytes).
+	Held int
+}
+
+// HeldBytes is how many bytes keeping p keeps alive.
+func (p *BodyPrefix) HeldBytes() int {
+	return max(p.Held, len(p.Bytes))
 }
 
 // BodyCache is the slot of one request's remembered conversation: Prev is

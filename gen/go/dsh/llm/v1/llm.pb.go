@@ -2754,7 +2754,11 @@ type GenerateRequest struct {
 	// Model id (required; need not be in the advisory catalogue).
 	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	// Conversation messages exactly as the provider sees them, after the system
-	// slot (required, non-empty unless `prefix` supplies them).
+	// slot (required, non-empty, when `prefix` is unset; must be empty when it
+	// is set: the messages after the referenced conversation then go in
+	// `continued`, so that a gateway that does not know `prefix` refuses the
+	// request as having no messages instead of answering a truncated
+	// conversation).
 	Messages []*Message `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
 	// System prompt text.
 	System *string `protobuf:"bytes,4,opt,name=system,proto3,oneof" json:"system,omitempty"`
@@ -2772,19 +2776,22 @@ type GenerateRequest struct {
 	Purpose Purpose `protobuf:"varint,10,opt,name=purpose,proto3,enum=dsh.llm.v1.Purpose" json:"purpose,omitempty"`
 	// The messages of an earlier request this one continues: when set, the
 	// conversation is the referenced request's messages followed by
-	// `messages` (which may then be empty). A gateway that does not hold the
+	// `continued` (which may be empty), and `messages` must be empty. A gateway that does not hold the
 	// reference (restarted, another replica, evicted, another tenant) answers
 	// FAILED_PRECONDITION with ErrorInfo reason "PREFIX_NOT_CACHED" before
 	// anything is sent upstream; the caller then sends the full request.
 	Prefix *PrefixRef `protobuf:"bytes,11,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// Ask the gateway to remember this request's whole conversation (the
-	// messages, after `prefix`) for a later request's `prefix`; the id is
+	// referenced messages and `continued`) for a later request's `prefix`; the id is
 	// returned in the response header "dsh-prefix-id" (absent when not
 	// remembered).
 	RememberPrefix bool `protobuf:"varint,12,opt,name=remember_prefix,json=rememberPrefix,proto3" json:"remember_prefix,omitempty"`
 	// Tenant of the session that issued the call. Remembered conversations are
 	// keyed by tenant: a reference made under another tenant never resolves.
-	Tenant        string `protobuf:"bytes,13,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,13,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The messages after the conversation `prefix` names (only with `prefix`;
+	// INVALID_ARGUMENT without it).
+	Continued     []*Message `protobuf:"bytes,14,rep,name=continued,proto3" json:"continued,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2908,6 +2915,13 @@ func (x *GenerateRequest) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *GenerateRequest) GetContinued() []*Message {
+	if x != nil {
+		return x.Continued
+	}
+	return nil
 }
 
 // PrefixRef names the conversation of an earlier request, as the gateway
@@ -3802,7 +3816,7 @@ const file_dsh_llm_v1_llm_proto_rawDesc = "" +
 	"max_tokens\x18\x04 \x01(\x05H\x01R\tmaxTokens\x88\x01\x01\x12\x12\n" +
 	"\x04stop\x18\x05 \x03(\tR\x04stopB\x0e\n" +
 	"\f_temperatureB\r\n" +
-	"\v_max_tokens\"\x86\x04\n" +
+	"\v_max_tokens\"\xb9\x04\n" +
 	"\x0fGenerateRequest\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12/\n" +
@@ -3819,7 +3833,8 @@ const file_dsh_llm_v1_llm_proto_rawDesc = "" +
 	" \x01(\x0e2\x13.dsh.llm.v1.PurposeR\apurpose\x12-\n" +
 	"\x06prefix\x18\v \x01(\v2\x15.dsh.llm.v1.PrefixRefR\x06prefix\x12'\n" +
 	"\x0fremember_prefix\x18\f \x01(\bR\x0erememberPrefix\x12\x16\n" +
-	"\x06tenant\x18\r \x01(\tR\x06tenantB\t\n" +
+	"\x06tenant\x18\r \x01(\tR\x06tenant\x121\n" +
+	"\tcontinued\x18\x0e \x03(\v2\x13.dsh.llm.v1.MessageR\tcontinuedB\t\n" +
 	"\a_systemB\x0e\n" +
 	"\f_temperatureB\r\n" +
 	"\v_max_tokens\"q\n" +
@@ -4013,24 +4028,25 @@ var file_dsh_llm_v1_llm_proto_depIdxs = []int32{
 	20, // 38: dsh.llm.v1.GenerateRequest.tools:type_name -> dsh.llm.v1.ToolSchema
 	2,  // 39: dsh.llm.v1.GenerateRequest.purpose:type_name -> dsh.llm.v1.Purpose
 	39, // 40: dsh.llm.v1.GenerateRequest.prefix:type_name -> dsh.llm.v1.PrefixRef
-	36, // 41: dsh.llm.v1.GenerateResponse.chunk:type_name -> dsh.llm.v1.StreamChunk
-	44, // 42: dsh.llm.v1.ModelContext.compaction:type_name -> dsh.llm.v1.CompactionPolicy
-	41, // 43: dsh.llm.v1.ListProvidersResponse.providers:type_name -> dsh.llm.v1.ProviderInfo
-	42, // 44: dsh.llm.v1.ListModelsResponse.models:type_name -> dsh.llm.v1.ModelInfo
-	43, // 45: dsh.llm.v1.GetModelContextResponse.context:type_name -> dsh.llm.v1.ModelContext
-	38, // 46: dsh.llm.v1.LlmGateway.Generate:input_type -> dsh.llm.v1.GenerateRequest
-	45, // 47: dsh.llm.v1.LlmGateway.ListProviders:input_type -> dsh.llm.v1.ListProvidersRequest
-	47, // 48: dsh.llm.v1.LlmGateway.ListModels:input_type -> dsh.llm.v1.ListModelsRequest
-	49, // 49: dsh.llm.v1.LlmGateway.GetModelContext:input_type -> dsh.llm.v1.GetModelContextRequest
-	40, // 50: dsh.llm.v1.LlmGateway.Generate:output_type -> dsh.llm.v1.GenerateResponse
-	46, // 51: dsh.llm.v1.LlmGateway.ListProviders:output_type -> dsh.llm.v1.ListProvidersResponse
-	48, // 52: dsh.llm.v1.LlmGateway.ListModels:output_type -> dsh.llm.v1.ListModelsResponse
-	50, // 53: dsh.llm.v1.LlmGateway.GetModelContext:output_type -> dsh.llm.v1.GetModelContextResponse
-	50, // [50:54] is the sub-list for method output_type
-	46, // [46:50] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	15, // 41: dsh.llm.v1.GenerateRequest.continued:type_name -> dsh.llm.v1.Message
+	36, // 42: dsh.llm.v1.GenerateResponse.chunk:type_name -> dsh.llm.v1.StreamChunk
+	44, // 43: dsh.llm.v1.ModelContext.compaction:type_name -> dsh.llm.v1.CompactionPolicy
+	41, // 44: dsh.llm.v1.ListProvidersResponse.providers:type_name -> dsh.llm.v1.ProviderInfo
+	42, // 45: dsh.llm.v1.ListModelsResponse.models:type_name -> dsh.llm.v1.ModelInfo
+	43, // 46: dsh.llm.v1.GetModelContextResponse.context:type_name -> dsh.llm.v1.ModelContext
+	38, // 47: dsh.llm.v1.LlmGateway.Generate:input_type -> dsh.llm.v1.GenerateRequest
+	45, // 48: dsh.llm.v1.LlmGateway.ListProviders:input_type -> dsh.llm.v1.ListProvidersRequest
+	47, // 49: dsh.llm.v1.LlmGateway.ListModels:input_type -> dsh.llm.v1.ListModelsRequest
+	49, // 50: dsh.llm.v1.LlmGateway.GetModelContext:input_type -> dsh.llm.v1.GetModelContextRequest
+	40, // 51: dsh.llm.v1.LlmGateway.Generate:output_type -> dsh.llm.v1.GenerateResponse
+	46, // 52: dsh.llm.v1.LlmGateway.ListProviders:output_type -> dsh.llm.v1.ListProvidersResponse
+	48, // 53: dsh.llm.v1.LlmGateway.ListModels:output_type -> dsh.llm.v1.ListModelsResponse
+	50, // 54: dsh.llm.v1.LlmGateway.GetModelContext:output_type -> dsh.llm.v1.GetModelContextResponse
+	51, // [51:55] is the sub-list for method output_type
+	47, // [47:51] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_dsh_llm_v1_llm_proto_init() }

@@ -1280,7 +1280,11 @@ export declare type GenerateRequest = Message$1<"dsh.llm.v1.GenerateRequest"> & 
 
   /**
    * Conversation messages exactly as the provider sees them, after the system
-   * slot (required, non-empty unless `prefix` supplies them).
+   * slot (required, non-empty, when `prefix` is unset; must be empty when it
+   * is set: the messages after the referenced conversation then go in
+   * `continued`, so that a gateway that does not know `prefix` refuses the
+   * request as having no messages instead of answering a truncated
+   * conversation).
    *
    * @generated from field: repeated dsh.llm.v1.Message messages = 3;
    */
@@ -1338,7 +1342,7 @@ export declare type GenerateRequest = Message$1<"dsh.llm.v1.GenerateRequest"> & 
   /**
    * The messages of an earlier request this one continues: when set, the
    * conversation is the referenced request's messages followed by
-   * `messages` (which may then be empty). A gateway that does not hold the
+   * `continued` (which may be empty), and `messages` must be empty. A gateway that does not hold the
    * reference (restarted, another replica, evicted, another tenant) answers
    * FAILED_PRECONDITION with ErrorInfo reason "PREFIX_NOT_CACHED" before
    * anything is sent upstream; the caller then sends the full request.
@@ -1349,7 +1353,7 @@ export declare type GenerateRequest = Message$1<"dsh.llm.v1.GenerateRequest"> & 
 
   /**
    * Ask the gateway to remember this request's whole conversation (the
-   * messages, after `prefix`) for a later request's `prefix`; the id is
+   * referenced messages and `continued`) for a later request's `prefix`; the id is
    * returned in the response header "dsh-prefix-id" (absent when not
    * remembered).
    *
@@ -1364,6 +1368,14 @@ export declare type GenerateRequest = Message$1<"dsh.llm.v1.GenerateRequest"> & 
    * @generated from field: string tenant = 13;
    */
   tenant: string;
+
+  /**
+   * The messages after the conversation `prefix` names (only with `prefix`;
+   * INVALID_ARGUMENT without it).
+   *
+   * @generated from field: repeated dsh.llm.v1.Message continued = 14;
+   */
+  continued: Message[];
 };
 
 /**
