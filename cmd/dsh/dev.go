@@ -279,12 +279,16 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	// Until the agent's stop is in its place below (it drains before the
 	// toolhost and the gateway stop), a failed start stops it first.
 	agentRegistered := false
+	var agConn *grpc.ClientConn
 	defer func() {
 		if !agentRegistered {
+			if agConn != nil {
+				agConn.Close()
+			}
 			ag.stop()
 		}
 	}()
-	agConn, err := grpcserver.Dial(agLis.Addr().String())
+	agConn, err = grpcserver.Dial(agLis.Addr().String())
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +299,6 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	gwCfg := llmgateway.ConfigFromEnv(e.getenv)
 	gw, err := llmgateway.New(gwCfg, logger)
 	if err != nil {
-		agConn.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	gwSrv := grpcserver.New(grpcserver.Config{Logger: logger, DrainTimeout: 2 * time.Second, Options: llmgateway.ServerOptions(),
@@ -307,7 +310,6 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	// Toolhost.
 	th, thStop, err := startToolhost(ctx, e, cwd, f.data, thLis, logger)
 	if err != nil {
-		agConn.Close()
 		return nil, fmt.Errorf("toolhost: %w", err)
 	}
 	cleanups = append(cleanups, thStop)

@@ -123,6 +123,11 @@ func TestDevFailedStartStopsTheAgent(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "gateway") || !strings.Contains(err.Error(), "missing-script.json") {
 		t.Fatalf("runDev with a missing script = %v, want the gateway's error naming the file", err)
 	}
+	// The agent's first ListTools, cancelled by the failed start, is not a
+	// toolhost going down.
+	if strings.Contains(stderr.String(), "toolhost") {
+		t.Errorf("a failed start reports a host state it never saw:\n%s", stderr.String())
+	}
 	if c, err := net.Dial("tcp", addr); err == nil {
 		c.Close()
 		t.Fatalf("the agent still accepts connections at %s after the failed start", addr)

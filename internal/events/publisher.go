@@ -333,13 +333,17 @@ func (p *Publisher) durable(tenant, sessionID string, events []*sessionv1.Sessio
 	// overflow) fill a gap and are kept whole: they are the agent's own
 	// in-memory log, so holding them costs only the queue slots.
 	rehand := events[0].GetSeq() < s.next
+	// Encodings are admitted until the first that would pass the bound:
+	// an encoding keeps its whole store row alive, so a later, smaller one
+	// of the same call must not pin the row of one refused.
+	admit := pb != nil
 	for k, ev := range events {
 		seq := ev.GetSeq()
 		if s.cursor >= 0 && seq < s.cursor {
 			continue
 		}
 		q := queued{ev: ev, at: now}
-		if pb != nil && p.held+len(pb[k]) <= p.cfg.HeldEncodings {
+		if admit = admit && p.held+len(pb[k]) <= p.cfg.HeldEncodings; admit {
 			q.pb = pb[k]
 		}
 		s.next = max(s.next, seq+1)
@@ -364,6 +368,7 @@ func (p *Publisher) durable(tenant, sessionID string, events []*sessionv1.Sessio
 				s.overflowed = true
 			}
 			p.release(s.pending[p.cfg.QueueLimit:])
+			clear(s.pending[p.cfg.QueueLimit:]) // no event or bytes held past len
 			s.pending = s.pending[:p.cfg.QueueLimit]
 		}
 	}
@@ -827,7 +832,7 @@ func (p *Publisher) publishBatch(ctx context.Context, s *sessionState, batch []q
 		data := q.pb
 		if data == nil {
 			var err error
-			if data, err = proto.Marshal(q.ev); err != nil {
+			if data, err = (proto.MarshalOptions{Deterministic: true}).Marshal(q.ev); err != nil { // as the store encodes
 				return fmt.Errorf("events: encode %s seq %d: %w", s.id, q.ev.GetSeq(), err)
 			}
 		}

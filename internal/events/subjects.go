@@ -198,7 +198,7 @@ func escapeByte(c byte) bool {
 // tenant headers (and Dsh-Delta on a delta), and the Nats-Msg-Id used for
 // de-duplication.
 func EncodeEvent(tenant, sessionID string, ev *sessionv1.SessionEvent) (*nats.Msg, error) {
-	data, err := proto.Marshal(ev)
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(ev) // as the store encodes
 	if err != nil {
 		return nil, fmt.Errorf("events: encode %s seq %d: %w", sessionID, ev.GetSeq(), err)
 	}

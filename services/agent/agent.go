@@ -399,7 +399,7 @@ func (l *liveSession) flush(ctx context.Context) error {
 	l.durable.Store(evs[len(evs)-1].GetSeq() + 1)
 	l.steps.observe(l.s.metrics, l.log.Settings().Options, evs)
 	if sink := l.s.cfg.Sink; sink != nil {
-		if es, ok := sink.(encodedSink); ok && len(pb) == len(evs) {
+		if es, ok := sink.(encodedSink); ok { // it drops encodings that do not match evs
 			es.DurableEncoded(l.log.Header().GetTenant(), l.id, evs, pb)
 		} else {
 			sink.Durable(l.log.Header().GetTenant(), l.id, evs)

@@ -309,6 +309,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 			svc.publishProgress(ex, out)
 		}
 	}})
+	// Closed on every return from here (a start that fails after the
+	// listing began its watchers must stop them before the connections
+	// close; Close without a Start is a no-op).
+	defer pipe.Close()
 	// A store that fails to open ends the toolhosts' listing: its error is
 	// the one to report.
 	startCtx, endStart := context.WithCancel(ctx)
@@ -331,7 +335,6 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("toolhosts: %w", err)
 	}
-	defer pipe.Close()
 	var probe any = store
 	interval := cmp.Or(sc.HealthInterval, defaultHealthInterval)
 	if rep != nil {

@@ -255,6 +255,13 @@ func TestBadInput(t *testing.T) {
 			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m", MaxTokens: proto.Int32(-1)}})
 			return err
 		}, codes.InvalidArgument},
+		{"unknown provider and a relative cwd: the provider's error", func() error {
+			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Cwd: "rel", Options: &sessionv1.SessionOptions{Provider: "nope", Model: "m"}})
+			if err != nil && !strings.Contains(status.Convert(err).Message(), "nope") {
+				return fmt.Errorf("%v (want the provider's error, checked side by side with the cwd)", err) // not wrapped: the code becomes Unknown
+			}
+			return err
+		}, codes.InvalidArgument},
 		{"relative cwd", func() error {
 			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Cwd: "rel", Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}})
 			return err

@@ -216,7 +216,9 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	}
 	wg.Wait()
 	for i, err := range errs {
-		if err != nil {
+		// A start cancelled by its caller (e.g. a dev start failing
+		// elsewhere) says nothing of the hosts.
+		if err != nil && ctx.Err() == nil {
 			p.setUp(p.hosts[i], false, err)
 		}
 	}
