@@ -205,7 +205,8 @@ func EncodeEvent(tenant, sessionID string, ev *sessionv1.SessionEvent) (*nats.Ms
 	return eventMsg(EventSubject(tenant, sessionID), TenantToken(tenant), sessionID, ev, data, false), nil
 }
 
-// Header values shared by every message that carries them (never modified).
+// Header values shared by every message the publisher sends (never
+// modified; EncodeEvent's messages get their own).
 var (
 	deltaValue  = []string{"1"}
 	streamValue = []string{StreamName}
@@ -230,6 +231,9 @@ func eventMsg(subject, tenantTok, sessionID string, ev *sessionv1.SessionEvent, 
 	h[nats.MsgIdHdr] = v[4:5:5]
 	if IsDelta(ev) {
 		h[HeaderDelta] = deltaValue
+		if !expectStream { // EncodeEvent's caller owns the message: nothing shared
+			h[HeaderDelta] = []string{"1"}
+		}
 	}
 	if expectStream {
 		h[jetstream.ExpectedStreamHeader] = streamValue
