@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,7 +23,6 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
-	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/llmstream"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/providertest"
@@ -39,25 +37,7 @@ const textSSE = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistan
 // startGateway serves cfg on a loopback port and returns a client.
 func startGateway(t testing.TB, cfg Config) llmv1.LlmGatewayClient {
 	t.Helper()
-	svc, err := New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpcserver.New(grpcserver.Config{Options: ServerOptions()})
-	svc.Register(srv.Server)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(ctx, lis); close(done) }()
-	conn, err := grpcserver.Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(); cancel(); <-done; svc.Close() })
-	return llmv1.NewLlmGatewayClient(conn)
+	return startPrefixGateway(t, cfg).c
 }
 
 func userText(s string) *llmv1.Message {

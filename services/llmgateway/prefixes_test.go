@@ -27,7 +27,7 @@ type prefixGateway struct {
 	c   llmv1.LlmGatewayClient
 }
 
-func startPrefixGateway(t *testing.T, cfg Config) prefixGateway {
+func startPrefixGateway(t testing.TB, cfg Config) prefixGateway {
 	t.Helper()
 	svc, err := New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -64,6 +64,17 @@ func (u *upstream) seen() [][]byte {
 // returns its address.
 func serveGateway(t *testing.T, up string) string { return serveGatewayCache(t, up, 0) }
 
+// dialGateway is a Client of the gateway at addr, closed with the test.
+func dialGateway(t *testing.T, addr string) *Client {
+	t.Helper()
+	conn, err := grpcserver.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return New(conn)
+}
+
 // serveGatewayCache is serveGateway with the gateway's prefix cache bound
 // (0: the default, < 0: off).
 func serveGatewayCache(t *testing.T, up string, cacheBytes int64) string {
@@ -203,13 +214,7 @@ func TestPrefixConversation(t *testing.T) {
 // names the conversation's last step.
 func TestPrefixOneOffs(t *testing.T) {
 	t.Parallel()
-	up := serveUpstream(t)
-	conn, err := grpcserver.Dial(serveGateway(t, up.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	c := New(conn)
+	c := dialGateway(t, serveGateway(t, serveUpstream(t).URL))
 	conv := steps(3)
 	step := func(n int) {
 		collect(t, c, &llmv1.GenerateRequest{Provider: "p", Model: "m", Messages: conv[:n], SessionId: "s", Tenant: "t", RememberPrefix: true})
@@ -401,13 +406,7 @@ func TestPrefixCacheOff(t *testing.T) {
 // the conversation the gateway holds.
 func TestPrefixKeptAcrossRefusedStep(t *testing.T) {
 	t.Parallel()
-	up := serveUpstream(t)
-	conn, err := grpcserver.Dial(serveGateway(t, up.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	c := New(conn)
+	c := dialGateway(t, serveGateway(t, serveUpstream(t).URL))
 	conv := steps(3)
 	req := func(route string, n int) *llmv1.GenerateRequest {
 		return &llmv1.GenerateRequest{Provider: route, Model: "m", Messages: conv[:n], SessionId: "s", Tenant: "t", RememberPrefix: true}
