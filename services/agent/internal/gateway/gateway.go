@@ -64,8 +64,9 @@ func New(conn grpc.ClientConnInterface) *Client {
 // the caller sees one attempt either way. A gateway that predates
 // references refuses one INVALID_ARGUMENT (it sees no messages: the new
 // ones travel in `continued`); that is a miss too, and when the whole
-// request is then accepted the client sends every request whole for
-// refusedBackoff (a mixed-version rollout would refuse again).
+// request is then accepted (a chunk streams) the client sends every
+// request whole for refusedBackoff (a mixed-version rollout would refuse
+// again). A request sent whole is never sent twice.
 //
 // Every call of a session carries the session's id in the SessionHeader
 // metadata, so a connection dialled with grpcserver.SessionAffinity on it
@@ -83,7 +84,7 @@ func (c *Client) Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.
 		case notHeld:
 			c.attempt(ctx, req, true, yield)
 		case refused:
-			if c.attempt(ctx, req, true, yield) != refused {
+			if c.attempt(ctx, req, true, yield) == accepted {
 				c.wholeUntil.Store(c.now().Add(refusedBackoff).UnixNano())
 			}
 		}
@@ -94,21 +95,22 @@ func (c *Client) Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.
 type outcome int
 
 const (
-	done    outcome = iota // streamed, or failed with the error yielded
-	notHeld                // a reference the gateway does not hold: nothing yielded
-	refused                // INVALID_ARGUMENT before any chunk: of a reference, nothing yielded
+	failed   outcome = iota // an error yielded before any chunk
+	accepted                // at least one chunk streamed (whatever came after, yielded)
+	notHeld                 // a reference the gateway does not hold: nothing yielded
+	refused                 // INVALID_ARGUMENT before any chunk of a reference: nothing yielded
 )
 
 // attempt makes one Generate call and yields what it streams. It yields
 // nothing when the gateway refused the reference the request went out as
-// (notHeld, refused), so the whole request can be sent; a whole request
-// refused INVALID_ARGUMENT is yielded and reported refused.
+// (notHeld, refused), so the whole request can be sent; every other end
+// is yielded (failed, accepted) and ends the call.
 func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full bool, yield func(*llmv1.StreamChunk, error) bool) outcome {
 	cc := &callCodec{historyCodec: c.codec, full: full}
 	stream, err := c.c.Generate(ctx, req, grpc.ForceCodecV2(cc))
 	if err != nil {
 		yield(nil, classify(err))
-		return done
+		return failed
 	}
 	referenced := cc.referenced.Load()
 	if conversation(req) {
@@ -134,7 +136,7 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 				yield(nil, &loop.RequestFailure{Failure: &llmv1.LlmFailure{
 					Code: "STREAM_CLOSED", Message: "gateway stream ended without a finish chunk"}})
 			}
-			return done
+			return ended(got)
 		}
 		if err != nil {
 			invalid := !got && status.Code(err) == codes.InvalidArgument
@@ -147,10 +149,7 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 				return notHeld
 			}
 			yield(nil, classify(err))
-			if invalid {
-				return refused
-			}
-			return done
+			return ended(got)
 		}
 		ch := resp.GetChunk()
 		if ch == nil {
@@ -161,9 +160,17 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 			finished = true
 		}
 		if !yield(ch, nil) {
-			return done
+			return accepted
 		}
 	}
+}
+
+// ended is how an attempt that yielded its end ended.
+func ended(got bool) outcome {
+	if got {
+		return accepted
+	}
+	return failed
 }
 
 // SessionHeader is the request metadata naming the session a Generate call

@@ -423,3 +423,38 @@ func TestPrefixKeptAcrossRefusedStep(t *testing.T) {
 		t.Errorf("the step after a refused one went whole (referred %d, before %d; misses %d)", c.ReferredBytes(), r0, c.PrefixMisses())
 	}
 }
+
+// TestWholeRequestRefusedOnce: a request that went out whole and is refused
+// INVALID_ARGUMENT (here: no messages) yields that one error and is not
+// sent again — whether the consumer reads on or stops at the error (a
+// second yield after a stop would panic).
+func TestWholeRequestRefusedOnce(t *testing.T) {
+	t.Parallel()
+	c := dialGateway(t, serveGateway(t, serveUpstream(t).URL))
+	for _, tc := range []struct {
+		name string
+		req  *llmv1.GenerateRequest
+		stop bool
+	}{
+		{"one-off, read on", &llmv1.GenerateRequest{Provider: "p", Model: "m"}, false},
+		{"one-off, stop at the error", &llmv1.GenerateRequest{Provider: "p", Model: "m"}, true},
+		{"a session's step, read on", &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Tenant: "t", RememberPrefix: true}, false},
+		{"a session's step, stop at the error", &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Tenant: "t", RememberPrefix: true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var errs []error
+			for ch, err := range c.Generate(t.Context(), tc.req) {
+				if ch != nil {
+					t.Fatalf("a request without messages streamed %v", ch)
+				}
+				errs = append(errs, err)
+				if tc.stop {
+					break
+				}
+			}
+			if len(errs) != 1 {
+				t.Fatalf("errors %v: want exactly one (the refusal, sent once)", errs)
+			}
+		})
+	}
+}
