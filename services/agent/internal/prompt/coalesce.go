@@ -36,15 +36,27 @@ type readState struct {
 // by every caller that joined it.
 type flight struct {
 	ctx     context.Context // the first caller's values (trace), not its cancellation
+	started time.Time       // when its call began (under reads.mu; zero while it waits its turn)
 	done    chan struct{}
 	callers int // joined so far (under reads.mu)
 	resp    *toolsv1.GetWorkspaceContextResponse
 	err     error
 }
 
+// share is a caller's place in a flight: the read and how long the caller
+// waits for it.
+type share struct {
+	f        *flight
+	deadline time.Time
+}
+
 // join returns the read of h for cwd that the caller shares: one that
-// starts after this call.
-func (r *reads) join(ctx context.Context, h Host, cwd string, timeout time.Duration) *flight {
+// starts after this call. The caller waits for it as long as the call
+// itself may take (timeout) from when it starts — for a read queued behind
+// the one in flight, that is after the running one's own timeout at the
+// latest.
+func (r *reads) join(ctx context.Context, h Host, cwd string, timeout time.Duration) share {
+	now := time.Now()
 	k := readKey{h.Name, cwd}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -56,30 +68,39 @@ func (r *reads) join(ctx context.Context, h Host, cwd string, timeout time.Durat
 	switch {
 	case st == nil:
 		f = newFlight(ctx)
+		f.started = now
 		r.pending[k] = &readState{running: f}
 		go r.run(k, h, cwd, timeout, f)
+		return r.joined(f, now.Add(timeout))
 	case st.next != nil:
 		f = st.next
 	default:
 		f = newFlight(ctx)
 		st.next = f
 	}
-	f.callers++
-	return f
+	return r.joined(f, st.running.started.Add(2*timeout))
 }
 
-// wait returns f's answer; ctx's error when ctx ends first; or
-// DEADLINE_EXCEEDED, as the call itself would end, when timeout passes
-// first — a caller waits at most timeout, even when it joined behind a
-// read that hangs. The read itself goes on for the other callers, bounded
-// by its own timeout.
-func (f *flight) wait(ctx context.Context, timeout time.Duration) (*toolsv1.GetWorkspaceContextResponse, error) {
+// joined counts a caller of f (under r.mu).
+func (r *reads) joined(f *flight, deadline time.Time) share {
+	f.callers++
+	return share{f, deadline}
+}
+
+// wait returns the flight's answer; ctx's error when ctx ends first; or
+// DEADLINE_EXCEEDED, as the call itself would end, when the share's
+// deadline passes first — a caller waits at most its call's timeout (twice
+// it when queued behind a read in flight), even behind a read that hangs.
+// The read itself goes on for the other callers, bounded by its own
+// timeout.
+func (sh share) wait(ctx context.Context) (*toolsv1.GetWorkspaceContextResponse, error) {
+	f := sh.f
 	select {
 	case <-f.done:
 		return f.resp, f.err
 	default:
 	}
-	t := time.NewTimer(timeout)
+	t := time.NewTimer(time.Until(sh.deadline))
 	defer t.Stop()
 	select {
 	case <-f.done:
@@ -108,6 +129,8 @@ func (r *reads) run(k readKey, h Host, cwd string, timeout time.Duration, f *fli
 		f, st.running, st.next = st.next, st.next, nil
 		if f == nil {
 			delete(r.pending, k)
+		} else {
+			f.started = time.Now()
 		}
 		r.mu.Unlock()
 	}

@@ -248,8 +248,9 @@ func (h *hungHost) GetWorkspaceContext(context.Context, *toolsv1.GetWorkspaceCon
 	return nil, errors.New("test over")
 }
 
-// TestWorkspaceReadWaitBounded: a caller waits at most the host timeout
-// even when it joined behind a read that never ends; a hung host is a
+// TestWorkspaceReadWaitBounded: a caller's wait is bounded (by its own
+// read's timeout, twice the host timeout at most) even when it joined
+// behind a read that never ends; a hung host is a
 // notice, never a stuck turn.
 func TestWorkspaceReadWaitBounded(t *testing.T) {
 	t.Parallel()
@@ -278,5 +279,37 @@ func TestWorkspaceReadWaitBounded(t *testing.T) {
 	}
 	if n := h.calls.Load(); n != 1 {
 		t.Errorf("%d calls: the second caller waits for the next read, which starts only after the first ends", n)
+	}
+}
+
+// slowHost answers every read after delay (its latency, not a
+// synchronisation), signalling each call's start.
+type slowHost struct {
+	delay   time.Duration
+	started chan struct{}
+}
+
+func (h *slowHost) GetWorkspaceContext(context.Context, *toolsv1.GetWorkspaceContextRequest, ...grpc.CallOption) (*toolsv1.GetWorkspaceContextResponse, error) {
+	h.started <- struct{}{}
+	time.Sleep(h.delay)
+	return &toolsv1.GetWorkspaceContextResponse{}, nil
+}
+
+// TestWorkspaceReadSlowHostLateCaller: a host that answers within its
+// timeout (0.7 s of 1 s) answers a caller that joined while a read was in
+// flight too, although the caller's own read ends 1.4 s after it asked.
+func TestWorkspaceReadSlowHostLateCaller(t *testing.T) {
+	t.Parallel()
+	h := &slowHost{delay: 700 * time.Millisecond, started: make(chan struct{}, 2)}
+	w := &Workspaces{Hosts: []Host{{"slow", h}}, Timeout: time.Second}
+	first := make(chan error, 1)
+	go func() { _, err := w.Context(t.Context(), "/w", nil); first <- err }()
+	<-h.started // the first read is in flight: the next caller queues behind it
+	r, err := w.Context(t.Context(), "/w", nil)
+	if err != nil || len(r.GetNotices()) != 0 {
+		t.Errorf("the late caller: %v, notices %v; want the host's answer", err, r.GetNotices())
+	}
+	if err := <-first; err != nil {
+		t.Error(err)
 	}
 }

@@ -52,21 +52,21 @@ func (w *Workspaces) Context(ctx context.Context, cwd string, hosts []string) (*
 	}
 	// Every visible host's read starts now; the answers merge in host order.
 	type hostRead struct {
-		h Host
-		f *flight
+		h  Host
+		sh share
 	}
-	var reads []hostRead
+	var asks []hostRead
 	for _, h := range w.Hosts {
 		if len(hosts) == 0 || slices.Contains(hosts, h.Name) {
-			reads = append(reads, hostRead{h, w.reads.join(ctx, h, cwd, timeout)})
+			asks = append(asks, hostRead{h, w.reads.join(ctx, h, cwd, timeout)})
 		}
 	}
 	out := &toolsv1.GetWorkspaceContextResponse{}
 	var versions []string
 	taken := map[string]bool{}
-	for _, r := range reads {
+	for _, r := range asks {
 		h := r.h
-		resp, err := r.f.wait(ctx, timeout)
+		resp, err := r.sh.wait(ctx)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -138,7 +138,7 @@ func (w *Workspaces) CheckCwd(ctx context.Context, cwd string, hosts []string) e
 		if len(hosts) > 0 && !slices.Contains(hosts, h.Name) {
 			continue
 		}
-		_, err := w.reads.join(ctx, h, cwd, timeout).wait(ctx, timeout)
+		_, err := w.reads.join(ctx, h, cwd, timeout).wait(ctx)
 		switch {
 		case err == nil, status.Code(err) == codes.Unimplemented:
 		case status.Code(err) == codes.InvalidArgument:
