@@ -212,7 +212,7 @@ func checkBalancing(objs []runtime.Object, fail func(string, ...any)) {
 			fail("Service/%s: clusterIP %q, want None (headless: one address per pod for round_robin)", role, svc.Spec.ClusterIP)
 		}
 		if want := "dns:///" + role + ":"; !strings.HasPrefix(addr, want) {
-			fail("agent dials %s at %q, want %s<port> (every pod, round-robin)", role, addr, want)
+			fail("agent dials %s at %q, want %s<port> (every pod)", role, addr, want)
 		}
 	}
 	checkPrefixCache(objs, fail)

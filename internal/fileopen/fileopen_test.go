@@ -1,3 +1,5 @@
+//go:build unix
+
 package fileopen_test
 
 import (

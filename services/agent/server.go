@@ -233,8 +233,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer gwConn.Close()
-	// Connect now: a session's creation asks the gateway for its providers,
-	// and the handshake then overlaps the store's open instead.
+	// Connect now: a session's creation asks the gateway for its providers.
+	// This starts the name's resolution at once; ring_hash (SessionAffinity)
+	// dials a replica only when a call picks it.
 	gwConn.Connect()
 	gw := gateway.New(gwConn)
 
