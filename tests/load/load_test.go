@@ -49,6 +49,7 @@ var (
 	flagSessions = flag.String("load.sessions", "10,100,1000", "ladder: concurrent sessions per level, comma-separated")
 	flagTool     = flag.String("load.tool", "read", "tool of every step: read or bash")
 	flagDelay    = flag.Duration("load.delay", time.Second, "the model's latency: the upstream answers each request after this long")
+	flagRamp     = flag.Duration("load.ramp", 0, "spread the sessions' first turns evenly over this long (0: all at once, a thundering herd; one -load.delay: sessions arriving steadily)")
 	flagSteps    = flag.Int("load.steps", 5, "tool steps per turn")
 	flagTurns    = flag.Int("load.turns", 1, "turns per session")
 	flagAgent    = flag.String("load.agent-args", "", "extra agent flags, space-separated (e.g. --sqlite-sync=NORMAL)")
@@ -94,7 +95,7 @@ func TestMain(m *testing.M) {
 type level struct {
 	sessions, steps, turns int
 	tool                   string
-	delay                  time.Duration
+	delay, ramp            time.Duration
 	agentArgs, gatewayArgs []string
 }
 
@@ -108,6 +109,8 @@ type result struct {
 	p50, p99   time.Duration  // harness-added step time
 	wall       time.Duration  // first Send to last turn end
 	cpu        map[string]cpu // per process, over the measured window
+	driver     time.Duration  // this process's CPU (driver, fake upstream, NATS) over the window
+	busy       float64        // the machine's busy share of all its cores over the window
 	rss        map[string]int64
 }
 
@@ -150,15 +153,15 @@ func (r result) row() string {
 		}
 		return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000/float64(r.stepsTaken))
 	}
-	return fmt.Sprintf("| %s | %d | %d | %s | %.1f | %.1f | %s / %s / %s (+%s tools) | %.2f | %d / %d / %d |",
-		r.tool, r.sessions, r.stepsTaken, r.errorText(),
+	return fmt.Sprintf("| %s | %d | %v | %d | %s | %.1f | %.1f | %s / %s / %s (+%s tools) | %.2f | %s | %.0f %% | %d / %d / %d |",
+		r.tool, r.sessions, r.ramp, r.stepsTaken, r.errorText(),
 		float64(r.p50.Microseconds())/1000, float64(r.p99.Microseconds())/1000,
 		perStep(r.cpu["agent"].self), perStep(r.cpu["llmgateway"].self), perStep(r.cpu["toolhost"].self), perStep(r.cpu["toolhost"].children),
-		float64(r.harnessCPUPerStep().Microseconds())/1000,
+		float64(r.harnessCPUPerStep().Microseconds())/1000, perStep(r.driver), 100*r.busy,
 		r.rss["agent"]/1024, r.rss["llmgateway"]/1024, r.rss["toolhost"]/1024)
 }
 
-const tableHead = "| tool | sessions | steps | errors | step p50 ms | step p99 ms | CPU ms/step agent / gateway / toolhost (+tools) | harness CPU ms/step | peak RSS MiB agent / gateway / toolhost |\n|---|---|---|---|---|---|---|---|---|"
+const tableHead = "| tool | sessions | ramp | steps | errors | step p50 ms | step p99 ms | CPU ms/step agent / gateway / toolhost (+tools) | harness CPU ms/step | driver + upstream + NATS CPU ms/step | machine busy | peak RSS MiB agent / gateway / toolhost |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 // BenchmarkLoad runs the ladder of -load.sessions once each (use
 // -benchtime 1x) and prints the table.
@@ -174,7 +177,7 @@ func BenchmarkLoad(b *testing.B) {
 		if err != nil || n <= 0 {
 			b.Fatalf("-load.sessions: %q is not a positive count", f)
 		}
-		lv := level{sessions: n, steps: *flagSteps, turns: *flagTurns, tool: *flagTool, delay: *flagDelay, agentArgs: strings.Fields(*flagAgent), gatewayArgs: strings.Fields(*flagGateway)}
+		lv := level{sessions: n, steps: *flagSteps, turns: *flagTurns, tool: *flagTool, delay: *flagDelay, ramp: *flagRamp, agentArgs: strings.Fields(*flagAgent), gatewayArgs: strings.Fields(*flagGateway)}
 		b.Run(fmt.Sprintf("tool=%s/sessions=%d", lv.tool, n), func(b *testing.B) {
 			var r result
 			for b.Loop() {
@@ -210,8 +213,8 @@ func TestLoadSmoke(t *testing.T) {
 			if r.conns > 2*3 {
 				t.Errorf("the gateway opened %d connections for %d requests of 3 sessions", r.conns, r.requests)
 			}
-			if r.p99 <= 0 || r.cpu["agent"].self < 0 || r.rss["agent"] <= 0 {
-				t.Fatalf("implausible measurement: p99 %v, agent CPU %v, RSS %d KiB", r.p99, r.cpu["agent"], r.rss["agent"])
+			if r.p99 <= 0 || r.cpu["agent"].self < 0 || r.rss["agent"] <= 0 || r.busy <= 0 || r.busy > 1 || r.driver < 0 {
+				t.Fatalf("implausible measurement: p99 %v, agent CPU %v, RSS %d KiB, machine busy %.3f, driver CPU %v", r.p99, r.cpu["agent"], r.rss["agent"], r.busy, r.driver)
 			}
 			t.Log(r.row())
 		})
@@ -350,6 +353,14 @@ func runLevel(tb testing.TB, lv level) result {
 		}
 		before[name] = c
 	}
+	driverBefore, err := readCPU(os.Getpid())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	machineBefore, err := readMachineCPU()
+	if err != nil {
+		tb.Fatal(err)
+	}
 	r := result{level: lv, errors: map[string]int{}, cpu: map[string]cpu{}, rss: map[string]int64{}}
 	count := func(kind string) {
 		mu.Lock()
@@ -374,6 +385,13 @@ func runLevel(tb testing.TB, lv level) result {
 		go func() {
 			defer wg.Done()
 			c := clients[i%len(clients)]
+			if lv.ramp > 0 {
+				select {
+				case <-time.After(lv.ramp * time.Duration(i) / time.Duration(len(ids))):
+				case <-ctx.Done():
+					return
+				}
+			}
 			for turn := range lv.turns {
 				if kind := runTurn(ctx, c, id, prompt(i, turn)); kind != "" {
 					count(kind)
@@ -384,6 +402,16 @@ func runLevel(tb testing.TB, lv level) result {
 	}
 	wg.Wait()
 	r.wall = time.Since(started)
+	driverAfter, err := readCPU(os.Getpid())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r.driver = driverAfter.sub(driverBefore).self
+	machineAfter, err := readMachineCPU()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r.busy = machineAfter.sub(machineBefore).share()
 	for name, p := range procs {
 		c, err := readCPU(p.cmd.Process.Pid)
 		if err != nil {

@@ -55,3 +55,47 @@ func peakRSS(pid int) (int64, error) {
 	}
 	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
 }
+
+// machineCPU is the first line of /proc/stat: the ticks all cores spent
+// busy and idle since boot.
+type machineCPU struct{ busy, idle int64 }
+
+func (m machineCPU) sub(o machineCPU) machineCPU {
+	return machineCPU{m.busy - o.busy, m.idle - o.idle}
+}
+
+// share is the busy part of the ticks, 0 to 1.
+func (m machineCPU) share() float64 {
+	if m.busy+m.idle <= 0 {
+		return 0
+	}
+	return float64(m.busy) / float64(m.busy+m.idle)
+}
+
+// readMachineCPU reads the "cpu" line of /proc/stat: user nice system
+// idle iowait irq softirq steal ...; idle and iowait count as idle, steal
+// as busy (the cores were not ours to use).
+func readMachineCPU() (machineCPU, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return machineCPU{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var m machineCPU
+	for i, v := range f[1:9] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return machineCPU{}, fmt.Errorf("/proc/stat: field %d: %w", i+1, err)
+		}
+		if i == 3 || i == 4 {
+			m.idle += n
+		} else {
+			m.busy += n
+		}
+	}
+	return m, nil
+}
