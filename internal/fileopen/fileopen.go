@@ -1,12 +1,12 @@
-// Package fileopen opens files for reading in one system call.
+// Package fileopen opens the files of the toolhost's file tools (read,
+// grep, glob, write, edit, workspace instructions and skills) confined
+// under a root however the path changed after it was checked: a directory
+// that a session's own shell replaced with a link to elsewhere between a
+// tool's check and its open is refused (ErrEscapes), never followed.
 //
-// On Linux os.Open makes six for a regular file: the open, then, because
-// it tries every file it opens on the netpoller, two fcntl calls to set
-// O_NONBLOCK, an epoll_ctl that fails (regular files cannot be polled) and
-// two more fcntl calls to clear O_NONBLOCK again. Read opens with one
-// openat and wraps the descriptor with os.NewFile (one fcntl to see that
-// it is blocking): the same *os.File, read the same way (plain read
-// calls, as os.Open's files end up using for regular files), for a third
-// of the system calls. The toolhost opens a file in every read call and
-// every instruction file of a workspace context.
+// Beneath opens a file for reading; OpenRoot gives the *os.Root through
+// which every other operation (walks, directories, temporary files,
+// renames) resolves its path one component at a time. No open blocks on a
+// FIFO. On Linux a path without links opens in one openat2 call
+// (RESOLVE_NO_SYMLINKS), about what os.Open costs.
 package fileopen

@@ -58,7 +58,7 @@ func (f *FS) edit(ctx context.Context, call *toolsdk.Call, a EditArgs) (toolsdk.
 	if ctx.Err() != nil {
 		return toolsdk.Result{}, fsError(CodeAborted, "edit of %s aborted", t.Display)
 	}
-	cur, exists, err := readCurrent(t.Real)
+	cur, exists, err := readCurrent(t)
 	if err != nil {
 		return toolsdk.Result{}, err
 	}
@@ -80,7 +80,7 @@ func (f *FS) edit(ctx context.Context, call *toolsdk.Call, a EditArgs) (toolsdk.
 		limit = -1
 	}
 	next := bytes.Replace(cur, oldB, newB, limit)
-	if err := atomicWrite(t.Real, next); err != nil {
+	if err := atomicWrite(t, next); err != nil {
 		return toolsdk.Result{}, err
 	}
 	f.observed.Record(call.SessionID, t.Real, versionOf(next))

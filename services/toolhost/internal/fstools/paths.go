@@ -77,6 +77,7 @@ func (c *Confiner) ResolveCall(call *toolsdk.Call, p string, write bool) (Target
 	if err != nil || sc.Unconfined {
 		return t, err
 	}
+	t.denied = CodeSandboxDenied
 	if write && sc.ReadOnly {
 		return Target{}, fsError(CodeSandboxDenied, "%s: writes are denied under %s mode", t.Display, sc.Mode)
 	}
@@ -86,6 +87,7 @@ func (c *Confiner) ResolveCall(call *toolsdk.Call, p string, write bool) (Target
 	}
 	for _, r := range roots {
 		if within(t.Real, r) {
+			t.Root = r
 			return t, nil
 		}
 	}
@@ -108,7 +110,7 @@ func target(cwd, p string) (Target, error) {
 	if err != nil {
 		return Target{}, fsError(CodeIOError, "resolve %s: %v", abs, err)
 	}
-	return Target{Display: abs, Real: real}, nil
+	return Target{Display: abs, Real: real, denied: CodePermissionDenied}, nil
 }
 
 // Target is a resolved path.
@@ -117,6 +119,12 @@ type Target struct {
 	Display string
 	// Real is the path with every symlink resolved; I/O uses it.
 	Real string
+	// Root is the real root Real was confined to ("" when unconfined):
+	// I/O opens Real beneath it (fileopen.Beneath), so a link swapped
+	// into the path after the check cannot lead the I/O out of it.
+	Root string
+	// denied is the code of a refusal to leave Root.
+	denied string
 }
 
 // Resolve resolves p for a call. root is the call's workspace root (empty:
@@ -134,7 +142,7 @@ func (c *Confiner) Resolve(cwd, root, p string, write bool) (Target, error) {
 	if err != nil {
 		return Target{}, fsError(CodeIOError, "resolve %s: %v", abs, err)
 	}
-	t := Target{Display: abs, Real: real}
+	t := Target{Display: abs, Real: real, denied: CodePermissionDenied}
 	if c.Unconfined {
 		return t, nil
 	}
@@ -155,6 +163,7 @@ func (c *Confiner) Resolve(cwd, root, p string, write bool) (Target, error) {
 			lexical = true
 		}
 		if within(real, rr) {
+			t.Root = rr
 			return t, nil
 		}
 	}

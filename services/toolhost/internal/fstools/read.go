@@ -9,15 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
-	"github.com/dsh-dev/dsh/internal/fileopen"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 )
 
@@ -85,22 +82,20 @@ func (f *FS) read(ctx context.Context, call *toolsdk.Call, a ReadArgs) (toolsdk.
 	if err != nil {
 		return toolsdk.Result{}, err
 	}
-	fi, err := os.Stat(t.Real)
+	file, err := t.open()
+	if err != nil {
+		return toolsdk.Result{}, err
+	}
+	defer file.Close()
+	fi, err := file.Stat()
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return toolsdk.Result{}, fsError(CodeNotFound, "file not found: %s", t.Display)
 	case err != nil:
-		return toolsdk.Result{}, fsError(CodeIOError, "stat %s: %v", t.Display, err)
+		return toolsdk.Result{}, t.ioError("stat", err)
 	case fi.IsDir():
 		return toolsdk.Result{}, fsError(CodeNotRegularFile, "%s is a directory; use glob to list files", t.Display)
 	case !fi.Mode().IsRegular():
 		return toolsdk.Result{}, fsError(CodeNotRegularFile, "%s is not a regular file", t.Display)
 	}
-	file, err := fileopen.Read(t.Real)
-	if err != nil {
-		return toolsdk.Result{}, fsError(CodeIOError, "open %s: %v", t.Display, err)
-	}
-	defer file.Close()
 	w, err := readWindow(ctx, file, offset, limit)
 	if err != nil {
 		if errors.Is(err, errBinary) {

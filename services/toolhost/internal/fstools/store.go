@@ -2,13 +2,17 @@ package fstools
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/dsh-dev/dsh/internal/fileopen"
 )
 
 // Version is an opaque freshness token: a hash of the file's bytes, so a
@@ -87,61 +91,103 @@ func (l *pathLocks) lock(p string) (unlock func()) {
 	}
 }
 
+// open opens t for reading beneath its root (fileopen.Beneath): never a
+// file outside it, whatever was swapped into the path since t was
+// resolved, and never blocking on a FIFO. The caller checks the type.
+func (t Target) open() (*os.File, error) {
+	f, err := fileopen.Beneath(t.Root, t.Real)
+	if err != nil {
+		return nil, t.ioError("open", err)
+	}
+	return f, nil
+}
+
+// ioError is the tool error of a failed operation on t: a path that a
+// symbolic link now leads out of t's root is refused with t's denial code,
+// a missing file is CodeNotFound, anything else CodeIOError.
+func (t Target) ioError(op string, err error) error {
+	switch {
+	case errors.Is(err, fileopen.ErrEscapes):
+		return fsError(t.denied, "%s changed while it was in use: a symbolic link in its path now leads out of the workspace %s", t.Display, t.Root)
+	case errors.Is(err, fs.ErrNotExist):
+		return fsError(CodeNotFound, "file not found: %s", t.Display)
+	}
+	return fsError(CodeIOError, "%s %s: %v", op, t.Display, err)
+}
+
 // readCurrent returns a regular file's bytes, or (nil, false) when absent.
-func readCurrent(p string) ([]byte, bool, error) {
-	fi, err := os.Stat(p)
+func readCurrent(t Target) ([]byte, bool, error) {
+	f, err := fileopen.Beneath(t.Root, t.Real)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fsError(CodeIOError, "stat %s: %v", p, err)
+		return nil, false, t.ioError("open", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, true, t.ioError("stat", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, true, fsError(CodeNotRegularFile, "%s is not a regular file", p)
+		return nil, true, fsError(CodeNotRegularFile, "%s is not a regular file", t.Display)
 	}
-	b, err := os.ReadFile(p)
+	b, err := io.ReadAll(f)
 	if err != nil {
-		return nil, true, fsError(CodeIOError, "read %s: %v", p, err)
+		return nil, true, t.ioError("read", err)
 	}
 	return b, true, nil
 }
 
-// atomicWrite replaces p with b through a temporary file in the same
-// directory and a rename, keeping the old file's permission bits.
-func atomicWrite(p string, b []byte) error {
+// atomicWrite replaces t with b through a temporary file in the same
+// directory and a rename, keeping the old file's permission bits. Every
+// step (the missing directories, the temporary file, the rename) goes
+// through an os.Root of t's root, so none of them can land outside it.
+func atomicWrite(t Target, b []byte) (err error) {
+	r, rel, err := fileopen.OpenRoot(t.Root, t.Real)
+	if err != nil {
+		return t.ioError("write", err)
+	}
+	defer r.Close()
+	defer func() {
+		if err != nil {
+			err = t.ioError("write", fileopen.Escapes(err))
+		}
+	}()
 	mode := fs.FileMode(0o644)
-	if fi, err := os.Stat(p); err == nil {
+	if fi, err := r.Stat(rel); err == nil {
 		mode = fi.Mode().Perm()
 	}
-	dir := filepath.Dir(p)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fsError(CodeIOError, "create directory %s: %v", dir, err)
+	dir := filepath.Dir(rel)
+	if err := r.MkdirAll(dir, 0o755); err != nil {
+		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(p)+".dsh-*")
+	tmp := filepath.Join(dir, "."+filepath.Base(rel)+".dsh-"+rand.Text())
+	f, err := r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return fsError(CodeIOError, "write %s: %v", p, err)
+		return err
 	}
 	ok := false
 	defer func() {
 		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
+			f.Close()
+			r.Remove(tmp)
 		}
 	}()
-	if _, err := tmp.Write(b); err != nil {
-		return fsError(CodeIOError, "write %s: %v", p, err)
+	if _, err := f.Write(b); err != nil {
+		return err
 	}
-	if err := tmp.Chmod(mode); err != nil {
-		return fsError(CodeIOError, "chmod %s: %v", p, err)
+	if err := f.Chmod(mode); err != nil {
+		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		return fsError(CodeIOError, "sync %s: %v", p, err)
+	if err := f.Sync(); err != nil {
+		return err
 	}
-	if err := tmp.Close(); err != nil {
-		return fsError(CodeIOError, "close %s: %v", p, err)
+	if err := f.Close(); err != nil {
+		return err
 	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
-		return fsError(CodeIOError, "replace %s: %v", p, err)
+	if err := r.Rename(tmp, rel); err != nil {
+		return err
 	}
 	ok = true
 	return nil

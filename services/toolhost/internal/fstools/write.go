@@ -80,7 +80,7 @@ func (f *FS) write(ctx context.Context, call *toolsdk.Call, a WriteArgs) (toolsd
 	if ctx.Err() != nil {
 		return toolsdk.Result{}, fsError(CodeAborted, "write of %s aborted", t.Display)
 	}
-	cur, exists, err := readCurrent(t.Real)
+	cur, exists, err := readCurrent(t)
 	if err != nil {
 		return toolsdk.Result{}, err
 	}
@@ -94,7 +94,7 @@ func (f *FS) write(ctx context.Context, call *toolsdk.Call, a WriteArgs) (toolsd
 		return toolsdk.Result{}, fsError(CodeNotObserved, "%s already exists; read it before overwriting it", t.Display)
 	}
 	next := []byte(a.Content)
-	if err := atomicWrite(t.Real, next); err != nil {
+	if err := atomicWrite(t, next); err != nil {
 		return toolsdk.Result{}, err
 	}
 	f.observed.Record(call.SessionID, t.Real, versionOf(next))

@@ -25,6 +25,8 @@ type ignoreRule struct {
 type ignoreSet struct {
 	dirs  []string
 	rules map[string][]ignoreRule
+	// open opens a .gitignore (the walk's tree; os.Open when unset).
+	open func(path string) (*os.File, error)
 }
 
 func newIgnoreSet() *ignoreSet { return &ignoreSet{rules: map[string][]ignoreRule{}} }
@@ -32,7 +34,11 @@ func newIgnoreSet() *ignoreSet { return &ignoreSet{rules: map[string][]ignoreRul
 // load reads dir/.gitignore (dir absolute) if present. Call it for outer
 // directories before inner ones.
 func (s *ignoreSet) load(dir string) {
-	f, err := os.Open(filepath.Join(dir, ".gitignore"))
+	open := s.open
+	if open == nil {
+		open = os.Open
+	}
+	f, err := open(filepath.Join(dir, ".gitignore"))
 	if err != nil {
 		return
 	}

@@ -110,18 +110,53 @@ type file struct {
 	mtime time.Time
 }
 
+// tree is what a walk reads through: an os.Root of the call's confinement
+// root, so the walk, the .gitignore files and every file grep opens stay
+// inside it however the tree changes under the walk (a directory swapped
+// for a link to elsewhere is refused, not followed).
+type tree struct {
+	r    *os.Root
+	base string // the real path r is open at
+}
+
+func openTree(t fstools.Target) (*tree, error) {
+	r, _, err := fileopen.OpenRoot(t.Root, t.Real)
+	if err != nil {
+		return nil, toolsdk.NewError("FsError", fstools.CodeIOError, err.Error(), err)
+	}
+	return &tree{r: r, base: r.Name()}, nil
+}
+
+func (tr *tree) Close() error { return tr.r.Close() }
+
+// rel is real (absolute, at or under base) as a path of tr.r.FS().
+func (tr *tree) rel(real string) string {
+	rel, err := filepath.Rel(tr.base, real)
+	if err != nil {
+		return real // not under base: the Root refuses it
+	}
+	return filepath.ToSlash(rel)
+}
+
+// open opens the file at real for reading, never outside the tree and
+// never blocking on a FIFO.
+func (tr *tree) open(real string) (*os.File, error) { return fileopen.In(tr.r, tr.rel(real)) }
+
 // walk lists the regular files under root (or root itself when it is a
 // file) accepted by keep, newest first. With ign, .gitignore files from
 // stop (the workspace root) down to every walked directory exclude paths.
-func walk(ctx context.Context, root fstools.Target, keep func(rel string) bool, ign *ignoreSet, stop string) ([]file, error) {
-	fi, err := os.Stat(root.Real)
+func walk(ctx context.Context, tr *tree, root fstools.Target, keep func(rel string) bool, ign *ignoreSet, stop string) ([]file, error) {
+	start := tr.rel(root.Real)
+	fi, err := tr.r.Stat(start)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, toolsdk.NewError("FsError", fstools.CodeNotFound, "path not found: "+root.Display, nil)
 	}
 	if err != nil {
+		err = fileopen.Escapes(err)
 		return nil, toolsdk.NewError("FsError", fstools.CodeIOError, err.Error(), err)
 	}
 	if ign != nil {
+		ign.open = tr.open
 		var chain []string
 		for d := filepath.Dir(root.Real); within(d, stop) && d != root.Real; d = filepath.Dir(d) {
 			chain = append(chain, d)
@@ -140,16 +175,17 @@ func walk(ctx context.Context, root fstools.Target, keep func(rel string) bool, 
 		}
 		return out, nil
 	}
-	err = filepath.WalkDir(root.Real, func(p string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(tr.r.FS(), start, func(rp string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return nil // unreadable entries are skipped
+			return nil // unreadable entries (and links swapped in that leave the tree) are skipped
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		p := filepath.Join(tr.base, filepath.FromSlash(rp))
 		if d.IsDir() {
 			if p != root.Real && (vcsDirs[d.Name()] || ign != nil && ign.ignored(p, true)) {
-				return filepath.SkipDir
+				return fs.SkipDir
 			}
 			if ign != nil {
 				ign.load(p)
@@ -221,7 +257,12 @@ func (s *Search) glob(ctx context.Context, call *toolsdk.Call, a GlobArgs) (tool
 	if err != nil {
 		return toolsdk.Result{}, err
 	}
-	files, err := walk(ctx, root, m.match, nil, "")
+	tr, err := openTree(root)
+	if err != nil {
+		return toolsdk.Result{}, err
+	}
+	defer tr.Close()
+	files, err := walk(ctx, tr, root, m.match, nil, "")
 	if err != nil {
 		return toolsdk.Result{}, searchErr(ctx, err)
 	}
@@ -285,7 +326,12 @@ func (s *Search) grep(ctx context.Context, call *toolsdk.Call, a GrepArgs) (tool
 	if err != nil {
 		return toolsdk.Result{}, err
 	}
-	files, err := walk(ctx, root, keep, newIgnoreSet(), s.stopDir(call))
+	tr, err := openTree(root)
+	if err != nil {
+		return toolsdk.Result{}, err
+	}
+	defer tr.Close()
+	files, err := walk(ctx, tr, root, keep, newIgnoreSet(), s.stopDir(call))
 	if err != nil {
 		return toolsdk.Result{}, searchErr(ctx, err)
 	}
@@ -295,7 +341,7 @@ func (s *Search) grep(ctx context.Context, call *toolsdk.Call, a GrepArgs) (tool
 		if ctx.Err() != nil {
 			return toolsdk.Result{}, ctx.Err()
 		}
-		ms := grepFile(f.real, re)
+		ms := grepFile(tr, f.real, re)
 		if len(ms) == 0 {
 			continue
 		}
@@ -339,15 +385,15 @@ type match struct {
 	text string
 }
 
-// grepFile returns the matching lines of a text file; binary, unreadable
-// and oversized files yield none.
-func grepFile(p string, re *regexp.Regexp) []match {
-	f, err := fileopen.Read(p)
+// grepFile returns the matching lines of a text file; binary, unreadable,
+// oversized and no longer regular files yield none.
+func grepFile(tr *tree, p string, re *regexp.Regexp) []match {
+	f, err := tr.open(p)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || fi.Size() > maxGrepFile {
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxGrepFile {
 		return nil
 	}
 	br := bufio.NewReaderSize(f, 64<<10)

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -73,38 +74,58 @@ func (r *Reader) instructions(project, cwd string) ([]*toolsv1.InstructionFile, 
 
 // readInstruction reads one file, or says why it is skipped.
 func (r *Reader) readInstruction(path string) (*toolsv1.InstructionFile, string) {
-	if !r.inside(path) {
+	b, err := r.readFile(path, true)
+	switch {
+	case errors.Is(err, errOutside):
 		return nil, "it is a symlink that resolves outside the workspace"
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Sprintf("cannot stat: %v", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, "not a regular file"
-	}
-	if fi.Size() > r.cfg.MaxReadBytes {
-		return nil, fmt.Sprintf("%d bytes is more than the %d bytes read at most", fi.Size(), r.cfg.MaxReadBytes)
-	}
-	b, err := readCapped(path, r.cfg.MaxReadBytes)
-	if err != nil {
-		return nil, fmt.Sprintf("cannot read: %v", err)
-	}
-	if !utf8.Valid(b) {
+	case err != nil:
+		return nil, err.Error()
+	case !utf8.Valid(b):
 		return nil, "not UTF-8 text"
 	}
 	return &toolsv1.InstructionFile{Path: path, Content: string(b), SizeBytes: int64(len(b))}, ""
 }
 
-// readCapped reads at most max bytes (a file that grew since its stat is
-// cut, never read unbounded).
-func readCapped(path string, max int64) ([]byte, error) {
-	f, err := fileopen.Read(path)
+// errOutside: the path resolves outside the workspace.
+var errOutside = errors.New("it is a symlink that resolves outside the workspace")
+
+// readFile reads a regular file of at most MaxReadBytes. A confined path
+// (a workspace file, the reader not Unconfined) must resolve inside the
+// workspace and is then opened beneath its real root (fileopen.Beneath), so
+// a link swapped into the path after that check cannot lead the read out
+// of it; no open blocks on a FIFO. A file that grew since its stat is cut,
+// never read unbounded.
+func (r *Reader) readFile(path string, confined bool) ([]byte, error) {
+	root, target := "", path
+	if confined && !r.cfg.Unconfined {
+		real, err := filepath.EvalSymlinks(path)
+		if err != nil || !within(real, r.realRoot) {
+			return nil, errOutside
+		}
+		root, target = r.realRoot, real
+	}
+	f, err := fileopen.Beneath(root, target)
+	if errors.Is(err, fileopen.ErrEscapes) {
+		return nil, errOutside
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cannot open: %w", err)
 	}
 	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, max))
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("cannot stat: %w", err)
+	case !fi.Mode().IsRegular():
+		return nil, errors.New("not a regular file")
+	case fi.Size() > r.cfg.MaxReadBytes:
+		return nil, fmt.Errorf("%d bytes is more than the %d bytes read at most", fi.Size(), r.cfg.MaxReadBytes)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, r.cfg.MaxReadBytes))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read: %w", err)
+	}
+	return b, nil
 }
 
 // cutUTF8 cuts s to at most n bytes without splitting a code point.

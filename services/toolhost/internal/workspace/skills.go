@@ -144,20 +144,7 @@ func isDir(p string) bool {
 
 // loadSkill reads and validates one skill file.
 func (r *Reader) loadSkill(root skillRoot, path, base, entry string) (*Skill, error) {
-	if root.project && !r.inside(path) {
-		return nil, fmt.Errorf("it is a symlink that resolves outside the workspace")
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file")
-	}
-	if fi.Size() > r.cfg.MaxReadBytes {
-		return nil, fmt.Errorf("%d bytes is more than the %d bytes read at most", fi.Size(), r.cfg.MaxReadBytes)
-	}
-	b, err := readCapped(path, r.cfg.MaxReadBytes)
+	b, err := r.readFile(path, root.project)
 	if err != nil {
 		return nil, err
 	}
