@@ -213,7 +213,10 @@ static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP};
 // start forks the shell: in the child the call's rlimits, the signal
 // state of a fresh process, the directory, then exec. An exec (or
 // directory, or limit) failure comes back over a close-on-exec pipe.
-static int start(const struct config *c, pid_t *pid) {
+// The step of the child's set-up that failed (start's report).
+enum { STEP_FORK, STEP_LIMITS, STEP_DESCRIPTORS, STEP_DIR, STEP_EXEC };
+
+static int start(const struct config *c, pid_t *pid, int *step) {
 	char pathbuf[4096];
 	const char *path = look_path(c->argv[0], pathbuf, sizeof pathbuf);
 	int p[2];
@@ -228,7 +231,7 @@ static int start(const struct config *c, pid_t *pid) {
 	}
 	if (child == 0) {
 		close(p[0]);
-		int err = 0;
+		int err = 0, at = STEP_LIMITS;
 		// CPU: SIGXCPU at the soft limit, SIGKILL a second later.
 		if (c->cpu)
 			set_limit(RLIMIT_CPU, c->cpu, c->cpu + 1, &err);
@@ -248,28 +251,30 @@ static int start(const struct config *c, pid_t *pid) {
 		// even one the launcher inherited without close-on-exec (the
 		// error pipe stays open until the exec).
 		if (!err && syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
-			err = errno;
+			err = errno, at = STEP_DESCRIPTORS;
 		if (!err && c->dir && *c->dir && chdir(c->dir) < 0)
-			err = errno;
+			err = errno, at = STEP_DIR;
 		if (!err) {
 			extern char **environ;
 			execve(path, c->argv, environ);
-			err = errno;
+			err = errno, at = STEP_EXEC;
 		}
-		ssize_t w = write(p[1], &err, sizeof err);
+		int msg[2] = {err, at};
+		ssize_t w = write(p[1], msg, sizeof msg);
 		(void)w;
 		_exit(127);
 	}
 	close(p[1]);
-	int err = 0;
+	int msg[2] = {0, 0};
 	ssize_t n;
 	do
-		n = read(p[0], &err, sizeof err);
+		n = read(p[0], msg, sizeof msg);
 	while (n < 0 && errno == EINTR);
 	close(p[0]);
-	if (n == sizeof err && err) {
+	if (n == sizeof msg && msg[0]) {
 		waitpid(child, NULL, 0);
-		return err;
+		*step = msg[1];
+		return msg[0];
 	}
 	*pid = child;
 	return 0;
@@ -367,9 +372,28 @@ static int launch(char **args) {
 	for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
 		sigaction(forwarded[i], &sa, NULL);
 	pid_t pid = 0;
-	int err = start(&c, &pid);
-	if (err)
-		return fail("start", err);
+	int step = 0;
+	int err = start(&c, &pid, &step);
+	if (err) {
+		char what[4200];
+		switch (step) {
+		case STEP_DIR:
+			snprintf(what, sizeof what, "start: chdir %s", c.dir);
+			break;
+		case STEP_EXEC:
+			snprintf(what, sizeof what, "start: exec %s", c.argv[0]);
+			break;
+		case STEP_DESCRIPTORS:
+			snprintf(what, sizeof what, "start: descriptors");
+			break;
+		case STEP_LIMITS:
+			snprintf(what, sizeof what, "start: limits");
+			break;
+		default:
+			snprintf(what, sizeof what, "start");
+		}
+		return fail(what, err);
+	}
 	report("ok");
 	shell = pid;
 	forward_all = c.pidns;
