@@ -246,6 +246,7 @@ static int start(const struct config *c, pid_t *pid, int *step) {
 		sigemptyset(&none);
 		for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
 			signal(forwarded[i], SIG_DFL);
+		signal(SIGPIPE, SIG_DFL);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		// Nothing but the standard descriptors reaches the shell, not
 		// even one the launcher inherited without close-on-exec (the
@@ -311,6 +312,12 @@ static void kill_descendants(void) {
 }
 
 static int launch(char **args) {
+	// Whatever the toolhost's signal state: children are reaped here
+	// (SIGCHLD ignored would reap them for us and lose the shell's end),
+	// and a report to a toolhost that went away is an error, not a death
+	// (as for the Go launcher); the shell gets the defaults back.
+	signal(SIGCHLD, SIG_DFL);
+	signal(SIGPIPE, SIG_IGN);
 	// No descriptor the toolhost handed over may reach the shell.
 	if (fcntl(STATUS_FD, F_SETFD, FD_CLOEXEC) < 0)
 		return fail("descriptor 3", errno);
@@ -361,11 +368,11 @@ static int launch(char **args) {
 	}
 	// Termination signals are held until the shell's pid is known, then
 	// forwarded (to the whole namespace with one).
-	sigset_t held, old;
+	sigset_t held;
 	sigemptyset(&held);
 	for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
 		sigaddset(&held, forwarded[i]);
-	sigprocmask(SIG_BLOCK, &held, &old);
+	sigprocmask(SIG_BLOCK, &held, NULL);
 	struct sigaction sa = {0};
 	sa.sa_handler = forward;
 	sa.sa_flags = SA_RESTART;
@@ -397,7 +404,9 @@ static int launch(char **args) {
 	report("ok");
 	shell = pid;
 	forward_all = c.pidns;
-	sigprocmask(SIG_SETMASK, &old, NULL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
 	// Reap every orphan handed to us until the shell ends.
 	int ws = 0;
 	for (;;) {
