@@ -5,6 +5,9 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/... ./services/agent/cmd/... ./services/llmgateway/cmd/... ./services/toolhost/cmd/...
+# The sandbox launcher with its C first stage (static; the image has gcc):
+# it starts on every bash call, and without cgo it pays a Go runtime start.
+RUN CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -o /out/ ./services/toolhost/cmd/dsh-sandbox-launcher
 
 FROM debian:bookworm-slim
 # bash and coreutils serve the built-in bash tool; ca-certificates the providers' TLS.

@@ -20,9 +20,9 @@ run: ## Run the whole stack in one process (embedded NATS + SQLite) and open a c
 	$(GO) run ./cmd/dsh dev
 
 .PHONY: build
-build: ## Build every binary into bin/ (the sandbox launcher static: it starts on every bash call).
+build: ## Build every binary into bin/ (the sandbox launcher static, with its C first stage: it starts on every bash call).
 	$(GO) build -o bin/ ./cmd/... ./services/.../cmd/...
-	CGO_ENABLED=0 $(GO) build -o bin/ ./services/toolhost/cmd/dsh-sandbox-launcher
+	CGO_ENABLED=1 $(GO) build -ldflags "-s -w" -o bin/ ./services/toolhost/cmd/dsh-sandbox-launcher
 
 .PHONY: generate
 generate: ## Regenerate gen/ from proto/ with buf.

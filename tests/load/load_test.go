@@ -79,7 +79,8 @@ func TestMain(m *testing.M) {
 		"github.com/dsh-dev/dsh/services/toolhost/cmd/toolhost",
 		"github.com/dsh-dev/dsh/services/agent/cmd/agent")
 	if err == nil {
-		err = build([]string{"CGO_ENABLED=0"}, "github.com/dsh-dev/dsh/services/toolhost/cmd/dsh-sandbox-launcher")
+		// As make build: with cgo, the launcher's C first stage.
+		err = build([]string{"CGO_ENABLED=1"}, "github.com/dsh-dev/dsh/services/toolhost/cmd/dsh-sandbox-launcher")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "load: go build:", err)

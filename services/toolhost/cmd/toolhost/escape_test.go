@@ -45,8 +45,9 @@ func startEscapeHost(t *testing.T) *escapeHost {
 	// Dockerfile install it, so the suite attacks the deployed launcher
 	// (the sandbox package's own tests cover the self-exec fallback).
 	launcherBin := filepath.Join(filepath.Dir(bin), "dsh-sandbox-launcher")
+	// With cgo, as make build: the C first stage serves every call.
 	lb := exec.Command("go", "build", "-o", launcherBin, "../dsh-sandbox-launcher")
-	lb.Env = append(os.Environ(), "CGO_ENABLED=0")
+	lb.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := lb.CombinedOutput(); err != nil {
 		t.Fatalf("build the launcher: %v\n%s", err, out)
 	}

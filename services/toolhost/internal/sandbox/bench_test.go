@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,17 +43,25 @@ func runTrue(tb testing.TB, s *Sandbox, p Policy, root string) {
 // host shows up.
 //
 // The confined cases run the launcher the way a deployed toolhost does:
-// the small, static dsh-sandbox-launcher binary (built here as make build
-// and the Dockerfile build it: CGO_ENABLED=0); the "self-exec" case
-// re-executes this (large, cgo) test binary instead, the fallback when no
-// launcher lies next to the host's binary, so one run shows both.
+// the small, static dsh-sandbox-launcher binary built with cgo (as make
+// build and the Dockerfile build it), whose C first stage serves the call
+// before a Go runtime starts; "workspace-write-go" runs the same binary
+// built without cgo (the Go launcher after a Go runtime start), and
+// "workspace-write-self-exec" re-executes this (large, cgo) test binary,
+// the fallback when no launcher lies next to the host's binary, so one run
+// shows all three.
 func BenchmarkSpawn(b *testing.B) {
 	root := b.TempDir()
-	s, err := New(Config{HostRoot: root, Exe: buildLauncher(b)})
+	s, err := New(Config{HostRoot: root, Exe: buildLauncher(b, true)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
+	goL, err := New(Config{HostRoot: root, Exe: buildLauncher(b, false)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer goL.Close()
 	self, err := New(Config{HostRoot: root, Exe: "/proc/self/exe"})
 	if err != nil {
 		b.Fatal(err)
@@ -70,6 +79,7 @@ func BenchmarkSpawn(b *testing.B) {
 			}
 		}},
 		{"workspace-write", func() { runTrue(b, s, Policy{Mode: WorkspaceWrite, Network: true}, root) }},
+		{"workspace-write-go", func() { runTrue(b, goL, Policy{Mode: WorkspaceWrite, Network: true}, root) }},
 		{"workspace-write-self-exec", func() { runTrue(b, self, Policy{Mode: WorkspaceWrite, Network: true}, root) }},
 		{"read-only", func() { runTrue(b, s, Policy{Mode: ReadOnly, Network: true}, root) }},
 		{"network-off", func() { runTrue(b, s, Policy{Mode: WorkspaceWrite}, root) }},
@@ -102,71 +112,30 @@ func cpuTime(who int) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// buildLauncher builds the small launcher binary without cgo (as deployed:
-// a cgo build pays for the dynamic loader, libc and pthread-backed threads
-// on every start).
-func buildLauncher(b *testing.B) string {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		b.Skip("go toolchain not on PATH")
+// buildLauncher builds the small launcher binary, static either way: with
+// cgo (its C first stage, as deployed) or without (the Go launcher).
+func buildLauncher(tb testing.TB, cgo bool) string {
+	tb.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		tb.Skip("go toolchain not on PATH")
 	}
-	bin := filepath.Join(b.TempDir(), launcher.Arg0)
-	cmd := exec.Command(goBin, "build", "-o", bin, "../../cmd/dsh-sandbox-launcher")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("build the launcher: %v\n%s", err, out)
+	bin, err := buildLauncherIn(tb.TempDir(), cgo)
+	if err != nil {
+		tb.Fatal(err)
 	}
 	return bin
 }
 
-// BenchmarkCallRuleset measures the host's share of a confined call's
-// Landlock work: "rules" builds one call's ruleset from a kept listing (a
-// landlock_add_rule per sibling of the way down to the hidden roots),
-// "listing" lists and opens those siblings from scratch (a host's first
-// call), "relisting" lists them again taking the previous listing's
-// descriptors over (what a change in a listed directory costs once).
-// entries is the number of siblings here.
-func BenchmarkCallRuleset(b *testing.B) {
-	root := b.TempDir()
-	hidden := []string{root}
-	l, err := newListing(hidden, nil, keepBudget())
-	if err != nil {
-		b.Fatal(err)
+// buildLauncherIn builds the launcher into dir.
+func buildLauncherIn(dir string, cgo bool) (string, error) {
+	bin := filepath.Join(dir, launcher.Arg0)
+	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/dsh-sandbox-launcher")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if cgo {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	}
-	defer l.close()
-	b.Run("rules", func(b *testing.B) {
-		for b.Loop() {
-			fd, err := callRuleset(l, nil, []string{root}, true)
-			if err != nil {
-				b.Fatal(err)
-			}
-			syscall.Close(fd)
-		}
-		b.ReportMetric(float64(len(l.entries)), "entries")
-	})
-	b.Run("listing", func(b *testing.B) {
-		for b.Loop() {
-			l, err := newListing(hidden, nil, keepBudget())
-			if err != nil {
-				b.Fatal(err)
-			}
-			l.close()
-		}
-	})
-	b.Run("relisting", func(b *testing.B) {
-		prev, err := newListing(hidden, nil, keepBudget())
-		if err != nil {
-			b.Fatal(err)
-		}
-		for b.Loop() {
-			prev.retired = true
-			l, err := newListing(hidden, prev, keepBudget())
-			if err != nil {
-				b.Fatal(err)
-			}
-			prev.close()
-			prev = l
-		}
-		prev.close()
-	})
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the launcher: %v\n%s", err, out)
+	}
+	return bin, nil
 }

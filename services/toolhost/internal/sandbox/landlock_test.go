@@ -3,9 +3,11 @@ package sandbox
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -31,7 +33,50 @@ func runIn(t *testing.T, s *Sandbox, p Policy, root, command string) (string, st
 
 // confinedSandbox is a Sandbox whose host root is base/host (so base is a
 // directory the read layer lists) with sessions a and b, b holding a secret.
+// Its launcher is this test binary re-executed (the Go launcher).
 func confinedSandbox(t *testing.T) (s *Sandbox, base, a, b string) {
+	t.Helper()
+	return confinedSandboxWith(t, "")
+}
+
+// firstStages are the launchers a confinement test runs through: the Go
+// launcher (this binary re-executed) and the small launcher binary with its
+// C first stage, as deployed (when this machine has a C compiler).
+func firstStages(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{"go": "/proc/self/exe"}
+	if _, err := exec.LookPath("gcc"); err == nil {
+		cLauncher.once.Do(func() { cLauncher.path, cLauncher.err = buildLauncherIn(cLauncher.dir, true) })
+		if cLauncher.err != nil {
+			t.Fatal(cLauncher.err)
+		}
+		out["c"] = cLauncher.path
+	}
+	return out
+}
+
+// cLauncher is the C first stage, built once per test binary (TestMain
+// removes it).
+var cLauncher struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dsh-sandbox-test-")
+	if err != nil {
+		panic(err)
+	}
+	cLauncher.dir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// confinedSandboxWith is confinedSandbox with launcher exe ("" for the
+// default).
+func confinedSandboxWith(t *testing.T, exe string) (s *Sandbox, base, a, b string) {
 	t.Helper()
 	base = t.TempDir()
 	host := filepath.Join(base, "host")
@@ -44,7 +89,7 @@ func confinedSandbox(t *testing.T) (s *Sandbox, base, a, b string) {
 	if err := os.WriteFile(filepath.Join(b, "secret"), []byte("b-secret"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{HostRoot: host})
+	s, err := New(Config{HostRoot: host, Exe: exe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,14 +106,19 @@ func confinedSandbox(t *testing.T) (s *Sandbox, base, a, b string) {
 // fresh listing did.
 func TestKeptListingStillHides(t *testing.T) {
 	t.Parallel()
-	s, _, a, b := confinedSandbox(t)
-	for _, mode := range []Mode{WorkspaceWrite, ReadOnly} {
-		for i := range 3 {
-			out, _, _ := runIn(t, s, Policy{Mode: mode}, a, "cat "+filepath.Join(b, "secret")+"; ls ../b; ls "+s.tmpRoot+"; echo end")
-			if strings.Contains(out, "b-secret") || strings.Contains(out, "secret\n") || strings.Contains(out, "call-") || !strings.HasSuffix(out, "end\n") {
-				t.Errorf("%s call %d read what it must not: %q", mode, i, out)
+	for stage, exe := range firstStages(t) {
+		t.Run(stage, func(t *testing.T) {
+			t.Parallel()
+			s, _, a, b := confinedSandboxWith(t, exe)
+			for _, mode := range []Mode{WorkspaceWrite, ReadOnly} {
+				for i := range 3 {
+					out, _, _ := runIn(t, s, Policy{Mode: mode}, a, "cat "+filepath.Join(b, "secret")+"; ls ../b; ls "+s.tmpRoot+"; echo end")
+					if strings.Contains(out, "b-secret") || strings.Contains(out, "secret\n") || strings.Contains(out, "call-") || !strings.HasSuffix(out, "end\n") {
+						t.Errorf("%s call %d read what it must not: %q", mode, i, out)
+					}
+				}
 			}
-		}
+		})
 	}
 }
 
@@ -109,12 +159,17 @@ func TestListingFollowsTheFilesystem(t *testing.T) {
 // own /proc is readable, which this also checks).
 func TestNoRulesetReachesTheShell(t *testing.T) {
 	t.Parallel()
-	s, _, a, _ := confinedSandbox(t)
-	for _, mode := range []Mode{WorkspaceWrite, ReadOnly} {
-		out, errb, _ := runIn(t, s, Policy{Mode: mode}, a, "ls /proc/self/fd >/dev/null && echo proc-ok; for f in /proc/self/fd/* /proc/$PPID/fd/*; do readlink $f; done; echo end")
-		if strings.Contains(out, "landlock") || !strings.HasPrefix(out, "proc-ok\n") || !strings.Contains(out, "pipe:") || !strings.HasSuffix(out, "end\n") {
-			t.Errorf("%s: descriptors of the call: %q (stderr %q)", mode, out, errb)
-		}
+	for stage, exe := range firstStages(t) {
+		t.Run(stage, func(t *testing.T) {
+			t.Parallel()
+			s, _, a, _ := confinedSandboxWith(t, exe)
+			for _, mode := range []Mode{WorkspaceWrite, ReadOnly} {
+				out, errb, _ := runIn(t, s, Policy{Mode: mode}, a, "ls /proc/self/fd >/dev/null && echo proc-ok; for f in /proc/self/fd/* /proc/$PPID/fd/*; do readlink $f; done; echo end")
+				if strings.Contains(out, "landlock") || !strings.HasPrefix(out, "proc-ok\n") || !strings.Contains(out, "pipe:") || !strings.HasSuffix(out, "end\n") {
+					t.Errorf("%s: descriptors of the call: %q (stderr %q)", mode, out, errb)
+				}
+			}
+		})
 	}
 }
 
@@ -125,19 +180,24 @@ func TestNoRulesetReachesTheShell(t *testing.T) {
 // the host's access. Every thread of the shell's parent must carry both.
 func TestEveryLauncherThreadIsConfined(t *testing.T) {
 	t.Parallel()
-	s, _, a, _ := confinedSandbox(t)
-	for _, mode := range []Mode{WorkspaceWrite, ReadOnly} {
-		out, errb, _ := runIn(t, s, Policy{Mode: mode}, a, `n=0; for f in /proc/$PPID/task/*/status; do grep -h '^NoNewPrivs:' $f; n=$((n+1)); done; echo "threads $n"`)
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if len(lines) < 2 || !strings.HasPrefix(lines[len(lines)-1], "threads ") || lines[len(lines)-1] == "threads 0" {
-			t.Fatalf("%s: no launcher threads listed: %q (stderr %q)", mode, out, errb)
-		}
-		for _, l := range lines[:len(lines)-1] {
-			if strings.Join(strings.Fields(l), " ") != "NoNewPrivs: 1" {
-				t.Errorf("%s: a launcher thread without no_new_privs (so without the Landlock domain): %q", mode, out)
-				break
+	for stage, exe := range firstStages(t) {
+		t.Run(stage, func(t *testing.T) {
+			t.Parallel()
+			s, _, a, _ := confinedSandboxWith(t, exe)
+			for _, mode := range []Mode{WorkspaceWrite, ReadOnly} {
+				out, errb, _ := runIn(t, s, Policy{Mode: mode}, a, `n=0; for f in /proc/$PPID/task/*/status; do grep -h '^NoNewPrivs:' $f; n=$((n+1)); done; echo "threads $n"`)
+				lines := strings.Split(strings.TrimSpace(out), "\n")
+				if len(lines) < 2 || !strings.HasPrefix(lines[len(lines)-1], "threads ") || lines[len(lines)-1] == "threads 0" {
+					t.Fatalf("%s: no launcher threads listed: %q (stderr %q)", mode, out, errb)
+				}
+				for _, l := range lines[:len(lines)-1] {
+					if strings.Join(strings.Fields(l), " ") != "NoNewPrivs: 1" {
+						t.Errorf("%s: a launcher thread without no_new_privs (so without the Landlock domain): %q", mode, out)
+						break
+					}
+				}
 			}
-		}
+		})
 	}
 }
 
@@ -221,5 +281,38 @@ func TestMovedSiblingStaysHidden(t *testing.T) {
 	out, _, _ := runIn(t, s, p, a, "cat "+filepath.Join(moved, "note")+"; ls "+x+" && echo new-x-ok")
 	if strings.Contains(out, "was-outside") || !strings.Contains(out, "new-x-ok") {
 		t.Errorf("after the move: %q", out)
+	}
+}
+
+// TestShellCannotForgeTheReport: the launcher's report pipe (descriptor 3)
+// is its own; a shell that reaches for it through /proc to claim an end of
+// its choosing must fail, and the call's result is the shell's real end.
+func TestShellCannotForgeTheReport(t *testing.T) {
+	t.Parallel()
+	for stage, exe := range firstStages(t) {
+		t.Run(stage, func(t *testing.T) {
+			t.Parallel()
+			s, _, a, _ := confinedSandboxWith(t, exe)
+			for _, mode := range []Mode{WorkspaceWrite, ReadOnly} {
+				r, err := s.Command(Call{Policy: Policy{Mode: mode}, Root: a, Dir: a,
+					Command: `for p in /proc/$PPID/fd/3 /proc/1/fd/3; do echo "exit 0" > $p && echo forged; done; exit 7`})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out bytes.Buffer
+				r.Cmd.Stdout, r.Cmd.Stderr = &out, &out
+				if err := r.Cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				if err := r.Started(); err != nil {
+					t.Fatal(err)
+				}
+				_ = r.Cmd.Wait()
+				r.Finish()
+				if code, _, ok := r.Result(); !ok || code != 7 || strings.Contains(out.String(), "forged") {
+					t.Errorf("%s: result %d (ok %v), output %q", mode, code, ok, out.String())
+				}
+			}
+		})
 	}
 }

@@ -127,6 +127,11 @@ func launch(args []string) int {
 			return fail("landlock", err)
 		}
 	}
+	// Nor any descriptor the launcher inherited without close-on-exec:
+	// the shell gets the standard three only.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fail("descriptors", err)
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 	shell, err := startLimited(cfg)

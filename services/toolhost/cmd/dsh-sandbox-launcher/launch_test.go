@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox/launcher"
+)
+
+// stages builds the launcher both ways: with cgo (the C first stage, as
+// make build and the Dockerfile build it) and without (the Go launcher),
+// and checks that each build says which stage serves it.
+func stages(t *testing.T) map[string]string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go toolchain not on PATH")
+	}
+	out := map[string]string{}
+	for stage, cgo := range map[string]string{"c": "1", "go": "0"} {
+		if cgo == "1" {
+			if _, err := exec.LookPath("gcc"); err != nil {
+				t.Logf("no gcc: the C first stage is not built here")
+				continue
+			}
+		}
+		bin := filepath.Join(t.TempDir(), launcher.Arg0)
+		cmd := exec.Command(goBin, "build", "-o", bin, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build the launcher (cgo %s): %v\n%s", cgo, err, b)
+		}
+		b, _ := exec.Command(bin).CombinedOutput()
+		if !strings.Contains(string(b), "(first stage: "+stage+")") {
+			t.Fatalf("the cgo=%s build says %q, want first stage %s", cgo, b, stage)
+		}
+		out[stage] = bin
+	}
+	return out
+}
+
+// run is one launch: the status lines, the shell's stdout and stderr, the
+// launcher's exit code.
+type run struct {
+	status, stdout, stderr string
+	code                   int
+}
+
+// launch runs bin with argv (argv[0] included) the way the sandbox does:
+// the status pipe as descriptor 3, its own process group, and with pidns a
+// PID and mount namespace of its own. signal, when set, is sent to the
+// launcher once the shell printed "ready".
+func launch(t *testing.T, bin string, argv []string, pidns bool, signal syscall.Signal) run {
+	t.Helper()
+	sr, sw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sr.Close()
+	or, ow, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	if pidns {
+		attr.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS
+	}
+	cmd := &exec.Cmd{Path: bin, Args: argv, Stdout: ow, Stderr: &errb, ExtraFiles: []*os.File{sw}, SysProcAttr: attr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sw.Close()
+	ow.Close()
+	var out strings.Builder
+	sc := bufio.NewScanner(or)
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if sc.Text() == "ready" && signal != 0 {
+			_ = cmd.Process.Signal(signal)
+		}
+	}
+	or.Close()
+	_ = cmd.Wait()
+	st := new(strings.Builder)
+	_, _ = bufio.NewReader(sr).WriteTo(st)
+	return run{status: st.String(), stdout: out.String(), stderr: errb.String(), code: cmd.ProcessState.ExitCode()}
+}
+
+// TestFirstStagesAgree: the C first stage and the Go launcher serve the
+// protocol alike — status lines, exit codes, the shell's limits, directory,
+// descriptors, namespace and capabilities, signal forwarding and the
+// containment of leftovers — and each matches what the sandbox relies on.
+func TestFirstStagesAgree(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (PID namespaces, the capability bounding set)")
+	}
+	bins := stages(t)
+	dir := t.TempDir()
+	limits := launcher.Limits{CPUSeconds: 7, MemoryBytes: 3 << 30, Processes: 50, FileBytes: 1 << 20}
+	args := func(cmd string, f func(*launcher.Config)) []string {
+		c := launcher.Config{Argv: []string{"bash", "-c", cmd}, Dir: dir, Limits: limits}
+		if f != nil {
+			f(&c)
+		}
+		return c.Args()
+	}
+	pidns := func(c *launcher.Config) { c.PIDNS, c.DropCaps = true, true }
+	marker := fmt.Sprintf("dsh-first-stage-%d", time.Now().UnixNano())
+	tests := []struct {
+		name   string
+		argv   []string
+		pidns  bool
+		signal syscall.Signal
+		want   run
+	}{
+		{name: "exit", argv: args("echo hi; exit 3", nil), want: run{status: "ok\nexit 3\n", stdout: "hi\n", code: 3}},
+		{name: "killed", argv: args("kill -KILL $$", nil), want: run{status: "ok\nsignal 9\n", code: 137}},
+		{name: "limits", argv: args("ulimit -t; ulimit -v; ulimit -f; ulimit -c; pwd", nil),
+			want: run{status: "ok\nexit 0\n", stdout: fmt.Sprintf("7\n%d\n%d\n0\n%s\n", (3<<30)/1024, (1<<20)/1024, dir), code: 0}},
+		// Only the standard descriptors reach the shell (3 is ls's own
+		// directory), not even one the launcher itself inherited.
+		{name: "descriptors", argv: args("ls /proc/self/fd | tr '\\n' ' '", nil), want: run{status: "ok\nexit 0\n", stdout: "0 1 2 3 \n"}},
+		{name: "unknown-setting", argv: []string{launcher.Arg0, "dsh-launch-v2", "bogus", "--", "true"}, want: run{code: 125}},
+		{name: "no-command", argv: []string{launcher.Arg0, "dsh-launch-v2", "dir=/", "--"}, want: run{code: 125}},
+		{name: "missing-command", argv: func() []string { a := args("", nil); return append(a[:len(a)-3], "/nonexistent/bash") }(), want: run{code: 125}},
+		{name: "bad-dir", argv: args("true", func(c *launcher.Config) { c.Dir = dir + "/missing" }), want: run{code: 125}},
+		// Pid 1 of its own namespace with its own /proc, capabilities
+		// that could undo the confinement gone from the shell.
+		{name: "pidns", argv: args(`echo $PPID; test -e /proc/`+strconv.Itoa(os.Getpid())+` && echo host-proc; b=$(awk '/^CapBnd/ {print $2}' /proc/self/status); echo $(( (0x$b >> 21) & 1 )) $(( (0x$b >> 19) & 1 ))`, pidns),
+			pidns: true, want: run{status: "ok\nexit 0\n", stdout: "1\n0 0\n"}},
+		// A termination signal to the launcher reaches the shell.
+		{name: "forward", argv: args("trap 'echo got; exit 5' TERM; echo ready; sleep 100 & wait", nil), signal: syscall.SIGTERM,
+			want: run{status: "ok\nexit 5\n", stdout: "ready\ngot\n", code: 5}},
+		{name: "forward-pidns", argv: args("trap 'echo got; exit 5' TERM; echo ready; sleep 100 & wait", pidns), pidns: true, signal: syscall.SIGTERM,
+			want: run{status: "ok\nexit 5\n", stdout: "ready\ngot\n", code: 5}},
+		// Without a namespace the launcher is a subreaper and kills what
+		// the shell left behind.
+		{name: "leftovers", argv: args("setsid bash -c 'exec -a "+marker+" sleep 300' & ( ( exec -a "+marker+" sleep 300 ) & ); echo started", nil),
+			want: run{status: "ok\nexit 0\n", stdout: "started\n"}},
+	}
+	results := map[string]map[string]run{}
+	for stage, bin := range bins {
+		results[stage] = map[string]run{}
+		for _, tc := range tests {
+			got := launch(t, bin, tc.argv, tc.pidns, tc.signal)
+			results[stage][tc.name] = got
+			if tc.want.code == 125 {
+				if got.code != 125 || !strings.HasPrefix(got.status, "error: ") || strings.Count(got.status, "\n") != 1 {
+					t.Errorf("%s %s: want one error line and exit 125, got %+v", stage, tc.name, got)
+				}
+				continue
+			}
+			if got.status != tc.want.status || got.stdout != tc.want.stdout || got.code != tc.want.code {
+				t.Errorf("%s %s:\n got %+v\nwant %+v", stage, tc.name, got, tc.want)
+			}
+		}
+		if pids := living(t, marker); pids != "" {
+			t.Errorf("%s: leftovers %s still running after the launcher returned", stage, pids)
+		}
+	}
+	// Setup errors name the same step.
+	if len(results) == 2 {
+		for _, tc := range tests {
+			c, g := results["c"][tc.name], results["go"][tc.name]
+			if tc.want.code == 125 && strings.SplitN(c.status, ":", 3)[1] != strings.SplitN(g.status, ":", 3)[1] {
+				t.Errorf("%s: the stages name different steps: c %q, go %q", tc.name, c.status, g.status)
+			}
+		}
+	}
+}
+
+// living lists the processes whose command line holds marker (pgrep: this
+// test binary stays free of the net package, whose resolver a static cgo
+// link warns about).
+func living(t *testing.T, marker string) string {
+	t.Helper()
+	if _, err := exec.LookPath("pgrep"); err != nil {
+		t.Log("no pgrep: leftovers not checked")
+		return ""
+	}
+	out, _ := exec.Command("pgrep", "-f", marker).Output()
+	return strings.TrimSpace(string(out))
+}
