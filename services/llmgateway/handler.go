@@ -95,7 +95,13 @@ func (h handler) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamin
 	start := time.Now()
 	chunks := 0
 	var outcome string
+	// Chunks go out through out: one per response, or batched when the
+	// client asked (batch_chunks) and the adapter marks boundaries.
 	out := sender{send: stream.Send, batch: req.GetBatchChunks()}
+	gone := func(err error) error {
+		h.s.log.Debug("generate: client went away", "route", r.name, "err", err)
+		return toStatus(h.s.log, "Generate", err)
+	}
 	chunkSeq := h.s.stream
 	if out.batch {
 		chunkSeq = h.s.streamMarked
@@ -103,8 +109,7 @@ func (h handler) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamin
 	for c := range chunkSeq(ctx, r, req) {
 		if c == nil { // a boundary: the adapter is about to wait
 			if err := out.boundary(); err != nil {
-				h.s.log.Debug("generate: client went away", "route", r.name, "err", err)
-				return toStatus(h.s.log, "Generate", err)
+				return gone(err)
 			}
 			continue
 		}
@@ -119,13 +124,11 @@ func (h handler) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamin
 			span.SetAttributes(telemetry.UsageAttributes(u.GetUsage())...)
 		}
 		if err := out.chunk(c); err != nil {
-			h.s.log.Debug("generate: client went away", "route", r.name, "err", err)
-			return toStatus(h.s.log, "Generate", err)
+			return gone(err)
 		}
 	}
 	if err := out.flush(); err != nil {
-		h.s.log.Debug("generate: client went away", "route", r.name, "err", err)
-		return toStatus(h.s.log, "Generate", err)
+		return gone(err)
 	}
 	h.s.log.Info("generate", "route", r.name, "model", req.GetModel(), "outcome", outcome, "chunks", chunks, "duration", time.Since(start))
 	return nil
