@@ -95,9 +95,24 @@ func (h handler) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamin
 	start := time.Now()
 	chunks := 0
 	var outcome string
-	// Send marshals before it returns, so one response message is reused.
-	resp := &llmv1.GenerateResponse{}
-	for c := range h.s.stream(ctx, r, req) {
+	// Chunks go out through out: one per response, or batched when the
+	// client asked (batch_chunks) and the adapter marks boundaries.
+	out := sender{send: stream.Send, batch: req.GetBatchChunks()}
+	gone := func(err error) error {
+		h.s.log.Debug("generate: client went away", "route", r.name, "err", err)
+		return toStatus(h.s.log, "Generate", err)
+	}
+	chunkSeq := h.s.stream
+	if out.batch {
+		chunkSeq = h.s.streamMarked
+	}
+	for c := range chunkSeq(ctx, r, req) {
+		if c == nil { // a boundary: the adapter is about to wait
+			if err := out.boundary(); err != nil {
+				return gone(err)
+			}
+			continue
+		}
 		chunks++
 		if f := c.GetFinish(); f != nil {
 			outcome = finishKind(f)
@@ -108,11 +123,12 @@ func (h handler) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamin
 		if u := c.GetUsage(); u != nil && span.IsRecording() {
 			span.SetAttributes(telemetry.UsageAttributes(u.GetUsage())...)
 		}
-		resp.Chunk = c
-		if err := stream.Send(resp); err != nil {
-			h.s.log.Debug("generate: client went away", "route", r.name, "err", err)
-			return toStatus(h.s.log, "Generate", err)
+		if err := out.chunk(c); err != nil {
+			return gone(err)
 		}
+	}
+	if err := out.flush(); err != nil {
+		return gone(err)
 	}
 	h.s.log.Info("generate", "route", r.name, "model", req.GetModel(), "outcome", outcome, "chunks", chunks, "duration", time.Since(start))
 	return nil

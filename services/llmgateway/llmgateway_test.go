@@ -56,7 +56,10 @@ func recvAll(t testing.TB, s interface {
 		if err != nil {
 			return out, err
 		}
-		out = append(out, r.GetChunk())
+		if r.GetChunk() != nil {
+			out = append(out, r.GetChunk())
+		}
+		out = append(out, r.GetChunks()...)
 	}
 }
 

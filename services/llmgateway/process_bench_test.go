@@ -159,7 +159,7 @@ type lockstepUpstream struct {
 	n    int
 }
 
-func newLockstepUpstream(b *testing.B, n int) *lockstepUpstream {
+func newLockstepUpstream(b testing.TB, n int) *lockstepUpstream {
 	u := &lockstepUpstream{next: make(chan struct{}, 1), n: n}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)

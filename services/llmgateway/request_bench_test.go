@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,6 +179,102 @@ func BenchmarkProcessRequestCPU(b *testing.B) {
 			b.ReportMetric(median(per)/1e3, "gateway-cpu-µs/request")
 		})
 	}
+}
+
+// BenchmarkProcessBatchCPU measures what batched responses
+// (GenerateRequest.batch_chunks) save the gateway process per model
+// request: the load benchmark's request answered by the tool-call stream,
+// 64 requests in flight at once, one process, each iteration one round of
+// 64 single-chunk requests and one of 64 batched ones (alternating which
+// goes first, so the machine's load hits both alike). It reports the
+// median CPU per request of each, their per-round ratio, and the messages
+// per request.
+func BenchmarkProcessBatchCPU(b *testing.B) {
+	const width = 64
+	req := loadRequest(b)
+	g := startProcess(b, toolCallUpstream(b))
+	ctx := context.Background()
+	one := func(batch bool) (int, error) {
+		r := proto.CloneOf(req)
+		r.BatchChunks = batch
+		s, err := g.client.Generate(ctx, r)
+		if err != nil {
+			return 0, err
+		}
+		msgs, chunks, calls := 0, 0, 0
+		for {
+			m, err := s.Recv()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return 0, err
+			}
+			msgs++
+			for _, c := range append([]*llmv1.StreamChunk{m.GetChunk()}, m.GetChunks()...) {
+				if c == nil {
+					continue
+				}
+				chunks++
+				if c.GetBlockStart().GetBlockType() == llmv1.BlockType_BLOCK_TYPE_TOOL_CALL {
+					calls++
+				}
+				if f := c.GetFinish(); f != nil && f.GetReason().GetToolCalls() == nil {
+					return 0, fmt.Errorf("finish %v", f)
+				}
+			}
+		}
+		if calls != 1 || chunks < 6 {
+			return 0, fmt.Errorf("%d tool calls in %d chunks, want 1", calls, chunks)
+		}
+		return msgs, nil
+	}
+	round := func(batch bool) (time.Duration, int) {
+		var wg sync.WaitGroup
+		var msgs atomic.Int64
+		errs := make(chan error, width)
+		c0 := g.cpu(b)
+		for range width {
+			wg.Go(func() {
+				n, err := one(batch)
+				if err != nil {
+					errs <- err
+				}
+				msgs.Add(int64(n))
+			})
+		}
+		wg.Wait()
+		cpu := (g.cpu(b) - c0) / width
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+		return cpu, int(msgs.Load()) / width
+	}
+	for range 3 {
+		round(false) // warm: connections, pools, caches
+		round(true)
+	}
+	var single, batched, ratio []time.Duration
+	var msgsSingle, msgsBatched int
+	i := 0
+	for b.Loop() {
+		var s, bt time.Duration
+		if i%2 == 0 {
+			s, msgsSingle = round(false)
+			bt, msgsBatched = round(true)
+		} else {
+			bt, msgsBatched = round(true)
+			s, msgsSingle = round(false)
+		}
+		i++
+		single, batched, ratio = append(single, s), append(batched, bt), append(ratio, time.Duration(1000*float64(bt)/float64(s)))
+	}
+	b.ReportMetric(median(single)/1e3, "single-cpu-µs/request")
+	b.ReportMetric(median(batched)/1e3, "batched-cpu-µs/request")
+	b.ReportMetric(median(ratio)/1e3, "batched/single")
+	b.ReportMetric(float64(msgsSingle), "single-msgs/request")
+	b.ReportMetric(float64(msgsBatched), "batched-msgs/request")
 }
 
 // BenchmarkPrepareBody measures what the gateway does to the load

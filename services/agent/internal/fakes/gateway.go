@@ -24,6 +24,11 @@ type Response struct {
 	Wait <-chan struct{}
 	// Chunks are sent in order.
 	Chunks []*llmv1.StreamChunk
+	// Batches, when set and the request asked for batches (batch_chunks),
+	// groups Chunks: the i-th response carries the next Batches[i] chunks
+	// (one as `chunk`, more as `chunks`); chunks past the groups go one
+	// per response. Unset, or not asked for: one chunk per response.
+	Batches []int
 	// Block, when true, holds the stream open after Chunks until the call is
 	// cancelled.
 	Block bool
@@ -83,7 +88,23 @@ func (g *Gateway) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreami
 			return status.FromContextError(ctx.Err()).Err()
 		}
 	}
-	for _, c := range r.Chunks {
+	chunks := r.Chunks
+	if req.GetBatchChunks() {
+		for _, n := range r.Batches {
+			n = min(n, len(chunks))
+			resp := &llmv1.GenerateResponse{Chunks: chunks[:n]}
+			if n == 1 {
+				resp = &llmv1.GenerateResponse{Chunk: chunks[0]}
+			}
+			if n > 0 {
+				if err := stream.Send(resp); err != nil {
+					return err
+				}
+			}
+			chunks = chunks[n:]
+		}
+	}
+	for _, c := range chunks {
 		if err := stream.Send(&llmv1.GenerateResponse{Chunk: c}); err != nil {
 			return err
 		}

@@ -169,6 +169,14 @@ const (
 	continuedField protowire.Number = 14
 )
 
+// batchField is GenerateRequest.batch_chunks = true as encoded fields
+// (field 15, varint 1). Every request this client sends carries it (the
+// client takes batched responses, see attempt): a request's head is built
+// with it, and a request encoded whole gets these two bytes appended (a
+// field may follow the others in any order). A gateway that predates the
+// field skips it and sends one chunk per response. Never written.
+var batchField = protowire.AppendVarint(protowire.AppendTag(nil, 15, protowire.VarintType), 1)
+
 // marshal encodes v; a conversation request is sent as a reference to the
 // conversation the gateway holds plus the messages after it (in
 // `continued`, `messages` left empty: a gateway that predates references
@@ -176,8 +184,15 @@ const (
 // whether the request went out as a reference.
 func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, error) {
 	req, ok := v.(*llmv1.GenerateRequest)
-	if !ok || req.GetSessionId() == "" {
+	if !ok {
 		bs, err := c.base.Marshal(v)
+		return bs, false, err
+	}
+	if req.GetSessionId() == "" {
+		bs, err := c.base.Marshal(v)
+		if err == nil && !req.GetBatchChunks() {
+			bs = append(bs, mem.SliceBuffer(batchField))
+		}
 		return bs, false, err
 	}
 	c.mu.Lock()
@@ -190,7 +205,7 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, error) 
 
 	head := &llmv1.GenerateRequest{Provider: req.Provider, Model: req.Model, System: req.System,
 		Temperature: req.Temperature, MaxTokens: req.MaxTokens, Stop: req.Stop, SessionId: req.SessionId, Purpose: req.Purpose,
-		Tenant: req.Tenant, RememberPrefix: req.RememberPrefix}
+		Tenant: req.Tenant, RememberPrefix: req.RememberPrefix, BatchChunks: true}
 	tools, err := c.tools.encode(req.Tools)
 	if err != nil {
 		return nil, false, err

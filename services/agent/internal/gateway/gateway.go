@@ -68,6 +68,12 @@ func New(conn grpc.ClientConnInterface) *Client {
 // request whole for refusedBackoff (a mixed-version rollout would refuse
 // again). A request sent whole is never sent twice.
 //
+// Every request asks for batched responses (GenerateRequest.batch_chunks:
+// the chunks the gateway produced from one read of its provider in one
+// message, fewer messages to receive); a batch is yielded chunk by chunk,
+// exactly as the same chunks one per response, which is what a gateway
+// that predates batches sends.
+//
 // Every call of a session carries the session's id in the SessionHeader
 // metadata, so a connection dialled with grpcserver.SessionAffinity on it
 // sends all of a session's steps to the same gateway replica, the one that
@@ -127,7 +133,7 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 	}
 	finished, got := false, false
 	// One response wrapper for the whole stream: each RecvMsg resets it,
-	// and the chunk it held (yielded, now the log's) is left alone.
+	// and the chunks it held (yielded, now the log's) are left alone.
 	resp := &llmv1.GenerateResponse{}
 	for {
 		err := stream.RecvMsg(resp)
@@ -151,18 +157,27 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 			yield(nil, classify(err))
 			return ended(got)
 		}
-		ch := resp.GetChunk()
-		if ch == nil {
-			continue
-		}
-		got = true
-		if ch.GetFinish() != nil {
-			finished = true
-		}
-		if !yield(ch, nil) {
+		// A batch (the request asks for them, batchField) is its chunks
+		// one after the other, exactly as if each had come alone.
+		if ch := resp.GetChunk(); ch != nil && !yieldChunk(ch, &got, &finished, yield) {
 			return accepted
 		}
+		for _, ch := range resp.GetChunks() {
+			if ch != nil && !yieldChunk(ch, &got, &finished, yield) {
+				return accepted
+			}
+		}
 	}
+}
+
+// yieldChunk yields one received chunk, recording that one came and
+// whether it was the finish.
+func yieldChunk(ch *llmv1.StreamChunk, got, finished *bool, yield func(*llmv1.StreamChunk, error) bool) bool {
+	*got = true
+	if ch.GetFinish() != nil {
+		*finished = true
+	}
+	return yield(ch, nil)
 }
 
 // ended is how an attempt that yielded its end ended.

@@ -65,7 +65,7 @@ func (u *upstream) seen() [][]byte {
 func serveGateway(t *testing.T, up string) string { return serveGatewayCache(t, up, 0) }
 
 // dialGateway is a Client of the gateway at addr, closed with the test.
-func dialGateway(t *testing.T, addr string) *Client {
+func dialGateway(t testing.TB, addr string) *Client {
 	t.Helper()
 	conn, err := grpcserver.Dial(addr)
 	if err != nil {

@@ -19,8 +19,19 @@ type op struct {
 }
 
 // drive opens blocks of the given types, replays ops and finishes, with
-// coalescing on or off; it returns the chunks.
+// coalescing on or off; it returns the chunks (without boundary markers).
 func drive(t testing.TB, types []llmv1.BlockType, ops []op, coalesce bool) []*llmv1.StreamChunk {
+	var out []*llmv1.StreamChunk
+	for _, c := range driveMarked(t, types, ops, coalesce) {
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// driveMarked is drive returning the boundary markers too (nil chunks).
+func driveMarked(t testing.TB, types []llmv1.BlockType, ops []op, coalesce bool) []*llmv1.StreamChunk {
 	var out []*llmv1.StreamChunk
 	e := NewEmitter(func(c *llmv1.StreamChunk, err error) bool {
 		if err != nil {
@@ -205,7 +216,25 @@ func FuzzCoalesce(f *testing.F) {
 			valid = append(valid, o)
 		}
 		plain := drive(t, types, valid, false)
-		merged := drive(t, types, valid, true)
+		marked := driveMarked(t, types, valid, true)
+		var merged []*llmv1.StreamChunk
+		marks, flushes := 0, 0
+		for _, c := range marked {
+			if c == nil {
+				marks++
+			} else {
+				merged = append(merged, c)
+			}
+		}
+		for _, o := range valid {
+			if o.kind == 'f' {
+				flushes++
+			}
+		}
+		// Every flush ends with a boundary marker, and nothing else yields one.
+		if marks != flushes {
+			t.Fatalf("%d boundary markers for %d flushes", marks, flushes)
+		}
 		checkAssembled(t, merged)
 		var ends, plainEnds []string
 		for _, c := range merged {

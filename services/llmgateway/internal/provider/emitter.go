@@ -19,7 +19,9 @@ import (
 // After Coalesce, consecutive deltas of one block are merged into one chunk
 // until Flush (the adapter calls it when its input is about to block: the
 // deltas merged are only those already waiting, none is delayed to wait for
-// another) or until any other chunk is emitted. One rule bounds how many
+// another) or until any other chunk is emitted. Flush also yields a
+// boundary marker (see Boundary), so the consumer knows what was produced
+// together. One rule bounds how many
 // chunks a block can produce however its provider cuts it: once a block has
 // sent MinGrowthStart bytes, Flush holds back a merged delta shorter than
 // 1/GrowthDivisor of what the block already sent, so the sent length grows
@@ -89,26 +91,46 @@ func NewEmitter(yield func(*llmv1.StreamChunk, error) bool) *Emitter {
 // call Flush whenever its input is about to block.
 func (e *Emitter) Coalesce() { e.coalesce = true }
 
-// Flush sends the merged delta, unless the growth bound holds it back. It
-// returns false once the consumer stopped.
+// Flush sends the merged delta, unless the growth bound holds it back, and
+// then a boundary (see Boundary): the adapter is about to wait. It returns
+// false once the consumer stopped.
 func (e *Emitter) Flush() bool {
-	if !e.pend.set {
+	ok := !e.stopped
+	switch {
+	case !e.pend.set:
 		if len(e.starts) > 0 {
-			return e.sendStarts()
+			ok = e.sendStarts()
 		}
-		return !e.stopped
+	case e.blocks[e.pend.i].sent >= MinGrowthStart && e.pend.len() < e.blocks[e.pend.i].sent/GrowthDivisor && e.pend.name == "":
+		// held back by the growth bound
+	default:
+		ok = e.flush()
 	}
-	if sent := e.blocks[e.pend.i].sent; sent >= MinGrowthStart && e.pend.len() < sent/GrowthDivisor && e.pend.name == "" {
-		return !e.stopped
+	return ok && e.Boundary()
+}
+
+// Boundary yields the boundary marker (a nil chunk with a nil error; see
+// Adapter): every chunk yielded since the previous marker was produced
+// from input already read, and the adapter is about to wait for more. A
+// consumer may send those chunks together (the gateway's batches); it
+// must not hold any of them past the marker. It returns false once the
+// consumer stopped.
+func (e *Emitter) Boundary() bool {
+	if e.stopped {
+		return false
 	}
-	return e.flush()
+	if !e.yield(nil, nil) {
+		e.stopped = true
+	}
+	return !e.stopped
 }
 
 // Held reports whether Flush held a merged delta back (see the type's doc).
 func (e *Emitter) Held() bool { return e.pend.set }
 
-// FlushHeld sends a held delta: the provider has been quiet for MaxHold.
-func (e *Emitter) FlushHeld() bool { return e.flush() }
+// FlushHeld sends a held delta, and then a boundary: the provider has been
+// quiet for MaxHold.
+func (e *Emitter) FlushHeld() bool { return e.flush() && e.Boundary() }
 
 // flush sends the merged delta unconditionally.
 func (e *Emitter) flush() bool {

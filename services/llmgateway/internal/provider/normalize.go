@@ -20,12 +20,31 @@ import (
 //     passed on after the finish (stragglers are logged).
 //
 // Adapters that use Emitter already obey all of this; Normalize is the
-// gateway's guarantee, not their crutch.
+// gateway's guarantee, not their crutch. Boundary markers (see the package
+// doc) are dropped.
 func Normalize(ctx context.Context, log *slog.Logger, route string, in iter.Seq2[*llmv1.StreamChunk, error]) iter.Seq[*llmv1.StreamChunk] {
+	return normalize(ctx, log, route, in, false)
+}
+
+// NormalizeMarked is Normalize passing the adapter's boundary markers on as
+// nil chunks (after the finish too: a marker after it says the finish was
+// produced before the adapter waited). The chunks Normalize adds itself
+// come at the sequence's end.
+func NormalizeMarked(ctx context.Context, log *slog.Logger, route string, in iter.Seq2[*llmv1.StreamChunk, error]) iter.Seq[*llmv1.StreamChunk] {
+	return normalize(ctx, log, route, in, true)
+}
+
+func normalize(ctx context.Context, log *slog.Logger, route string, in iter.Seq2[*llmv1.StreamChunk, error], marked bool) iter.Seq[*llmv1.StreamChunk] {
 	return func(yield func(*llmv1.StreamChunk) bool) {
 		var t tracker
 		finished, stragglers := false, 0
 		for c, err := range in {
+			if c == nil && err == nil {
+				if marked && !yield(nil) {
+					return
+				}
+				continue
+			}
 			if finished {
 				stragglers++
 				continue
@@ -39,9 +58,6 @@ func Normalize(ctx context.Context, log *slog.Logger, route string, in iter.Seq2
 				if !t.close(yield) || !yield(f.Finish()) {
 					return
 				}
-				continue
-			}
-			if c == nil {
 				continue
 			}
 			if fin := c.GetFinish(); fin != nil {

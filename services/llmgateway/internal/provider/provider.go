@@ -12,6 +12,19 @@
 // turns either path into the one shape the gateway serves: every stream ends
 // with exactly one finish chunk, failures as finish{error|aborted, LlmFailure},
 // and no block is left open.
+//
+// # Boundaries
+//
+// An adapter may yield a nil chunk with a nil error: a boundary marker
+// (Emitter.Boundary; the emitter yields one at every Flush). It says that
+// the chunks yielded since the previous marker were produced from input the
+// adapter had already read and that it is about to wait for its provider.
+// An adapter that yields one must yield one before every wait that follows
+// a chunk (the end of the sequence counts as one); the gateway then sends
+// the chunks between two markers in one gRPC message when the client asked
+// for batches (GenerateRequest.batch_chunks), and never holds a chunk past
+// a marker. An adapter that yields none has each chunk sent on its own.
+// Normalize drops the markers; NormalizeMarked passes them on.
 package provider
 
 import (

@@ -435,11 +435,17 @@ func (a *Adapter) Stream(ctx context.Context, req *llmv1.GenerateRequest) iter.S
 			return
 		}
 		delay := time.Duration(st.DelayMS) * time.Millisecond
+		// Boundaries (provider's package doc): one now, so the gateway
+		// knows this stream marks them, and one before each pause, so
+		// what was said before it leaves before it.
+		if !e.Boundary() {
+			return
+		}
 		wait := func() bool {
 			if delay <= 0 {
 				return ctx.Err() == nil
 			}
-			return a.sleep(ctx, delay) == nil
+			return e.Boundary() && a.sleep(ctx, delay) == nil
 		}
 		aborted := func() {
 			e.Fail(&provider.Failure{Code: provider.CodeAborted, Message: "the caller cancelled the request"})

@@ -2791,7 +2791,14 @@ type GenerateRequest struct {
 	Tenant string `protobuf:"bytes,13,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// The messages after the conversation `prefix` names (only with `prefix`;
 	// INVALID_ARGUMENT without it).
-	Continued     []*Message `protobuf:"bytes,14,rep,name=continued,proto3" json:"continued,omitempty"`
+	Continued []*Message `protobuf:"bytes,14,rep,name=continued,proto3" json:"continued,omitempty"`
+	// Ask for batched responses: the gateway may then carry several chunks in
+	// one GenerateResponse (`chunks`), those it produced together from one
+	// read of the provider's stream (never delaying a chunk to wait for
+	// another), up to a bounded size. A gateway that predates the field
+	// ignores it and sends one chunk per response; without it a gateway never
+	// sends a batch.
+	BatchChunks   bool `protobuf:"varint,15,opt,name=batch_chunks,json=batchChunks,proto3" json:"batch_chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2924,6 +2931,13 @@ func (x *GenerateRequest) GetContinued() []*Message {
 	return nil
 }
 
+func (x *GenerateRequest) GetBatchChunks() bool {
+	if x != nil {
+		return x.BatchChunks
+	}
+	return false
+}
+
 // PrefixRef names the conversation of an earlier request, as the gateway
 // returned it in the "dsh-prefix-id" response header.
 type PrefixRef struct {
@@ -3001,11 +3015,16 @@ func (x *PrefixRef) GetSameSystem() bool {
 	return false
 }
 
-// GenerateResponse is one streamed chunk of a Generate call.
+// GenerateResponse is one streamed chunk of a Generate call, or (only when
+// the request set `batch_chunks`) several.
 type GenerateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The chunk.
-	Chunk         *StreamChunk `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// The chunk (a response of one chunk).
+	Chunk *StreamChunk `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// Several chunks, in stream order (a batch; then `chunk` is unset). A
+	// receiver takes `chunk`, when set, and then each of `chunks`, exactly as
+	// if each had come in a response of its own.
+	Chunks        []*StreamChunk `protobuf:"bytes,2,rep,name=chunks,proto3" json:"chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3043,6 +3062,13 @@ func (*GenerateResponse) Descriptor() ([]byte, []int) {
 func (x *GenerateResponse) GetChunk() *StreamChunk {
 	if x != nil {
 		return x.Chunk
+	}
+	return nil
+}
+
+func (x *GenerateResponse) GetChunks() []*StreamChunk {
+	if x != nil {
+		return x.Chunks
 	}
 	return nil
 }
@@ -3816,7 +3842,7 @@ const file_dsh_llm_v1_llm_proto_rawDesc = "" +
 	"max_tokens\x18\x04 \x01(\x05H\x01R\tmaxTokens\x88\x01\x01\x12\x12\n" +
 	"\x04stop\x18\x05 \x03(\tR\x04stopB\x0e\n" +
 	"\f_temperatureB\r\n" +
-	"\v_max_tokens\"\xb9\x04\n" +
+	"\v_max_tokens\"\xdc\x04\n" +
 	"\x0fGenerateRequest\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12/\n" +
@@ -3834,7 +3860,8 @@ const file_dsh_llm_v1_llm_proto_rawDesc = "" +
 	"\x06prefix\x18\v \x01(\v2\x15.dsh.llm.v1.PrefixRefR\x06prefix\x12'\n" +
 	"\x0fremember_prefix\x18\f \x01(\bR\x0erememberPrefix\x12\x16\n" +
 	"\x06tenant\x18\r \x01(\tR\x06tenant\x121\n" +
-	"\tcontinued\x18\x0e \x03(\v2\x13.dsh.llm.v1.MessageR\tcontinuedB\t\n" +
+	"\tcontinued\x18\x0e \x03(\v2\x13.dsh.llm.v1.MessageR\tcontinued\x12!\n" +
+	"\fbatch_chunks\x18\x0f \x01(\bR\vbatchChunksB\t\n" +
 	"\a_systemB\x0e\n" +
 	"\f_temperatureB\r\n" +
 	"\v_max_tokens\"q\n" +
@@ -3844,9 +3871,10 @@ const file_dsh_llm_v1_llm_proto_rawDesc = "" +
 	"\n" +
 	"same_tools\x18\x03 \x01(\bR\tsameTools\x12\x1f\n" +
 	"\vsame_system\x18\x04 \x01(\bR\n" +
-	"sameSystem\"A\n" +
+	"sameSystem\"r\n" +
 	"\x10GenerateResponse\x12-\n" +
-	"\x05chunk\x18\x01 \x01(\v2\x17.dsh.llm.v1.StreamChunkR\x05chunk\"F\n" +
+	"\x05chunk\x18\x01 \x01(\v2\x17.dsh.llm.v1.StreamChunkR\x05chunk\x12/\n" +
+	"\x06chunks\x18\x02 \x03(\v2\x17.dsh.llm.v1.StreamChunkR\x06chunks\"F\n" +
 	"\fProviderInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -4030,23 +4058,24 @@ var file_dsh_llm_v1_llm_proto_depIdxs = []int32{
 	39, // 40: dsh.llm.v1.GenerateRequest.prefix:type_name -> dsh.llm.v1.PrefixRef
 	15, // 41: dsh.llm.v1.GenerateRequest.continued:type_name -> dsh.llm.v1.Message
 	36, // 42: dsh.llm.v1.GenerateResponse.chunk:type_name -> dsh.llm.v1.StreamChunk
-	44, // 43: dsh.llm.v1.ModelContext.compaction:type_name -> dsh.llm.v1.CompactionPolicy
-	41, // 44: dsh.llm.v1.ListProvidersResponse.providers:type_name -> dsh.llm.v1.ProviderInfo
-	42, // 45: dsh.llm.v1.ListModelsResponse.models:type_name -> dsh.llm.v1.ModelInfo
-	43, // 46: dsh.llm.v1.GetModelContextResponse.context:type_name -> dsh.llm.v1.ModelContext
-	38, // 47: dsh.llm.v1.LlmGateway.Generate:input_type -> dsh.llm.v1.GenerateRequest
-	45, // 48: dsh.llm.v1.LlmGateway.ListProviders:input_type -> dsh.llm.v1.ListProvidersRequest
-	47, // 49: dsh.llm.v1.LlmGateway.ListModels:input_type -> dsh.llm.v1.ListModelsRequest
-	49, // 50: dsh.llm.v1.LlmGateway.GetModelContext:input_type -> dsh.llm.v1.GetModelContextRequest
-	40, // 51: dsh.llm.v1.LlmGateway.Generate:output_type -> dsh.llm.v1.GenerateResponse
-	46, // 52: dsh.llm.v1.LlmGateway.ListProviders:output_type -> dsh.llm.v1.ListProvidersResponse
-	48, // 53: dsh.llm.v1.LlmGateway.ListModels:output_type -> dsh.llm.v1.ListModelsResponse
-	50, // 54: dsh.llm.v1.LlmGateway.GetModelContext:output_type -> dsh.llm.v1.GetModelContextResponse
-	51, // [51:55] is the sub-list for method output_type
-	47, // [47:51] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	36, // 43: dsh.llm.v1.GenerateResponse.chunks:type_name -> dsh.llm.v1.StreamChunk
+	44, // 44: dsh.llm.v1.ModelContext.compaction:type_name -> dsh.llm.v1.CompactionPolicy
+	41, // 45: dsh.llm.v1.ListProvidersResponse.providers:type_name -> dsh.llm.v1.ProviderInfo
+	42, // 46: dsh.llm.v1.ListModelsResponse.models:type_name -> dsh.llm.v1.ModelInfo
+	43, // 47: dsh.llm.v1.GetModelContextResponse.context:type_name -> dsh.llm.v1.ModelContext
+	38, // 48: dsh.llm.v1.LlmGateway.Generate:input_type -> dsh.llm.v1.GenerateRequest
+	45, // 49: dsh.llm.v1.LlmGateway.ListProviders:input_type -> dsh.llm.v1.ListProvidersRequest
+	47, // 50: dsh.llm.v1.LlmGateway.ListModels:input_type -> dsh.llm.v1.ListModelsRequest
+	49, // 51: dsh.llm.v1.LlmGateway.GetModelContext:input_type -> dsh.llm.v1.GetModelContextRequest
+	40, // 52: dsh.llm.v1.LlmGateway.Generate:output_type -> dsh.llm.v1.GenerateResponse
+	46, // 53: dsh.llm.v1.LlmGateway.ListProviders:output_type -> dsh.llm.v1.ListProvidersResponse
+	48, // 54: dsh.llm.v1.LlmGateway.ListModels:output_type -> dsh.llm.v1.ListModelsResponse
+	50, // 55: dsh.llm.v1.LlmGateway.GetModelContext:output_type -> dsh.llm.v1.GetModelContextResponse
+	52, // [52:56] is the sub-list for method output_type
+	48, // [48:52] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_dsh_llm_v1_llm_proto_init() }

@@ -1376,6 +1376,18 @@ export declare type GenerateRequest = Message$1<"dsh.llm.v1.GenerateRequest"> & 
    * @generated from field: repeated dsh.llm.v1.Message continued = 14;
    */
   continued: Message[];
+
+  /**
+   * Ask for batched responses: the gateway may then carry several chunks in
+   * one GenerateResponse (`chunks`), those it produced together from one
+   * read of the provider's stream (never delaying a chunk to wait for
+   * another), up to a bounded size. A gateway that predates the field
+   * ignores it and sends one chunk per response; without it a gateway never
+   * sends a batch.
+   *
+   * @generated from field: bool batch_chunks = 15;
+   */
+  batchChunks: boolean;
 };
 
 /**
@@ -1430,17 +1442,27 @@ export declare type PrefixRef = Message$1<"dsh.llm.v1.PrefixRef"> & {
 export declare const PrefixRefSchema: GenMessage<PrefixRef>;
 
 /**
- * GenerateResponse is one streamed chunk of a Generate call.
+ * GenerateResponse is one streamed chunk of a Generate call, or (only when
+ * the request set `batch_chunks`) several.
  *
  * @generated from message dsh.llm.v1.GenerateResponse
  */
 export declare type GenerateResponse = Message$1<"dsh.llm.v1.GenerateResponse"> & {
   /**
-   * The chunk.
+   * The chunk (a response of one chunk).
    *
    * @generated from field: dsh.llm.v1.StreamChunk chunk = 1;
    */
   chunk?: StreamChunk | undefined;
+
+  /**
+   * Several chunks, in stream order (a batch; then `chunk` is unset). A
+   * receiver takes `chunk`, when set, and then each of `chunks`, exactly as
+   * if each had come in a response of its own.
+   *
+   * @generated from field: repeated dsh.llm.v1.StreamChunk chunks = 2;
+   */
+  chunks: StreamChunk[];
 };
 
 /**
