@@ -340,13 +340,15 @@ func TestRefusedGroupKeepsPositions(t *testing.T) {
 // TestSetPublishedCursors: one call raises many sessions' cursors in one
 // request of one commit; a session's own failure (a cursor beyond its log,
 // a session never stored) is its own and leaves the others raised; a lower
-// value is a no-op.
+// value is a no-op; a failing statement fails the whole call, nothing of
+// it kept.
 func TestSetPublishedCursors(t *testing.T) {
 	var (
 		mu     sync.Mutex
 		groups []int
 	)
-	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "dsh.db"), OnCommit: func(c CommitStats) {
+	path := filepath.Join(t.TempDir(), "dsh.db")
+	s, err := Open(t.Context(), Config{Path: path, OnCommit: func(c CommitStats) {
 		mu.Lock()
 		groups = append(groups, c.Requests)
 		mu.Unlock()
@@ -391,5 +393,29 @@ func TestSetPublishedCursors(t *testing.T) {
 	}
 	if errs := s.SetPublishedCursors(t.Context(), []string{"a"}, nil); errs[0] == nil {
 		t.Error("SetPublishedCursors with no value for its session: got nil, want an error")
+	}
+
+	// A statement failing (here for b's row) undoes the whole call — c's
+	// raise before it included, through the group's savepoint re-run —
+	// and reports it for every session.
+	other(t, path, `CREATE TRIGGER fail BEFORE INSERT ON cursors
+		WHEN NEW.sid = (SELECT sid FROM sessions WHERE id = 'b') BEGIN SELECT RAISE(ABORT, 'injected'); END`)
+	errs = s.SetPublishedCursors(t.Context(), []string{"c", "b"}, []int64{n, n})
+	if len(errs) != 2 || errs[0] == nil || errs[1] == nil {
+		t.Fatalf("SetPublishedCursors through a failing statement = %v; want an error for both", errs)
+	}
+	if got, err := s.PublishedCursor(t.Context(), "c"); err != nil || got != 3 {
+		t.Errorf("cursor of c after the failed call = %d, %v; want 3 (nothing of the call kept)", got, err)
+	}
+	other(t, path, `DROP TRIGGER fail`)
+	for i, err := range s.SetPublishedCursors(t.Context(), []string{"c", "b"}, []int64{n, n}) {
+		if err != nil {
+			t.Errorf("session %d after the trigger went: %v", i, err)
+		}
+	}
+	for _, id := range []string{"b", "c"} {
+		if got, err := s.PublishedCursor(t.Context(), id); err != nil || got != n {
+			t.Errorf("cursor of %s = %d, %v; want %d", id, got, err, n)
+		}
 	}
 }
