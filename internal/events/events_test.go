@@ -750,3 +750,82 @@ func TestOversizeEventDoesNotStall(t *testing.T) {
 		}
 	}
 }
+
+// batchStore is a memStore that also writes cursors in batches
+// (events.CursorBatch), counting the calls of each kind; refuse names a
+// session whose cursor it refuses to write.
+type batchStore struct {
+	*memStore
+	batches, singles atomic.Int32
+	largest          atomic.Int32
+	refuse           atomic.Pointer[string]
+}
+
+func (b *batchStore) SetPublishedCursor(ctx context.Context, id string, next int64) error {
+	b.singles.Add(1)
+	return b.memStore.SetPublishedCursor(ctx, id, next)
+}
+
+func (b *batchStore) SetPublishedCursors(ctx context.Context, ids []string, next []int64) []error {
+	b.batches.Add(1)
+	if n := int32(len(ids)); n > b.largest.Load() {
+		b.largest.Store(n)
+	}
+	errs := make([]error, len(ids))
+	for i, id := range ids {
+		if r := b.refuse.Load(); r != nil && *r == id {
+			errs[i] = fmt.Errorf("session %q: refused", id)
+			continue
+		}
+		errs[i] = b.memStore.SetPublishedCursor(ctx, id, next[i])
+	}
+	return errs
+}
+
+// TestCursorsSavedInOneCall: with a store that writes cursors in batches,
+// the moved cursors of many sessions are saved in one call, none one by
+// one; a cursor the store refused is not taken as saved and is written by
+// a later save; a cursor never passes what JetStream acknowledged.
+func TestCursorsSavedInOneCall(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	store := &batchStore{memStore: newMemStore()}
+	refused := "s-3"
+	store.refuse.Store(&refused)
+	// Cursors are saved only by Flush here (the ticker never fires).
+	p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.CursorEvery = time.Hour })
+	ids := []string{"s-1", "s-2", "s-3", "s-4"}
+	for _, id := range ids {
+		p.Durable("", id, mkEvents(0, 6))
+	}
+	flush(t, p)
+	if n := store.singles.Load(); n != 0 {
+		t.Errorf("%d cursors saved one by one, want 0", n)
+	}
+	if b, l := store.batches.Load(), store.largest.Load(); b < 1 || l != 4 {
+		t.Errorf("%d batch calls, the largest of %d sessions; want one holding all 4", b, l)
+	}
+	for _, id := range ids {
+		want := int64(6)
+		if id == refused {
+			want = 0
+		}
+		if got := store.cursor(id); got != want {
+			t.Errorf("cursor of %s = %d, want %d", id, got, want)
+		}
+	}
+	// The refused cursor is written by the next save, with only it moved.
+	store.refuse.Store(nil)
+	before := store.batches.Load()
+	flush(t, p)
+	if got := store.cursor(refused); got != 6 {
+		t.Fatalf("cursor of %s after the store took it again = %d, want 6", refused, got)
+	}
+	if store.batches.Load() != before+1 || store.largest.Load() != 4 {
+		t.Errorf("the retry took %d calls, want 1", store.batches.Load()-before)
+	}
+	msgs := readStream(t, srv.URL())
+	for _, id := range ids {
+		checkExactlyOnce(t, msgs, id, 6)
+	}
+}

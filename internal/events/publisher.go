@@ -91,6 +91,15 @@ type Cursors interface {
 	SetPublishedCursor(ctx context.Context, id string, next int64) error
 }
 
+// CursorBatch is implemented by stores that write many sessions' published
+// cursors in one write (the SQLite store: one request of one commit). The
+// publisher then saves every moved cursor in one call instead of one call —
+// and one wait for a commit — per session. errs[i] is the result of
+// raising ids[i]'s cursor to next[i].
+type CursorBatch interface {
+	SetPublishedCursors(ctx context.Context, ids []string, next []int64) (errs []error)
+}
+
 // Reader reads a stored log from a seq without modifying it. When the store
 // given in Config implements it, the publisher fills gaps (events dropped
 // from a full queue, or left unpublished by a previous process) by itself;
@@ -144,6 +153,7 @@ type Publisher struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	reader Reader
+	batch  CursorBatch // the store's, when it writes cursors in batches
 
 	wake    chan struct{}
 	closing chan struct{}
@@ -232,6 +242,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		dirty:    map[string]struct{}{},
 	}
 	p.reader, _ = cfg.Store.(Reader)
+	p.batch, _ = cfg.Store.(CursorBatch)
 	opts = append(opts,
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
@@ -889,18 +900,56 @@ wait:
 	return nil
 }
 
-// saveCursors writes every cursor that moved since it was last written.
+// saveCursors writes every cursor that moved since it was last written:
+// in one call when the store writes cursors in batches (CursorBatch), else
+// one call per session.
 func (p *Publisher) saveCursors(ctx context.Context) {
 	p.mu.Lock()
-	var moved []*sessionState
+	var (
+		moved []*sessionState
+		ids   []string
+		next  []int64
+	)
 	for _, s := range p.sessions {
 		if s.cursor > max(s.saved, 0) {
 			moved = append(moved, s)
+			if p.batch != nil {
+				ids, next = append(ids, s.id), append(next, s.cursor)
+			}
 		}
 	}
 	p.mu.Unlock()
-	for _, s := range moved {
-		p.saveCursor(ctx, s)
+	if len(moved) == 0 {
+		return
+	}
+	if p.batch == nil {
+		for _, s := range moved {
+			p.saveCursor(ctx, s)
+		}
+		return
+	}
+	errs := p.batch.SetPublishedCursors(ctx, ids, next)
+	if len(errs) != len(ids) {
+		p.log.Warn("saving published cursors: the store answered for the wrong number of sessions", "sessions", len(ids), "answers", len(errs))
+		return
+	}
+	var (
+		failed   int
+		firstErr error
+	)
+	p.mu.Lock()
+	for i, s := range moved {
+		if errs[i] != nil {
+			failed++
+			firstErr = cmp.Or(firstErr, errs[i])
+			continue
+		}
+		s.saved = max(s.saved, next[i])
+	}
+	p.mu.Unlock()
+	if failed > 0 {
+		// Not fatal: the stream's tail moves a cursor on the next start.
+		p.log.Warn("saving published cursors failed", "sessions", failed, "of", len(moved), "err", firstErr)
 	}
 }
 

@@ -18,6 +18,7 @@ package load
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,12 +35,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+	_ "modernc.org/sqlite" // reads the agent's store for the fan-out figures
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/natstest"
 	"github.com/dsh-dev/dsh/internal/proctest"
@@ -113,6 +118,22 @@ type result struct {
 	driver     time.Duration  // this process's CPU (driver, fake upstream, NATS) over the window
 	busy       float64        // the machine's busy share of all its cores over the window
 	rss        map[string]int64
+	// The event fan-out at the window's end: events stored, events in
+	// the stream then, and the agent's CPU from the window's start until
+	// the stream held every stored event (drain: the wait after the window).
+	stored, publishedAtEnd int64
+	agentDrained, drain    time.Duration
+}
+
+// fanoutRow describes the event fan-out's backlog at the window's end and
+// the agent's CPU per step including publishing it: the window alone does
+// not count the work of a publisher that fell behind.
+func (r result) fanoutRow() string {
+	if r.stepsTaken == 0 || r.stored == 0 {
+		return ""
+	}
+	return fmt.Sprintf("fan-out: %d of %d stored events in the stream at the window's end; drained %.1f s later; agent CPU ms/step including the drain %.2f",
+		r.publishedAtEnd, r.stored, r.drain.Seconds(), float64(r.agentDrained.Microseconds())/1000/float64(r.stepsTaken))
 }
 
 // harnessCPUPerStep is agent + gateway + toolhost CPU (not the tool
@@ -172,7 +193,7 @@ func BenchmarkLoad(b *testing.B) {
 	if os.Getenv("DSH_LOAD") != "1" {
 		b.Skip("the load ladder runs under `make load` (DSH_LOAD=1)")
 	}
-	var rows []string
+	var rows, fanout []string
 	for _, f := range strings.Split(*flagSessions, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
@@ -191,10 +212,19 @@ func BenchmarkLoad(b *testing.B) {
 			b.ReportMetric(float64(r.p99.Microseconds())/1000, "p99-ms")
 			b.ReportMetric(float64(r.harnessCPUPerStep().Microseconds())/1000, "harness-cpu-ms/step")
 			b.ReportMetric(float64(r.conns), "upstream-conns")
+			if r.stepsTaken > 0 && r.stored > 0 {
+				b.ReportMetric(float64(r.agentDrained.Microseconds())/1000/float64(r.stepsTaken), "agent-cpu-ms/step-drained")
+			}
 			rows = append(rows, r.row())
+			if f := r.fanoutRow(); f != "" {
+				fanout = append(fanout, fmt.Sprintf("%d sessions: %s", n, f))
+			}
 		})
 	}
 	fmt.Printf("\n%s\n%s\n", tableHead, strings.Join(rows, "\n"))
+	if len(fanout) > 0 {
+		fmt.Printf("\n%s\n", strings.Join(fanout, "\n"))
+	}
 }
 
 // TestLoadSmoke runs three sessions of two steps through the real stack and
@@ -218,6 +248,7 @@ func TestLoadSmoke(t *testing.T) {
 				t.Fatalf("implausible measurement: p99 %v, agent CPU %v, RSS %d KiB, machine busy %.3f, driver CPU %v", r.p99, r.cpu["agent"], r.rss["agent"], r.busy, r.driver)
 			}
 			t.Log(r.row())
+			t.Log(r.fanoutRow())
 		})
 	}
 }
@@ -423,6 +454,7 @@ func runLevel(tb testing.TB, lv level) result {
 			tb.Fatal(err)
 		}
 	}
+	measureDrain(tb, &r, nats.URL(), filepath.Join(data, "sessions.db"), procs["agent"].cmd.Process.Pid, before["agent"])
 	gaps := up.gaps()
 	r.stepsTaken, r.requests, r.conns = len(gaps), up.requests(), up.conns.Load()
 	r.p50, r.p99 = percentile(gaps, 0.50), percentile(gaps, 0.99)
@@ -485,4 +517,59 @@ func runTurn(ctx context.Context, c agentv1.AgentServiceClient, id, text string)
 			return "turn/end " + fmt.Sprint(end.GetReason().ProtoReflect().WhichOneof(end.GetReason().ProtoReflect().Descriptor().Oneofs().Get(0)).Name())
 		}
 	}
+}
+
+// measureDrain waits (up to two minutes) until the event stream holds every
+// event the agent stored and sets r's fan-out figures: the events stored
+// and published at the window's end, the wait, and the agent's CPU from
+// before (the window's start) until then.
+func measureDrain(tb testing.TB, r *result, natsURL, dbPath string, pid int, before cpu) {
+	tb.Helper()
+	db, err := sql.Open("sqlite", "file:"+dbPath+"?mode=ro")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.QueryRow(`SELECT coalesce(sum(n), 0) FROM batches`).Scan(&r.stored); err != nil {
+		tb.Logf("fan-out: stored events: %v (not measured)", err)
+		return
+	}
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	for first := true; ; first = false {
+		st, err := js.Stream(ctx, events.StreamName)
+		if err != nil {
+			tb.Logf("fan-out: stream: %v (not measured)", err)
+			return
+		}
+		msgs := int64(st.CachedInfo().State.Msgs)
+		if first {
+			r.publishedAtEnd = msgs
+		}
+		if msgs >= r.stored {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			tb.Logf("fan-out: %d of %d events in the stream after %v", msgs, r.stored, time.Since(start))
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	r.drain = time.Since(start)
+	c, err := readCPU(pid)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r.agentDrained = c.sub(before).self
 }

@@ -339,7 +339,20 @@ func (s *Store) runGroup(group []*writeReq, results []error, savepoints bool) (i
 		}
 	}
 	if ran == 0 {
-		s.rollback()
+		// Nothing was written: a request that failed one of its own checks
+		// wrote nothing, and with savepoints each was rolled back to its
+		// own. The cached positions still hold (another writer would
+		// change data_version), and so do the ones this group looked up:
+		// a group of refused or cancelled requests no longer costs the
+		// next group a lookup per session.
+		if err := s.w.rollback(); err != nil {
+			s.log.Error("sqlitestore: rollback failed", "error", err)
+			s.forgetPositions()
+			return 0, nil
+		}
+		if !savepoints {
+			s.keepPositions(g.staged)
+		}
 		return 0, nil
 	}
 	if err := g.insertQueued(); err != nil {
@@ -356,15 +369,22 @@ func (s *Store) runGroup(group []*writeReq, results []error, savepoints bool) (i
 		s.forgetPositions()
 		return ran, nil
 	}
-	if len(s.positions)+len(g.staged) > maxPositions {
-		s.forgetPositions()
-	}
-	maps.Copy(s.positions, g.staged)
+	s.keepPositions(g.staged)
 	return ran, nil
 }
 
+// keepPositions adds a transaction's positions to the cache (emptied first
+// when they would not fit).
+func (s *Store) keepPositions(staged map[string]position) {
+	if len(s.positions)+len(staged) > maxPositions {
+		s.forgetPositions()
+	}
+	maps.Copy(s.positions, staged)
+}
+
 // forgetPositions empties the committer's cache of positions (after a
-// failed transaction, a write by another connection, or when full).
+// failed transaction, a write by another connection, or when full; not
+// after a transaction where every request failed its own checks).
 func (s *Store) forgetPositions() { clear(s.positions) }
 
 // rollback rolls the committer's transaction back; what it staged is

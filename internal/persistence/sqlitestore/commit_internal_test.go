@@ -295,3 +295,127 @@ func TestStatementRollingTheTransactionBack(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedGroupKeepsPositions: a group in which every request failed
+// its own check (nothing written) leaves the committer's cached positions
+// as they were — the next group of the same sessions reads nothing — while
+// a group whose statement failed still drops them (TestStatementRolling…).
+func TestRefusedGroupKeepsPositions(t *testing.T) {
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "dsh.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var b persistencetest.Builder
+	b.CompletedTurn(2)
+	evs := b.Events()
+	for _, id := range []string{"a", "b"} {
+		if err := s.Create(t.Context(), persistencetest.Header(id)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(t.Context(), id, evs[:4]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]position{"a": s.positions["a"], "b": s.positions["b"]}
+	if want["a"].next != 4 || want["b"].next != 4 {
+		t.Fatalf("cached positions %v after the appends, want both at 4", s.positions)
+	}
+	var seqErr *persistence.SeqError
+	if err := s.Append(t.Context(), "a", evs[2:6]); !errors.As(err, &seqErr) {
+		t.Fatalf("append at a stale seq: %v, want a *SeqError", err)
+	}
+	// The committer answered the refused request after its group ended, so
+	// reading its state here is ordered after the group's last write.
+	for id, p := range want {
+		if got, ok := s.positions[id]; !ok || got != p {
+			t.Errorf("after a refused group: position of %s %v (cached %v), want %v", id, got, ok, p)
+		}
+	}
+	if err := s.Append(t.Context(), "a", evs[4:]); err != nil {
+		t.Fatalf("append after the refused group: %v", err)
+	}
+}
+
+// TestSetPublishedCursors: one call raises many sessions' cursors in one
+// request of one commit; a session's own failure (a cursor beyond its log,
+// a session never stored) is its own and leaves the others raised; a lower
+// value is a no-op; a failing statement fails the whole call, nothing of
+// it kept.
+func TestSetPublishedCursors(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		groups []int
+	)
+	path := filepath.Join(t.TempDir(), "dsh.db")
+	s, err := Open(t.Context(), Config{Path: path, OnCommit: func(c CommitStats) {
+		mu.Lock()
+		groups = append(groups, c.Requests)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var b persistencetest.Builder
+	b.CompletedTurn(1)
+	evs := b.Events()
+	n := int64(len(evs))
+	for _, id := range []string{"a", "b", "c"} {
+		if err := s.Create(t.Context(), persistencetest.Header(id)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(t.Context(), id, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetPublishedCursor(t.Context(), "c", 3); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	before := len(groups)
+	mu.Unlock()
+	errs := s.SetPublishedCursors(t.Context(), []string{"a", "b", "x", "c"}, []int64{n, n + 1, 1, 2})
+	var cursorErr *persistence.CursorError
+	if len(errs) != 4 || errs[0] != nil || !errors.As(errs[1], &cursorErr) || !errors.Is(errs[2], persistence.ErrNotFound) || errs[3] != nil {
+		t.Fatalf("SetPublishedCursors = %v; want nil, a *CursorError, ErrNotFound, nil", errs)
+	}
+	mu.Lock()
+	after := groups[before:]
+	mu.Unlock()
+	if len(after) != 1 || after[0] != 1 {
+		t.Errorf("commits of the call: %v requests each, want one commit of one request", after)
+	}
+	for id, want := range map[string]int64{"a": n, "b": 0, "c": 3} {
+		if got, err := s.PublishedCursor(t.Context(), id); err != nil || got != want {
+			t.Errorf("cursor of %s = %d, %v; want %d", id, got, err, want)
+		}
+	}
+	if errs := s.SetPublishedCursors(t.Context(), []string{"a"}, nil); errs[0] == nil {
+		t.Error("SetPublishedCursors with no value for its session: got nil, want an error")
+	}
+
+	// A statement failing (here for b's row) undoes the whole call — c's
+	// raise before it included, through the group's savepoint re-run —
+	// and reports it for every session.
+	other(t, path, `CREATE TRIGGER fail BEFORE INSERT ON cursors
+		WHEN NEW.sid = (SELECT sid FROM sessions WHERE id = 'b') BEGIN SELECT RAISE(ABORT, 'injected'); END`)
+	errs = s.SetPublishedCursors(t.Context(), []string{"c", "b"}, []int64{n, n})
+	if len(errs) != 2 || errs[0] == nil || errs[1] == nil {
+		t.Fatalf("SetPublishedCursors through a failing statement = %v; want an error for both", errs)
+	}
+	if got, err := s.PublishedCursor(t.Context(), "c"); err != nil || got != 3 {
+		t.Errorf("cursor of c after the failed call = %d, %v; want 3 (nothing of the call kept)", got, err)
+	}
+	other(t, path, `DROP TRIGGER fail`)
+	for i, err := range s.SetPublishedCursors(t.Context(), []string{"c", "b"}, []int64{n, n}) {
+		if err != nil {
+			t.Errorf("session %d after the trigger went: %v", i, err)
+		}
+	}
+	for _, id := range []string{"b", "c"} {
+		if got, err := s.PublishedCursor(t.Context(), id); err != nil || got != n {
+			t.Errorf("cursor of %s = %d, %v; want %d", id, got, err, n)
+		}
+	}
+}

@@ -159,7 +159,8 @@ func (s *Store) PublishedCursor(ctx context.Context, id string) (int64, error) {
 		return 0, err
 	}
 	var next int64
-	err := s.r.QueryRowContext(ctx, `SELECT published_next FROM sessions WHERE id = ?`, id).Scan(&next)
+	err := s.r.QueryRowContext(ctx, `SELECT coalesce((SELECT next FROM cursors WHERE cursors.sid = sessions.sid), 0)
+		FROM sessions WHERE id = ?`, id).Scan(&next)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("session %q: %w", id, persistence.ErrNotFound)
 	}
@@ -175,20 +176,69 @@ func (s *Store) SetPublishedCursor(ctx context.Context, id string, next int64) e
 		return err
 	}
 	// A write like an Append: raises of many sessions share a commit.
-	return s.submit(ctx, func(g *groupTx) error {
-		p, err := g.position(id)
-		if err != nil {
-			return err
+	return s.submit(ctx, func(g *groupTx) error { return g.raiseCursor(id, next) }, nil)
+}
+
+// SetPublishedCursors is SetPublishedCursor for many sessions in one write
+// (the event publisher saves every moved cursor at once: one request of one
+// group, where a call per session waited for a commit each): errs[i] is the
+// result of raising ids[i]'s cursor to next[i]. A session's own failure (a
+// *CursorError, ErrNotFound) leaves the others raised; a failed statement
+// or commit fails them all.
+func (s *Store) SetPublishedCursors(ctx context.Context, ids []string, next []int64) (errs []error) {
+	errs = make([]error, len(ids))
+	fail := func(err error) []error {
+		for i := range errs {
+			errs[i] = err
 		}
-		if next > p.next {
-			return &persistence.CursorError{SessionID: id, Next: next, Len: p.next}
-		}
-		// Raised only if higher (a lower value is not an error).
-		if _, err := g.w.exec(g.w.raiseCursor, g.w.bind(p.sid, next)); err != nil {
-			return dirty(fmt.Errorf("session %q: published cursor: %w", id, err))
+		return errs
+	}
+	if len(next) != len(ids) {
+		return fail(fmt.Errorf("sqlitestore: %d cursors for %d sessions", len(next), len(ids)))
+	}
+	if len(ids) == 0 {
+		return errs
+	}
+	if err := s.checkOpen(ctx); err != nil {
+		return fail(err)
+	}
+	err := s.submit(ctx, func(g *groupTx) error {
+		clear(errs) // a group re-run with savepoints runs this again
+		for i, id := range ids {
+			err := g.raiseCursor(id, next[i])
+			var d *dirtyError
+			if errors.As(err, &d) {
+				return err // the whole request is undone (its savepoint, or the group's re-run)
+			}
+			errs[i] = err
 		}
 		return nil
 	}, nil)
+	if err != nil {
+		return fail(err)
+	}
+	return errs
+}
+
+// raiseCursor raises session id's published cursor to next in the group's
+// transaction; a cursor beyond the log is a *CursorError and a missing
+// session ErrNotFound (nothing written either way).
+func (g *groupTx) raiseCursor(id string, next int64) error {
+	p, err := g.position(id)
+	if err != nil {
+		return err
+	}
+	if next > p.next {
+		return &persistence.CursorError{SessionID: id, Next: next, Len: p.next}
+	}
+	if next <= 0 {
+		return nil // no row is cursor 0
+	}
+	// Raised only if higher (a lower value is not an error).
+	if _, err := g.w.exec(g.w.raiseCursor, g.w.bind(p.sid, next)); err != nil {
+		return dirty(fmt.Errorf("session %q: published cursor: %w", id, err))
+	}
+	return nil
 }
 
 // ReadHeader returns a stored session's header.

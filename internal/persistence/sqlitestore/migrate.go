@@ -13,7 +13,7 @@ import (
 
 // migrate1to2 turns a version-1 database (each event stored twice: JSON in
 // events.data and protobuf in events.pb) into version 2 (pb only), in the
-// transaction of migrate (which goes on to version 3), so a crash leaves
+// transaction of migrate (which goes on to version 4), so a crash leaves
 // version 1 intact.
 //
 // Nothing accepted is lost: before the JSON copy goes, every row's pb must
@@ -89,7 +89,7 @@ func (s *Store) migrate2to3(ctx context.Context, tx *sql.Tx, from int) error {
 	fail := func(err error) error {
 		return fmt.Errorf("sqlitestore: migrate to version 3 (the database stays at version %d): %w", from, err)
 	}
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE sessions_v3 `+sessionsColumns+batchesTable); err != nil {
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE sessions_v3 `+sessionsColumnsV3+batchesTable); err != nil {
 		return fail(err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO sessions_v3 (id, version, created_at, cwd, parent_session, seed_length, delegation_depth, header, published_next)
@@ -183,4 +183,36 @@ func v2Events(ctx context.Context, tx *sql.Tx, id string, next int64) ([][]byte,
 		return nil, &persistence.CorruptError{SessionID: id, Seq: int64(len(data)), Err: fmt.Errorf("%d event rows for a log of length %d", len(data), next)}
 	}
 	return data, nil
+}
+
+// migrate3to4 moves the published cursors out of the version-3 sessions
+// rows (the published_next column) into the cursors table, in the
+// transaction of migrate; from is the version the database had, for
+// messages. Only a cursor that was raised gets a row (no row means 0), and
+// the copy is checked: every raised cursor must be in cursors with its
+// value before the column goes.
+func (s *Store) migrate3to4(ctx context.Context, tx *sql.Tx, from int) error {
+	fail := func(err error) error {
+		return fmt.Errorf("sqlitestore: migrate to version 4 (the database stays at version %d): %w", from, err)
+	}
+	for _, q := range []string{
+		cursorsTable,
+		`INSERT INTO cursors (sid, next) SELECT sid, published_next FROM sessions WHERE published_next > 0`,
+	} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fail(err)
+		}
+	}
+	var raised, copied int64
+	if err := tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sessions WHERE published_next > 0),
+		(SELECT count(*) FROM cursors c JOIN sessions s ON s.sid = c.sid AND s.published_next = c.next)`).Scan(&raised, &copied); err != nil {
+		return fail(err)
+	}
+	if raised != copied {
+		return fail(fmt.Errorf("%d raised cursors, %d copied", raised, copied))
+	}
+	if _, err := tx.ExecContext(ctx, `ALTER TABLE sessions DROP COLUMN published_next`); err != nil {
+		return fail(err)
+	}
+	return nil
 }

@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -139,8 +141,8 @@ func TestMigrateFromVersion1(t *testing.T) {
 }
 
 // checkMigrated checks a store migrated from b's session "m": every event
-// intact, the published cursor kept, the storage checks clean, version 3
-// without the events table, and the next append taken at the right seq.
+// intact, the published cursor kept, the storage checks clean, the current
+// version without the events table, and the next append taken at the right seq.
 func checkMigrated(t *testing.T, s *sqlitestore.Store, path string, build func(*persistencetest.Builder)) {
 	t.Helper()
 	var b persistencetest.Builder
@@ -241,4 +243,202 @@ func TestMigrateFromVersion2(t *testing.T) {
 			}
 		})
 	}
+}
+
+// v3Sessions is what testdata/v3.db holds (written by the version-3 store
+// at 75d4015 with testdata/mkv3/main.go): per session, its turns (tool
+// calls per completed turn) and its published cursor (0: never raised).
+var v3Sessions = []struct {
+	id     string
+	turns  []int
+	cursor int64
+}{
+	{"m", []int{3}, 2},
+	{"n", []int{2, 1}, 32}, // published to its end
+	{"o", []int{1}, 0},
+}
+
+// copyFile copies testdata's src to a fresh database path.
+func copyFile(t *testing.T, src string) string {
+	t.Helper()
+	in, err := os.Open(filepath.Join("testdata", src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	path := filepath.Join(t.TempDir(), "dsh.db")
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// columns returns the sessions table's columns as PRAGMA table_info gives
+// them (name, type, not null, default, primary key), and whether the
+// cursors table exists.
+func columns(t *testing.T, path string) (cols []string, cursors bool) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT name, type, "notnull", coalesce(dflt_value, ''), pk FROM pragma_table_info('sessions')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			name, typ, dflt string
+			notNull, pk     int
+		)
+		if err := rows.Scan(&name, &typ, &notNull, &dflt, &pk); err != nil {
+			t.Fatal(err)
+		}
+		cols = append(cols, fmt.Sprintf("%s %s notnull=%d default=%q pk=%d", name, typ, notNull, dflt, pk))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'cursors'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return cols, n == 1
+}
+
+// checkV3Sessions checks that s holds testdata/v3.db's sessions with every
+// event and cursor intact, and takes the next append of each.
+func checkV3Sessions(t *testing.T, s *sqlitestore.Store) {
+	t.Helper()
+	for _, x := range v3Sessions {
+		var b persistencetest.Builder
+		for _, k := range x.turns {
+			b.CompletedTurn(k)
+		}
+		_, got, err := s.Load(t.Context(), x.id)
+		if err != nil {
+			t.Fatalf("Load(%s): %v", x.id, err)
+		}
+		if len(got) != len(b.Events()) {
+			t.Fatalf("session %s: %d events, want %d", x.id, len(got), len(b.Events()))
+		}
+		for i, ev := range b.Events() {
+			if !proto.Equal(got[i], ev) {
+				t.Fatalf("session %s: event %d changed:\n got %v\nwant %v", x.id, i, got[i], ev)
+			}
+		}
+		if err := s.CheckStorage(t.Context(), x.id); err != nil {
+			t.Fatalf("CheckStorage(%s): %v", x.id, err)
+		}
+		if p, err := s.PublishedCursor(t.Context(), x.id); err != nil || p != x.cursor {
+			t.Fatalf("session %s: published cursor %d, %v; want %d", x.id, p, err, x.cursor)
+		}
+		b.CompletedTurn(1)
+		if err := s.Append(t.Context(), x.id, b.Events()[len(got):]); err != nil {
+			t.Fatalf("session %s: append after the migration: %v", x.id, err)
+		}
+		if err := s.SetPublishedCursor(t.Context(), x.id, b.Len()); err != nil {
+			t.Fatalf("session %s: raise the cursor after the migration: %v", x.id, err)
+		}
+		if p, err := s.PublishedCursor(t.Context(), x.id); err != nil || p != b.Len() {
+			t.Fatalf("session %s: published cursor %d, %v after raising it; want %d", x.id, p, err, b.Len())
+		}
+	}
+}
+
+// TestMigrateFromVersion3 opens a real version-3 file (testdata/v3.db) and
+// requires version 4: the published cursors moved into the cursors table
+// (a row only for a raised one), the column gone from the sessions rows,
+// every event byte for byte as it was, and the store writing on.
+func TestMigrateFromVersion3(t *testing.T) {
+	t.Parallel()
+	path := copyFile(t, "v3.db")
+	if v, _ := userVersion(t, path); v != 3 {
+		t.Fatalf("testdata/v3.db is at version %d, want 3", v)
+	}
+	s, err := sqlitestore.Open(t.Context(), sqlitestore.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, tables := userVersion(t, path); v != 4 || tables != 0 {
+		t.Fatalf("user_version %d, events tables %d; want 4, 0", v, tables)
+	}
+	cols, cursors := columns(t, path)
+	if !cursors || strings.Contains(strings.Join(cols, ","), "published_next") {
+		t.Fatalf("after the migration: cursors table %v, sessions columns %v; want the table and no published_next", cursors, cols)
+	}
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var rows int
+	if err := db.QueryRow(`SELECT count(*) FROM cursors`).Scan(&rows); err != nil || rows != 2 {
+		t.Fatalf("%d cursor rows, %v; want 2 (the never-raised cursor has none)", rows, err)
+	}
+	checkV3Sessions(t, s)
+}
+
+// TestDowngradeScript: testdata/downgrade-v4-to-v3.sql (the documented way
+// back to a version-3 build) turns a migrated database into one with the
+// version-3 sessions table column for column, the cursors back in its rows
+// and the version 3; this build then migrates it again without losing a
+// cursor.
+func TestDowngradeScript(t *testing.T) {
+	t.Parallel()
+	wantCols, _ := columns(t, copyFile(t, "v3.db"))
+	path := copyFile(t, "v3.db")
+	s, err := sqlitestore.Open(t.Context(), sqlitestore.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join("testdata", "downgrade-v4-to-v3.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(string(script)); err != nil {
+		t.Fatalf("the downgrade script: %v", err)
+	}
+	if v, _ := userVersion(t, path); v != 3 {
+		t.Fatalf("user_version %d after the downgrade, want 3", v)
+	}
+	cols, cursors := columns(t, path)
+	if cursors || strings.Join(cols, "\n") != strings.Join(wantCols, "\n") {
+		t.Fatalf("after the downgrade: cursors table %v, sessions columns\n%s\nwant none and\n%s",
+			cursors, strings.Join(cols, "\n"), strings.Join(wantCols, "\n"))
+	}
+	for _, x := range v3Sessions {
+		var next int64
+		if err := db.QueryRow(`SELECT published_next FROM sessions WHERE id = ?`, x.id).Scan(&next); err != nil || next != x.cursor {
+			t.Fatalf("session %s: published_next %d, %v after the downgrade; want %d", x.id, next, err, x.cursor)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = sqlitestore.Open(t.Context(), sqlitestore.Config{Path: path})
+	if err != nil {
+		t.Fatalf("open the downgraded database: %v", err)
+	}
+	defer s.Close()
+	checkV3Sessions(t, s)
 }

@@ -26,13 +26,32 @@ import (
 // and the flush latency (Append to its return) p50 and p99.
 func BenchmarkPacedFlush(b *testing.B) {
 	for _, n := range []int{30, 300} {
-		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) { benchPacedFlush(b, n, 4, 500*time.Millisecond) })
+		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) { benchPacedFlush(b, n, 4, 500*time.Millisecond, nil) })
 	}
 }
 
-func benchPacedFlush(b *testing.B, sessions, batch int, period time.Duration) {
+// BenchmarkPacedFlushCursors is BenchmarkPacedFlush with the event
+// publisher's cursor saves beside the flushes: every 200 ms (its
+// CursorEvery) each session whose log grew since the last save gets its
+// published cursor raised to its durable length, one SetPublishedCursor
+// after another (the publisher before §19) or in one SetPublishedCursors.
+// The WAL is not checkpointed, so frames/op (WAL pages per flush, the
+// saves' included) counts what the commits wrote. CPU per flush includes
+// the saves.
+func BenchmarkPacedFlushCursors(b *testing.B) {
+	for _, n := range []int{300, 1000} {
+		for _, mode := range cursorSaveModes {
+			b.Run(fmt.Sprintf("sessions=%d/%s", n, mode.name), func(b *testing.B) {
+				benchPacedFlush(b, n, 4, 500*time.Millisecond, mode.save)
+			})
+		}
+	}
+}
+
+func benchPacedFlush(b *testing.B, sessions, batch int, period time.Duration, save func(*testing.B, *Store, []string, []int64)) {
 	var commits, requests atomic.Int64
-	s, err := Open(b.Context(), Config{Path: filepath.Join(b.TempDir(), "dsh.db"), OnCommit: func(c CommitStats) {
+	path := filepath.Join(b.TempDir(), "dsh.db")
+	s, err := Open(b.Context(), Config{Path: path, OnCommit: func(c CommitStats) {
 		commits.Add(1)
 		requests.Add(int64(c.Requests))
 	}})
@@ -40,6 +59,10 @@ func benchPacedFlush(b *testing.B, sessions, batch int, period time.Duration) {
 		b.Fatal(err)
 	}
 	defer s.Close()
+	if save != nil {
+		s.execWriter(b, "PRAGMA wal_autocheckpoint = 0")
+	}
+	durable := make([]atomic.Int64, sessions) // each session's stored length, for the saver
 	per := (b.N + sessions - 1) / sessions
 	logs := make([][]*sessionv1.SessionEvent, sessions)
 	for g := range sessions {
@@ -54,10 +77,38 @@ func benchPacedFlush(b *testing.B, sessions, batch int, period time.Duration) {
 	}
 	lat := make([][]time.Duration, sessions)
 	runtime.GC()
+	frames0 := walFrames(b, path)
 	b.ResetTimer()
 	cpu := cputime.Process()
 	c0, r0 := commits.Load(), requests.Load()
 	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	saved := make(chan struct{})
+	go func() {
+		defer close(saved)
+		if save == nil {
+			return
+		}
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		last := make([]int64, sessions)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			var ids []string
+			var next []int64
+			for g := range sessions {
+				if n := durable[g].Load(); n > last[g] {
+					ids, next = append(ids, fmt.Sprint("paced-", g)), append(next, n)
+					last[g] = n
+				}
+			}
+			save(b, s, ids, next)
+		}
+	}()
 	for g := range sessions {
 		n := max(min(per, b.N-g*per), 0)
 		wg.Go(func() {
@@ -71,12 +122,18 @@ func benchPacedFlush(b *testing.B, sessions, batch int, period time.Duration) {
 					return
 				}
 				lat[g] = append(lat[g], time.Since(start))
+				durable[g].Store(int64((k + 1) * batch))
 			}
 		})
 	}
 	wg.Wait()
+	close(stop)
+	<-saved
 	b.StopTimer()
 	b.ReportMetric(float64(cputime.Process()-cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+	if save != nil {
+		b.ReportMetric(float64(walFrames(b, path)-frames0)/float64(b.N), "frames/op")
+	}
 	b.ReportMetric(float64(requests.Load()-r0)/float64(commits.Load()-c0), "reqs/commit")
 	all := slices.Concat(lat...)
 	slices.Sort(all)

@@ -3,13 +3,14 @@
 // driver, in WAL mode.
 //
 // Schema (schema.go): a sessions table (one row per materialised session:
-// an integer key, header columns, the full header and the published cursor)
-// and a batches table (one row per appended batch: the session's integer
+// an integer key, header columns and the full header), a cursors table (the
+// published cursor of each session that published anything) and a batches
+// table (one row per appended batch: the session's integer
 // key, the first seq, the count and the events in framed protobuf binary;
 // the log length is the end of the last batch). PRAGMA user_version carries
-// SchemaVersion; a version-1 or -2 database (one row per event, keyed by
-// the text id) is migrated at Open; an unknown version is refused, never
-// migrated silently.
+// SchemaVersion; a version-1, -2 (one row per event, keyed by the text id)
+// or -3 (the cursor a sessions column) database is migrated at Open; an
+// unknown version is refused, never migrated silently.
 //
 // # Delivery
 //
@@ -181,7 +182,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 // migrate stamps a fresh database with the schema, migrates an older one
-// (1 to 2 to 3, in one transaction: a failed step leaves the database as it
+// (1 to 2 to 3 to 4, in one transaction: a failed step leaves the database as it
 // was) and refuses an unknown version.
 func (s *Store) migrate(ctx context.Context, db *sql.DB) error {
 	tx, err := db.BeginTx(ctx, nil)
@@ -196,13 +197,18 @@ func (s *Store) migrate(ctx context.Context, db *sql.DB) error {
 	switch version {
 	case SchemaVersion:
 		return nil
-	case 1, 2:
+	case 1, 2, 3:
 		if version == 1 {
 			if err := s.migrate1to2(ctx, tx); err != nil {
 				return err
 			}
 		}
-		if err := s.migrate2to3(ctx, tx, version); err != nil {
+		if version <= 2 {
+			if err := s.migrate2to3(ctx, tx, version); err != nil {
+				return err
+			}
+		}
+		if err := s.migrate3to4(ctx, tx, version); err != nil {
 			return err
 		}
 	case 0:

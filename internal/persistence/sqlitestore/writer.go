@@ -32,7 +32,9 @@ type writer struct {
 const (
 	insertSessionSQL = `INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, delegation_depth, header)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`
-	raiseCursorSQL = `UPDATE sessions SET published_next = ?2 WHERE sid = ?1 AND published_next < ?2`
+	// raiseCursorSQL writes a session's cursor row, raised only if higher.
+	raiseCursorSQL = `INSERT INTO cursors (sid, next) VALUES (?1, ?2)
+			ON CONFLICT (sid) DO UPDATE SET next = excluded.next WHERE excluded.next > cursors.next`
 )
 
 // maxInsertRows is the most batch rows one multi-row INSERT takes (4
