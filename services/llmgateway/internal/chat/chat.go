@@ -384,32 +384,39 @@ func (u *wireUsage) proto() *llmv1.TokenUsage {
 // Body serialises req for the wire. It reports how many blocks the wire
 // format cannot carry (extension blocks) and were dropped.
 func (a *Adapter) Body(req *llmv1.GenerateRequest) ([]byte, int, error) {
-	w, dropped := a.wire(req, 0)
+	w, dropped := a.wire(req, 0, true)
 	b, err := a.encode(&w)
 	return b, dropped, err
 }
 
 // body is Body reusing, when bc holds one this adapter made, the encoding
 // of the conversation's first messages from the request this one continues
-// (the gateway's remembered conversation: the very same messages), and
-// handing the encoding of all of this request's messages to bc for the
-// next. The bytes are the same as Body's: the messages array is the system
-// message and then each message's wire messages, comma-separated, and a
-// message's wire form depends on nothing but the message and the adapter.
+// (the gateway's remembered conversation: the very same messages) and,
+// when this request's tools are the very same schemas (same_tools), the
+// encoding of the tools; it hands the encoding of all of this request's
+// messages and of its tools to bc for the next. The bytes are the same as
+// Body's: the messages array is the system message and then each message's
+// wire messages, comma-separated, a message's wire form depends on nothing
+// but the message and the adapter, and so does a tool's.
 func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([]byte, int, error) {
 	if bc == nil {
 		return a.Body(req)
 	}
 	var sp msgSpan
 	from, dropped0 := 0, 0
-	if p := bc.Prev(); p != nil && p.Owner == a && p.N <= len(req.GetMessages()) {
-		from, sp.cached, dropped0 = p.N, p.Bytes, p.Dropped
+	if p := bc.Prev(); p != nil && p.Owner == a {
+		if p.N <= len(req.GetMessages()) {
+			from, sp.cached, dropped0 = p.N, p.Bytes, p.Dropped
+		}
+		if p.SameTools(req.GetTools()) {
+			sp.tools = p.ToolBytes
+		}
 	}
-	w, dropped := a.wire(req, from)
+	w, dropped := a.wire(req, from, sp.tools == nil)
 	if req.System != nil {
 		sp.nsys = 1
 	}
-	n := sizeHint(&w) + len(sp.cached)
+	n := sizeHint(&w) + len(sp.cached) + len(sp.tools)
 	b, err := a.appendRequest(make([]byte, 0, n+n/8+256), &w, &sp)
 	if err != nil {
 		return nil, 0, err
@@ -419,13 +426,18 @@ func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([]byt
 	// capacity): the cache counts all of it (Held). Not a copy: a copy
 	// measured 1.26x the gateway's CPU per request at step 50 (the
 	// garbage collection its allocation brings; docs/arch/throughput.md §13).
-	bc.Keep(&provider.BodyPrefix{Owner: a, N: len(req.GetMessages()), Bytes: b[sp.start:sp.end:sp.end], Held: cap(b), Dropped: dropped})
+	kept := &provider.BodyPrefix{Owner: a, N: len(req.GetMessages()), Bytes: b[sp.start:sp.end:sp.end], Held: cap(b), Dropped: dropped}
+	if sp.toolsEnd > sp.toolsStart {
+		kept.Tools, kept.ToolBytes = req.GetTools(), b[sp.toolsStart:sp.toolsEnd:sp.toolsEnd]
+	}
+	bc.Keep(kept)
 	return b, dropped, nil
 }
 
 // wire builds the request's wire form, leaving out the wire messages of
-// the conversation's first from messages (the system message stays).
-func (a *Adapter) wire(req *llmv1.GenerateRequest, from int) (wireRequest, int) {
+// the conversation's first from messages (the system message stays), and
+// the tools unless tools is set.
+func (a *Adapter) wire(req *llmv1.GenerateRequest, from int, tools bool) (wireRequest, int) {
 	w := wireRequest{
 		Model:         req.GetModel(),
 		Stream:        true,
@@ -450,6 +462,9 @@ func (a *Adapter) wire(req *llmv1.GenerateRequest, from int) (wireRequest, int) 
 		var n int
 		w.Messages, n = a.appendMessage(w.Messages, m)
 		dropped += n
+	}
+	if !tools {
+		return w, dropped
 	}
 	if tools := req.GetTools(); len(tools) > 0 {
 		w.Tools = make([]wireTool, 0, len(tools))
