@@ -148,7 +148,7 @@ func (a *Adapter) Stream(ctx context.Context, req *llmv1.GenerateRequest) iter.S
 
 // translate folds the provider's events into chunks.
 func translate(s *upstream.Stream, e *provider.Emitter) {
-	st := translator{text: none, reasoning: none, tools: map[int]uint32{}}
+	st := translator{text: none, reasoning: none}
 	var c streamChunk
 	for {
 		ev, f := s.Next()
@@ -221,10 +221,50 @@ const none = -1
 // translator is the state of one stream's translation.
 type translator struct {
 	text, reasoning int
-	tools           map[int]uint32
-	usage           *llmv1.TokenUsage
-	finish          string
-	buf             []byte
+	// tools maps the provider's tool-call indexes to their blocks, in
+	// open order (a turn has a few: a slice, not a map per stream), and
+	// byIndex too once there are more than manyTools of them.
+	tools   []toolBlock
+	byIndex map[int]uint32
+	usage   *llmv1.TokenUsage
+	finish  string
+	buf     []byte
+}
+
+// toolBlock is the block of the provider's tool call index.
+type toolBlock struct {
+	index int
+	block uint32
+}
+
+// manyTools is how many tool calls a stream's translation looks up in its
+// slice; past it, in a map (a stream of thousands of calls stays linear).
+const manyTools = 16
+
+// tool returns the block of the provider's tool call index, if open.
+func (st *translator) tool(index int) (uint32, bool) {
+	if st.byIndex != nil {
+		b, ok := st.byIndex[index]
+		return b, ok
+	}
+	for i := len(st.tools) - 1; i >= 0; i-- { // the latest is the usual one
+		if st.tools[i].index == index {
+			return st.tools[i].block, true
+		}
+	}
+	return 0, false
+}
+
+func (st *translator) addTool(index int, block uint32) {
+	st.tools = append(st.tools, toolBlock{index, block})
+	if st.byIndex == nil && len(st.tools) > manyTools {
+		st.byIndex = make(map[int]uint32, 2*len(st.tools))
+		for _, t := range st.tools {
+			st.byIndex[t.index] = t.block
+		}
+	} else if st.byIndex != nil {
+		st.byIndex[index] = block
+	}
 }
 
 func (st *translator) frag(raw json.RawMessage) ([]byte, error) {
@@ -236,13 +276,13 @@ func (st *translator) frag(raw json.RawMessage) ([]byte, error) {
 // toolDelta streams one tool call's fragment (args a raw JSON string),
 // opening its block on the first delta of its index.
 func (st *translator) toolDelta(e *provider.Emitter, s *upstream.Stream, index int, id, name string, rawArgs []byte) bool {
-	i, ok := st.tools[index]
+	i, ok := st.tool(index)
 	if !ok {
 		if id == "" {
 			id = fmt.Sprintf("call-%d", e.Len())
 		}
 		i, _ = e.OpenToolCall(id, "")
-		st.tools[index] = i
+		st.addTool(index, i)
 	}
 	args, err := st.frag(rawArgs)
 	if err != nil {
