@@ -162,13 +162,16 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 			break
 		}
 		if fd, ok := parseFast(data); ok {
-			// The common cases: text, or one tool call's fragment (see
-			// fast.go).
+			// The common cases: text, or one tool call's fragment, and
+			// the finish reason (see fast.go).
 			if !st.deltaText(e, s, fd.reasoningText(), fd.content) {
 				return
 			}
 			if fd.tool && !st.toolDelta(e, s, fd.toolIndex, fd.toolID, fd.toolName, fd.args) {
 				return
+			}
+			if fd.finish != "" {
+				st.finish = fd.finish
 			}
 			continue
 		}

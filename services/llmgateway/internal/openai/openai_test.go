@@ -182,7 +182,9 @@ func TestManyToolCalls(t *testing.T) {
 	t.Parallel()
 	const n = 40
 	var body strings.Builder
-	event := func(s string) { body.WriteString("data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[" + s + "]}}]}\n\n") }
+	event := func(s string) {
+		body.WriteString("data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[" + s + "]}}]}\n\n")
+	}
 	for i := range n {
 		event(fmt.Sprintf(`{"index":%d,"id":"call_%d","type":"function","function":{"name":"read","arguments":"{\"n\":"}}`, i, i))
 	}
