@@ -320,7 +320,7 @@ func (p *scanner) choices(d *fastDelta) bool {
 				continue
 			}
 			var ok bool
-			if d.finish, ok = p.plainStr(); !ok {
+			if d.finish, ok = p.finishReason(); !ok {
 				return false
 			}
 		case `"logprobs"`:
@@ -480,6 +480,17 @@ func (p *scanner) plainStr() (string, bool) {
 		return "", false
 	}
 	return string(v[1 : len(v)-1]), true
+}
+
+// finishReason scans a finish reason as plainStr does, the usual ones
+// without an allocation.
+func (p *scanner) finishReason() (string, bool) {
+	for _, r := range [...]string{"stop", "tool_calls", "length"} {
+		if p.word(`"` + r + `"`) {
+			return r, true
+		}
+	}
+	return p.plainStr()
 }
 
 // smallInt scans a non-negative integer below 1<<20 without fraction or
