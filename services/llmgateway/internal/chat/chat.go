@@ -479,8 +479,8 @@ func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([]byt
 
 // wire builds the request's wire form, leaving out the wire messages of
 // the conversation's first from messages (the system message stays), and
-// the tools unless tools is set.
-func (a *Adapter) wire(req *llmv1.GenerateRequest, from int, tools bool) (wireRequest, int) {
+// the tools unless withTools is set.
+func (a *Adapter) wire(req *llmv1.GenerateRequest, from int, withTools bool) (wireRequest, int) {
 	w := wireRequest{
 		Model:         req.GetModel(),
 		Stream:        true,
@@ -506,7 +506,7 @@ func (a *Adapter) wire(req *llmv1.GenerateRequest, from int, tools bool) (wireRe
 		w.Messages, n = a.appendMessage(w.Messages, m)
 		dropped += n
 	}
-	if !tools {
+	if !withTools {
 		return w, dropped
 	}
 	if tools := req.GetTools(); len(tools) > 0 {
