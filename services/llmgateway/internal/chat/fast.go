@@ -9,10 +9,11 @@ import (
 // chat-completions stream — a single choice whose delta carries only text
 // (content, reasoning_content or reasoning), or exactly one tool call's
 // index, id, name and argument fragment, with an escape-free finish reason
-// or none, and no usage or error — without reflection. Anything else, including anything it
-// does not fully understand or malformed JSON, returns ok=false and the
-// caller falls back to the full decoder, so behaviour never depends on
-// which path ran. FuzzFastDelta checks the two agree.
+// or none, and no usage or error — without reflection. Anything else,
+// including anything it does not fully understand or malformed JSON,
+// returns ok=false and the caller falls back to the full decoder, so
+// behaviour never depends on which path ran. FuzzFastDelta checks the two
+// agree.
 
 // fastDelta is what the fast path extracts: raw JSON string literals (or
 // nil when absent or null).
