@@ -234,7 +234,14 @@ func (s *Service) prepare(req *llmv1.GenerateRequest) (*route, *llmv1.GenerateRe
 			return nil, nil, &provider.RequestError{Field: fmt.Sprintf("messages[%d].role", i), Reason: "a role is required"}
 		}
 	}
-	for i, t := range req.GetTools() {
+	// A request naming a remembered conversation's tools (same_tools, put
+	// there by resolve) has them validated already: they were remembered
+	// only after passing these checks.
+	tools := req.GetTools()
+	if req.GetPrefix().GetSameTools() {
+		tools = nil
+	}
+	for i, t := range tools {
 		if t.GetName() == "" {
 			return nil, nil, &provider.RequestError{Field: fmt.Sprintf("tools[%d].name", i), Reason: "a tool name is required"}
 		}

@@ -2,13 +2,11 @@ package llmgateway
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,70 +17,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/services/llmgateway/internal/providertest"
 )
 
-// loadRequest is the last model request of a 5-step `read` turn of the load
-// benchmark (tests/load), as the gateway sent it upstream
-// (testdata/load_request.json: system prompt, 17 built-in tool schemas, 5
-// tool calls with their results), turned back into the GenerateRequest the
-// agent sent for it.
+// loadRequest is the load benchmark's last model request of a turn
+// (providertest.LoadRequest).
 func loadRequest(tb testing.TB) *llmv1.GenerateRequest {
-	tb.Helper()
-	raw, err := os.ReadFile("testdata/load_request.json")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var body struct {
-		Messages []struct {
-			Role       string `json:"role"`
-			Content    string `json:"content"`
-			ToolCallID string `json:"tool_call_id"`
-			ToolCalls  []struct {
-				ID       string `json:"id"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"messages"`
-		Tools []struct {
-			Function struct {
-				Name        string          `json:"name"`
-				Description string          `json:"description"`
-				Parameters  json.RawMessage `json:"parameters"`
-			} `json:"function"`
-		} `json:"tools"`
-	}
-	if err := json.Unmarshal(raw, &body); err != nil {
-		tb.Fatal(err)
-	}
-	text := func(s string) *llmv1.ContentBlock {
-		return &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: s}}}
-	}
-	req := &llmv1.GenerateRequest{Provider: "local", Model: "m"}
-	for _, m := range body.Messages {
-		switch m.Role {
-		case "system":
-			req.System = &m.Content
-		case "user":
-			req.Messages = append(req.Messages, &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{text(m.Content)}})
-		case "assistant":
-			msg := &llmv1.Message{Role: llmv1.Role_ROLE_ASSISTANT}
-			if m.Content != "" {
-				msg.Content = append(msg.Content, text(m.Content))
-			}
-			for _, c := range m.ToolCalls {
-				msg.Content = append(msg.Content, &llmv1.ContentBlock{Block: &llmv1.ContentBlock_ToolCall{ToolCall: &llmv1.ToolCallBlock{Id: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments}}})
-			}
-			req.Messages = append(req.Messages, msg)
-		case "tool":
-			req.Messages = append(req.Messages, &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{{Block: &llmv1.ContentBlock_ToolResult{ToolResult: &llmv1.ToolResultBlock{ToolCallId: m.ToolCallID, Content: []*llmv1.ContentBlock{text(m.Content)}}}}}})
-		}
-	}
-	for _, t := range body.Tools {
-		req.Tools = append(req.Tools, &llmv1.ToolSchema{Name: t.Function.Name, Description: t.Function.Description, Parameters: string(t.Function.Parameters)})
-	}
-	return req
+	return providertest.LoadRequest(tb, "testdata/load_request.json")
 }
 
 // toolCallUpstream answers every request as the load benchmark's upstream

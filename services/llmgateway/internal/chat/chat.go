@@ -148,7 +148,7 @@ func (a *Adapter) Stream(ctx context.Context, req *llmv1.GenerateRequest) iter.S
 
 // translate folds the provider's events into chunks.
 func translate(s *upstream.Stream, e *provider.Emitter) {
-	st := translator{text: none, reasoning: none, tools: map[int]uint32{}}
+	st := translator{text: none, reasoning: none}
 	var c streamChunk
 	for {
 		ev, f := s.Next()
@@ -162,13 +162,16 @@ func translate(s *upstream.Stream, e *provider.Emitter) {
 			break
 		}
 		if fd, ok := parseFast(data); ok {
-			// The common cases: text, or one tool call's fragment (see
-			// fast.go).
+			// The common cases: text, or one tool call's fragment, and
+			// the finish reason (see fast.go).
 			if !st.deltaText(e, s, fd.reasoningText(), fd.content) {
 				return
 			}
 			if fd.tool && !st.toolDelta(e, s, fd.toolIndex, fd.toolID, fd.toolName, fd.args) {
 				return
+			}
+			if fd.finish != "" {
+				st.finish = fd.finish
 			}
 			continue
 		}
@@ -221,10 +224,50 @@ const none = -1
 // translator is the state of one stream's translation.
 type translator struct {
 	text, reasoning int
-	tools           map[int]uint32
-	usage           *llmv1.TokenUsage
-	finish          string
-	buf             []byte
+	// tools maps the provider's tool-call indexes to their blocks, in
+	// open order (a turn has a few: a slice, not a map per stream), and
+	// byIndex too once there are more than manyTools of them.
+	tools   []toolBlock
+	byIndex map[int]uint32
+	usage   *llmv1.TokenUsage
+	finish  string
+	buf     []byte
+}
+
+// toolBlock is the block of the provider's tool call index.
+type toolBlock struct {
+	index int
+	block uint32
+}
+
+// manyTools is how many tool calls a stream's translation looks up in its
+// slice; past it, in a map (a stream of thousands of calls stays linear).
+const manyTools = 16
+
+// tool returns the block of the provider's tool call index, if open.
+func (st *translator) tool(index int) (uint32, bool) {
+	if st.byIndex != nil {
+		b, ok := st.byIndex[index]
+		return b, ok
+	}
+	for i := len(st.tools) - 1; i >= 0; i-- { // the latest is the usual one
+		if st.tools[i].index == index {
+			return st.tools[i].block, true
+		}
+	}
+	return 0, false
+}
+
+func (st *translator) addTool(index int, block uint32) {
+	st.tools = append(st.tools, toolBlock{index, block})
+	if st.byIndex == nil && len(st.tools) > manyTools {
+		st.byIndex = make(map[int]uint32, 2*len(st.tools))
+		for _, t := range st.tools {
+			st.byIndex[t.index] = t.block
+		}
+	} else if st.byIndex != nil {
+		st.byIndex[index] = block
+	}
 }
 
 func (st *translator) frag(raw json.RawMessage) ([]byte, error) {
@@ -236,13 +279,13 @@ func (st *translator) frag(raw json.RawMessage) ([]byte, error) {
 // toolDelta streams one tool call's fragment (args a raw JSON string),
 // opening its block on the first delta of its index.
 func (st *translator) toolDelta(e *provider.Emitter, s *upstream.Stream, index int, id, name string, rawArgs []byte) bool {
-	i, ok := st.tools[index]
+	i, ok := st.tool(index)
 	if !ok {
 		if id == "" {
 			id = fmt.Sprintf("call-%d", e.Len())
 		}
 		i, _ = e.OpenToolCall(id, "")
-		st.tools[index] = i
+		st.addTool(index, i)
 	}
 	args, err := st.frag(rawArgs)
 	if err != nil {
@@ -384,32 +427,39 @@ func (u *wireUsage) proto() *llmv1.TokenUsage {
 // Body serialises req for the wire. It reports how many blocks the wire
 // format cannot carry (extension blocks) and were dropped.
 func (a *Adapter) Body(req *llmv1.GenerateRequest) ([]byte, int, error) {
-	w, dropped := a.wire(req, 0)
+	w, dropped := a.wire(req, 0, true)
 	b, err := a.encode(&w)
 	return b, dropped, err
 }
 
 // body is Body reusing, when bc holds one this adapter made, the encoding
 // of the conversation's first messages from the request this one continues
-// (the gateway's remembered conversation: the very same messages), and
-// handing the encoding of all of this request's messages to bc for the
-// next. The bytes are the same as Body's: the messages array is the system
-// message and then each message's wire messages, comma-separated, and a
-// message's wire form depends on nothing but the message and the adapter.
+// (the gateway's remembered conversation: the very same messages) and,
+// when this request's tools are the very same schemas (same_tools), the
+// encoding of the tools; it hands the encoding of all of this request's
+// messages and of its tools to bc for the next. The bytes are the same as
+// Body's: the messages array is the system message and then each message's
+// wire messages, comma-separated, a message's wire form depends on nothing
+// but the message and the adapter, and so does a tool's.
 func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([]byte, int, error) {
 	if bc == nil {
 		return a.Body(req)
 	}
 	var sp msgSpan
 	from, dropped0 := 0, 0
-	if p := bc.Prev(); p != nil && p.Owner == a && p.N <= len(req.GetMessages()) {
-		from, sp.cached, dropped0 = p.N, p.Bytes, p.Dropped
+	if p := bc.Prev(); p != nil && p.Owner == a {
+		if p.N <= len(req.GetMessages()) {
+			from, sp.cached, dropped0 = p.N, p.Bytes, p.Dropped
+		}
+		if p.SameTools(req.GetTools()) {
+			sp.tools = p.ToolBytes
+		}
 	}
-	w, dropped := a.wire(req, from)
+	w, dropped := a.wire(req, from, sp.tools == nil)
 	if req.System != nil {
 		sp.nsys = 1
 	}
-	n := sizeHint(&w) + len(sp.cached)
+	n := sizeHint(&w) + len(sp.cached) + len(sp.tools)
 	b, err := a.appendRequest(make([]byte, 0, n+n/8+256), &w, &sp)
 	if err != nil {
 		return nil, 0, err
@@ -419,13 +469,18 @@ func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([]byt
 	// capacity): the cache counts all of it (Held). Not a copy: a copy
 	// measured 1.26x the gateway's CPU per request at step 50 (the
 	// garbage collection its allocation brings; docs/arch/throughput.md §13).
-	bc.Keep(&provider.BodyPrefix{Owner: a, N: len(req.GetMessages()), Bytes: b[sp.start:sp.end:sp.end], Held: cap(b), Dropped: dropped})
+	kept := &provider.BodyPrefix{Owner: a, N: len(req.GetMessages()), Bytes: b[sp.start:sp.end:sp.end], Held: cap(b), Dropped: dropped}
+	if sp.toolsEnd > sp.toolsStart {
+		kept.Tools, kept.ToolBytes = req.GetTools(), b[sp.toolsStart:sp.toolsEnd:sp.toolsEnd]
+	}
+	bc.Keep(kept)
 	return b, dropped, nil
 }
 
 // wire builds the request's wire form, leaving out the wire messages of
-// the conversation's first from messages (the system message stays).
-func (a *Adapter) wire(req *llmv1.GenerateRequest, from int) (wireRequest, int) {
+// the conversation's first from messages (the system message stays), and
+// the tools unless withTools is set.
+func (a *Adapter) wire(req *llmv1.GenerateRequest, from int, withTools bool) (wireRequest, int) {
 	w := wireRequest{
 		Model:         req.GetModel(),
 		Stream:        true,
@@ -450,6 +505,9 @@ func (a *Adapter) wire(req *llmv1.GenerateRequest, from int) (wireRequest, int) 
 		var n int
 		w.Messages, n = a.appendMessage(w.Messages, m)
 		dropped += n
+	}
+	if !withTools {
+		return w, dropped
 	}
 	if tools := req.GetTools(); len(tools) > 0 {
 		w.Tools = make([]wireTool, 0, len(tools))

@@ -63,3 +63,27 @@ func BenchmarkDecodeChunk(b *testing.B) {
 		}
 	})
 }
+
+var benchFinishChunk = []byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"load","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`)
+
+// BenchmarkDecodeFinishChunk compares the full decoder and the fast path
+// on a stream's finish event (once per model request).
+func BenchmarkDecodeFinishChunk(b *testing.B) {
+	b.Run("fast-path", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if d, ok := parseFast(benchFinishChunk); !ok || d.finish != "tool_calls" {
+				b.Fatal("not on the fast path")
+			}
+		}
+	})
+	b.Run("segmentio", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var c streamChunk
+			if err := segjson.Unmarshal(benchFinishChunk, &c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

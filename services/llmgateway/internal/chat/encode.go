@@ -36,11 +36,16 @@ func (a *Adapter) encode(w *wireRequest) ([]byte, error) {
 // wire messages are the system slot, cached is the encoding of the
 // conversation's first wire messages (comma-separated, written before the
 // rest), and appendRequest sets start and end to where the conversation's
-// wire messages (cached and the rest) are in the body.
+// wire messages (cached and the rest) are in the body. tools, when set, is
+// the encoding of the tools array's elements (comma-separated), written
+// instead of encoding w.Tools; appendRequest sets toolsStart and toolsEnd
+// to where the tools array's elements are in the body.
 type msgSpan struct {
-	nsys       int
-	cached     []byte
-	start, end int
+	nsys                 int
+	cached               []byte
+	start, end           int
+	tools                []byte
+	toolsStart, toolsEnd int
 }
 
 // sizeHint is the length of the text in w and of its fixed syntax,
@@ -70,6 +75,9 @@ func sizeHint(w *wireRequest) int {
 	}
 	for _, t := range w.Tools {
 		n += 80 + len(t.Function.Name) + len(t.Function.Description) + len(t.Function.ParamsText)
+	}
+	if len(w.Tools) > 0 {
+		n += 12 // ,"tools":[]
 	}
 	return n
 }
@@ -112,8 +120,15 @@ func (a *Adapter) appendRequest(b []byte, w *wireRequest, sp *msgSpan) ([]byte, 
 		sp.end = len(b)
 		b = append(b, ']')
 	}
-	if len(w.Tools) > 0 {
+	if len(sp.tools) > 0 {
 		b = append(b, `,"tools":[`...)
+		sp.toolsStart = len(b)
+		b = append(b, sp.tools...)
+		sp.toolsEnd = len(b)
+		b = append(b, ']')
+	} else if len(w.Tools) > 0 {
+		b = append(b, `,"tools":[`...)
+		sp.toolsStart = len(b)
 		for i := range w.Tools {
 			if i > 0 {
 				b = append(b, ',')
@@ -123,6 +138,7 @@ func (a *Adapter) appendRequest(b []byte, w *wireRequest, sp *msgSpan) ([]byte, 
 				return b, err
 			}
 		}
+		sp.toolsEnd = len(b)
 		b = append(b, ']')
 	}
 	b = append(b, `,"stream":`...)

@@ -38,7 +38,7 @@ func encodeAdapters() map[string]*Adapter {
 func sameBody(t *testing.T, req *llmv1.GenerateRequest) {
 	t.Helper()
 	for name, a := range encodeAdapters() {
-		w, _ := a.wire(req, 0)
+		w, _ := a.wire(req, 0, true)
 		want, wantErr := marshalBody(w)
 		got, err := a.encode(&w)
 		if (err != nil) != (wantErr != nil) {
@@ -62,9 +62,20 @@ type slot struct{ prev, kept *provider.BodyPrefix }
 func (s *slot) Prev() *provider.BodyPrefix  { return s.prev }
 func (s *slot) Keep(b *provider.BodyPrefix) { s.kept = b }
 
+// The tools of the request a continued one continues: their own copies
+// (equal schemas, other pointers: encoded again), the very same schemas
+// (same_tools: their kept encoding reused), other schemas, or none.
+const (
+	toolsCloned = iota
+	toolsShared
+	toolsOther
+	toolsNone
+)
+
 // sameContinuedBody checks that a request continuing its first k messages
-// (for every k, and after a body another adapter made) gets exactly the
-// body and dropped count of the whole request.
+// (for every k, after a body another adapter made, with its tools cloned,
+// shared, different or absent) gets exactly the body and dropped count of
+// the whole request, and so does the request continuing it in turn.
 func sameContinuedBody(t *testing.T, name string, a *Adapter, req *llmv1.GenerateRequest) {
 	t.Helper()
 	want, wantDropped, err := a.Body(req)
@@ -72,28 +83,51 @@ func sameContinuedBody(t *testing.T, name string, a *Adapter, req *llmv1.Generat
 		t.Fatal(err)
 	}
 	other := New(Dialect{Kind: "openai"}, Config{Route: "other"})
+	otherTools := []*llmv1.ToolSchema{{Name: "other", Description: "<&>", Parameters: `{"type":"object"}`}}
 	for k := 0; k <= len(req.GetMessages()); k++ {
 		for _, owner := range []*Adapter{a, other} {
-			first := proto.CloneOf(req)
-			first.Messages = req.Messages[:k]
-			s := &slot{}
-			if _, _, err := owner.body(first, s); err != nil {
-				t.Fatal(err)
-			}
-			s.prev, s.kept = s.kept, nil
-			got, dropped, err := a.body(req, s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) || dropped != wantDropped {
-				t.Fatalf("%s: continuing %d messages (owner %s): body differs (dropped %d, want %d):\n got %s\nwant %s", name, k, owner.cfg.Route, dropped, wantDropped, got, want)
-			}
-			if s.kept == nil || s.kept.N != len(req.GetMessages()) || s.kept.Owner != a {
-				t.Fatalf("%s: kept %+v", name, s.kept)
-			}
-			// The kept bytes are a slice of the body: counted as all of it.
-			if s.kept.HeldBytes() < cap(got) {
-				t.Fatalf("%s: kept %d bytes counted as %d, but they keep the %d-byte body alive", name, len(s.kept.Bytes), s.kept.HeldBytes(), cap(got))
+			for tools := range toolsNone + 1 {
+				first := proto.CloneOf(req)
+				first.Messages = req.Messages[:k]
+				switch tools {
+				case toolsShared:
+					first.Tools = req.Tools
+				case toolsOther:
+					first.Tools = otherTools
+				case toolsNone:
+					first.Tools = nil
+				}
+				s := &slot{}
+				if _, _, err := owner.body(first, s); err != nil {
+					t.Fatal(err)
+				}
+				// (Reused only by their owner: body checks that apart.)
+				same := tools == toolsShared && len(req.Tools) > 0
+				if same != s.kept.SameTools(req.Tools) {
+					t.Fatalf("%s: kept tools of %d messages (owner %s, tools case %d) the same %v, want %v", name, k, owner.cfg.Route, tools, !same, same)
+				}
+				// The continued request, then the one continuing it with
+				// the same tools (their encoding kept from a reused one).
+				for range 2 {
+					s.prev, s.kept = s.kept, nil
+					got, dropped, err := a.body(req, s)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, want) || dropped != wantDropped {
+						t.Fatalf("%s: continuing %d messages (owner %s, tools case %d): body differs (dropped %d, want %d):\n got %s\nwant %s", name, k, owner.cfg.Route, tools, dropped, wantDropped, got, want)
+					}
+					if s.kept == nil || s.kept.N != len(req.GetMessages()) || s.kept.Owner != a {
+						t.Fatalf("%s: kept %+v", name, s.kept)
+					}
+					if len(req.Tools) > 0 && (!s.kept.SameTools(req.Tools) || !bytes.Contains(got, s.kept.ToolBytes)) {
+						t.Fatalf("%s: kept tools %q, not those of the body %s", name, s.kept.ToolBytes, got)
+					}
+					// The kept bytes are slices of the body: counted as all of it.
+					if s.kept.HeldBytes() < cap(got) {
+						t.Fatalf("%s: kept %d bytes counted as %d, but they keep the %d-byte body alive", name, len(s.kept.Bytes), s.kept.HeldBytes(), cap(got))
+					}
+				}
 			}
 		}
 	}
@@ -154,6 +188,8 @@ var encodeSeeds = []string{
 func FuzzEncode(f *testing.F) {
 	for i, s := range encodeSeeds {
 		f.Add(s, encodeSeeds[(i+1)%len(encodeSeeds)], encodeSeeds[(i+9)%len(encodeSeeds)], 0.7, int32(i), uint8(i))
+		// With tools (strict on every other one).
+		f.Add(s, encodeSeeds[(i+3)%len(encodeSeeds)], encodeSeeds[(i+9)%len(encodeSeeds)], 0.7, int32(i), uint8(i)|16|uint8(32*(i&1)))
 	}
 	f.Fuzz(func(t *testing.T, text, other, schema string, temp float64, maxTokens int32, flags uint8) {
 		tb := func(s string) *llmv1.ContentBlock {

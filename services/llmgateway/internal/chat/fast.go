@@ -5,14 +5,15 @@ import (
 	"unicode/utf8"
 )
 
-// The fast path decodes the two event shapes that make up almost every
+// The fast path decodes the event shapes that make up almost every
 // chat-completions stream — a single choice whose delta carries only text
 // (content, reasoning_content or reasoning), or exactly one tool call's
-// index, id, name and argument fragment, and no finish, usage or error —
-// without reflection. Anything else, including anything it
-// does not fully understand or malformed JSON, returns ok=false and the
-// caller falls back to the full decoder, so behaviour never depends on
-// which path ran. FuzzFastDelta checks the two agree.
+// index, id, name and argument fragment, with an escape-free finish reason
+// or none, and no usage or error — without reflection. Anything else,
+// including anything it does not fully understand or malformed JSON,
+// returns ok=false and the caller falls back to the full decoder, so
+// behaviour never depends on which path ran. FuzzFastDelta checks the two
+// agree.
 
 // fastDelta is what the fast path extracts: raw JSON string literals (or
 // nil when absent or null).
@@ -26,6 +27,8 @@ type fastDelta struct {
 	toolIndex        int
 	toolID, toolName string
 	args             []byte
+	// finish is the choice's finish_reason ("" when absent or null).
+	finish string
 }
 
 // parseFast decodes data when it has the common shape.
@@ -285,7 +288,7 @@ func (p *scanner) number() bool {
 }
 
 // choices accepts exactly one choice with index 0, a text-only delta and
-// no finish_reason.
+// a finish_reason that is null or an escape-free string.
 func (p *scanner) choices(d *fastDelta) bool {
 	if !p.lit('[') {
 		return false
@@ -294,7 +297,7 @@ func (p *scanner) choices(d *fastDelta) bool {
 	if !p.lit('{') {
 		return false
 	}
-	sawDelta, sawIndex := false, false
+	sawDelta, sawIndex, sawFinish := false, false, false
 	for first := true; ; first = false {
 		key, done, ok := p.member(first)
 		if !ok {
@@ -309,7 +312,19 @@ func (p *scanner) choices(d *fastDelta) bool {
 				return false
 			}
 			sawIndex = true
-		case `"finish_reason"`, `"logprobs"`:
+		case `"finish_reason"`:
+			if sawFinish {
+				return false // a duplicate key: let the full decoder decide
+			}
+			sawFinish = true
+			if p.null() {
+				continue
+			}
+			var ok bool
+			if d.finish, ok = p.finishReason(); !ok {
+				return false
+			}
+		case `"logprobs"`:
 			if !p.null() {
 				return false
 			}
@@ -466,6 +481,17 @@ func (p *scanner) plainStr() (string, bool) {
 		return "", false
 	}
 	return string(v[1 : len(v)-1]), true
+}
+
+// finishReason scans a finish reason as plainStr does, the usual ones
+// without an allocation.
+func (p *scanner) finishReason() (string, bool) {
+	for _, r := range [...]string{"stop", "tool_calls", "length"} {
+		if p.word(`"` + r + `"`) {
+			return r, true
+		}
+	}
+	return p.plainStr()
 }
 
 // smallInt scans a non-negative integer below 1<<20 without fraction or

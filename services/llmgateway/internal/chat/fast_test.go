@@ -31,34 +31,43 @@ var fastSeeds = []string{
 	`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":01,"function":{"arguments":"x"}}]}}]}`,
 	`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c\u0041","function":{"arguments":"x"}}]}}]}`,
 	"{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"b\xff\",\"arguments\":\"x\"}}]}}]}",
+	`{"id":"c","object":"chat.completion.chunk","created":1,"model":"load","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+	`{"choices":[{"index":0,"delta":{},"finish_reason":"st\u006fp"}]}`,
+	`{"choices":[{"index":0,"delta":{},"finish_reason":"stop","finish_reason":null}]}`,
+	`{"choices":[{"index":0,"delta":{},"finish_reason":""}]}`,
 }
 
 func TestFastPathShapes(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		in   string
-		ok   bool
-		text string
+		in     string
+		ok     bool
+		text   string
+		finish string
 	}{
-		{fastSeeds[0], true, "tok"},
-		{fastSeeds[1], true, ""},
-		{fastSeeds[2], true, "think é"},
-		{fastSeeds[3], true, "r"},
-		{fastSeeds[4], false, ""},  // finish reason: full decoder
-		{fastSeeds[5], true, "{"},  // one tool call's fragment
-		{fastSeeds[6], false, ""},  // usage
-		{fastSeeds[7], false, ""},  // error
-		{fastSeeds[8], false, ""},  // another choice
-		{fastSeeds[9], false, ""},  // a key that aliases choices
-		{fastSeeds[10], false, ""}, // duplicate key
-		{fastSeeds[11], false, ""}, // trailing comma
-		{fastSeeds[12], false, ""}, // trailing bytes
-		{fastSeeds[13], true, "q"},
-		{fastSeeds[16], true, ""},  // a tool call's opening delta
-		{fastSeeds[17], false, ""}, // two tool calls: full decoder
-		{fastSeeds[18], false, ""}, // a leading zero
-		{fastSeeds[19], false, ""}, // an escaped id
-		{fastSeeds[20], false, ""}, // a name that is not UTF-8
+		{fastSeeds[0], true, "tok", ""},
+		{fastSeeds[1], true, "", ""},
+		{fastSeeds[2], true, "think é", ""},
+		{fastSeeds[3], true, "r", ""},
+		{fastSeeds[4], true, "a", "stop"},
+		{fastSeeds[5], true, "{", ""},  // one tool call's fragment
+		{fastSeeds[6], false, "", ""},  // usage
+		{fastSeeds[7], false, "", ""},  // error
+		{fastSeeds[8], false, "", ""},  // another choice
+		{fastSeeds[9], false, "", ""},  // a key that aliases choices
+		{fastSeeds[10], false, "", ""}, // duplicate key
+		{fastSeeds[11], false, "", ""}, // trailing comma
+		{fastSeeds[12], false, "", ""}, // trailing bytes
+		{fastSeeds[13], true, "q", ""},
+		{fastSeeds[16], true, "", ""},  // a tool call's opening delta
+		{fastSeeds[17], false, "", ""}, // two tool calls: full decoder
+		{fastSeeds[18], false, "", ""}, // a leading zero
+		{fastSeeds[19], false, "", ""}, // an escaped id
+		{fastSeeds[20], false, "", ""}, // a name that is not UTF-8
+		{fastSeeds[21], true, "", "tool_calls"},
+		{fastSeeds[22], false, "", ""}, // an escaped finish reason: full decoder
+		{fastSeeds[23], false, "", ""}, // a duplicate finish reason
+		{fastSeeds[24], true, "", ""},
 	}
 	for _, tt := range tests {
 		d, ok := parseFast([]byte(tt.in))
@@ -72,6 +81,9 @@ func TestFastPathShapes(t *testing.T) {
 			a, _ := fragment.Unquote(nil, d.args)
 			if got := string(r) + string(c) + string(a); got != tt.text {
 				t.Errorf("parseFast(%s) text = %q, want %q", tt.in, got, tt.text)
+			}
+			if d.finish != tt.finish {
+				t.Errorf("parseFast(%s) finish = %q, want %q", tt.in, d.finish, tt.finish)
 			}
 		}
 	}
@@ -93,8 +105,11 @@ func FuzzFastDelta(f *testing.F) {
 		if err := json.Unmarshal(data, &c); err != nil {
 			t.Fatalf("fast path accepted what the decoder rejects (%v): %q", err, data)
 		}
-		if c.Error != nil || c.Usage != nil || len(c.Choices) != 1 || c.Choices[0].Index != 0 || c.Choices[0].FinishReason != "" {
+		if c.Error != nil || c.Usage != nil || len(c.Choices) != 1 || c.Choices[0].Index != 0 {
 			t.Fatalf("fast path accepted an event with more than deltas: %q", data)
+		}
+		if fd.finish != c.Choices[0].FinishReason {
+			t.Fatalf("paths disagree on the finish reason of %q: fast %q, full %q", data, fd.finish, c.Choices[0].FinishReason)
 		}
 		tcs := c.Choices[0].Delta.ToolCalls
 		if fd.tool != (len(tcs) == 1) || len(tcs) > 1 {

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -169,6 +170,49 @@ func TestMaxTokensField(t *testing.T) {
 		}
 		if !strings.Contains(string(body), tt.want) || strings.Contains(string(body), tt.not) {
 			t.Errorf("%s: body %s", tt.base, body)
+		}
+	}
+}
+
+// TestManyToolCalls: 40 tool calls whose fragments arrive interleaved (each
+// index comes back after the others opened, past the translation's small
+// index table) assemble each into its own block, in open order, with its
+// own id and arguments.
+func TestManyToolCalls(t *testing.T) {
+	t.Parallel()
+	const n = 40
+	var body strings.Builder
+	event := func(s string) {
+		body.WriteString("data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[" + s + "]}}]}\n\n")
+	}
+	for i := range n {
+		event(fmt.Sprintf(`{"index":%d,"id":"call_%d","type":"function","function":{"name":"read","arguments":"{\"n\":"}}`, i, i))
+	}
+	for i := n - 1; i >= 0; i-- {
+		event(fmt.Sprintf(`{"index":%d,"function":{"arguments":"%d}"}}`, i, i))
+	}
+	body.WriteString("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n")
+	up := providertest.Serve(t, providertest.Reply{Body: []byte(body.String())})
+	chunks := providertest.Collect(t, t.Context(), newAdapter(t, up.URL, 0), request())
+	args := map[uint32]string{}
+	ids := map[uint32]string{}
+	for _, c := range chunks {
+		if d := c.GetToolCallDelta(); d != nil {
+			if d.GetId() != "" {
+				ids[d.GetIndex()] = d.GetId()
+			}
+			args[d.GetIndex()] += d.GetArgumentsDelta()
+		}
+	}
+	if len(ids) != n {
+		t.Fatalf("%d blocks, want %d:\n%s", len(ids), n, providertest.Format(chunks))
+	}
+	for i := range uint32(n) {
+		if want := fmt.Sprintf("call_%d", i); ids[i] != want {
+			t.Errorf("block %d: id %q, want %q", i, ids[i], want)
+		}
+		if want := fmt.Sprintf(`{"n":%d}`, i); args[i] != want {
+			t.Errorf("block %d: arguments %q, want %q", i, args[i], want)
 		}
 	}
 }

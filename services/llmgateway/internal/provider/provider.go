@@ -132,10 +132,35 @@ type BodyPrefix struct {
 	Bytes []byte
 	// Dropped is how many blocks the first N messages dropped.
 	Dropped int
-	// Held is how many bytes keeping Bytes keeps alive (Bytes may be a
-	// slice of a larger buffer, the whole request body: counting only
-	// len(Bytes) would make the cache's bound untrue); 0 means len(Bytes).
+	// Held is how many bytes keeping Bytes (and ToolBytes) keeps alive
+	// (they may be slices of a larger buffer, the whole request body:
+	// counting only len(Bytes) would make the cache's bound untrue); 0
+	// means len(Bytes).
 	Held int
+	// Tools are the tool schemas whose encoding is ToolBytes (the
+	// request's own, immutable like the remembered conversation's): a
+	// request continuing this one with the very same schemas (the same
+	// pointers, in the same order: GenerateRequest.prefix.same_tools)
+	// reuses ToolBytes instead of encoding them again. ToolBytes must not
+	// be modified.
+	Tools     []*llmv1.ToolSchema
+	ToolBytes []byte
+}
+
+// SameTools reports whether tools are the very schemas p's ToolBytes
+// encode: the same pointers in the same order (not equal contents: a
+// remembered conversation's schemas are immutable, so the same pointer is
+// the same schema, and the check costs a pointer comparison per tool).
+func (p *BodyPrefix) SameTools(tools []*llmv1.ToolSchema) bool {
+	if len(tools) == 0 || len(tools) != len(p.Tools) || len(p.ToolBytes) == 0 {
+		return false
+	}
+	for i, t := range tools {
+		if t != p.Tools[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // HeldBytes is how many bytes keeping p keeps alive.

@@ -44,22 +44,31 @@ func countingServer(t *testing.T, tail time.Duration) (string, *atomic.Int64) {
 // readToEnd reads one stream to its end marker the way the translators do
 // (End at the marker, then Close), and waits for Close's background drain.
 func readToEnd(c *Client, t *testing.T, url string) error {
+	_, err := readToEndEOF(c, t, url)
+	return err
+}
+
+// readToEndEOF is readToEnd that also reports whether the body's
+// terminator had been read with the end marker (Close then needs no
+// drain).
+func readToEndEOF(c *Client, t *testing.T, url string) (eof bool, err error) {
 	s, f := c.Open(t.Context(), Request{Name: "p", URL: url, Body: []byte(`{}`)})
 	if f != nil {
-		return f
+		return false, f
 	}
 	defer func() {
+		eof = s.eof
 		s.Close()
 		<-s.drained
 	}()
 	for {
 		ev, f := s.Next()
 		if f != nil {
-			return f
+			return false, f
 		}
 		if string(ev.Data) == "[DONE]" {
 			s.End()
-			return nil
+			return false, nil
 		}
 	}
 }
@@ -77,10 +86,22 @@ func TestConnectionReuse(t *testing.T) {
 			url, conns := countingServer(t, tail)
 			c := client(0)
 			defer c.HTTP.CloseIdleConnections()
+			eofs := 0
 			for range 20 {
-				if err := readToEnd(c, t, url); err != nil {
+				eof, err := readToEndEOF(c, t, url)
+				if err != nil {
 					t.Fatal(err)
 				}
+				if eof {
+					eofs++
+				}
+			}
+			// Without a tail the terminator leaves in the end marker's
+			// write, and is usually read with it: those streams' Close
+			// starts no drain, and their connections are reused as well
+			// (checked below).
+			if tail == 0 && eofs == 0 {
+				t.Errorf("no stream of 20 read its terminator with the end marker")
 			}
 			// net/http hands a drained connection back to its pool from
 			// its read loop, just after the body's EOF, so the next

@@ -117,6 +117,9 @@ type Stream struct {
 	requestID string
 	em        *provider.Emitter
 	ended     bool
+	// eof: a read of the body returned io.EOF (its terminator was read,
+	// and net/http has put the connection back in its pool).
+	eof bool
 	// drained is closed when Close has released the response (after the
 	// background drain, if any).
 	drained chan struct{}
@@ -241,10 +244,13 @@ func (s *Stream) RequestID() string { return s.requestID }
 // first reads the body to its end (at most drainBytes, for at most
 // drainTimeout) on another goroutine, so that the connection returns to
 // the pool without delaying the caller: the terminator may still be on
-// its way when the end marker was read.
+// its way when the end marker was read. When the body's terminator was
+// already read with the end marker (the usual case: a provider writes it
+// right after the marker), the connection is already back in the pool and
+// no goroutine is started.
 func (s *Stream) Close() {
 	s.drained = make(chan struct{})
-	if !s.ended || s.body == nil || s.parent.Err() != nil {
+	if !s.ended || s.eof || s.body == nil || s.parent.Err() != nil {
 		s.close()
 		close(s.drained)
 		return
@@ -391,7 +397,14 @@ type watchedReader struct {
 	s  *Stream
 }
 
-func (w watchedReader) Read(p []byte) (int, error) {
+func (w watchedReader) Read(p []byte) (n int, err error) {
+	if w.s != nil {
+		defer func() {
+			if err == io.EOF {
+				w.s.eof = true
+			}
+		}()
+	}
 	if w.s != nil && w.s.em != nil {
 		if !w.s.em.Flush() {
 			return 0, errConsumerGone
@@ -401,7 +414,7 @@ func (w watchedReader) Read(p []byte) (int, error) {
 		}
 	}
 	w.wd.arm()
-	n, err := w.r.Read(p)
+	n, err = w.r.Read(p)
 	w.wd.disarm()
 	return n, err
 }
