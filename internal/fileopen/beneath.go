@@ -2,8 +2,10 @@ package fileopen
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -88,6 +90,21 @@ func Beneath(root, path string) (*os.File, error) {
 	}
 	defer r.Close()
 	return In(r, rel)
+}
+
+// ReadDirIn lists the directory rel through r, sorted by name as
+// os.ReadDir does. It opens rel as a directory without blocking, so a FIFO
+// swapped in for the directory is an error (ENOTDIR), not a wait for a
+// writer (an *os.Root's FS opens directories with a plain blocking open).
+func ReadDirIn(r *os.Root, rel string) ([]fs.DirEntry, error) {
+	f, err := r.OpenFile(rel, os.O_RDONLY|nonBlock|dirOnly, 0)
+	if err != nil {
+		return nil, Escapes(err)
+	}
+	defer f.Close()
+	ents, err := f.ReadDir(-1)
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return ents, err
 }
 
 // In opens rel for reading through r, as Beneath does.

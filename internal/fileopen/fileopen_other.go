@@ -2,4 +2,4 @@
 
 package fileopen
 
-const nonBlock = 0
+const nonBlock, dirOnly = 0, 0

@@ -4,5 +4,9 @@ package fileopen
 
 import "syscall"
 
-// nonBlock opens a FIFO without waiting for a writer.
-const nonBlock = syscall.O_NONBLOCK
+const (
+	// nonBlock opens a FIFO without waiting for a writer.
+	nonBlock = syscall.O_NONBLOCK
+	// dirOnly refuses to open anything but a directory.
+	dirOnly = syscall.O_DIRECTORY
+)

@@ -97,13 +97,13 @@ func (h handler) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamin
 	var outcome string
 	// Chunks go out through out: one per response, or batched when the
 	// client asked (batch_chunks) and the adapter marks boundaries.
-	out := sender{send: stream.Send, batch: req.GetBatchChunks()}
+	out := sender{send: stream.Send}
 	gone := func(err error) error {
 		h.s.log.Debug("generate: client went away", "route", r.name, "err", err)
 		return toStatus(h.s.log, "Generate", err)
 	}
 	chunkSeq := h.s.stream
-	if out.batch {
+	if req.GetBatchChunks() {
 		chunkSeq = h.s.streamMarked
 	}
 	for c := range chunkSeq(ctx, r, req) {

@@ -29,16 +29,17 @@ func (s *Service) streamMarked(ctx context.Context, r *route, req *llmv1.Generat
 // single chunk larger than the bound travels alone, as it would unbatched.
 const MaxBatchBytes = 32 << 10
 
-// sender sends a Generate stream's chunks. Unbatched, each chunk is one
-// response, as it always was. Batched (the client set batch_chunks), once
-// the adapter has shown it marks boundaries (provider's package doc), the
-// chunks between two markers go in one response (`chunks`; a lone chunk
-// still as `chunk`), never held past a marker nor grown past
-// MaxBatchBytes; an adapter that marks nothing has each chunk sent alone.
+// sender sends a Generate stream's chunks. Until the first boundary
+// marker each chunk is one response, as it always was; markers reach it
+// only when the client set batch_chunks (the handler then reads the marked
+// stream). Once the adapter has shown it marks boundaries (provider's
+// package doc), the chunks between two markers go in one response
+// (`chunks`; a lone chunk still as `chunk`), never held past a marker nor
+// grown past MaxBatchBytes; an adapter that marks nothing has each chunk
+// sent alone.
 type sender struct {
 	send   func(*llmv1.GenerateResponse) error
-	batch  bool // the client asked for batches
-	marked bool // the adapter marks boundaries
+	marked bool // a marker came: the client asked and the adapter marks
 	// resp is reused: Send marshals before it returns.
 	resp  llmv1.GenerateResponse
 	held  []*llmv1.StreamChunk
@@ -47,7 +48,7 @@ type sender struct {
 
 // chunk sends c, or holds it for the batch being built.
 func (s *sender) chunk(c *llmv1.StreamChunk) error {
-	if !s.batch || !s.marked {
+	if !s.marked {
 		return s.one(c)
 	}
 	n := proto.Size(c)

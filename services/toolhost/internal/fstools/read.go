@@ -90,7 +90,7 @@ func (f *FS) read(ctx context.Context, call *toolsdk.Call, a ReadArgs) (toolsdk.
 	fi, err := file.Stat()
 	switch {
 	case err != nil:
-		return toolsdk.Result{}, t.ioError("stat", err)
+		return toolsdk.Result{}, t.IOError("stat", err)
 	case fi.IsDir():
 		return toolsdk.Result{}, fsError(CodeNotRegularFile, "%s is a directory; use glob to list files", t.Display)
 	case !fi.Mode().IsRegular():

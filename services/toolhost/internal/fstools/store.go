@@ -97,15 +97,15 @@ func (l *pathLocks) lock(p string) (unlock func()) {
 func (t Target) open() (*os.File, error) {
 	f, err := fileopen.Beneath(t.Root, t.Real)
 	if err != nil {
-		return nil, t.ioError("open", err)
+		return nil, t.IOError("open", err)
 	}
 	return f, nil
 }
 
-// ioError is the tool error of a failed operation on t: a path that a
+// IOError is the tool error of a failed operation on t: a path that a
 // symbolic link now leads out of t's root is refused with t's denial code,
 // a missing file is CodeNotFound, anything else CodeIOError.
-func (t Target) ioError(op string, err error) error {
+func (t Target) IOError(op string, err error) error {
 	switch {
 	case errors.Is(err, fileopen.ErrEscapes):
 		return fsError(t.denied, "%s changed while it was in use: a symbolic link in its path now leads out of the workspace %s", t.Display, t.Root)
@@ -122,19 +122,19 @@ func readCurrent(t Target) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, t.ioError("open", err)
+		return nil, false, t.IOError("open", err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, true, t.ioError("stat", err)
+		return nil, true, t.IOError("stat", err)
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, true, fsError(CodeNotRegularFile, "%s is not a regular file", t.Display)
 	}
 	b, err := io.ReadAll(f)
 	if err != nil {
-		return nil, true, t.ioError("read", err)
+		return nil, true, t.IOError("read", err)
 	}
 	return b, true, nil
 }
@@ -146,12 +146,16 @@ func readCurrent(t Target) ([]byte, bool, error) {
 func atomicWrite(t Target, b []byte) (err error) {
 	r, rel, err := fileopen.OpenRoot(t.Root, t.Real)
 	if err != nil {
-		return t.ioError("write", err)
+		return fsError(CodeIOError, "write %s: %v", t.Display, err)
 	}
 	defer r.Close()
 	defer func() {
-		if err != nil {
-			err = t.ioError("write", fileopen.Escapes(err))
+		// A missing directory here is an I/O failure of the write, not
+		// a file not found: only a link out of the root is refused.
+		if err = fileopen.Escapes(err); errors.Is(err, fileopen.ErrEscapes) {
+			err = t.IOError("write", err)
+		} else if err != nil {
+			err = fsError(CodeIOError, "write %s: %v", t.Display, err)
 		}
 	}()
 	mode := fs.FileMode(0o644)

@@ -113,7 +113,9 @@ type file struct {
 // tree is what a walk reads through: an os.Root of the call's confinement
 // root, so the walk, the .gitignore files and every file grep opens stay
 // inside it however the tree changes under the walk (a directory swapped
-// for a link to elsewhere is refused, not followed).
+// for a link to elsewhere is refused, not followed; a FIFO swapped in for
+// a directory or a file is skipped, never waited on). It is the walk's
+// fs.FS: ReadDir and Stat never open a path with a blocking open.
 type tree struct {
 	r    *os.Root
 	base string // the real path r is open at
@@ -122,14 +124,14 @@ type tree struct {
 func openTree(t fstools.Target) (*tree, error) {
 	r, _, err := fileopen.OpenRoot(t.Root, t.Real)
 	if err != nil {
-		return nil, toolsdk.NewError("FsError", fstools.CodeIOError, err.Error(), err)
+		return nil, t.IOError("open", err)
 	}
 	return &tree{r: r, base: r.Name()}, nil
 }
 
 func (tr *tree) Close() error { return tr.r.Close() }
 
-// rel is real (absolute, at or under base) as a path of tr.r.FS().
+// rel is real (absolute, at or under base) as a path of tr's FS.
 func (tr *tree) rel(real string) string {
 	rel, err := filepath.Rel(tr.base, real)
 	if err != nil {
@@ -138,9 +140,32 @@ func (tr *tree) rel(real string) string {
 	return filepath.ToSlash(rel)
 }
 
-// open opens the file at real for reading, never outside the tree and
-// never blocking on a FIFO.
-func (tr *tree) open(real string) (*os.File, error) { return fileopen.In(tr.r, tr.rel(real)) }
+// open opens the regular file at real for reading, never outside the tree
+// and never blocking on a FIFO; anything else is an error.
+func (tr *tree) open(real string) (*os.File, error) {
+	f, err := fileopen.Beneath(tr.base, real)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file", real)
+	}
+	return f, nil
+}
+
+// Open, ReadDir and Stat make tr the walk's fs.FS (names are slash paths
+// relative to base). Open is there for the interface; the walk lists with
+// ReadDir and stats with Stat.
+func (tr *tree) Open(name string) (fs.File, error) {
+	return fileopen.In(tr.r, filepath.FromSlash(name))
+}
+
+func (tr *tree) ReadDir(name string) ([]fs.DirEntry, error) {
+	return fileopen.ReadDirIn(tr.r, filepath.FromSlash(name))
+}
+
+func (tr *tree) Stat(name string) (fs.FileInfo, error) { return tr.r.Stat(filepath.FromSlash(name)) }
 
 // walk lists the regular files under root (or root itself when it is a
 // file) accepted by keep, newest first. With ign, .gitignore files from
@@ -152,8 +177,7 @@ func walk(ctx context.Context, tr *tree, root fstools.Target, keep func(rel stri
 		return nil, toolsdk.NewError("FsError", fstools.CodeNotFound, "path not found: "+root.Display, nil)
 	}
 	if err != nil {
-		err = fileopen.Escapes(err)
-		return nil, toolsdk.NewError("FsError", fstools.CodeIOError, err.Error(), err)
+		return nil, root.IOError("stat", fileopen.Escapes(err))
 	}
 	if ign != nil {
 		ign.open = tr.open
@@ -175,7 +199,7 @@ func walk(ctx context.Context, tr *tree, root fstools.Target, keep func(rel stri
 		}
 		return out, nil
 	}
-	err = fs.WalkDir(tr.r.FS(), start, func(rp string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(tr, start, func(rp string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // unreadable entries (and links swapped in that leave the tree) are skipped
 		}

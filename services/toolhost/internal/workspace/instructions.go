@@ -96,15 +96,24 @@ var errOutside = errors.New("it is a symlink that resolves outside the workspace
 // of it; no open blocks on a FIFO. A file that grew since its stat is cut,
 // never read unbounded.
 func (r *Reader) readFile(path string, confined bool) ([]byte, error) {
-	root, target := "", path
-	if confined && !r.cfg.Unconfined {
-		real, err := filepath.EvalSymlinks(path)
-		if err != nil || !within(real, r.realRoot) {
-			return nil, errOutside
-		}
-		root, target = r.realRoot, real
+	// Resolved first either way: Beneath then opens a path with no link
+	// in it (a link swapped in after this is refused), and the
+	// deployment's own skill homes may well be reached through links.
+	confined = confined && !r.cfg.Unconfined
+	real, err := filepath.EvalSymlinks(path)
+	switch {
+	case err != nil && confined: // as inside: what does not resolve is not inside
+		return nil, errOutside
+	case err != nil:
+		return nil, fmt.Errorf("cannot resolve: %w", err)
+	case confined && !within(real, r.realRoot):
+		return nil, errOutside
 	}
-	f, err := fileopen.Beneath(root, target)
+	root := ""
+	if confined {
+		root = r.realRoot
+	}
+	f, err := fileopen.Beneath(root, real)
 	if errors.Is(err, fileopen.ErrEscapes) {
 		return nil, errOutside
 	}

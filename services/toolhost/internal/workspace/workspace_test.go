@@ -310,6 +310,48 @@ func TestSkillRootSymlinkOut(t *testing.T) {
 	}
 }
 
+// TestSkillHomeThroughLinks: the deployment's own skill homes lie outside
+// the workspace and are often assembled from links (stow, home-manager,
+// `ln -s /abs/...`); a skill reached through an absolute link there is
+// offered, while a workspace file linked out stays refused.
+func TestSkillHomeThroughLinks(t *testing.T) {
+	t.Parallel()
+	outer := tree(t, map[string]string{
+		"ws/.git/HEAD":               "x",
+		"ws/AGENTS.md":               "->$ROOT/elsewhere/AGENTS.md",
+		"elsewhere/AGENTS.md":        "outside rules",
+		"store/alpha/SKILL.md":       skillA,
+		"store/beta.md":              "---\ndescription: Beta.\n---\nb",
+		"home/skills/alpha":          "->$ROOT/store/alpha",
+		"home/skills/beta.md":        "->$ROOT/store/beta.md",
+		"linkedhome/skills/gamma.md": "---\ndescription: Gamma.\n---\ng",
+	})
+	if err := os.Symlink(filepath.Join(outer, "linkedhome"), filepath.Join(outer, "home2")); err != nil {
+		t.Fatal(err)
+	}
+	for _, home := range []string{"home", "home2"} {
+		r, err := workspace.New(workspace.Config{Root: filepath.Join(outer, "ws"), DshHome: filepath.Join(outer, home)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := r.Context(filepath.Join(outer, "ws"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, s := range resp.GetSkills() {
+			names = append(names, s.GetName())
+		}
+		want := map[string][]string{"home": {"alpha", "beta"}, "home2": {"gamma"}}[home]
+		if !cmp.Equal(names, want) || len(resp.GetSkillErrors()) != 0 {
+			t.Errorf("%s: skills %v (want %v), errors %v", home, names, want, resp.GetSkillErrors())
+		}
+		if len(resp.GetInstructions()) != 0 || len(resp.GetNotices()) != 1 || !strings.Contains(resp.GetNotices()[0].GetMessage(), "resolves outside the workspace") {
+			t.Errorf("%s: a workspace instruction file linked out: instructions %v, notices %v", home, resp.GetInstructions(), resp.GetNotices())
+		}
+	}
+}
+
 func BenchmarkContext(b *testing.B) {
 	root := tree(b, map[string]string{
 		".git/HEAD": "x", "AGENTS.md": strings.Repeat("rule\n", 2000), "a/b/CLAUDE.md": "more rules",
