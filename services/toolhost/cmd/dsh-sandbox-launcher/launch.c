@@ -141,6 +141,23 @@ static const int dropped_caps[] = {
 	CAP_WAKE_ALARM, CAP_BLOCK_SUSPEND, CAP_LEASE,
 };
 
+// clear_inheritable is launcher.clearInheritable: no ambient and no
+// inheritable capability reaches the shell (exec gives root inheritable ∪
+// bounding, anyone else the ambient set), for any host, closed.
+static int clear_inheritable(void) {
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+		return fail("capabilities: ambient", errno);
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
+	if (syscall(SYS_capget, &h, d) < 0)
+		return fail("capabilities: inheritable", errno);
+	for (int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++)
+		d[i].inheritable = 0;
+	if (syscall(SYS_capset, &h, d) < 0)
+		return fail("capabilities: inheritable", errno);
+	return 0;
+}
+
 // restrict_self is launcher.restrict: the launcher's own /proc readable
 // (with a PID namespace), no_new_privs, the ruleset enforced, closed.
 static int restrict_self(int own_proc) {
@@ -361,8 +378,11 @@ static int launch(char **args) {
 			}
 		}
 	}
+	int r = clear_inheritable();
+	if (r)
+		return r;
 	if (c.landlock) {
-		int r = restrict_self(c.pidns);
+		r = restrict_self(c.pidns);
 		if (r)
 			return r;
 	}

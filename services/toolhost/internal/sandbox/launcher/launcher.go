@@ -31,6 +31,7 @@ import (
 
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
 
 // Arg0 is the argv[0] marker that turns the toolhost binary into the
@@ -121,6 +122,9 @@ func launch(args []string) int {
 		if err := dropCaps(); err != nil {
 			return fail("drop capabilities", err)
 		}
+	}
+	if err := clearInheritable(); err != nil {
+		return fail("capabilities", err)
 	}
 	if cfg.Landlock {
 		if err := restrict(cfg.PIDNS); err != nil {
@@ -289,6 +293,29 @@ func dropCaps() error {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
 			return errors.New("capability " + strconv.Itoa(c) + ": " + err.Error())
 		}
+	}
+	return nil
+}
+
+// clearInheritable empties the ambient and inheritable sets of every
+// thread, whoever the host is: exec gives root's shell inheritable ∪
+// bounding and anyone else's the ambient set, so a capability the host was
+// started with (setpriv --inh-caps, ambient capabilities) would otherwise
+// survive dropCaps. Lowering them needs no privilege; any failure fails
+// the call closed (EINVAL from a kernel without ambient capabilities
+// excepted: there is no ambient set to clear).
+func clearInheritable() error {
+	if err := llsys.AllThreadsPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && err != unix.EINVAL {
+		return errors.New("ambient: " + err.Error())
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return errors.New("inheritable: " + err.Error())
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if _, _, e := psx.Syscall3(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return errors.New("inheritable: " + e.Error())
 	}
 	return nil
 }
