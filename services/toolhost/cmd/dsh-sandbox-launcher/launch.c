@@ -206,6 +206,41 @@ static const char *look_path(const char *name, char *buf, size_t size) {
 	}
 }
 
+// dsh_cloexec_walk is launcher.cloexecWalk: close-on-exec on every
+// descriptor above 2 listed in /proc/self/fd, for kernels whose close_range
+// lacks CLOSE_RANGE_CLOEXEC (before 5.11). 0 or an errno. Not static: the
+// tests call it (launch_cgo.go).
+int dsh_cloexec_walk(void) {
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return errno;
+	int self = dirfd(d), err = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		int fd = atoi(e->d_name);
+		if (fd < 3 || fd == self)
+			continue;
+		if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0 && errno != EBADF) {
+			err = errno;
+			break;
+		}
+	}
+	closedir(d);
+	return err;
+}
+
+// cloexec_all marks every descriptor above 2 close-on-exec: close_range,
+// else (EINVAL on 5.10, ENOSYS before 5.9) the walk of /proc/self/fd.
+static int cloexec_all(void) {
+	if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOSYS)
+		return errno;
+	return dsh_cloexec_walk();
+}
+
 static void set_limit(int res, rlim_t cur, rlim_t max, int *err) {
 	struct rlimit rl = {cur, max};
 	if (!*err && setrlimit(res, &rl) < 0)
@@ -268,8 +303,8 @@ static int start(const struct config *c, pid_t *pid, int *step) {
 		// Nothing but the standard descriptors reaches the shell, not
 		// even one the launcher inherited without close-on-exec (the
 		// error pipe stays open until the exec).
-		if (!err && syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
-			err = errno, at = STEP_DESCRIPTORS;
+		if (!err && (err = cloexec_all()) != 0)
+			at = STEP_DESCRIPTORS;
 		if (!err && c->dir && *c->dir && chdir(c->dir) < 0)
 			err = errno, at = STEP_DIR;
 		if (!err) {

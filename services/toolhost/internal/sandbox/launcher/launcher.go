@@ -133,7 +133,7 @@ func launch(args []string) int {
 	}
 	// Nor any descriptor the launcher inherited without close-on-exec:
 	// the shell gets the standard three only.
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+	if err := cloexecAll(); err != nil {
 		return fail("descriptors", err)
 	}
 	sigs := make(chan os.Signal, 4)
@@ -158,6 +158,36 @@ func launch(args []string) int {
 	}
 	report("exit " + strconv.Itoa(ws.ExitStatus()))
 	return ws.ExitStatus()
+}
+
+// cloexecAll marks every descriptor above 2 close-on-exec: close_range,
+// else (EINVAL on 5.10, ENOSYS before 5.9: CLOSE_RANGE_CLOEXEC needs 5.11)
+// the walk of /proc/self/fd.
+func cloexecAll() error {
+	err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if err == unix.EINVAL || err == unix.ENOSYS {
+		return cloexecWalk()
+	}
+	return err
+}
+
+// cloexecWalk sets close-on-exec on every descriptor above 2 listed in
+// /proc/self/fd (the listing's own, closed by then, is EBADF).
+func cloexecWalk() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && err != unix.EBADF {
+			return err
+		}
+	}
+	return nil
 }
 
 // startLimited starts the shell with the call's rlimits. They must bind the
