@@ -433,6 +433,13 @@ static int launch(char **args) {
 	sa.sa_flags = SA_RESTART;
 	for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
 		sigaction(forwarded[i], &sa, NULL);
+	// Not dumpable from here on: a shell of the same uid and Landlock
+	// domain (a non-root host) may neither open the launcher's
+	// descriptors through /proc (the report pipe, to forge an end) nor
+	// ptrace it or read its memory. The exec makes the shell dumpable
+	// again; the launcher's own /proc reads (its children) still work.
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		return fail("not dumpable", errno);
 	pid_t pid = 0;
 	int step = 0;
 	int err = start(&c, &pid, &step);

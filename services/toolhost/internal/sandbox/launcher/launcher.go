@@ -136,6 +136,14 @@ func launch(args []string) int {
 	if err := cloexecAll(); err != nil {
 		return fail("descriptors", err)
 	}
+	// Not dumpable from here on: a shell of the same uid and Landlock
+	// domain (a non-root host) may neither open the launcher's
+	// descriptors through /proc (the report pipe, to forge an end) nor
+	// ptrace it or read its memory. The exec makes the shell dumpable
+	// again; the launcher's own /proc reads (its children) still work.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail("not dumpable", err)
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 	shell, err := startLimited(cfg)
