@@ -86,7 +86,14 @@ func launch(t *testing.T, bin string, argv []string, pidns bool, set func(*sysca
 	if set != nil {
 		set(attr)
 	}
-	cmd := &exec.Cmd{Path: bin, Args: argv, Stdout: ow, Stderr: &errb, ExtraFiles: []*os.File{sw}, SysProcAttr: attr}
+	// Descriptor 5 is one the launcher inherits without close-on-exec
+	// (4, the ruleset, is absent): it must not reach the shell.
+	inherited, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inherited.Close()
+	cmd := &exec.Cmd{Path: bin, Args: argv, Stdout: ow, Stderr: &errb, ExtraFiles: []*os.File{sw, nil, inherited}, SysProcAttr: attr}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +166,7 @@ func TestFirstStagesAgree(t *testing.T) {
 		{name: "limits", argv: args("ulimit -t; ulimit -v; ulimit -f; ulimit -c; pwd", nil),
 			want: run{status: "ok\nexit 0\n", stdout: fmt.Sprintf("7\n%d\n%d\n0\n%s\n", (3<<30)/1024, (1<<20)/1024, dir), code: 0}},
 		// Only the standard descriptors reach the shell (3 is ls's own
-		// directory), not even one the launcher itself inherited.
+		// directory), not even one the launcher itself inherited (5).
 		{name: "descriptors", argv: args("ls /proc/self/fd | tr '\\n' ' '", nil), want: run{status: "ok\nexit 0\n", stdout: "0 1 2 3 \n"}},
 		{name: "unknown-setting", argv: []string{launcher.Arg0, "dsh-launch-v2", "bogus", "--", "true"}, want: run{code: 125}},
 		{name: "no-command", argv: []string{launcher.Arg0, "dsh-launch-v2", "dir=/", "--"}, want: run{code: 125}},
