@@ -104,8 +104,40 @@ static int parse_limits(const char *s, struct config *c) {
 	return 0;
 }
 
-// parse is launcher.ParseArgs: anything unknown is an error (closed).
-static const char *parse(char **args, struct config *c) {
+// quote is strconv.Quote for what a setting can hold: quotes and
+// backslashes escaped, control bytes as Go writes them (bytes from 0x80 on
+// are passed through, where Go would escape invalid UTF-8). Truncated to
+// fit out.
+static void quote(const char *s, char *out, size_t size) {
+	static const char shorts[] = "\\a\\b\\t\\n\\v\\f\\r";
+	size_t n = 0;
+	char esc[8];
+	if (size < 3)
+		return;
+	out[n++] = '"';
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			snprintf(esc, sizeof esc, "\\%c", ch);
+		else if (ch >= 7 && ch <= 13)
+			snprintf(esc, sizeof esc, "%.2s", shorts + 2 * (ch - 7));
+		else if (ch < 0x20 || ch == 0x7f)
+			snprintf(esc, sizeof esc, "\\x%02x", ch);
+		else
+			esc[0] = ch, esc[1] = 0;
+		size_t l = strlen(esc);
+		if (n + l + 2 > size)
+			break;
+		memcpy(out + n, esc, l);
+		n += l;
+	}
+	out[n++] = '"';
+	out[n] = 0;
+}
+
+// parse is launcher.ParseArgs: anything unknown is an error (closed); buf
+// holds a message that names the setting.
+static const char *parse(char **args, struct config *c, char *buf, size_t size) {
 	for (int i = 0; args[i]; i++) {
 		char *a = args[i];
 		if (strcmp(a, "--") == 0) {
@@ -125,8 +157,12 @@ static const char *parse(char **args, struct config *c) {
 			c->pidns = 1;
 		else if (strcmp(a, "dropcaps") == 0)
 			c->dropcaps = 1;
-		else
-			return "unknown setting";
+		else {
+			char q[1024];
+			quote(a, q, sizeof q);
+			snprintf(buf, size, "unknown setting %s", q);
+			return buf;
+		}
 	}
 	return "no \"--\" before the command";
 }
@@ -376,9 +412,10 @@ static int launch(char **args) {
 	if (fcntl(RULESET_FD, F_SETFD, FD_CLOEXEC) < 0 && errno != EBADF)
 		return fail("descriptor 4", errno);
 	struct config c = {0};
-	const char *perr = parse(args, &c);
+	char perrbuf[1100];
+	const char *perr = parse(args, &c, perrbuf, sizeof perrbuf);
 	if (perr) {
-		char msg[256];
+		char msg[1200];
 		snprintf(msg, sizeof msg, "config: %s", perr);
 		return fail(msg, 0);
 	}

@@ -168,7 +168,9 @@ func TestFirstStagesAgree(t *testing.T) {
 		// Only the standard descriptors reach the shell (3 is ls's own
 		// directory), not even one the launcher itself inherited (5).
 		{name: "descriptors", argv: args("ls /proc/self/fd | tr '\\n' ' '", nil), want: run{status: "ok\nexit 0\n", stdout: "0 1 2 3 \n"}},
-		{name: "unknown-setting", argv: []string{launcher.Arg0, "dsh-launch-v2", "bogus", "--", "true"}, want: run{code: 125}},
+		// A setting error names the setting (as strconv.Quote writes it).
+		{name: "unknown-setting", argv: []string{launcher.Arg0, "dsh-launch-v2", "bogus", "--", "true"}, want: run{status: "error: config: unknown setting \"bogus\"\n", code: 125}},
+		{name: "unknown-setting-quoted", argv: []string{launcher.Arg0, "dsh-launch-v2", "a\"b\\c\td\x01", "--", "true"}, want: run{status: "error: config: unknown setting \"a\\\"b\\\\c\\td\\x01\"\n", code: 125}},
 		{name: "no-command", argv: []string{launcher.Arg0, "dsh-launch-v2", "dir=/", "--"}, want: run{code: 125}},
 		{name: "missing-command", argv: func() []string { a := args("", nil); return append(a[:len(a)-3], "/nonexistent/bash") }(), want: run{code: 125}},
 		{name: "bad-dir", argv: args("true", func(c *launcher.Config) { c.Dir = dir + "/missing" }), want: run{code: 125}},
@@ -204,8 +206,9 @@ func TestFirstStagesAgree(t *testing.T) {
 			got := launch(t, bin, tc.argv, tc.pidns, tc.set, tc.signal)
 			results[stage][tc.name] = got
 			if tc.want.code == 125 {
-				if got.code != 125 || !strings.HasPrefix(got.status, "error: ") || strings.Count(got.status, "\n") != 1 {
-					t.Errorf("%s %s: want one error line and exit 125, got %+v", stage, tc.name, got)
+				if got.code != 125 || !strings.HasPrefix(got.status, "error: ") || strings.Count(got.status, "\n") != 1 ||
+					tc.want.status != "" && got.status != tc.want.status {
+					t.Errorf("%s %s: want one error line (%q) and exit 125, got %+v", stage, tc.name, tc.want.status, got)
 				}
 				continue
 			}
