@@ -104,8 +104,40 @@ static int parse_limits(const char *s, struct config *c) {
 	return 0;
 }
 
-// parse is launcher.ParseArgs: anything unknown is an error (closed).
-static const char *parse(char **args, struct config *c) {
+// quote is strconv.Quote for what a setting can hold: quotes and
+// backslashes escaped, control bytes as Go writes them (bytes from 0x80 on
+// are passed through, where Go would escape invalid UTF-8). Truncated to
+// fit out.
+static void quote(const char *s, char *out, size_t size) {
+	static const char shorts[] = "\\a\\b\\t\\n\\v\\f\\r";
+	size_t n = 0;
+	char esc[8];
+	if (size < 3)
+		return;
+	out[n++] = '"';
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			snprintf(esc, sizeof esc, "\\%c", ch);
+		else if (ch >= 7 && ch <= 13)
+			snprintf(esc, sizeof esc, "%.2s", shorts + 2 * (ch - 7));
+		else if (ch < 0x20 || ch == 0x7f)
+			snprintf(esc, sizeof esc, "\\x%02x", ch);
+		else
+			esc[0] = ch, esc[1] = 0;
+		size_t l = strlen(esc);
+		if (n + l + 2 > size)
+			break;
+		memcpy(out + n, esc, l);
+		n += l;
+	}
+	out[n++] = '"';
+	out[n] = 0;
+}
+
+// parse is launcher.ParseArgs: anything unknown is an error (closed); buf
+// holds a message that names the setting.
+static const char *parse(char **args, struct config *c, char *buf, size_t size) {
 	for (int i = 0; args[i]; i++) {
 		char *a = args[i];
 		if (strcmp(a, "--") == 0) {
@@ -125,8 +157,12 @@ static const char *parse(char **args, struct config *c) {
 			c->pidns = 1;
 		else if (strcmp(a, "dropcaps") == 0)
 			c->dropcaps = 1;
-		else
-			return "unknown setting";
+		else {
+			char q[1024];
+			quote(a, q, sizeof q);
+			snprintf(buf, size, "unknown setting %s", q);
+			return buf;
+		}
 	}
 	return "no \"--\" before the command";
 }
@@ -140,6 +176,23 @@ static const int dropped_caps[] = {
 	CAP_SYS_PACCT, CAP_SYS_TTY_CONFIG, CAP_SYS_NICE, CAP_IPC_OWNER, 40 /* CAP_CHECKPOINT_RESTORE */,
 	CAP_WAKE_ALARM, CAP_BLOCK_SUSPEND, CAP_LEASE,
 };
+
+// clear_inheritable is launcher.clearInheritable: no ambient and no
+// inheritable capability reaches the shell (exec gives root inheritable ∪
+// bounding, anyone else the ambient set), for any host, closed.
+static int clear_inheritable(void) {
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+		return fail("capabilities: ambient", errno);
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
+	if (syscall(SYS_capget, &h, d) < 0)
+		return fail("capabilities: inheritable", errno);
+	for (int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++)
+		d[i].inheritable = 0;
+	if (syscall(SYS_capset, &h, d) < 0)
+		return fail("capabilities: inheritable", errno);
+	return 0;
+}
 
 // restrict_self is launcher.restrict: the launcher's own /proc readable
 // (with a PID namespace), no_new_privs, the ruleset enforced, closed.
@@ -187,6 +240,41 @@ static const char *look_path(const char *name, char *buf, size_t size) {
 			return name;
 		path = end + 1;
 	}
+}
+
+// dsh_cloexec_walk is launcher.cloexecWalk: close-on-exec on every
+// descriptor above 2 listed in /proc/self/fd, for kernels whose close_range
+// lacks CLOSE_RANGE_CLOEXEC (before 5.11). 0 or an errno. Not static: the
+// tests call it (launch_cgo.go).
+int dsh_cloexec_walk(void) {
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return errno;
+	int self = dirfd(d), err = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		int fd = atoi(e->d_name);
+		if (fd < 3 || fd == self)
+			continue;
+		if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0 && errno != EBADF) {
+			err = errno;
+			break;
+		}
+	}
+	closedir(d);
+	return err;
+}
+
+// cloexec_all marks every descriptor above 2 close-on-exec: close_range,
+// else (EINVAL on 5.10, ENOSYS before 5.9) the walk of /proc/self/fd.
+static int cloexec_all(void) {
+	if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOSYS)
+		return errno;
+	return dsh_cloexec_walk();
 }
 
 static void set_limit(int res, rlim_t cur, rlim_t max, int *err) {
@@ -251,8 +339,8 @@ static int start(const struct config *c, pid_t *pid, int *step) {
 		// Nothing but the standard descriptors reaches the shell, not
 		// even one the launcher inherited without close-on-exec (the
 		// error pipe stays open until the exec).
-		if (!err && syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
-			err = errno, at = STEP_DESCRIPTORS;
+		if (!err && (err = cloexec_all()) != 0)
+			at = STEP_DESCRIPTORS;
 		if (!err && c->dir && *c->dir && chdir(c->dir) < 0)
 			err = errno, at = STEP_DIR;
 		if (!err) {
@@ -324,9 +412,10 @@ static int launch(char **args) {
 	if (fcntl(RULESET_FD, F_SETFD, FD_CLOEXEC) < 0 && errno != EBADF)
 		return fail("descriptor 4", errno);
 	struct config c = {0};
-	const char *perr = parse(args, &c);
+	char perrbuf[1100];
+	const char *perr = parse(args, &c, perrbuf, sizeof perrbuf);
 	if (perr) {
-		char msg[256];
+		char msg[1200];
 		snprintf(msg, sizeof msg, "config: %s", perr);
 		return fail(msg, 0);
 	}
@@ -361,8 +450,11 @@ static int launch(char **args) {
 			}
 		}
 	}
+	int r = clear_inheritable();
+	if (r)
+		return r;
 	if (c.landlock) {
-		int r = restrict_self(c.pidns);
+		r = restrict_self(c.pidns);
 		if (r)
 			return r;
 	}
@@ -378,6 +470,13 @@ static int launch(char **args) {
 	sa.sa_flags = SA_RESTART;
 	for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
 		sigaction(forwarded[i], &sa, NULL);
+	// Not dumpable from here on: a shell of the same uid and Landlock
+	// domain (a non-root host) may neither open the launcher's
+	// descriptors through /proc (the report pipe, to forge an end) nor
+	// ptrace it or read its memory. The exec makes the shell dumpable
+	// again; the launcher's own /proc reads (its children) still work.
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		return fail("not dumpable", errno);
 	pid_t pid = 0;
 	int step = 0;
 	int err = start(&c, &pid, &step);

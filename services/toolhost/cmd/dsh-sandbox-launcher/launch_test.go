@@ -33,7 +33,14 @@ func stages(t *testing.T) map[string]string {
 				continue
 			}
 		}
-		bin := filepath.Join(t.TempDir(), launcher.Arg0)
+		// Executable by nobody too (the caps-nobody case).
+		dir := t.TempDir()
+		for _, d := range []string{filepath.Dir(dir), dir} {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bin := filepath.Join(dir, launcher.Arg0)
 		cmd := exec.Command(goBin, "build", "-o", bin, ".")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
 		if b, err := cmd.CombinedOutput(); err != nil {
@@ -57,9 +64,10 @@ type run struct {
 
 // launch runs bin with argv (argv[0] included) the way the sandbox does:
 // the status pipe as descriptor 3, its own process group, and with pidns a
-// PID and mount namespace of its own. signal, when set, is sent to the
+// PID and mount namespace of its own; set, when not nil, adjusts how it is
+// started (credentials, capabilities). signal, when set, is sent to the
 // launcher once the shell printed "ready".
-func launch(t *testing.T, bin string, argv []string, pidns bool, signal syscall.Signal) run {
+func launch(t *testing.T, bin string, argv []string, pidns bool, set func(*syscall.SysProcAttr), signal syscall.Signal) run {
 	t.Helper()
 	sr, sw, err := os.Pipe()
 	if err != nil {
@@ -75,7 +83,17 @@ func launch(t *testing.T, bin string, argv []string, pidns bool, signal syscall.
 	if pidns {
 		attr.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS
 	}
-	cmd := &exec.Cmd{Path: bin, Args: argv, Stdout: ow, Stderr: &errb, ExtraFiles: []*os.File{sw}, SysProcAttr: attr}
+	if set != nil {
+		set(attr)
+	}
+	// Descriptor 5 is one the launcher inherits without close-on-exec
+	// (4, the ruleset, is absent): it must not reach the shell.
+	inherited, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inherited.Close()
+	cmd := &exec.Cmd{Path: bin, Args: argv, Stdout: ow, Stderr: &errb, ExtraFiles: []*os.File{sw, nil, inherited}, SysProcAttr: attr}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -101,9 +119,7 @@ func launch(t *testing.T, bin string, argv []string, pidns bool, signal syscall.
 // descriptors, namespace and capabilities, signal forwarding and the
 // containment of leftovers — and each matches what the sandbox relies on.
 func TestFirstStagesAgree(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (PID namespaces, the capability bounding set)")
-	}
+	root := os.Geteuid() == 0
 	bins := stages(t)
 	dir := t.TempDir()
 	limits := launcher.Limits{CPUSeconds: 7, MemoryBytes: 3 << 30, Processes: 50, FileBytes: 1 << 20}
@@ -115,11 +131,33 @@ func TestFirstStagesAgree(t *testing.T) {
 		return c.Args()
 	}
 	pidns := func(c *launcher.Config) { c.PIDNS, c.DropCaps = true, true }
+	// The shell's capability sets, as hex masks.
+	capSets := `awk '/^Cap(Inh|Prm|Eff|Amb)/ {printf "%s%s ", $1, $2}' /proc/self/status`
+	// Started holding CAP_SYS_ADMIN and CAP_SYS_PTRACE inheritable and
+	// ambient (setpriv --inh-caps, a host with ambient capabilities), as
+	// root or as nobody.
+	withCaps := func(nobody bool) func(*syscall.SysProcAttr) {
+		return func(a *syscall.SysProcAttr) {
+			a.AmbientCaps = []uintptr{21, 19} // CAP_SYS_ADMIN, CAP_SYS_PTRACE
+			if nobody {
+				a.Credential = &syscall.Credential{Uid: 65534, Gid: 65534}
+			}
+		}
+	}
+	// As root with dropcaps the shell keeps root's other capabilities but
+	// neither of these in any set; as nobody it holds none at all.
+	capsRoot := func(c *launcher.Config) {
+		c.DropCaps = true
+		c.Argv[2] = capSets + ` | tr ' ' '\n' | while read l; do v=0x${l#*:}; echo ${l%%:*} $(( (v >> 21) & 1 ))$(( (v >> 19) & 1 )); done`
+	}
+	capsNobody := func(c *launcher.Config) { c.Dir = "/"; c.Argv[2] = capSets }
 	marker := fmt.Sprintf("dsh-first-stage-%d", time.Now().UnixNano())
 	tests := []struct {
 		name   string
 		argv   []string
 		pidns  bool
+		root   bool // needs root: skipped otherwise
+		set    func(*syscall.SysProcAttr)
 		signal syscall.Signal
 		want   run
 	}{
@@ -128,20 +166,29 @@ func TestFirstStagesAgree(t *testing.T) {
 		{name: "limits", argv: args("ulimit -t; ulimit -v; ulimit -f; ulimit -c; pwd", nil),
 			want: run{status: "ok\nexit 0\n", stdout: fmt.Sprintf("7\n%d\n%d\n0\n%s\n", (3<<30)/1024, (1<<20)/1024, dir), code: 0}},
 		// Only the standard descriptors reach the shell (3 is ls's own
-		// directory), not even one the launcher itself inherited.
+		// directory), not even one the launcher itself inherited (5).
 		{name: "descriptors", argv: args("ls /proc/self/fd | tr '\\n' ' '", nil), want: run{status: "ok\nexit 0\n", stdout: "0 1 2 3 \n"}},
-		{name: "unknown-setting", argv: []string{launcher.Arg0, "dsh-launch-v2", "bogus", "--", "true"}, want: run{code: 125}},
+		// A setting error names the setting (as strconv.Quote writes it).
+		{name: "unknown-setting", argv: []string{launcher.Arg0, "dsh-launch-v2", "bogus", "--", "true"}, want: run{status: "error: config: unknown setting \"bogus\"\n", code: 125}},
+		{name: "unknown-setting-quoted", argv: []string{launcher.Arg0, "dsh-launch-v2", "a\"b\\c\td\x01", "--", "true"}, want: run{status: "error: config: unknown setting \"a\\\"b\\\\c\\td\\x01\"\n", code: 125}},
 		{name: "no-command", argv: []string{launcher.Arg0, "dsh-launch-v2", "dir=/", "--"}, want: run{code: 125}},
 		{name: "missing-command", argv: func() []string { a := args("", nil); return append(a[:len(a)-3], "/nonexistent/bash") }(), want: run{code: 125}},
 		{name: "bad-dir", argv: args("true", func(c *launcher.Config) { c.Dir = dir + "/missing" }), want: run{code: 125}},
 		// Pid 1 of its own namespace with its own /proc, capabilities
 		// that could undo the confinement gone from the shell.
 		{name: "pidns", argv: args(`echo $PPID; test -e /proc/`+strconv.Itoa(os.Getpid())+` && echo host-proc; b=$(awk '/^CapBnd/ {print $2}' /proc/self/status); echo $(( (0x$b >> 21) & 1 )) $(( (0x$b >> 19) & 1 ))`, pidns),
-			pidns: true, want: run{status: "ok\nexit 0\n", stdout: "1\n0 0\n"}},
+			pidns: true, root: true, want: run{status: "ok\nexit 0\n", stdout: "1\n0 0\n"}},
+		// Inheritable and ambient capabilities do not survive into the
+		// shell: for root exec grants inheritable ∪ bounding, for anyone
+		// else the ambient set.
+		{name: "caps-root", argv: args("", capsRoot), root: true, set: withCaps(false),
+			want: run{status: "ok\nexit 0\n", stdout: "CapInh 00\nCapPrm 00\nCapEff 00\nCapAmb 00\n"}},
+		{name: "caps-nobody", argv: args("", capsNobody), root: true, set: withCaps(true),
+			want: run{status: "ok\nexit 0\n", stdout: "CapInh:0000000000000000 CapPrm:0000000000000000 CapEff:0000000000000000 CapAmb:0000000000000000 \n"}},
 		// A termination signal to the launcher reaches the shell.
 		{name: "forward", argv: args("trap 'echo got; exit 5' TERM; echo ready; sleep 100 & wait", nil), signal: syscall.SIGTERM,
 			want: run{status: "ok\nexit 5\n", stdout: "ready\ngot\n", code: 5}},
-		{name: "forward-pidns", argv: args("trap 'echo got; exit 5' TERM; echo ready; sleep 100 & wait", pidns), pidns: true, signal: syscall.SIGTERM,
+		{name: "forward-pidns", argv: args("trap 'echo got; exit 5' TERM; echo ready; sleep 100 & wait", pidns), pidns: true, root: true, signal: syscall.SIGTERM,
 			want: run{status: "ok\nexit 5\n", stdout: "ready\ngot\n", code: 5}},
 		// Without a namespace the launcher is a subreaper and kills what
 		// the shell left behind.
@@ -152,11 +199,16 @@ func TestFirstStagesAgree(t *testing.T) {
 	for stage, bin := range bins {
 		results[stage] = map[string]run{}
 		for _, tc := range tests {
-			got := launch(t, bin, tc.argv, tc.pidns, tc.signal)
+			if tc.root && !root {
+				t.Logf("%s %s: needs root (namespaces, capabilities), skipped", stage, tc.name)
+				continue
+			}
+			got := launch(t, bin, tc.argv, tc.pidns, tc.set, tc.signal)
 			results[stage][tc.name] = got
 			if tc.want.code == 125 {
-				if got.code != 125 || !strings.HasPrefix(got.status, "error: ") || strings.Count(got.status, "\n") != 1 {
-					t.Errorf("%s %s: want one error line and exit 125, got %+v", stage, tc.name, got)
+				if got.code != 125 || !strings.HasPrefix(got.status, "error: ") || strings.Count(got.status, "\n") != 1 ||
+					tc.want.status != "" && got.status != tc.want.status {
+					t.Errorf("%s %s: want one error line (%q) and exit 125, got %+v", stage, tc.name, tc.want.status, got)
 				}
 				continue
 			}

@@ -8,7 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+
+	"github.com/dsh-dev/dsh/internal/proctest"
+	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox/launcher"
 )
 
 // runIn runs command confined and returns its stdout, stderr and exit code.
@@ -66,6 +70,10 @@ var cLauncher struct {
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "dsh-sandbox-test-")
 	if err != nil {
+		panic(err)
+	}
+	// Executable by nobody too (TestShellCannotForgeTheReport).
+	if err := os.Chmod(dir, 0o755); err != nil {
 		panic(err)
 	}
 	cLauncher.dir = dir
@@ -286,33 +294,66 @@ func TestMovedSiblingStaysHidden(t *testing.T) {
 
 // TestShellCannotForgeTheReport: the launcher's report pipe (descriptor 3)
 // is its own; a shell that reaches for it through /proc to claim an end of
-// its choosing must fail, and the call's result is the shell's real end.
+// its choosing, or reads the launcher's memory, must fail, and the call's
+// result is the shell's real end. Run as root, the test also makes the
+// calls a non-root host makes (the launcher as nobody, no namespaces): the
+// shell then has the launcher's uid and Landlock domain, and only the
+// launcher being non-dumpable stands in its way; its subreaper still finds
+// and kills what the shell left behind.
 func TestShellCannotForgeTheReport(t *testing.T) {
 	t.Parallel()
 	for stage, exe := range firstStages(t) {
-		t.Run(stage, func(t *testing.T) {
-			t.Parallel()
-			s, _, a, _ := confinedSandboxWith(t, exe)
-			for _, mode := range []Mode{WorkspaceWrite, ReadOnly} {
-				r, err := s.Command(Call{Policy: Policy{Mode: mode}, Root: a, Dir: a,
-					Command: `for p in /proc/$PPID/fd/3 /proc/1/fd/3; do echo "exit 0" > $p && echo forged; done; exit 7`})
-				if err != nil {
-					t.Fatal(err)
-				}
-				var out bytes.Buffer
-				r.Cmd.Stdout, r.Cmd.Stderr = &out, &out
-				if err := r.Cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				if err := r.Started(); err != nil {
-					t.Fatal(err)
-				}
-				_ = r.Cmd.Wait()
-				r.Finish()
-				if code, _, ok := r.Result(); !ok || code != 7 || strings.Contains(out.String(), "forged") {
-					t.Errorf("%s: result %d (ok %v), output %q", mode, code, ok, out.String())
-				}
+		for _, nobody := range []bool{false, true} {
+			if nobody && os.Geteuid() != 0 {
+				continue // already not root
 			}
-		})
+			t.Run(stage+map[bool]string{true: "-nobody"}[nobody], func(t *testing.T) {
+				t.Parallel()
+				s, _, a, _ := confinedSandboxWith(t, exe)
+				marker := "dsh-forge-leftover-" + strconv.Itoa(os.Getpid()) + "-" + stage + strconv.FormatBool(nobody)
+				for _, mode := range []Mode{WorkspaceWrite, ReadOnly} {
+					r, err := s.Command(Call{Policy: Policy{Mode: mode}, Root: a, Dir: a,
+						Command: `for p in /proc/$PPID/fd/3 /proc/1/fd/3; do echo "exit 0" > $p && echo forged; done; ` +
+							`head -c1 /proc/$PPID/environ >/dev/null && echo peeked; ` +
+							`(setsid bash -c 'exec -a ` + marker + ` sleep 300' </dev/null >/dev/null 2>&1 &); exit 7`})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if nobody {
+						asNobody(t, r)
+					}
+					var out bytes.Buffer
+					r.Cmd.Stdout, r.Cmd.Stderr = &out, &out
+					if err := r.Cmd.Start(); err != nil {
+						t.Fatal(err)
+					}
+					if err := r.Started(); err != nil {
+						t.Fatal(err)
+					}
+					_ = r.Cmd.Wait()
+					r.Finish()
+					if code, _, ok := r.Result(); !ok || code != 7 || strings.Contains(out.String(), "forged") || strings.Contains(out.String(), "peeked") {
+						t.Errorf("%s: result %d (ok %v), output %q", mode, code, ok, out.String())
+					}
+					if pids := proctest.Living(marker); len(pids) > 0 {
+						t.Errorf("%s: the launcher left %v running", mode, pids)
+					}
+				}
+			})
+		}
 	}
+}
+
+// asNobody turns a prepared call into the one a non-root host makes: the
+// launcher as uid and gid 65534, without namespaces, cgroup or capabilities
+// to drop, started in / (the test's directories are root's own).
+func asNobody(t *testing.T, r *Run) {
+	t.Helper()
+	c, err := launcher.ParseArgs(r.Cmd.Args[2:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.PIDNS, c.DropCaps, c.Cgroup, c.Dir = false, false, "", "/"
+	r.Cmd.Args, r.Cmd.Dir = c.Args(), "/"
+	r.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 }

@@ -31,6 +31,7 @@ import (
 
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
 
 // Arg0 is the argv[0] marker that turns the toolhost binary into the
@@ -122,6 +123,9 @@ func launch(args []string) int {
 			return fail("drop capabilities", err)
 		}
 	}
+	if err := clearInheritable(); err != nil {
+		return fail("capabilities", err)
+	}
 	if cfg.Landlock {
 		if err := restrict(cfg.PIDNS); err != nil {
 			return fail("landlock", err)
@@ -129,8 +133,16 @@ func launch(args []string) int {
 	}
 	// Nor any descriptor the launcher inherited without close-on-exec:
 	// the shell gets the standard three only.
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+	if err := cloexecAll(); err != nil {
 		return fail("descriptors", err)
+	}
+	// Not dumpable from here on: a shell of the same uid and Landlock
+	// domain (a non-root host) may neither open the launcher's
+	// descriptors through /proc (the report pipe, to forge an end) nor
+	// ptrace it or read its memory. The exec makes the shell dumpable
+	// again; the launcher's own /proc reads (its children) still work.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail("not dumpable", err)
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
@@ -154,6 +166,36 @@ func launch(args []string) int {
 	}
 	report("exit " + strconv.Itoa(ws.ExitStatus()))
 	return ws.ExitStatus()
+}
+
+// cloexecAll marks every descriptor above 2 close-on-exec: close_range,
+// else (EINVAL on 5.10, ENOSYS before 5.9: CLOSE_RANGE_CLOEXEC needs 5.11)
+// the walk of /proc/self/fd.
+func cloexecAll() error {
+	err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if err == unix.EINVAL || err == unix.ENOSYS {
+		return cloexecWalk()
+	}
+	return err
+}
+
+// cloexecWalk sets close-on-exec on every descriptor above 2 listed in
+// /proc/self/fd (the listing's own, closed by then, is EBADF).
+func cloexecWalk() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && err != unix.EBADF {
+			return err
+		}
+	}
+	return nil
 }
 
 // startLimited starts the shell with the call's rlimits. They must bind the
@@ -289,6 +331,29 @@ func dropCaps() error {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
 			return errors.New("capability " + strconv.Itoa(c) + ": " + err.Error())
 		}
+	}
+	return nil
+}
+
+// clearInheritable empties the ambient and inheritable sets of every
+// thread, whoever the host is: exec gives root's shell inheritable ∪
+// bounding and anyone else's the ambient set, so a capability the host was
+// started with (setpriv --inh-caps, ambient capabilities) would otherwise
+// survive dropCaps. Lowering them needs no privilege; any failure fails
+// the call closed (EINVAL from a kernel without ambient capabilities
+// excepted: there is no ambient set to clear).
+func clearInheritable() error {
+	if err := llsys.AllThreadsPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && err != unix.EINVAL {
+		return errors.New("ambient: " + err.Error())
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return errors.New("inheritable: " + err.Error())
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if _, _, e := psx.Syscall3(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return errors.New("inheritable: " + e.Error())
 	}
 	return nil
 }
