@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
@@ -235,8 +236,19 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	defer gwConn.Close()
 	// Connect now: a session's creation asks the gateway for its providers.
 	// This starts the name's resolution at once; ring_hash (SessionAffinity)
-	// dials a replica only when a call picks it.
+	// dials a replica only when a call picks it, so a health check picks
+	// one now, while the store opens: the first session's ListProviders
+	// paid that connection (and the gateway's new transport) on the way to
+	// its first model request (docs/arch/throughput.md §17). Its answer is
+	// not used; it ends with Run.
 	gwConn.Connect()
+	warmCtx, endWarm := context.WithCancel(ctx)
+	warmed := make(chan struct{})
+	go func() {
+		defer close(warmed)
+		_, _ = healthpb.NewHealthClient(gwConn).Check(warmCtx, &healthpb.HealthCheckRequest{})
+	}()
+	defer func() { endWarm(); <-warmed }() // before gwConn.Close
 	gw := gateway.New(gwConn)
 
 	pr, err := buildPrompt(sc)

@@ -58,3 +58,45 @@ func TestStoreErrorEndsTheToolhostListing(t *testing.T) {
 		t.Errorf("Run returned after %v: it waited for the silent toolhost's listing", d)
 	}
 }
+
+// TestGatewayConnectedAtStart: the agent's gateway channel (ring_hash,
+// which dials only when a call picks a replica) is connected while the
+// agent starts, not by the first session's ListProviders on the way to its
+// first model request.
+func TestGatewayConnectedAtStart(t *testing.T) {
+	t.Parallel()
+	gw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := gw.Accept()
+		if err != nil {
+			return
+		}
+		accepted <- c
+	}()
+	t.Cleanup(func() { gw.Close() })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(ctx, agent.ServerConfig{Listener: lis, Gateway: gw.Addr().String(), Store: "jsonl", DataDir: t.TempDir()}, nil)
+	}()
+	select {
+	case c := <-accepted:
+		c.Close()
+	case err := <-done:
+		t.Fatalf("Run ended before dialling the gateway: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Error("no connection to the gateway 10 s into the agent's start, with no session asking")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Logf("Run: %v", err)
+	}
+}

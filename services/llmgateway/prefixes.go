@@ -1,6 +1,8 @@
 package llmgateway
 
 import (
+	"sync"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -37,13 +39,15 @@ const DefaultPrefixCacheBytes = 128 << 20
 
 // errPrefixMiss answers a reference the gateway does not hold. The
 // message never says why (another tenant's id looks like any other miss).
-var errPrefixMiss = func() error {
+// Built on first use: its detail's marshal set up protobuf's Any and
+// ErrorInfo types at every start of a program linking the gateway.
+var errPrefixMiss = sync.OnceValue(func() error {
 	st := status.New(codes.FailedPrecondition, "the conversation named by prefix is not held by this gateway (restarted, another replica, or forgotten): send the whole request")
 	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonPrefixNotCached, Domain: ErrorDomain}); err == nil {
 		st = d
 	}
 	return st.Err()
-}()
+})
 
 // resolve puts the messages (and, when the reference says so, the system
 // prompt and tools) that req's prefix reference names into req, in place
@@ -67,11 +71,11 @@ func (s *Service) resolve(req *llmv1.GenerateRequest) (*prefix.Entry, []*llmv1.M
 		return nil, nil, &provider.RequestError{Field: "messages", Reason: "must be empty when prefix is set (the messages after the referenced conversation go in continued)"}
 	}
 	if s.prefixes == nil {
-		return nil, nil, errPrefixMiss
+		return nil, nil, errPrefixMiss()
 	}
 	e, ok := s.prefixes.Get(req.GetTenant(), ref.GetId(), int(ref.GetCount()))
 	if !ok {
-		return nil, nil, errPrefixMiss
+		return nil, nil, errPrefixMiss()
 	}
 	head := int64(0) // the wire size of the system prompt and tools this request uses
 	if ref.GetSameTools() {

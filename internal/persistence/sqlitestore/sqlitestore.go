@@ -150,22 +150,28 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	// database/sql for the migration (rare, many statements), then the
-	// committer's own driver connection (writer.go).
+	// committer's own driver connection (writer.go), opened before the
+	// migration's connection closes: closing the last connection of a WAL
+	// database checkpoints it and deletes the WAL, which the first commit
+	// would then create again — two fsyncs at the open and two more in
+	// the first flush, on the path to a new session's first model request
+	// (docs/arch/throughput.md §17).
 	mdb, err := sql.Open("sqlite", dsn(cfg.Path, sync, false))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
 	mdb.SetMaxOpenConns(1)
-	err = s.migrate(ctx, mdb)
-	drv := mdb.Driver()
+	if err = s.migrate(ctx, mdb); err == nil {
+		if s.w, err = openWriter(mdb.Driver(), dsn(cfg.Path, sync, false)); err != nil {
+			err = fmt.Errorf("sqlitestore: %w", err)
+		}
+	}
 	if cerr := mdb.Close(); err == nil && cerr != nil {
+		s.w.close()
 		err = fmt.Errorf("sqlitestore: %w", cerr)
 	}
 	if err != nil {
 		return nil, err
-	}
-	if s.w, err = openWriter(drv, dsn(cfg.Path, sync, false)); err != nil {
-		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
 	if s.r, err = sql.Open("sqlite", dsn(cfg.Path, sync, true)); err != nil {
 		s.w.close()

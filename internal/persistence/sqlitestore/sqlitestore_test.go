@@ -116,6 +116,25 @@ func TestFileModes(t *testing.T) {
 	}
 }
 
+// TestOpenKeepsTheWAL: Open closes its migration connection only after the
+// committer's is open, so the fresh database's WAL (holding the schema) is
+// still there and the first commit appends to it instead of creating it
+// again (a checkpoint, a deleted WAL and two more fsyncs on the way to a new
+// session's first model request).
+func TestOpenKeepsTheWAL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := open(t, dir)
+	defer s.Close()
+	fi, err := os.Stat(dbPath(dir) + "-wal")
+	if err != nil {
+		t.Fatalf("no WAL after Open: %v", err)
+	}
+	if fi.Size() == 0 {
+		t.Fatal("the WAL is empty after Open: the migration's connection checkpointed it")
+	}
+}
+
 func TestSchemaVersionRefused(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -241,7 +240,25 @@ func PresentResult[Args any](f func(Args, *toolsv1.ToolExecutionResult) *toolsv1
 	})
 }
 
-var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+// toolNamePattern is the rule of tool names, checked by validToolName (a
+// loop: compiling the regular expression cost every program linking the SDK
+// ~1 ms at start, docs/arch/throughput.md §17).
+const toolNamePattern = `^[a-zA-Z0-9_-]{1,64}$`
+
+// validToolName reports whether name matches toolNamePattern.
+func validToolName(name string) bool {
+	if len(name) == 0 || len(name) > 64 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Define builds a typed tool. Args must be a struct type; its JSON Schema is
 // derived by SchemaFor and the model's arguments are validated against it
@@ -274,8 +291,8 @@ func RawTool(name, description string, parameters json.RawMessage, fn func(ctx c
 }
 
 func newTyped[Args any](name, description, params string, s *Schema, fn func(context.Context, *Call, Args) (Result, error), opts []Option) *typed[Args] {
-	if !toolNameRE.MatchString(name) {
-		panic(fmt.Sprintf("toolsdk: tool name %q must match %s", name, toolNameRE))
+	if !validToolName(name) {
+		panic(fmt.Sprintf("toolsdk: tool name %q must match %s", name, toolNamePattern))
 	}
 	if fn == nil {
 		panic(fmt.Sprintf("toolsdk: tool %q has no body", name))

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
@@ -87,7 +88,8 @@ type Config struct {
 // them.
 var builtinVariables = []string{"provider", "model", "cwd"}
 
-var varName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
+// varName is the rule of variable names, compiled on first use.
+var varName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`) })
 
 // Assembler assembles prompts for one deployment configuration.
 type Assembler struct {
@@ -109,8 +111,8 @@ func New(cfg Config) (*Assembler, error) {
 		seen[s.Name] = true
 	}
 	for name := range cfg.Variables {
-		if !varName.MatchString(name) {
-			errs = append(errs, fmt.Errorf("prompt variable name %q is not a name (%s)", name, varName))
+		if !varName().MatchString(name) {
+			errs = append(errs, fmt.Errorf("prompt variable name %q is not a name (%s)", name, varName()))
 		}
 		if slices.Contains(builtinVariables, name) {
 			errs = append(errs, fmt.Errorf("prompt variable %q is set by the agent and cannot be redefined", name))
@@ -307,7 +309,7 @@ func Render(tmpl string, vars map[string]string) (string, error) {
 			return b.String(), nil
 		}
 		name := strings.TrimSpace(rest[i+2 : i+2+j])
-		if !varName.MatchString(name) {
+		if !varName().MatchString(name) {
 			return "", fmt.Errorf("malformed template group %q", rest[i:i+4+j])
 		}
 		v, ok := vars[name]

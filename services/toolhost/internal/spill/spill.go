@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Dir is a host's spill directory.
@@ -37,7 +38,9 @@ func New(root string) (*Dir, error) {
 // Root is the directory's absolute path.
 func (d *Dir) Root() string { return d.root }
 
-var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+// unsafeName matches what a spill file's name may not hold, compiled on
+// first use.
+var unsafeName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^A-Za-z0-9._-]+`) })
 
 // SessionDir is the directory of a session's spill files (it may not
 // exist yet).
@@ -52,7 +55,7 @@ func (d *Dir) Create(sessionID, name string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create spill session dir: %w", err)
 	}
-	safe := strings.ReplaceAll(unsafeName.ReplaceAllString(name, "_"), "..", "_")
+	safe := strings.ReplaceAll(unsafeName().ReplaceAllString(name, "_"), "..", "_")
 	if len(safe) > 80 {
 		safe = safe[:80]
 	}

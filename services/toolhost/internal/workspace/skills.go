@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
@@ -15,8 +16,9 @@ import (
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 )
 
-// SkillNamePattern is the kebab-case rule of skill names.
-var SkillNamePattern = regexp.MustCompile(`^[a-z0-9]+(?:-[a-z0-9]+)*$`)
+// skillNamePattern is the kebab-case rule of skill names, compiled on first
+// use (not at every start of a program that links the toolhost).
+var skillNamePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]+(?:-[a-z0-9]+)*$`) })
 
 // Skill sources (the roots of semantics.md §7.8).
 const (
@@ -159,8 +161,8 @@ func (r *Reader) loadSkill(root skillRoot, path, base, entry string) (*Skill, er
 	if fm.Name != "" {
 		name = fm.Name
 	}
-	if !SkillNamePattern.MatchString(name) {
-		return nil, fmt.Errorf("name %q is not kebab-case (%s)", name, SkillNamePattern)
+	if !skillNamePattern().MatchString(name) {
+		return nil, fmt.Errorf("name %q is not kebab-case (%s)", name, skillNamePattern())
 	}
 	if strings.TrimSpace(fm.Description) == "" {
 		return nil, fmt.Errorf("frontmatter has no description")
