@@ -256,8 +256,9 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	}
 	sandbox, _ := agent.ParseSandbox(f.sandboxMode, f.sandboxNetwork)
 	ag := startAgent(ctx, agent.ServerConfig{
-		Listener: agLis, Gateway: gwLis.Addr().String(), Toolhosts: []string{"builtin=" + thLis.Addr().String()},
-		Store: f.store, DataDir: f.data, Synchronous: "NORMAL", ShutdownTimeout: 5 * time.Second,
+		Listener: agLis, Gateway: gwLis.Addr().String(), ConnectGatewayAtStart: true, // bound above
+		Toolhosts: []string{"builtin=" + thLis.Addr().String()},
+		Store:     f.store, DataDir: f.data, Synchronous: "NORMAL", ShutdownTimeout: 5 * time.Second,
 		// The agent publishes every durable event to the embedded NATS
 		// (internal/events) and catches up on sessions a previous run
 		// left unpublished.

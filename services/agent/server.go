@@ -89,6 +89,14 @@ type ServerConfig struct {
 	Listener net.Listener
 	// Gateway is the LlmGateway address.
 	Gateway string
+	// ConnectGatewayAtStart picks a gateway replica (a health check)
+	// while the agent starts, so the first session does not pay the
+	// connection. Only for a gateway known to be listening already (dsh
+	// dev binds it first): a replica that is down when the check runs
+	// leaves ring_hash in its reconnect backoff, and calls fail
+	// UNAVAILABLE until the next attempt even after it came back, where
+	// an idle channel would have connected on the first call.
+	ConnectGatewayAtStart bool
 	// Toolhosts are NAME=ADDR or ADDR entries.
 	Toolhosts []string
 	// OnToolhost, when set, is told each toolhost's first state and every
@@ -236,19 +244,22 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	defer gwConn.Close()
 	// Connect now: a session's creation asks the gateway for its providers.
 	// This starts the name's resolution at once; ring_hash (SessionAffinity)
-	// dials a replica only when a call picks it, so a health check picks
-	// one now, while the store opens: the first session's ListProviders
+	// dials a replica only when a call picks it, so with
+	// ConnectGatewayAtStart a health check picks one now, while the store
+	// opens: the first session's ListProviders
 	// paid that connection (and the gateway's new transport) on the way to
 	// its first model request (docs/arch/throughput.md §17). Its answer is
 	// not used; it ends with Run.
 	gwConn.Connect()
-	warmCtx, endWarm := context.WithCancel(ctx)
-	warmed := make(chan struct{})
-	go func() {
-		defer close(warmed)
-		_, _ = healthpb.NewHealthClient(gwConn).Check(warmCtx, &healthpb.HealthCheckRequest{})
-	}()
-	defer func() { endWarm(); <-warmed }() // before gwConn.Close
+	if sc.ConnectGatewayAtStart {
+		warmCtx, endWarm := context.WithCancel(ctx)
+		warmed := make(chan struct{})
+		go func() {
+			defer close(warmed)
+			_, _ = healthpb.NewHealthClient(gwConn).Check(warmCtx, &healthpb.HealthCheckRequest{})
+		}()
+		defer func() { endWarm(); <-warmed }() // before gwConn.Close
+	}
 	gw := gateway.New(gwConn)
 
 	pr, err := buildPrompt(sc)

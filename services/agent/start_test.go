@@ -85,7 +85,7 @@ func TestGatewayConnectedAtStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- agent.Run(ctx, agent.ServerConfig{Listener: lis, Gateway: gw.Addr().String(), Store: "jsonl", DataDir: t.TempDir()}, nil)
+		done <- agent.Run(ctx, agent.ServerConfig{Listener: lis, Gateway: gw.Addr().String(), ConnectGatewayAtStart: true, Store: "jsonl", DataDir: t.TempDir()}, nil)
 	}()
 	select {
 	case c := <-accepted:

@@ -262,7 +262,12 @@ func (s *Service) prepare(req *llmv1.GenerateRequest) (*route, *llmv1.GenerateRe
 			continue
 		}
 		if !cloned {
+			// The tools stay the caller's (prepare never changes them):
+			// a remembered conversation recognises its own tool objects
+			// by identity and writes their kept bytes (chat's SameTools).
+			tools := req.Tools
 			req = proto.CloneOf(req)
+			req.Tools = tools
 			cloned = true
 		}
 		req.Messages[i].Provenance.ReplayState = nil

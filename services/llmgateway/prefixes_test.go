@@ -207,6 +207,7 @@ func TestPrefixReferenceRefused(t *testing.T) {
 		ref    *llmv1.PrefixRef
 	}{
 		{"another tenant", g, "attacker", &llmv1.PrefixRef{Id: victim, Count: 3}},
+		{"another tenant, same tools", g, "attacker", &llmv1.PrefixRef{Id: victim, Count: 3, SameTools: true}},
 		{"no tenant", g, "", &llmv1.PrefixRef{Id: victim, Count: 3}},
 		{"tenant with a NUL", g, "victim\x00", &llmv1.PrefixRef{Id: victim, Count: 3}},
 		{"wrong count", g, "victim", &llmv1.PrefixRef{Id: victim, Count: 2}},

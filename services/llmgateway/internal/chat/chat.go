@@ -259,14 +259,16 @@ func (st *translator) tool(index int) (uint32, bool) {
 }
 
 func (st *translator) addTool(index int, block uint32) {
+	if st.byIndex != nil {
+		st.byIndex[index] = block
+		return
+	}
 	st.tools = append(st.tools, toolBlock{index, block})
-	if st.byIndex == nil && len(st.tools) > manyTools {
+	if len(st.tools) > manyTools {
 		st.byIndex = make(map[int]uint32, 2*len(st.tools))
 		for _, t := range st.tools {
 			st.byIndex[t.index] = t.block
 		}
-	} else if st.byIndex != nil {
-		st.byIndex[index] = block
 	}
 }
 

@@ -165,7 +165,7 @@ func (p *BodyPrefix) SameTools(tools []*llmv1.ToolSchema) bool {
 
 // HeldBytes is how many bytes keeping p keeps alive.
 func (p *BodyPrefix) HeldBytes() int {
-	return max(p.Held, len(p.Bytes))
+	return max(p.Held, len(p.Bytes)+len(p.ToolBytes))
 }
 
 // BodyCache is the slot of one request's remembered conversation: Prev is
