@@ -2,12 +2,17 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/services/agent"
 )
 
@@ -61,42 +66,70 @@ func TestStoreErrorEndsTheToolhostListing(t *testing.T) {
 
 // TestGatewayConnectedAtStart: the agent's gateway channel (ring_hash,
 // which dials only when a call picks a replica) is connected while the
-// agent starts, not by the first session's ListProviders on the way to its
-// first model request.
+// agent starts when asked (dsh dev), not by the first session's
+// ListProviders on the way to its first model request; a standalone agent
+// (not asked) leaves it idle, so a gateway down at its start does not put
+// the channel into reconnect backoff.
 func TestGatewayConnectedAtStart(t *testing.T) {
 	t.Parallel()
-	gw, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := gw.Accept()
-		if err != nil {
-			return
-		}
-		accepted <- c
-	}()
-	t.Cleanup(func() { gw.Close() })
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, agent.ServerConfig{Listener: lis, Gateway: gw.Addr().String(), ConnectGatewayAtStart: true, Store: "jsonl", DataDir: t.TempDir()}, nil)
-	}()
-	select {
-	case c := <-accepted:
-		c.Close()
-	case err := <-done:
-		t.Fatalf("Run ended before dialling the gateway: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Error("no connection to the gateway 10 s into the agent's start, with no session asking")
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Logf("Run: %v", err)
+	for _, connect := range []bool{true, false} {
+		t.Run(fmt.Sprintf("connect=%v", connect), func(t *testing.T) {
+			t.Parallel()
+			gw, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			accepted := make(chan net.Conn, 1)
+			go func() {
+				c, err := gw.Accept()
+				if err != nil {
+					return
+				}
+				accepted <- c
+			}()
+			t.Cleanup(func() { gw.Close() })
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- agent.Run(ctx, agent.ServerConfig{Listener: lis, Gateway: gw.Addr().String(), ConnectGatewayAtStart: connect, Store: "jsonl", DataDir: t.TempDir()}, nil)
+			}()
+			wait := 10 * time.Second
+			if !connect {
+				// Serving first, then a while longer with no session.
+				conn, err := grpcserver.Dial(lis.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
+				_, err = healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+				hcancel()
+				if err != nil {
+					t.Fatalf("the agent never answered a health check: %v", err)
+				}
+				wait = 300 * time.Millisecond
+			}
+			select {
+			case c := <-accepted:
+				c.Close()
+				if !connect {
+					t.Error("a standalone agent dialled its gateway at start, with no session asking")
+				}
+			case err := <-done:
+				t.Fatalf("Run ended before the check: %v", err)
+			case <-time.After(wait):
+				if connect {
+					t.Error("no connection to the gateway 10 s into the agent's start, with no session asking")
+				}
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Logf("Run: %v", err)
+			}
+		})
 	}
 }

@@ -31,8 +31,13 @@ func TestHistoryCodecRoundTrip(t *testing.T) {
 	sys := "be brief"
 	ms := history(5)
 	for i := range 3 { // repeated requests hit the cache and still decode identically
+		// Every field of the head set: the codec copies them one by one
+		// (a tenant dropped there would share one tenant's remembered
+		// conversations and quota with every other).
 		req := &llmv1.GenerateRequest{Provider: "p", Model: "m", System: &sys, SessionId: "s", Messages: ms[:3+i],
-			Tools: []*llmv1.ToolSchema{{Name: "t", Parameters: `{"type":"object"}`}}, Stop: []string{"x"}}
+			Tools: []*llmv1.ToolSchema{{Name: "t", Parameters: `{"type":"object"}`}}, Stop: []string{"x"},
+			Temperature: proto.Float64(0.5), MaxTokens: proto.Int32(64), Purpose: llmv1.Purpose_PURPOSE_TITLE,
+			Tenant: "acme", RememberPrefix: true}
 		bs, err := c.Marshal(req)
 		if err != nil {
 			t.Fatal(err)
