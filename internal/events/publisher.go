@@ -59,7 +59,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
@@ -843,7 +842,7 @@ func (p *Publisher) publishBatch(ctx context.Context, s *sessionState, batch []q
 		data := q.pb
 		if data == nil {
 			var err error
-			if data, err = (proto.MarshalOptions{Deterministic: true}).Marshal(q.ev); err != nil { // as the store encodes
+			if data, err = storeMarshal.Marshal(q.ev); err != nil {
 				return fmt.Errorf("events: encode %s seq %d: %w", s.id, q.ev.GetSeq(), err)
 			}
 		}

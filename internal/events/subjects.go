@@ -56,6 +56,10 @@ const (
 )
 
 // IsDelta reports whether an event is a delta (HeaderDelta).
+// storeMarshal encodes an event as the stores do (deterministically), so a
+// published message is byte for byte the stored row's event.
+var storeMarshal = proto.MarshalOptions{Deterministic: true}
+
 func IsDelta(ev *sessionv1.SessionEvent) bool { return ev.GetAssistantChunk() != nil }
 
 // EventSubject is the JetStream subject of a session's events,
@@ -198,7 +202,7 @@ func escapeByte(c byte) bool {
 // tenant headers (and Dsh-Delta on a delta), and the Nats-Msg-Id used for
 // de-duplication.
 func EncodeEvent(tenant, sessionID string, ev *sessionv1.SessionEvent) (*nats.Msg, error) {
-	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(ev) // as the store encodes
+	data, err := storeMarshal.Marshal(ev)
 	if err != nil {
 		return nil, fmt.Errorf("events: encode %s seq %d: %w", sessionID, ev.GetSeq(), err)
 	}

@@ -123,6 +123,7 @@ type result struct {
 	// the stream held every stored event (drain: the wait after the window).
 	stored, publishedAtEnd int64
 	agentDrained, drain    time.Duration
+	drained                bool // the stream came to hold every stored event
 }
 
 // fanoutRow describes the event fan-out's backlog at the window's end and
@@ -132,8 +133,21 @@ func (r result) fanoutRow() string {
 	if r.stepsTaken == 0 || r.stored == 0 {
 		return ""
 	}
-	return fmt.Sprintf("fan-out: %d of %d stored events in the stream at the window's end; drained %.1f s later; agent CPU ms/step including the drain %.2f",
-		r.publishedAtEnd, r.stored, r.drain.Seconds(), float64(r.agentDrained.Microseconds())/1000/float64(r.stepsTaken))
+	head := fmt.Sprintf("fan-out: %d of %d stored events in the stream at the window's end", r.publishedAtEnd, r.stored)
+	perStep, ok := r.drainedPerStep()
+	if !ok {
+		return head + "; not drained (not measured)"
+	}
+	return fmt.Sprintf("%s; drained %.1f s later; agent CPU ms/step including the drain %.2f", head, r.drain.Seconds(), perStep)
+}
+
+// drainedPerStep is the agent's CPU per step including the drain, when the
+// drain was measured.
+func (r result) drainedPerStep() (float64, bool) {
+	if r.stepsTaken == 0 || !r.drained {
+		return 0, false
+	}
+	return float64(r.agentDrained.Microseconds()) / 1000 / float64(r.stepsTaken), true
 }
 
 // harnessCPUPerStep is agent + gateway + toolhost CPU (not the tool
@@ -212,8 +226,8 @@ func BenchmarkLoad(b *testing.B) {
 			b.ReportMetric(float64(r.p99.Microseconds())/1000, "p99-ms")
 			b.ReportMetric(float64(r.harnessCPUPerStep().Microseconds())/1000, "harness-cpu-ms/step")
 			b.ReportMetric(float64(r.conns), "upstream-conns")
-			if r.stepsTaken > 0 && r.stored > 0 {
-				b.ReportMetric(float64(r.agentDrained.Microseconds())/1000/float64(r.stepsTaken), "agent-cpu-ms/step-drained")
+			if perStep, ok := r.drainedPerStep(); ok {
+				b.ReportMetric(perStep, "agent-cpu-ms/step-drained")
 			}
 			rows = append(rows, r.row())
 			if f := r.fanoutRow(); f != "" {
@@ -571,5 +585,5 @@ func measureDrain(tb testing.TB, r *result, natsURL, dbPath string, pid int, bef
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r.agentDrained = c.sub(before).self
+	r.agentDrained, r.drained = c.sub(before).self, true
 }

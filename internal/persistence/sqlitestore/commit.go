@@ -207,7 +207,7 @@ func (g *groupTx) position(id string) (position, error) {
 			return p, nil
 		}
 	}
-	v, ok, err := g.w.queryRow(g.w.lookupSession, g.w.bind(id), 2)
+	v, ok, err := g.w.queryRow(g.w.lookupSession, g.w.bind(id))
 	if err != nil {
 		return position{}, dirty(fmt.Errorf("session %q: %w", id, err))
 	}
@@ -283,7 +283,7 @@ func (s *Store) runGroup(group []*writeReq, results []error, savepoints bool) (i
 	// Another connection (another process on the same file) may have
 	// written since this one last committed: then the cached positions may
 	// be stale. data_version changes exactly then.
-	v, _, err := w.queryRow(w.dataVersion, nil, 1)
+	v, _, err := w.queryRow(w.dataVersion, nil)
 	if err != nil {
 		s.rollback()
 		return 0, fmt.Errorf("sqlitestore: data version: %w", err)

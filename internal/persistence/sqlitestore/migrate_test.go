@@ -377,6 +377,17 @@ func TestMigrateFromVersion3(t *testing.T) {
 	if !cursors || strings.Contains(strings.Join(cols, ","), "published_next") {
 		t.Fatalf("after the migration: cursors table %v, sessions columns %v; want the table and no published_next", cursors, cols)
 	}
+	// The migration's frozen copy of the v3 table must end where a fresh
+	// file starts.
+	fresh := filepath.Join(t.TempDir(), "fresh.db")
+	fs, err := sqlitestore.Open(t.Context(), sqlitestore.Config{Path: fresh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.Close()
+	if want, _ := columns(t, fresh); strings.Join(cols, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("sessions columns after the migration:\n%s\nin a fresh file:\n%s", strings.Join(cols, "\n"), strings.Join(want, "\n"))
+	}
 	db, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {
 		t.Fatal(err)

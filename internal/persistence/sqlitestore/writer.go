@@ -112,9 +112,9 @@ func (w *writer) exec0(st driver.Stmt) error {
 	return err
 }
 
-// queryRow runs st with args and returns its first row's first n columns
-// as int64 (ok false when there is no row).
-func (w *writer) queryRow(st driver.Stmt, args []driver.NamedValue, n int) (vals [2]int64, ok bool, err error) {
+// queryRow runs st with args and returns its first row's columns (one or
+// two) as int64 (ok false when there is no row).
+func (w *writer) queryRow(st driver.Stmt, args []driver.NamedValue) (vals [2]int64, ok bool, err error) {
 	rows, err := st.(driver.StmtQueryContext).QueryContext(context.Background(), args)
 	if err != nil {
 		return vals, false, err
@@ -126,7 +126,7 @@ func (w *writer) queryRow(st driver.Stmt, args []driver.NamedValue, n int) (vals
 		return vals, false, errors.Join(err, rows.Close())
 	default:
 		ok = true
-		for i := range n {
+		for i := range dest {
 			v, isInt := dest[i].(int64)
 			if !isInt {
 				return vals, false, errors.Join(fmt.Errorf("sqlitestore: column %d is %T, want an integer", i, dest[i]), rows.Close())

@@ -11,6 +11,9 @@ import (
 )
 
 func main() {
+	if sqlitestore.SchemaVersion != 3 {
+		log.Fatalf("this build writes schema version %d: run mkv3 in a checkout of 75d4015", sqlitestore.SchemaVersion)
+	}
 	ctx := context.Background()
 	path := os.Args[1]
 	s, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: path})
@@ -20,11 +23,11 @@ func main() {
 	for _, x := range []struct {
 		id     string
 		turns  []int
-		cursor int64 // -1: never raised
+		cursor int64 // 0: never raised; -1: past the last event
 	}{
 		{"m", []int{3}, 2},
-		{"n", []int{2, 1}, -2},
-		{"o", []int{1}, -1},
+		{"n", []int{2, 1}, -1},
+		{"o", []int{1}, 0},
 	} {
 		var b persistencetest.Builder
 		for _, k := range x.turns {
@@ -37,10 +40,10 @@ func main() {
 			log.Fatal(err)
 		}
 		c := x.cursor
-		if c == -2 {
+		if c == -1 {
 			c = b.Len()
 		}
-		if c >= 0 {
+		if c > 0 {
 			if err := s.SetPublishedCursor(ctx, x.id, c); err != nil {
 				log.Fatal(err)
 			}
