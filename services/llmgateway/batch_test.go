@@ -40,12 +40,18 @@ func recvMsgs(t testing.TB, ctx context.Context, c llmv1.LlmGatewayClient, req *
 func flatten(rs []*llmv1.GenerateResponse) []*llmv1.StreamChunk {
 	var out []*llmv1.StreamChunk
 	for _, r := range rs {
-		if r.GetChunk() != nil {
-			out = append(out, r.GetChunk())
-		}
-		out = append(out, r.GetChunks()...)
+		out = appendChunks(out, r)
 	}
 	return out
+}
+
+// appendChunks appends the chunks r carries, as a receiver takes them:
+// `chunk` when set, then each of `chunks`.
+func appendChunks(out []*llmv1.StreamChunk, r *llmv1.GenerateResponse) []*llmv1.StreamChunk {
+	if c := r.GetChunk(); c != nil {
+		out = append(out, c)
+	}
+	return append(out, r.GetChunks()...)
 }
 
 // checkBatches fails unless every response is either one chunk in

@@ -56,10 +56,7 @@ func recvAll(t testing.TB, s interface {
 		if err != nil {
 			return out, err
 		}
-		if r.GetChunk() != nil {
-			out = append(out, r.GetChunk())
-		}
-		out = append(out, r.GetChunks()...)
+		out = appendChunks(out, r)
 	}
 }
 

@@ -152,10 +152,7 @@ func BenchmarkProcessBatchCPU(b *testing.B) {
 				return 0, err
 			}
 			msgs++
-			for _, c := range append([]*llmv1.StreamChunk{m.GetChunk()}, m.GetChunks()...) {
-				if c == nil {
-					continue
-				}
+			for _, c := range appendChunks(nil, m) {
 				chunks++
 				if c.GetBlockStart().GetBlockType() == llmv1.BlockType_BLOCK_TYPE_TOOL_CALL {
 					calls++

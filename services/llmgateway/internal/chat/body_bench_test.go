@@ -1,13 +1,10 @@
-//go:build unix
-
 package chat
 
 import (
-	"syscall"
 	"testing"
-	"time"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/internal/cputime"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/providertest"
 )
 
@@ -49,16 +46,8 @@ func BenchmarkBody(b *testing.B) {
 // the returned function runs after the loop: unlike ns/op, it does not
 // count the time the benchmark waited for a core on a loaded machine.
 func reportCPU(b *testing.B) func() {
-	c0 := processCPU(b)
+	c0 := cputime.Process()
 	return func() {
-		b.ReportMetric(float64(processCPU(b)-c0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(cputime.Process()-c0)/float64(b.N), "cpu-ns/op")
 	}
-}
-
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

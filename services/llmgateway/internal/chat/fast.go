@@ -486,9 +486,9 @@ func (p *scanner) plainStr() (string, bool) {
 // finishReason scans a finish reason as plainStr does, the usual ones
 // without an allocation.
 func (p *scanner) finishReason() (string, bool) {
-	for _, r := range [...]string{"stop", "tool_calls", "length"} {
-		if p.word(`"` + r + `"`) {
-			return r, true
+	for _, q := range [...]string{`"stop"`, `"tool_calls"`, `"length"`} {
+		if p.word(q) {
+			return q[1 : len(q)-1], true
 		}
 	}
 	return p.plainStr()

@@ -48,10 +48,10 @@ type Entry struct {
 	// chain is the hash of the messages alone, sys and tools those of the
 	// system prompt and the tools; hash (the id) is over the three.
 	chain, sys, tools [sha256.Size]byte
-	// msgBytes is the wire size of the messages, headBytes of the system
-	// prompt and tools; body is the adapter body kept beside them
-	// (guarded by the cache's lock).
-	msgBytes, headBytes int64
+	// msgBytes is the wire size of the messages, toolBytes of the tools
+	// (the system prompt's is its length); body is the adapter body kept
+	// beside them (guarded by the cache's lock).
+	msgBytes, toolBytes int64
 	body                *provider.BodyPrefix
 	global              *list.Element
 	local               *list.Element
@@ -67,10 +67,13 @@ func (e *Entry) ID() string { return hex.EncodeToString(e.hash[:]) }
 func (e *Entry) MessageBytes() int64 { return e.msgBytes }
 
 // ToolBytes is the wire size of the entry's tools.
-func (e *Entry) ToolBytes() int64 { return e.headBytes - prevSysBytes(e) }
+func (e *Entry) ToolBytes() int64 { return e.toolBytes }
 
 func (e *Entry) size() int64 {
-	n := e.msgBytes + e.headBytes
+	n := e.msgBytes + e.toolBytes
+	if e.System != nil {
+		n += int64(len(*e.System))
+	}
 	if e.body != nil {
 		n += int64(e.body.HeldBytes())
 	}
@@ -183,13 +186,6 @@ func (c *Cache) miss() {
 	c.mu.Unlock()
 }
 
-func prevSysBytes(e *Entry) int64 {
-	if e.System == nil {
-		return 0
-	}
-	return int64(len(*e.System))
-}
-
 // chain is the hash of the messages up to one whose encoding is b, given
 // h, the hash of those before it.
 func chain(h [sha256.Size]byte, b []byte) [sha256.Size]byte {
@@ -240,23 +236,18 @@ func (c *Cache) Put(tenant string, prev *Entry, r Request) (*Entry, error) {
 		e.chain = chain(e.chain, buf)
 		e.msgBytes += int64(len(buf))
 	}
-	var sysBytes, toolBytes int64
 	if prev != nil && r.SameSystem {
 		e.sys = prev.sys
-		if prev.System != nil {
-			sysBytes = int64(len(*prev.System))
-		}
 	} else {
 		d := sha256.New()
 		if r.System != nil {
 			d.Write([]byte{1})
 			d.Write([]byte(*r.System))
-			sysBytes = int64(len(*r.System))
 		}
 		d.Sum(e.sys[:0])
 	}
 	if prev != nil && r.SameTools {
-		e.tools, toolBytes = prev.tools, prev.headBytes-prevSysBytes(prev)
+		e.tools, e.toolBytes = prev.tools, prev.toolBytes
 	} else {
 		d := sha256.New()
 		for _, t := range r.Tools {
@@ -267,11 +258,10 @@ func (c *Cache) Put(tenant string, prev *Entry, r Request) (*Entry, error) {
 			var n [binary.MaxVarintLen64]byte
 			d.Write(n[:binary.PutUvarint(n[:], uint64(len(buf)))])
 			d.Write(buf)
-			toolBytes += int64(len(buf))
+			e.toolBytes += int64(len(buf))
 		}
 		d.Sum(e.tools[:0])
 	}
-	e.headBytes = sysBytes + toolBytes
 	d := sha256.New()
 	d.Write(e.chain[:])
 	d.Write(e.sys[:])
