@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -46,14 +45,8 @@ func TestConnectionAge(t *testing.T) {
 	}{{100 * time.Millisecond, true}, {0, false}} {
 		var cc connCounter
 		srv := New(Config{Options: append(ConnectionAge(tc.age), grpc.StatsHandler(&cc))})
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- srv.Serve(ctx, lis) }()
-		conn, err := Dial(lis.Addr().String())
+		addr, ctx, cancel, done := serveLocal(t, srv)
+		conn, err := Dial(addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,15 +117,9 @@ func TestSessionAffinity(t *testing.T) {
 			return h(ctx, req)
 		})
 		srv := New(Config{Options: []grpc.ServerOption{record}})
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- srv.Serve(ctx, lis) }()
+		addr, _, cancel, done := serveLocal(t, srv)
 		stops = append(stops, sync.OnceFunc(func() { cancel(); <-done }))
-		addrs = append(addrs, resolver.Address{Addr: lis.Addr().String()})
+		addrs = append(addrs, resolver.Address{Addr: addr})
 	}
 	t.Cleanup(func() {
 		for _, stop := range stops {
@@ -230,16 +217,9 @@ func TestSessionAffinityHeaderKeyOff(t *testing.T) {
 		}
 		return
 	}
-	srv := New(Config{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
+	addr, _, cancel, done := serveLocal(t, New(Config{}))
 	defer func() { cancel(); <-done }()
-	conn, err := Dial(lis.Addr().String(), SessionAffinity("dsh-session-id"))
+	conn, err := Dial(addr, SessionAffinity("dsh-session-id"))
 	if err != nil {
 		t.Fatal(err)
 	}

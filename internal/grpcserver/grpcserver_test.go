@@ -22,20 +22,28 @@ func (panicky) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.H
 	panic("boom")
 }
 
-func start(t *testing.T, register func(*grpc.Server)) (*Server, *grpc.ClientConn, context.CancelFunc, <-chan error) {
+// serveLocal serves srv on a loopback port the OS picks until cancel;
+// done then gives Serve's result.
+func serveLocal(t *testing.T, srv *Server) (addr string, ctx context.Context, cancel context.CancelFunc, done <-chan error) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel = context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, lis) }()
+	return lis.Addr().String(), ctx, cancel, served
+}
+
+func start(t *testing.T, register func(*grpc.Server)) (*Server, *grpc.ClientConn, context.CancelFunc, <-chan error) {
+	t.Helper()
 	srv := New(Config{DrainTimeout: 2 * time.Second})
 	if register != nil {
 		register(srv.Server)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	conn, err := Dial(lis.Addr().String())
+	addr, _, cancel, done := serveLocal(t, srv)
+	conn, err := Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
