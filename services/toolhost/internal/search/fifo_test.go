@@ -55,7 +55,7 @@ func TestWalkNeverWaitsOnAFIFO(t *testing.T) {
 			f.Close()
 			t.Error("a FIFO opened as a file to scan")
 		}
-		files, err := walk(context.Background(), tr, target, func(string) bool { return true }, newIgnoreSet(), root)
+		files, err := walk(context.Background(), tr, target, func(string) bool { return true }, newIgnoreSet(tr.open), root)
 		if err != nil || len(files) != 1 {
 			t.Errorf("walk: %v, %v", files, err)
 		}

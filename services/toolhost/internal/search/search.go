@@ -180,7 +180,6 @@ func walk(ctx context.Context, tr *tree, root fstools.Target, keep func(rel stri
 		return nil, root.IOError("stat", fileopen.Escapes(err))
 	}
 	if ign != nil {
-		ign.open = tr.open
 		var chain []string
 		for d := filepath.Dir(root.Real); within(d, stop) && d != root.Real; d = filepath.Dir(d) {
 			chain = append(chain, d)
@@ -355,7 +354,7 @@ func (s *Search) grep(ctx context.Context, call *toolsdk.Call, a GrepArgs) (tool
 		return toolsdk.Result{}, err
 	}
 	defer tr.Close()
-	files, err := walk(ctx, tr, root, keep, newIgnoreSet(), s.stopDir(call))
+	files, err := walk(ctx, tr, root, keep, newIgnoreSet(tr.open), s.stopDir(call))
 	if err != nil {
 		return toolsdk.Result{}, searchErr(ctx, err)
 	}
