@@ -4,7 +4,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/... ./services/agent/cmd/... ./services/llmgateway/cmd/... ./services/toolhost/cmd/...
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/... ./services/agent/cmd/... ./services/llmgateway/cmd/... ./services/toolhost/cmd/toolhost
 # The sandbox launcher with its C first stage (static; the image has gcc):
 # it starts on every bash call, and without cgo it pays a Go runtime start.
 RUN CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -o /out/ ./services/toolhost/cmd/dsh-sandbox-launcher

@@ -20,7 +20,7 @@ run: ## Run the whole stack in one process (embedded NATS + SQLite) and open a c
 	$(GO) run ./cmd/dsh dev
 
 .PHONY: build
-build: ## Build every binary into bin/ (the sandbox launcher static, with its C first stage: it starts on every bash call; needs gcc, kernel headers with linux/landlock.h (>= 5.13) and a static libc (libc.a); without cgo the Go launcher serves).
+build: ## Build every binary into bin/ (the sandbox launcher static, with its C first stage: it starts on every bash call; needs gcc, kernel headers with linux/landlock.h (>= 5.13) and a static libc (libc.a); `CGO_ENABLED=0 go build ./services/toolhost/cmd/dsh-sandbox-launcher` gives the Go launcher instead).
 	$(GO) build -o bin/ ./cmd/... ./services/.../cmd/...
 	CGO_ENABLED=1 $(GO) build -ldflags "-s -w" -o bin/ ./services/toolhost/cmd/dsh-sandbox-launcher
 

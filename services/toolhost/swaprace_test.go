@@ -62,7 +62,7 @@ func TestFileToolsUnderADirectorySwapRace(t *testing.T) {
 		"grep": args(map[string]any{"pattern": "CANARY|inside"}),
 		"glob": args(map[string]any{"pattern": "**/*.txt"}),
 	}
-	ok, refused := 0, 0
+	ok, refused, readInside := 0, 0, 0
 	for i := range 150 {
 		for tool, a := range calls {
 			_, r, err := h.Execute(ctx, "s", tool, a)
@@ -76,6 +76,9 @@ func TestFileToolsUnderADirectorySwapRace(t *testing.T) {
 				refused++
 			} else {
 				ok++
+				if tool == "read" && strings.Contains(text(r), "inside") {
+					readInside++
+				}
 			}
 		}
 		// A new file through d: it must land in the workspace or nowhere.
@@ -96,5 +99,10 @@ func TestFileToolsUnderADirectorySwapRace(t *testing.T) {
 			t.Fatalf("a write landed outside the workspace: %s", filepath.Join(outside, e.Name()))
 		}
 	}
-	t.Logf("%d calls answered, %d refused or missed while the directory flipped", ok, refused)
+	// A fence that refused every call would pass the checks above: the
+	// workspace's own file must still be read while the directory flips.
+	if readInside == 0 {
+		t.Errorf("no read returned the workspace file's content (%d calls answered, %d refused or missed)", ok, refused)
+	}
+	t.Logf("%d calls answered (%d reads of the inside file), %d refused or missed while the directory flipped", ok, readInside, refused)
 }

@@ -130,19 +130,11 @@ type Target struct {
 // Resolve resolves p for a call. root is the call's workspace root (empty:
 // the confiner's). write refuses the read-only roots.
 func (c *Confiner) Resolve(cwd, root, p string, write bool) (Target, error) {
-	if p == "" {
-		return Target{}, fsError(CodeNotFound, "empty path")
-	}
-	abs := p
-	if !filepath.IsAbs(abs) {
-		abs = filepath.Join(cwd, p)
-	}
-	abs = filepath.Clean(abs)
-	real, err := realPath(abs)
+	t, err := target(cwd, p)
 	if err != nil {
-		return Target{}, fsError(CodeIOError, "resolve %s: %v", abs, err)
+		return Target{}, err
 	}
-	t := Target{Display: abs, Real: real, denied: CodePermissionDenied}
+	abs, real := t.Display, t.Real
 	if c.Unconfined {
 		return t, nil
 	}

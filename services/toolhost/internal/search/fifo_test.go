@@ -51,11 +51,11 @@ func TestWalkNeverWaitsOnAFIFO(t *testing.T) {
 		if _, err := tr.ReadDir("notadir"); err == nil {
 			t.Error("a FIFO listed as a directory")
 		}
-		if f, err := tr.open(filepath.Join(root, "notadir")); err == nil {
+		if f, _, err := tr.open(filepath.Join(root, "notadir")); err == nil {
 			f.Close()
 			t.Error("a FIFO opened as a file to scan")
 		}
-		files, err := walk(context.Background(), tr, target, func(string) bool { return true }, newIgnoreSet(), root)
+		files, err := walk(context.Background(), tr, target, func(string) bool { return true }, newIgnoreSet(tr.openFile), root)
 		if err != nil || len(files) != 1 {
 			t.Errorf("walk: %v, %v", files, err)
 		}

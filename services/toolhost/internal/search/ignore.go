@@ -25,20 +25,20 @@ type ignoreRule struct {
 type ignoreSet struct {
 	dirs  []string
 	rules map[string][]ignoreRule
-	// open opens a .gitignore (the walk's tree; os.Open when unset).
+	// open opens a .gitignore (the walk's tree).
 	open func(path string) (*os.File, error)
 }
 
-func newIgnoreSet() *ignoreSet { return &ignoreSet{rules: map[string][]ignoreRule{}} }
+// newIgnoreSet is an empty set whose .gitignore files open with open (the
+// walk's tree: never outside it, never blocking on a FIFO).
+func newIgnoreSet(open func(path string) (*os.File, error)) *ignoreSet {
+	return &ignoreSet{rules: map[string][]ignoreRule{}, open: open}
+}
 
 // load reads dir/.gitignore (dir absolute) if present. Call it for outer
 // directories before inner ones.
 func (s *ignoreSet) load(dir string) {
-	open := s.open
-	if open == nil {
-		open = os.Open
-	}
-	f, err := open(filepath.Join(dir, ".gitignore"))
+	f, err := s.open(filepath.Join(dir, ".gitignore"))
 	if err != nil {
 		return
 	}

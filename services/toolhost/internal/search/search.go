@@ -141,17 +141,25 @@ func (tr *tree) rel(real string) string {
 }
 
 // open opens the regular file at real for reading, never outside the tree
-// and never blocking on a FIFO; anything else is an error.
-func (tr *tree) open(real string) (*os.File, error) {
+// and never blocking on a FIFO, with its FileInfo (from the open file);
+// anything else is an error.
+func (tr *tree) open(real string) (*os.File, fs.FileInfo, error) {
 	f, err := fileopen.Beneath(tr.base, real)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("%s: not a regular file", real)
+		return nil, nil, fmt.Errorf("%s: not a regular file", real)
 	}
-	return f, nil
+	return f, fi, nil
+}
+
+// openFile is open without the FileInfo: the ignore set's opener.
+func (tr *tree) openFile(real string) (*os.File, error) {
+	f, _, err := tr.open(real)
+	return f, err
 }
 
 // Open, ReadDir and Stat make tr the walk's fs.FS (names are slash paths
@@ -180,7 +188,6 @@ func walk(ctx context.Context, tr *tree, root fstools.Target, keep func(rel stri
 		return nil, root.IOError("stat", fileopen.Escapes(err))
 	}
 	if ign != nil {
-		ign.open = tr.open
 		var chain []string
 		for d := filepath.Dir(root.Real); within(d, stop) && d != root.Real; d = filepath.Dir(d) {
 			chain = append(chain, d)
@@ -355,7 +362,7 @@ func (s *Search) grep(ctx context.Context, call *toolsdk.Call, a GrepArgs) (tool
 		return toolsdk.Result{}, err
 	}
 	defer tr.Close()
-	files, err := walk(ctx, tr, root, keep, newIgnoreSet(), s.stopDir(call))
+	files, err := walk(ctx, tr, root, keep, newIgnoreSet(tr.openFile), s.stopDir(call))
 	if err != nil {
 		return toolsdk.Result{}, searchErr(ctx, err)
 	}
@@ -412,12 +419,12 @@ type match struct {
 // grepFile returns the matching lines of a text file; binary, unreadable,
 // oversized and no longer regular files yield none.
 func grepFile(tr *tree, p string, re *regexp.Regexp) []match {
-	f, err := tr.open(p)
+	f, fi, err := tr.open(p)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxGrepFile {
+	if fi.Size() > maxGrepFile {
 		return nil
 	}
 	br := bufio.NewReaderSize(f, 64<<10)

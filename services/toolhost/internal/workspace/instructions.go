@@ -76,9 +76,7 @@ func (r *Reader) instructions(project, cwd string) ([]*toolsv1.InstructionFile, 
 func (r *Reader) readInstruction(path string) (*toolsv1.InstructionFile, string) {
 	b, err := r.readFile(path, true)
 	switch {
-	case errors.Is(err, errOutside):
-		return nil, "it is a symlink that resolves outside the workspace"
-	case err != nil:
+	case err != nil: // errOutside's text says it resolves outside the workspace
 		return nil, err.Error()
 	case !utf8.Valid(b):
 		return nil, "not UTF-8 text"

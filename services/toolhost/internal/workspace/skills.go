@@ -3,6 +3,7 @@ package workspace
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/fileopen"
 )
 
 // skillNamePattern is the kebab-case rule of skill names, compiled on first
@@ -98,11 +100,12 @@ func (r *Reader) catalog(project string) *catalog {
 		if err != nil || !fi.IsDir() {
 			continue
 		}
-		if root.project && !r.inside(root.dir) {
+		real, ok := r.checkSkillRoot(root)
+		if !ok {
 			fail(root.dir, "skill root skipped: it is a symlink that resolves outside the workspace")
 			continue
 		}
-		ents, err := os.ReadDir(root.dir)
+		ents, err := r.listSkillRoot(root, real)
 		if err != nil {
 			fail(root.dir, "skill root unreadable: %v", err)
 			continue
@@ -137,6 +140,38 @@ func (r *Reader) catalog(project string) *catalog {
 	}
 	slices.SortFunc(c.skills, func(a, b *Skill) int { return strings.Compare(a.Summary.GetName(), b.Summary.GetName()) })
 	return c
+}
+
+// checkSkillRoot resolves a project skill root and reports whether it lies
+// inside the workspace (a root of the deployment's is not checked).
+func (r *Reader) checkSkillRoot(root skillRoot) (real string, ok bool) {
+	if !root.project {
+		return root.dir, true
+	}
+	real, err := filepath.EvalSymlinks(root.dir)
+	if err != nil || (!r.cfg.Unconfined && !within(real, r.realRoot)) {
+		return "", false
+	}
+	return real, true
+}
+
+// listSkillRoot lists a skill root; a project one, resolved to real by
+// checkSkillRoot, through an *os.Root of the workspace, so a root swapped
+// for a link out after the check cannot list an outside directory's names.
+func (r *Reader) listSkillRoot(root skillRoot, real string) ([]fs.DirEntry, error) {
+	if !root.project {
+		return os.ReadDir(root.dir)
+	}
+	confine := r.realRoot
+	if r.cfg.Unconfined {
+		confine = ""
+	}
+	rr, rel, err := fileopen.OpenRoot(confine, real)
+	if err != nil {
+		return nil, err
+	}
+	defer rr.Close()
+	return fileopen.ReadDirIn(rr, rel)
 }
 
 func isDir(p string) bool {

@@ -136,19 +136,6 @@ func (r *Reader) projectRoot(cwd string) string {
 	}
 }
 
-// inside reports whether path resolves (through symlinks) inside the
-// workspace; a path that does not resolve is not inside.
-func (r *Reader) inside(path string) bool {
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return false
-	}
-	if r.cfg.Unconfined {
-		return true
-	}
-	return within(real, r.realRoot)
-}
-
 // within reports whether p is root or below it (both clean).
 func within(p, root string) bool {
 	if p == root {
