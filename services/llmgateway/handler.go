@@ -50,7 +50,7 @@ func ServerOptions() []grpc.ServerOption {
 // Generate needs before the handler decodes the request. A goroutine's
 // stack starts at 2 KiB and doubles when a call does not fit, each time
 // copying the whole stack and adjusting every frame on it; a stream grew
-// it two or three times, mostly deep in the protobuf decoder's recursion
+// it up to three times, mostly deep in the protobuf decoder's recursion
 // over the request (runtime.copystack 5 % of the gateway's CPU with every
 // stream on a pooled worker: the collector halves an idle worker's stack,
 // and the pool hands the next stream to the worker idle longest; 12 % at
@@ -63,9 +63,11 @@ func presizeStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h gr
 }
 
 // presizeFrame is presize's frame: the runtime grows the stack to the
-// next power of two that holds it (32 KiB), what a Generate stream's
-// goroutine reached.
-const presizeFrame = 16 << 10
+// next power of two that holds it, 16 KiB, which is what serving a Generate
+// needs (profiled: with it, no stream grew its stack anywhere else; a
+// 16 KiB frame, a 32 KiB stack, cost more, as the collector then halves
+// the larger idle stacks more often and the frame is zeroed).
+const presizeFrame = 8 << 10
 
 // presize has a frame of presizeFrame bytes; calling it grows the stack to
 // hold it.
