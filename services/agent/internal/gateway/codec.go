@@ -228,12 +228,21 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, error) 
 		se.msgs, se.ends = se.msgs[:k], se.ends[:k]
 	}
 	for i := k; i < len(msgs); i++ {
-		b, err := proto.Marshal(msgs[i])
-		if err != nil {
+		// Encoded in place after its tag and length (proto.Size leaves
+		// the sizes of the message's parts cached for MarshalAppend): no
+		// separate encoding to copy in.
+		n := proto.Size(msgs[i])
+		se.buf = slices.Grow(se.buf, protowire.SizeTag(messagesField)+protowire.SizeVarint(uint64(n))+n)
+		se.buf = protowire.AppendTag(se.buf, messagesField, protowire.BytesType)
+		se.buf = protowire.AppendVarint(se.buf, uint64(n))
+		start := len(se.buf)
+		var err error
+		if se.buf, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(se.buf, msgs[i]); err != nil {
 			return nil, false, fmt.Errorf("marshal history message %d: %w", i, err)
 		}
-		se.buf = protowire.AppendTag(se.buf, messagesField, protowire.BytesType)
-		se.buf = protowire.AppendBytes(se.buf, b)
+		if len(se.buf)-start != n {
+			return nil, false, fmt.Errorf("marshal history message %d: %d bytes, sized %d (changed while encoded)", i, len(se.buf)-start, n)
+		}
 		se.msgs, se.ends = append(se.msgs, msgs[i]), append(se.ends, len(se.buf))
 	}
 	fresh := 0

@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/internal/cputime"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
 )
 
@@ -210,4 +212,47 @@ func marshalRoundTrip(t *testing.T, c *historyCodec, req *llmv1.GenerateRequest)
 		t.Fatalf("round trip (-want +got):\n%s", diff)
 	}
 	return bs
+}
+
+// BenchmarkHistoryCodecStep measures the request encoding of one step of a
+// session's conversation as the loop sends it: the previous step's
+// conversation held by the gateway (a reference), two new messages (a tool
+// call and its 1.5 KB result, the load benchmark's read step) encoded for
+// the session's cache and sent in `continued`. A session is forgotten
+// after 50 steps, so the cache stays the size of a live turn's. cpu-ns/op
+// is the process's CPU per step (the collector's share included).
+func BenchmarkHistoryCodecStep(b *testing.B) {
+	c := newHistoryCodec()
+	tools := []*llmv1.ToolSchema{{Name: "read", Parameters: `{"type":"object","properties":{"file_path":{"type":"string"}}}`}}
+	result := strings.Repeat("a line of the file that was read\n", 45)
+	var msgs []*llmv1.Message
+	step := 0
+	b.ReportAllocs()
+	c0 := cputime.Process()
+	for b.Loop() {
+		if step%50 == 0 {
+			c.forget("s")
+			msgs = []*llmv1.Message{{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{
+				{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: "read notes.txt five times"}}}}}}
+		}
+		id := fmt.Sprint("call_", step)
+		msgs = append(msgs,
+			&llmv1.Message{Role: llmv1.Role_ROLE_ASSISTANT, Content: []*llmv1.ContentBlock{
+				{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: "Step."}}},
+				{Block: &llmv1.ContentBlock_ToolCall{ToolCall: &llmv1.ToolCallBlock{Id: id, Name: "read", Arguments: `{"file_path":"notes.txt"}`}}}}},
+			&llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{
+				{Block: &llmv1.ContentBlock_ToolResult{ToolResult: &llmv1.ToolResultBlock{ToolCallId: id, Content: []*llmv1.ContentBlock{
+					{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: result}}}}}}}}})
+		req := &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Tools: tools, Messages: msgs, RememberPrefix: true}
+		cc := &callCodec{historyCodec: c}
+		if _, err := cc.Marshal(req); err != nil {
+			b.Fatal(err)
+		}
+		if step%50 != 0 && !cc.referenced.Load() {
+			b.Fatal("not sent as a reference")
+		}
+		c.held(req, fmt.Sprint("id-", step))
+		step++
+	}
+	b.ReportMetric(float64(cputime.Process()-c0)/float64(b.N), "cpu-ns/op")
 }
