@@ -232,17 +232,21 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, error) 
 		// the sizes of the message's parts cached for MarshalAppend): no
 		// separate encoding to copy in.
 		n := proto.Size(msgs[i])
+		mark := len(se.buf)
 		se.buf = slices.Grow(se.buf, protowire.SizeTag(messagesField)+protowire.SizeVarint(uint64(n))+n)
 		se.buf = protowire.AppendTag(se.buf, messagesField, protowire.BytesType)
 		se.buf = protowire.AppendVarint(se.buf, uint64(n))
 		start := len(se.buf)
-		var err error
-		if se.buf, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(se.buf, msgs[i]); err != nil {
+		out, err := (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(se.buf, msgs[i])
+		if err != nil {
+			se.buf = se.buf[:mark] // no partial message left for the next request to extend
 			return nil, false, fmt.Errorf("marshal history message %d: %w", i, err)
 		}
-		if len(se.buf)-start != n {
-			return nil, false, fmt.Errorf("marshal history message %d: %d bytes, sized %d (changed while encoded)", i, len(se.buf)-start, n)
+		if got := len(out) - start; got != n {
+			se.buf = se.buf[:mark]
+			return nil, false, fmt.Errorf("marshal history message %d: %d bytes, sized %d (changed while encoded)", i, got, n)
 		}
+		se.buf = out
 		se.msgs, se.ends = append(se.msgs, msgs[i]), append(se.ends, len(se.buf))
 	}
 	fresh := 0

@@ -70,6 +70,22 @@ func TestHistoryCodecReencodesChangedMessages(t *testing.T) {
 	}
 }
 
+// A message that fails to encode (a string field with invalid UTF-8) fails
+// its request and leaves nothing behind: the next request of the session,
+// which extends the same buffer, still decodes to exactly what was asked.
+func TestHistoryCodecFailedMessageLeavesNoBytes(t *testing.T) {
+	t.Parallel()
+	c := newHistoryCodec()
+	ms := history(3)
+	marshalRoundTrip(t, c, &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Messages: ms[:2]})
+	bad := &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{
+		{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: "a\xffb"}}}}}
+	if _, err := c.Marshal(&llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Messages: append(ms[:2:2], bad)}); err == nil {
+		t.Fatal("a message with invalid UTF-8 encoded")
+	}
+	marshalRoundTrip(t, c, &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Messages: ms})
+}
+
 func TestHistoryCodecKeepsHandedOutBytes(t *testing.T) {
 	t.Parallel()
 	ms := history(4)
