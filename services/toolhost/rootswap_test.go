@@ -25,8 +25,8 @@ import (
 // a danger-full-access session, any process of the user), no later call
 // of the session may read, list or run anything there: the root now
 // resolves outside the host's workspace, and every call is refused.
-// While the root flips back and forth, calls succeed inside or are
-// refused, never cross.
+// While the root flips back and forth, reads succeed inside or are
+// refused, never cross, and no shell writes outside.
 func TestSessionRootSwappedForALink(t *testing.T) {
 	t.Parallel()
 	const secret = "ROOT-SWAP-CANARY-41b9"
@@ -35,13 +35,24 @@ func TestSessionRootSwappedForALink(t *testing.T) {
 		// session is the session root under the host's workspace; swapped
 		// is the directory swapped for a link (the root or an ancestor).
 		session, swapped string
-		flip             bool
+		flip, shell      bool
 	}{
 		{name: "root swapped", session: "s", swapped: "s"},
 		{name: "ancestor swapped", session: "a/s", swapped: "a"},
 		{name: "root flipping", session: "s", swapped: "s", flip: true},
+		{name: "root flipping, shell writes", session: "s", swapped: "s", flip: true, shell: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.shell {
+				// Found with this test (issue 19, §20-toolhost): the call's
+				// Landlock write rule for the root (sandbox.callRuleset,
+				// landlock.RWDirs) opens the resolved root by path, following
+				// a link flipped in since the toolhost checked it, so bash
+				// can write in the link's target. The sandbox's owner removes
+				// this skip with the fix (open the rule's directory with
+				// openat2 RESOLVE_NO_SYMLINKS and add it by descriptor).
+				t.Skip("known escape in the sandbox's write rule (see the comment); fails until fixed there")
+			}
 			t.Parallel()
 			h := toolhosttest.Start(t)
 			outside, err := filepath.EvalSymlinks(t.TempDir())
@@ -84,15 +95,25 @@ func TestSessionRootSwappedForALink(t *testing.T) {
 			alt := swapped + "-alt"
 			if tc.flip {
 				stop := swaptest.Flip(t, swapped, alt, outside)
+				// A shell's sandbox is built from the same resolution of the
+				// root. The rest of the machine is readable to a shell
+				// (docs/arch/toolhost.md), so what it must never do is write
+				// there.
+				write := args(map[string]any{"command": "echo w > w.txt", "description": "write through the root"})
 				inside := 0
 				for range 200 {
-					if out, _ := call("read", read); strings.Contains(out, "inside") {
+					if tc.shell {
+						call("bash", write)
+					} else if out, _ := call("read", read); strings.Contains(out, "inside") {
 						inside++
 					}
 				}
 				stop()
-				if inside == 0 {
+				if inside == 0 && !tc.shell {
 					t.Errorf("no read returned the workspace file while the root flipped")
+				}
+				if _, err := os.Stat(filepath.Join(outside, rel, "w.txt")); err == nil {
+					t.Errorf("bash wrote outside the workspace through the flipping root")
 				}
 				return
 			}
