@@ -21,6 +21,12 @@ var ErrEscapes = errors.New("a symbolic link in the path now leads out of the wo
 // before, following a symbolic link only while it stays inside root, so a
 // directory replaced by a link after a check cannot take the operation
 // elsewhere. An empty root is "/" (no confinement, the same code path).
+//
+// root must be a real path (no symbolic link in it, as the file tools'
+// resolved roots are): on Linux the directory opened must be the one at
+// that very path with no link in any component, checked after the open,
+// so a root or an ancestor of it swapped for a link (by whoever can write
+// its parent) is ErrEscapes, never followed.
 func OpenRoot(root, path string) (*os.Root, string, error) {
 	root = orSlash(root)
 	rel, err := relUnder(root, path)
@@ -29,6 +35,10 @@ func OpenRoot(root, path string) (*os.Root, string, error) {
 	}
 	r, err := os.OpenRoot(root)
 	if err != nil {
+		return nil, "", err
+	}
+	if err := rootAtPath(r, root); err != nil {
+		r.Close()
 		return nil, "", err
 	}
 	return r, rel, nil

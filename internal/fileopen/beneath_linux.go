@@ -3,6 +3,7 @@ package fileopen
 import (
 	"errors"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,4 +29,69 @@ func openNoLinks(path string) (f *os.File, ok bool, err error) {
 		}
 		return nil, true, &os.PathError{Op: "open", Path: path, Err: err}
 	}
+}
+
+// NoLinks reports whether path exists and no component of it (the last
+// included) is a symbolic link at this instant, in one openat2 (O_PATH,
+// RESOLVE_NO_SYMLINKS) and a close. For a clean absolute path, true means
+// that resolving every link in it (filepath.EvalSymlinks) gives the path
+// itself; false says nothing (a link, a missing component, an error, no
+// openat2): the caller resolves the path the long way.
+func NoLinks(path string) bool {
+	for {
+		fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_SYMLINKS,
+		})
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false
+		}
+		_ = unix.Close(fd)
+		return true
+	}
+}
+
+// rootAtPath checks that r, opened from root, is the directory found at
+// root with no symbolic link in any component now (openat2
+// RESOLVE_NO_SYMLINKS, compared by device and inode): os.OpenRoot follows
+// links in the root's own path, so a root flipped with a link could
+// otherwise be opened at the link's target. A kernel without openat2
+// keeps os.OpenRoot's answer.
+func rootAtPath(r *os.Root, root string) error {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Openat2(unix.AT_FDCWD, root, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_SYMLINKS,
+		})
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	switch {
+	case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM), errors.Is(err, unix.E2BIG), errors.Is(err, unix.EINVAL):
+		return nil
+	case errors.Is(err, unix.ELOOP):
+		return &os.PathError{Op: "open", Path: root, Err: ErrEscapes}
+	case err != nil:
+		return &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	_ = unix.Close(fd)
+	if err != nil {
+		return &os.PathError{Op: "stat", Path: root, Err: err}
+	}
+	fi, err := r.Stat(".")
+	if err != nil {
+		return err
+	}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); !ok || uint64(sys.Dev) != uint64(st.Dev) || sys.Ino != st.Ino {
+		return &os.PathError{Op: "open", Path: root, Err: ErrEscapes}
+	}
+	return nil
 }

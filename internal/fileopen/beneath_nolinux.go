@@ -6,3 +6,11 @@ import "os"
 
 // openNoLinks has no one-call form here: the caller takes the Root's way.
 func openNoLinks(string) (*os.File, bool, error) { return nil, false, nil }
+
+// NoLinks cannot answer in one call here: false, the caller resolves the
+// path the long way.
+func NoLinks(string) bool { return false }
+
+// rootAtPath cannot check the root's path in one call here: os.OpenRoot's
+// answer stands.
+func rootAtPath(*os.Root, string) error { return nil }

@@ -22,6 +22,7 @@ func TestBeneath(t *testing.T) {
 	t.Parallel()
 	root, outside := realDir(t), realDir(t)
 	write(t, filepath.Join(outside, "secret"), "CANARY")
+	write(t, filepath.Join(outside, "sub", "secret"), "CANARY")
 	write(t, filepath.Join(root, "d", "f"), "inside")
 	write(t, filepath.Join(root, "inner"), "linked")
 	must(t, os.Symlink(outside, filepath.Join(root, "out")))                           // a directory link leaving the root
@@ -41,6 +42,10 @@ func TestBeneath(t *testing.T) {
 		{"dot-dot", root, root + "/d/../../" + filepath.Base(outside) + "/secret", "", fileopen.ErrEscapes},
 		{"missing", root, filepath.Join(root, "missing"), "", fs.ErrNotExist},
 		{"no root is /", "", filepath.Join(outside, "secret"), "CANARY", nil},
+		// The root itself (or an ancestor) swapped for a link after it was
+		// resolved: the root must not be opened at the link's target.
+		{"root now a link out", filepath.Join(root, "out"), filepath.Join(root, "out", "secret"), "", fileopen.ErrEscapes},
+		{"root's parent now a link out", filepath.Join(root, "out", "sub"), filepath.Join(root, "out", "sub", "secret"), "", fileopen.ErrEscapes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := fileopen.Beneath(tc.root, tc.path)

@@ -8,5 +8,7 @@
 // which every other operation (walks, directories, temporary files,
 // renames) resolves its path one component at a time. No open blocks on a
 // FIFO. On Linux a path without links opens in one openat2 call
-// (RESOLVE_NO_SYMLINKS), about what os.Open costs.
+// (RESOLVE_NO_SYMLINKS), about what os.Open costs, and NoLinks tells in
+// one such call that a path is its own symlink resolution (the toolhost's
+// per-call resolution of a session root and of a file's path).
 package fileopen

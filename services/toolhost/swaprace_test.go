@@ -3,15 +3,12 @@
 package toolhost_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/dsh-dev/dsh/internal/fileopen/swaptest"
 	"github.com/dsh-dev/dsh/services/toolhost/toolhosttest"
 )
 
@@ -43,20 +40,8 @@ func TestFileToolsUnderADirectorySwapRace(t *testing.T) {
 	d, alt := filepath.Join(h.Workspace, "d"), filepath.Join(h.Workspace, "alt")
 	must(os.Mkdir(d, 0o755))
 	must(os.WriteFile(filepath.Join(d, "f.txt"), []byte("inside\n"), 0o644))
-	must(os.Symlink(outside, alt))
 
-	flipCtx, stopFlips := context.WithCancel(ctx)
-	var flips sync.WaitGroup
-	flips.Add(1)
-	go func() {
-		defer flips.Done()
-		for flipCtx.Err() == nil {
-			if err := unix.Renameat2(unix.AT_FDCWD, d, unix.AT_FDCWD, alt, unix.RENAME_EXCHANGE); err != nil {
-				t.Errorf("exchange: %v", err)
-				return
-			}
-		}
-	}()
+	stopFlips := swaptest.Flip(t, d, alt, outside)
 	calls := map[string]string{
 		"read": args(map[string]any{"file_path": "d/f.txt"}),
 		"grep": args(map[string]any{"pattern": "CANARY|inside"}),
@@ -91,7 +76,6 @@ func TestFileToolsUnderADirectorySwapRace(t *testing.T) {
 		}
 	}
 	stopFlips()
-	flips.Wait()
 	entries, err := os.ReadDir(outside)
 	must(err)
 	for _, e := range entries {

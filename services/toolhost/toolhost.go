@@ -31,6 +31,7 @@ import (
 	"time"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/fileopen"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/bash"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/fstools"
@@ -204,18 +205,28 @@ func (s *Service) checkContext(tc *toolsv1.ToolContext) error {
 	if wr == "" || s.unconfined {
 		return nil
 	}
-	wr = filepath.Clean(wr)
+	_, err := s.sessionRoot(filepath.Clean(wr))
+	return err
+}
+
+// sessionRoot resolves a session's clean workspace root and refuses one
+// outside the host's, lexically or once resolved. Both checkContext and
+// effective ask it, each afresh: the root can be swapped for a link
+// between the two (by whoever can write its parent), and the resolution
+// effective confines the call to must be checked itself, not the one
+// checkContext saw.
+func (s *Service) sessionRoot(wr string) (string, error) {
 	if wr != s.root && !isWithin(wr, s.root) {
-		return fmt.Errorf("execution.context.workspace_root %s is outside this host's workspace %s", wr, s.root)
+		return "", fmt.Errorf("execution.context.workspace_root %s is outside this host's workspace %s", wr, s.root)
 	}
-	real, err := filepath.EvalSymlinks(wr)
+	real, err := resolveRoot(wr)
 	if err != nil {
-		return fmt.Errorf("execution.context.workspace_root %s: %v", wr, err)
+		return "", fmt.Errorf("execution.context.workspace_root %s: %v", wr, err)
 	}
 	if real != s.realRoot && !isWithin(real, s.realRoot) {
-		return fmt.Errorf("execution.context.workspace_root %s resolves to %s, outside this host's workspace %s", wr, real, s.realRoot)
+		return "", fmt.Errorf("execution.context.workspace_root %s resolves to %s, outside this host's workspace %s", wr, real, s.realRoot)
 	}
-	return nil
+	return real, nil
 }
 
 // support is what the host declares: it enforces every policy it is sent
@@ -232,13 +243,36 @@ func (s *Service) support() toolsv1.SandboxSupport {
 func (s *Service) effective(call *toolsdk.Call) (sandbox.Effective, error) {
 	eff := sandbox.Effective{Policy: sandbox.FromProto(call.Sandbox, s.defPolicy), Root: s.realRoot, SpillDir: s.spill.SessionDir(call.SessionID)}
 	if call.WorkspaceRoot != "" {
-		real, err := filepath.EvalSymlinks(filepath.Clean(call.WorkspaceRoot))
+		wr := filepath.Clean(call.WorkspaceRoot)
+		var real string
+		var err error
+		if s.unconfined {
+			real, err = resolveRoot(wr)
+		} else {
+			real, err = s.sessionRoot(wr)
+		}
 		if err != nil {
 			return eff, toolsdk.NewError("SandboxError", "SANDBOX_UNAVAILABLE", fmt.Sprintf("workspace root %s: %v", call.WorkspaceRoot, err), err)
 		}
 		eff.Root = real
 	}
 	return eff, nil
+}
+
+// resolveRoot is filepath.EvalSymlinks of a session's clean workspace root,
+// asked afresh on every call (sessionRoot, for checkContext and effective): a
+// resolution remembered across calls would let a root or an ancestor
+// swapped for a link later (by a session whose root is the parent, a
+// danger-full-access session, any process of the user) reach the
+// sandbox's rules, which open the root by path. A root with no link in it
+// — the usual case — is confirmed in one openat2 (fileopen.NoLinks: then
+// its resolution is itself) instead of one Lstat per component; any link
+// or error takes EvalSymlinks, with its answer and its error.
+func resolveRoot(root string) (string, error) {
+	if fileopen.NoLinks(root) {
+		return root, nil
+	}
+	return filepath.EvalSymlinks(root)
 }
 
 // scope is the file tools' view of a call's confinement.

@@ -81,9 +81,13 @@ func (h *Host) Context(session string) *toolsv1.ToolContext {
 // Execute runs one call for session and returns its live outputs and its
 // result.
 func (h *Host) Execute(ctx context.Context, session, tool, args string) ([]*toolsv1.ToolOutput, *toolsv1.ToolExecutionResult, error) {
-	st, err := h.Client.Execute(ctx, &toolsv1.ExecuteRequest{Execution: &toolsv1.ToolExecution{
-		CallId: "call-" + tool, Name: tool, Arguments: args, Context: h.Context(session),
-	}})
+	return h.ExecuteCall(ctx, &toolsv1.ToolExecution{CallId: "call-" + tool, Name: tool, Arguments: args, Context: h.Context(session)})
+}
+
+// ExecuteCall runs one execution as sent (its own context) and returns its
+// live outputs and its result.
+func (h *Host) ExecuteCall(ctx context.Context, ex *toolsv1.ToolExecution) ([]*toolsv1.ToolOutput, *toolsv1.ToolExecutionResult, error) {
+	st, err := h.Client.Execute(ctx, &toolsv1.ExecuteRequest{Execution: ex})
 	if err != nil {
 		return nil, nil, err
 	}

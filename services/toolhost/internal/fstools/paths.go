@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dsh-dev/dsh/internal/fileopen"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 )
 
@@ -177,8 +178,13 @@ func within(p, root string) bool {
 
 // realPath resolves every symlink in an absolute clean path, including a
 // dangling final link; components past the first missing one are kept
-// lexically.
+// lexically. A path that exists with no link in it is its own resolution,
+// confirmed in one openat2 (fileopen.NoLinks) instead of a Lstat per
+// component; anything else takes the walk.
 func realPath(p string) (string, error) {
+	if filepath.IsAbs(p) && fileopen.NoLinks(p) {
+		return p, nil
+	}
 	parts := splitPath(p)
 	cur := string(filepath.Separator)
 	for hops := 0; len(parts) > 0; {

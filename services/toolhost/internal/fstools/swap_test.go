@@ -9,8 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/dsh-dev/dsh/internal/fileopen/swaptest"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 )
 
@@ -48,12 +47,7 @@ func TestSwappedAfterResolve(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The swap: d and a link to outside exchange names atomically.
-			if err := os.Symlink(outside, filepath.Join(root, "alt")); err != nil {
-				t.Fatal(err)
-			}
-			if err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(root, "d"), unix.AT_FDCWD, filepath.Join(root, "alt"), unix.RENAME_EXCHANGE); err != nil {
-				t.Fatal(err)
-			}
+			swaptest.Swap(t, filepath.Join(root, "d"), filepath.Join(root, "alt"), outside)
 
 			if f, err := read.open(); err == nil {
 				b, _ := io.ReadAll(f)

@@ -10,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/dsh-dev/dsh/internal/fileopen/swaptest"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/fstools"
 )
@@ -90,12 +89,7 @@ func TestWalkRootSwappedOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(outside, filepath.Join(root, "alt")); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(root, "d"), unix.AT_FDCWD, filepath.Join(root, "alt"), unix.RENAME_EXCHANGE); err != nil {
-		t.Fatal(err)
-	}
+	swaptest.Swap(t, filepath.Join(root, "d"), filepath.Join(root, "alt"), outside)
 	tr, err := openTree(target)
 	if err != nil {
 		t.Fatal(err)

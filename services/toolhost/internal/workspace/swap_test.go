@@ -1,3 +1,5 @@
+//go:build linux
+
 package workspace
 
 import (
@@ -5,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/dsh-dev/dsh/internal/fileopen/swaptest"
 )
 
 // TestSkillRootSwappedOut: a project skill root checked inside the
@@ -37,13 +39,7 @@ func TestSkillRootSwappedOut(t *testing.T) {
 	if err != nil || len(ents) != 1 || ents[0].Name() != "inner" {
 		t.Fatalf("listing before the swap: %v, %v; want [inner]", ents, err)
 	}
-	alt := filepath.Join(ws, ".agents", "alt")
-	if err := os.Symlink(outside, alt); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Renameat2(unix.AT_FDCWD, root.dir, unix.AT_FDCWD, alt, unix.RENAME_EXCHANGE); err != nil {
-		t.Fatal(err)
-	}
+	swaptest.Swap(t, root.dir, filepath.Join(ws, ".agents", "alt"), outside)
 	ents, err = r.listSkillRoot(root, real)
 	for _, e := range ents {
 		if e.Name() == "leak" {
