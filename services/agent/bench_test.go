@@ -163,6 +163,40 @@ func benchSteps(b *testing.B, at int, srvOpts []grpc.ServerOption, sc agent.Serv
 	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 }
 
+// BenchmarkShortTurn is the harness overhead of a short turn (one step
+// that requests a trivial tool, the tool call, and a final text step, with
+// the durable SQLite checkpoints, NORMAL) after the session already holds
+// 10 turns: unlike BenchmarkStep, every turn starts the session's driver
+// afresh (it exits when the queue is empty, §3 of docs/arch/throughput.md),
+// so the per-turn goroutine's cost counts. ns/op is per turn.
+func BenchmarkShortTurn(b *testing.B) {
+	var budget atomic.Int64
+	gw := budgetGateway(&budget)
+	host := fakes.NewToolHost(fakes.Tool{Name: "noop", Run: func(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+		return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{session.Text("ok")}}
+	}})
+	sc := agent.ServerConfig{DataDir: b.TempDir(), Synchronous: "NORMAL"}
+	sc.Gateway = fakes.ServeWith(b, []grpc.ServerOption{grpc.ForceServerCodecV2(fakes.SkipHistoryCodec{})},
+		func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
+	sc.Toolhosts = []string{"fake=" + fakes.ServeWith(b, nil, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })}
+	c, stop := benchAgentWith(b, sc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer stop()
+	if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: "bench",
+		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
+		b.Fatal(err)
+	}
+	for range 10 {
+		budget.Store(1)
+		turn(b, c, "bench")
+	}
+	cpu := cputime.Process()
+	for b.Loop() {
+		budget.Store(1)
+		turn(b, c, "bench")
+	}
+	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+}
+
 // seed runs turns until the session holds at least n events.
 func seed(b *testing.B, c agentv1.AgentServiceClient, id string, n int64, budget *atomic.Int64) {
 	b.Helper()
