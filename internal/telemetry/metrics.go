@@ -97,10 +97,34 @@ func (m *Metrics) RecordTokens(ctx context.Context, provider, model string, u *l
 
 // RecordStep records one step's duration.
 func (m *Metrics) RecordStep(ctx context.Context, d time.Duration, provider, model string) {
+	var a StepAttrs
+	m.RecordStepAttrs(ctx, d, &a, provider, model)
+}
+
+// StepAttrs keeps the attribute option of a step's duration for the last
+// provider and model it was asked for: metric.WithAttributes builds, sorts
+// and copies an attribute set per call, and a session's steps mostly share
+// one provider and model. The zero value is ready; it is not safe for
+// concurrent use (a session records its steps under its flush lock).
+type StepAttrs struct {
+	provider, model string
+	opt             metric.MeasurementOption
+}
+
+func (a *StepAttrs) option(provider, model string) metric.MeasurementOption {
+	if a.opt == nil || a.provider != provider || a.model != model {
+		a.provider, a.model = provider, model
+		a.opt = metric.WithAttributeSet(attribute.NewSet(semconv.GenAIProviderNameKey.String(provider), semconv.GenAIRequestModel(model)))
+	}
+	return a.opt
+}
+
+// RecordStepAttrs is RecordStep with the attribute option kept in a.
+func (m *Metrics) RecordStepAttrs(ctx context.Context, d time.Duration, a *StepAttrs, provider, model string) {
 	if m == nil {
 		return
 	}
-	m.step.Record(ctx, d.Seconds(), metric.WithAttributes(semconv.GenAIProviderNameKey.String(provider), semconv.GenAIRequestModel(model)))
+	m.step.Record(ctx, d.Seconds(), a.option(provider, model))
 }
 
 // RecordTimeToFirstChunk records the wait for a model call's first chunk.

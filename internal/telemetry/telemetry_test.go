@@ -171,3 +171,50 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestStepAttrsFollowTheModel records steps through one StepAttrs while the
+// provider and model change, and requires each step under the attributes it
+// was recorded with (a kept option that did not follow would put the later
+// steps under the first model).
+func TestStepAttrsFollowTheModel(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	tel, err := telemetry.Setup(t.Context(), telemetry.Config{MetricReaders: []sdkmetric.Reader{reader}, NoGlobal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := telemetry.NewMetrics(tel.MeterProvider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a telemetry.StepAttrs
+	for _, pm := range [][2]string{{"openai", "gpt"}, {"openai", "gpt"}, {"anthropic", "gpt"}, {"anthropic", "claude"}, {"openai", "gpt"}} {
+		m.RecordStepAttrs(t.Context(), time.Millisecond, &a, pm[0], pm[1])
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[[2]string]uint64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, md := range sm.Metrics {
+			if md.Name != telemetry.MetricStepDuration {
+				continue
+			}
+			for _, dp := range md.Data.(metricdata.Histogram[float64]).DataPoints {
+				p, _ := dp.Attributes.Value("gen_ai.provider.name")
+				mo, _ := dp.Attributes.Value("gen_ai.request.model")
+				got[[2]string{p.AsString(), mo.AsString()}] += dp.Count
+			}
+		}
+	}
+	want := map[[2]string]uint64{{"openai", "gpt"}: 3, {"anthropic", "gpt"}: 1, {"anthropic", "claude"}: 1}
+	if len(got) != len(want) {
+		t.Fatalf("step counts by provider and model = %v, want %v", got, want)
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("steps under %v = %d, want %d (all: %v)", k, got[k], n, got)
+		}
+	}
+}
