@@ -746,7 +746,11 @@ func (a *Agent) logHeader(h *sessionv1.EpochHeader) error {
 	default:
 		return nil
 	}
-	ev, err := a.append(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_RequestHeader{
+	// h is this step's own (runStep: a fresh header and a copy of the
+	// hook's config); what it shares — the registry's tool schemas and the
+	// agent's prefix copy — is never mutated: the log takes it without the
+	// copy Append makes, which was a deep copy of every tool schema.
+	ev, err := a.appendOwned(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_RequestHeader{
 		RequestHeader: &sessionv1.RequestHeader{Header: h, Reason: reason}}})
 	if err == nil {
 		a.headerLogged = true
