@@ -197,6 +197,45 @@ func BenchmarkShortTurn(b *testing.B) {
 	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 }
 
+// BenchmarkFreshSessionTurn is the load ladder's pattern in one process: per
+// op a new session (CreateSession) runs one turn of five tool steps and a
+// final text step (SQLite NORMAL), so what a session pays once — its
+// first request header logged, its driver started and grown — counts as
+// in the ladder, where every session runs one such turn. ns/op is per
+// session (six steps).
+func BenchmarkFreshSessionTurn(b *testing.B) {
+	var budget atomic.Int64
+	gw := budgetGateway(&budget)
+	host := fakes.NewToolHost(fakes.Tool{Name: "noop", Run: func(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+		return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{session.Text("ok")}}
+	}})
+	sc := agent.ServerConfig{DataDir: b.TempDir(), Synchronous: "NORMAL"}
+	sc.Gateway = fakes.ServeWith(b, []grpc.ServerOption{grpc.ForceServerCodecV2(fakes.SkipHistoryCodec{})},
+		func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
+	sc.Toolhosts = []string{"fake=" + fakes.ServeWith(b, nil, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })}
+	c, stop := benchAgentWith(b, sc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer stop()
+	n := 0
+	session1 := func() {
+		n++
+		id := fmt.Sprintf("s%d", n)
+		if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: id,
+			Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
+			b.Fatal(err)
+		}
+		budget.Store(5)
+		turn(b, c, id)
+	}
+	for range 10 {
+		session1()
+	}
+	cpu := cputime.Process()
+	for b.Loop() {
+		session1()
+	}
+	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+}
+
 // seed runs turns until the session holds at least n events.
 func seed(b *testing.B, c agentv1.AgentServiceClient, id string, n int64, budget *atomic.Int64) {
 	b.Helper()
