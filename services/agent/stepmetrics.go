@@ -12,8 +12,7 @@ import (
 // step/end, model call and tools included) from the events a session
 // flushes; it is used under the session's flushMu.
 type stepTimer struct {
-	start int64               // time of the last step/start flushed, 0 when none is open
-	attrs telemetry.StepAttrs // the step metric's attributes, made once per provider and model
+	start int64 // time of the last step/start flushed, 0 when none is open
 }
 
 // observe records the steps that evs (just made durable) close, under the
@@ -27,8 +26,8 @@ func (t *stepTimer) observe(m *telemetry.Metrics, opts *sessionv1.SessionOptions
 		case ev.GetStepStart() != nil:
 			t.start = ev.GetTime()
 		case ev.GetStepEnd() != nil && t.start > 0:
-			m.RecordStepAttrs(context.Background(), time.Duration(ev.GetTime()-t.start)*time.Millisecond,
-				&t.attrs, opts.GetProvider(), opts.GetModel())
+			m.RecordStep(context.Background(), time.Duration(ev.GetTime()-t.start)*time.Millisecond,
+				opts.GetProvider(), opts.GetModel())
 			t.start = 0
 		}
 	}
