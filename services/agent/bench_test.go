@@ -135,17 +135,25 @@ func BenchmarkStepStores(b *testing.B) {
 // benchSteps measures b.N steps after `at` warm-up steps, with a fake
 // gateway and toolhost served with srvOpts and the agent run with sc and
 // dialed with creds.
-func benchSteps(b *testing.B, at int, srvOpts []grpc.ServerOption, sc agent.ServerConfig, creds grpc.DialOption) {
+// stepHarness runs the agent of sc against a budgetGateway (its budget
+// the one given) and a toolhost with the trivial "noop" tool, each
+// served with srvOpts, and dials it with creds.
+func stepHarness(b *testing.B, budget *atomic.Int64, srvOpts []grpc.ServerOption, sc agent.ServerConfig, creds grpc.DialOption) (agentv1.AgentServiceClient, func()) {
 	b.Helper()
-	var budget atomic.Int64
-	gw := budgetGateway(&budget)
+	gw := budgetGateway(budget)
 	host := fakes.NewToolHost(fakes.Tool{Name: "noop", Run: func(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
 		return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{session.Text("ok")}}
 	}})
 	sc.Gateway = fakes.ServeWith(b, append([]grpc.ServerOption{grpc.ForceServerCodecV2(fakes.SkipHistoryCodec{})}, srvOpts...),
 		func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
 	sc.Toolhosts = []string{"fake=" + fakes.ServeWith(b, srvOpts, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })}
-	c, stop := benchAgentWith(b, sc, creds)
+	return benchAgentWith(b, sc, creds)
+}
+
+func benchSteps(b *testing.B, at int, srvOpts []grpc.ServerOption, sc agent.ServerConfig, creds grpc.DialOption) {
+	b.Helper()
+	var budget atomic.Int64
+	c, stop := stepHarness(b, &budget, srvOpts, sc, creds)
 	defer stop()
 	if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: "bench",
 		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
@@ -171,15 +179,8 @@ func benchSteps(b *testing.B, at int, srvOpts []grpc.ServerOption, sc agent.Serv
 // so the per-turn goroutine's cost counts. ns/op is per turn.
 func BenchmarkShortTurn(b *testing.B) {
 	var budget atomic.Int64
-	gw := budgetGateway(&budget)
-	host := fakes.NewToolHost(fakes.Tool{Name: "noop", Run: func(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
-		return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{session.Text("ok")}}
-	}})
-	sc := agent.ServerConfig{DataDir: b.TempDir(), Synchronous: "NORMAL"}
-	sc.Gateway = fakes.ServeWith(b, []grpc.ServerOption{grpc.ForceServerCodecV2(fakes.SkipHistoryCodec{})},
-		func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
-	sc.Toolhosts = []string{"fake=" + fakes.ServeWith(b, nil, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })}
-	c, stop := benchAgentWith(b, sc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, stop := stepHarness(b, &budget, nil, agent.ServerConfig{DataDir: b.TempDir(), Synchronous: "NORMAL"},
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	defer stop()
 	if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: "bench",
 		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
@@ -205,15 +206,8 @@ func BenchmarkShortTurn(b *testing.B) {
 // session (six steps).
 func BenchmarkFreshSessionTurn(b *testing.B) {
 	var budget atomic.Int64
-	gw := budgetGateway(&budget)
-	host := fakes.NewToolHost(fakes.Tool{Name: "noop", Run: func(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
-		return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{session.Text("ok")}}
-	}})
-	sc := agent.ServerConfig{DataDir: b.TempDir(), Synchronous: "NORMAL"}
-	sc.Gateway = fakes.ServeWith(b, []grpc.ServerOption{grpc.ForceServerCodecV2(fakes.SkipHistoryCodec{})},
-		func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
-	sc.Toolhosts = []string{"fake=" + fakes.ServeWith(b, nil, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })}
-	c, stop := benchAgentWith(b, sc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, stop := stepHarness(b, &budget, nil, agent.ServerConfig{DataDir: b.TempDir(), Synchronous: "NORMAL"},
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	defer stop()
 	n := 0
 	session1 := func() {
