@@ -3,6 +3,8 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -39,6 +41,9 @@ type Metrics struct {
 	publishLag metric.Float64Histogram
 	oversize   metric.Int64Counter
 	denials    metric.Int64Counter
+
+	stepOpts  sync.Map // [2]string{provider, model} → metric.MeasurementOption (stepOption)
+	stepOptsN atomic.Int32
 }
 
 // NewMetrics creates the instruments on mp; nil means the global provider.
@@ -100,7 +105,30 @@ func (m *Metrics) RecordStep(ctx context.Context, d time.Duration, provider, mod
 	if m == nil {
 		return
 	}
-	m.step.Record(ctx, d.Seconds(), metric.WithAttributes(semconv.GenAIProviderNameKey.String(provider), semconv.GenAIRequestModel(model)))
+	m.step.Record(ctx, d.Seconds(), m.stepOption(provider, model))
+}
+
+// maxStepOptions bounds the step attribute options kept: provider and model
+// names come from sessions' options, and past this many pairs a step's
+// option is built per call as before.
+const maxStepOptions = 64
+
+// stepOption is the attribute option of a step's duration under provider
+// and model, built once per pair: metric.WithAttributes builds, sorts and
+// copies an attribute set per call, and nearly every step of a node shares
+// one of a few pairs.
+func (m *Metrics) stepOption(provider, model string) metric.MeasurementOption {
+	key := [2]string{provider, model}
+	if o, ok := m.stepOpts.Load(key); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(semconv.GenAIProviderNameKey.String(provider), semconv.GenAIRequestModel(model)))
+	if m.stepOptsN.Load() < maxStepOptions {
+		if _, loaded := m.stepOpts.LoadOrStore(key, o); !loaded {
+			m.stepOptsN.Add(1)
+		}
+	}
+	return o
 }
 
 // RecordTimeToFirstChunk records the wait for a model call's first chunk.

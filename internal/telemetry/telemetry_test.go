@@ -2,6 +2,7 @@ package telemetry_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -168,6 +169,60 @@ func TestMetrics(t *testing.T) {
 		telemetry.MetricToolDuration, telemetry.MetricActiveSessions, telemetry.MetricPublishLag, telemetry.MetricAuthDenials} {
 		if !got[name] {
 			t.Errorf("metric %s not collected; got %v", name, got)
+		}
+	}
+}
+
+// TestStepOptionsFollowTheModel records steps while the provider and model
+// change, past the number of kept attribute options, and requires each step
+// under the attributes it was recorded with (a kept option that did not
+// follow would put the later steps under the first model).
+func TestStepOptionsFollowTheModel(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	tel, err := telemetry.Setup(t.Context(), telemetry.Config{MetricReaders: []sdkmetric.Reader{reader}, NoGlobal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := telemetry.NewMetrics(tel.MeterProvider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[[2]string]uint64{}
+	record := func(provider, model string) {
+		m.RecordStep(t.Context(), time.Millisecond, provider, model)
+		want[[2]string{provider, model}]++
+	}
+	for _, pm := range [][2]string{{"openai", "gpt"}, {"openai", "gpt"}, {"anthropic", "gpt"}, {"anthropic", "claude"}, {"openai", "gpt"}} {
+		record(pm[0], pm[1])
+	}
+	for i := range 100 { // past the options kept, then a kept one again
+		record("p", fmt.Sprint("m", i%80))
+	}
+	record("anthropic", "claude")
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[[2]string]uint64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, md := range sm.Metrics {
+			if md.Name != telemetry.MetricStepDuration {
+				continue
+			}
+			for _, dp := range md.Data.(metricdata.Histogram[float64]).DataPoints {
+				p, _ := dp.Attributes.Value("gen_ai.provider.name")
+				mo, _ := dp.Attributes.Value("gen_ai.request.model")
+				got[[2]string{p.AsString(), mo.AsString()}] += dp.Count
+			}
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d provider/model pairs recorded, want %d: %v", len(got), len(want), got)
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("steps under %v = %d, want %d", k, got[k], n)
 		}
 	}
 }

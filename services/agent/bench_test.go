@@ -135,17 +135,25 @@ func BenchmarkStepStores(b *testing.B) {
 // benchSteps measures b.N steps after `at` warm-up steps, with a fake
 // gateway and toolhost served with srvOpts and the agent run with sc and
 // dialed with creds.
-func benchSteps(b *testing.B, at int, srvOpts []grpc.ServerOption, sc agent.ServerConfig, creds grpc.DialOption) {
+// stepHarness runs the agent of sc against a budgetGateway (its budget
+// the one given) and a toolhost with the trivial "noop" tool, each
+// served with srvOpts, and dials it with creds.
+func stepHarness(b *testing.B, budget *atomic.Int64, srvOpts []grpc.ServerOption, sc agent.ServerConfig, creds grpc.DialOption) (agentv1.AgentServiceClient, func()) {
 	b.Helper()
-	var budget atomic.Int64
-	gw := budgetGateway(&budget)
+	gw := budgetGateway(budget)
 	host := fakes.NewToolHost(fakes.Tool{Name: "noop", Run: func(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
 		return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{session.Text("ok")}}
 	}})
 	sc.Gateway = fakes.ServeWith(b, append([]grpc.ServerOption{grpc.ForceServerCodecV2(fakes.SkipHistoryCodec{})}, srvOpts...),
 		func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
 	sc.Toolhosts = []string{"fake=" + fakes.ServeWith(b, srvOpts, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })}
-	c, stop := benchAgentWith(b, sc, creds)
+	return benchAgentWith(b, sc, creds)
+}
+
+func benchSteps(b *testing.B, at int, srvOpts []grpc.ServerOption, sc agent.ServerConfig, creds grpc.DialOption) {
+	b.Helper()
+	var budget atomic.Int64
+	c, stop := stepHarness(b, &budget, srvOpts, sc, creds)
 	defer stop()
 	if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: "bench",
 		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
@@ -160,6 +168,65 @@ func benchSteps(b *testing.B, at int, srvOpts []grpc.ServerOption, sc agent.Serv
 	b.StopTimer()
 	// Process CPU per step (servers, agent and client share the process):
 	// steadier than wall time on a shared machine.
+	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+}
+
+// BenchmarkShortTurn is the harness overhead of a short turn (one step
+// that requests a trivial tool, the tool call, and a final text step, with
+// the durable SQLite checkpoints, NORMAL) after the session already holds
+// 10 turns: unlike BenchmarkStep, every turn starts the session's driver
+// afresh (it exits when the queue is empty, §3 of docs/arch/throughput.md),
+// so the per-turn goroutine's cost counts. ns/op is per turn.
+func BenchmarkShortTurn(b *testing.B) {
+	var budget atomic.Int64
+	c, stop := stepHarness(b, &budget, nil, agent.ServerConfig{DataDir: b.TempDir(), Synchronous: "NORMAL"},
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer stop()
+	if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: "bench",
+		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
+		b.Fatal(err)
+	}
+	for range 10 {
+		budget.Store(1)
+		turn(b, c, "bench")
+	}
+	cpu := cputime.Process()
+	for b.Loop() {
+		budget.Store(1)
+		turn(b, c, "bench")
+	}
+	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+}
+
+// BenchmarkFreshSessionTurn is the load ladder's pattern in one process: per
+// op a new session (CreateSession) runs one turn of five tool steps and a
+// final text step (SQLite NORMAL), so what a session pays once — its
+// first request header logged, its driver started and grown — counts as
+// in the ladder, where every session runs one such turn. ns/op is per
+// session (six steps).
+func BenchmarkFreshSessionTurn(b *testing.B) {
+	var budget atomic.Int64
+	c, stop := stepHarness(b, &budget, nil, agent.ServerConfig{DataDir: b.TempDir(), Synchronous: "NORMAL"},
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer stop()
+	n := 0
+	session1 := func() {
+		n++
+		id := fmt.Sprintf("s%d", n)
+		if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: id,
+			Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
+			b.Fatal(err)
+		}
+		budget.Store(5)
+		turn(b, c, id)
+	}
+	for range 10 {
+		session1()
+	}
+	cpu := cputime.Process()
+	for b.Loop() {
+		session1()
+	}
 	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 }
 

@@ -527,8 +527,15 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 	if err := a.logHeader(header); err != nil {
 		return stepOutcome{}, err
 	}
-	msgs := make([]*llmv1.Message, 0, len(a.prefix)+len(boundary))
-	msgs = append(append(msgs, a.prefix...), boundary...)
+	// Without a prefix the request's messages are the boundary itself (the
+	// log's slice, capped at its length, so nothing appended to it can
+	// reach the log): copying it was a slice of the whole conversation per
+	// step.
+	msgs := boundary
+	if len(a.prefix) > 0 {
+		msgs = make([]*llmv1.Message, 0, len(a.prefix)+len(boundary))
+		msgs = append(append(msgs, a.prefix...), boundary...)
+	}
 	req := &llmv1.GenerateRequest{
 		Provider: cfg.GetProvider(), Model: cfg.GetModel(), Messages: msgs, System: header.System, Tools: tools,
 		Temperature: cfg.Temperature, MaxTokens: cfg.MaxTokens, Stop: cfg.GetStop(), SessionId: a.ID(),
@@ -739,7 +746,11 @@ func (a *Agent) logHeader(h *sessionv1.EpochHeader) error {
 	default:
 		return nil
 	}
-	ev, err := a.append(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_RequestHeader{
+	// h is this step's own (runStep: a fresh header and a copy of the
+	// hook's config); what it shares — the registry's tool schemas and the
+	// agent's prefix copy — is never mutated: the log takes it without the
+	// copy Append makes, which was a deep copy of every tool schema.
+	ev, err := a.appendOwned(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_RequestHeader{
 		RequestHeader: &sessionv1.RequestHeader{Header: h, Reason: reason}}})
 	if err == nil {
 		a.headerLogged = true
