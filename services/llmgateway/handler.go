@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	"github.com/dsh-dev/dsh/internal/stackgrow"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
 )
@@ -58,24 +59,8 @@ func ServerOptions() []grpc.ServerOption {
 // call with a large frame here grows it once, with a few frames to copy;
 // a stack already that large only runs the call.
 func presizeStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	presize(0)
+	stackgrow.To16KiB()
 	return h(srv, ss)
-}
-
-// presizeFrame is presize's frame: the runtime grows the stack to the
-// next power of two that holds it, 16 KiB, which is what serving a Generate
-// needs (profiled: with it, no stream grew its stack anywhere else; a
-// 16 KiB frame, a 32 KiB stack, cost more, as the collector then halves
-// the larger idle stacks more often and the frame is zeroed).
-const presizeFrame = 8 << 10
-
-// presize has a frame of presizeFrame bytes; calling it grows the stack to
-// hold it.
-//
-//go:noinline
-func presize(i int) byte {
-	var pad [presizeFrame]byte
-	return pad[i]
 }
 
 // streamWorkers is the size of the stream worker pool: at most this many

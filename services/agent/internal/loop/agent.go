@@ -15,6 +15,7 @@ import (
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/internal/session"
+	"github.com/dsh-dev/dsh/internal/stackgrow"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 	"github.com/dsh-dev/dsh/services/agent/internal/prompt"
 )
@@ -517,7 +518,10 @@ func (a *Agent) setStatusLocked(s agentv1.AgentStatus) {
 // run is the driver (semantics.md §4.5). It runs while there is queued
 // work: kickLocked starts it, and it exits (idle) when the queue is empty.
 func (a *Agent) run() {
-	presizeStack(0)
+	// The driver starts afresh per turn (kickLocked) and its first model
+	// request runs deep (the gateway client's stream set-up): grown once
+	// here, not doubled three times there.
+	stackgrow.To16KiB()
 	for {
 		a.mu.Lock()
 		if a.disposed || len(a.queued) == 0 || a.exclusive {
@@ -568,25 +572,6 @@ func (a *Agent) run() {
 		a.steering = nil
 		a.mu.Unlock()
 	}
-}
-
-// driverStack is what a driver's stack grows to in its first step (the
-// gateway client's stream set-up under runStep). A goroutine starts with a
-// small stack and doubles it on demand, each time copying every frame it
-// holds and adjusting their pointers (runtime.copystack); the driver starts
-// afresh per turn (kickLocked), and its growth, deep in the first model
-// request, was ~3 % of the harness's CPU in BenchmarkShortTurn.
-const driverStack = 12 << 10
-
-// presizeStack grows the calling goroutine's stack to hold driverStack
-// bytes in one copy while it holds a single shallow frame: the runtime
-// doubles a stack until the frame that overflowed fits. n only keeps the
-// compiler from dropping the array.
-//
-//go:noinline
-func presizeStack(n int) byte {
-	var buf [driverStack]byte
-	return buf[n]
 }
 
 // append commits one event to the log.
