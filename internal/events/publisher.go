@@ -8,7 +8,8 @@
 //
 // The agent hands events to a Publisher (its EventSink) only after they are
 // durable. Durable and Status never block: they append to a per-session queue
-// that one publisher goroutine drains.
+// that one publisher goroutine drains, in rounds over every session with
+// something queued.
 //
 // # Delivery
 //
@@ -23,9 +24,11 @@
 //     the publisher reads the last message stored on the session's subject
 //     and moves the cursor past its seq, so a re-publish after a crash or a
 //     long outage is skipped even outside the duplicate window;
-//   - publishes are pipelined on one connection with the reconnect buffer
-//     off, so a message is never replayed after a later one, and a failed
-//     batch is resumed from its first unacknowledged event.
+//   - publishes of every session share one pipeline (up to
+//     Config.BatchSize waiting for their acknowledgements; pipeline.go) on
+//     one connection with the reconnect buffer off, so a message is never
+//     replayed after a later one; a session whose event was refused or not
+//     acknowledged is resumed from that event, and the others go on.
 //
 // When NATS is unreachable the queues hold the events, up to Config.QueueLimit
 // per session; beyond that the newest events are dropped from memory and read
@@ -616,6 +619,7 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 		p.busy = false
 		p.mu.Unlock()
 	}()
+	p.refused = nil
 	ready, firstErr := p.prepare(ctx, ids)
 	for i, s := range ready {
 		if err := p.publishSession(ctx, s); err != nil {
@@ -632,9 +636,7 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 	if err := p.await(ctx, 0); err != nil {
 		return err
 	}
-	refused := p.refused
-	p.refused = nil
-	return cmp.Or(firstErr, refused)
+	return cmp.Or(firstErr, p.refused)
 }
 
 // tailLookups bounds the sessions whose cursors prepare reads at once.
