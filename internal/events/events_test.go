@@ -899,3 +899,35 @@ func TestRefusedPublishesWaitAlone(t *testing.T) {
 		t.Fatalf("cursor of full = %d, want 6", c)
 	}
 }
+
+// TestOutageMidPipeline: the server goes away while many sessions' events
+// wait for their acknowledgements in the window; whatever was in flight,
+// once it is back every session ends up in the stream exactly once, in
+// order, and every cursor at the end.
+func TestOutageMidPipeline(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	store := newMemStore()
+	p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.BatchSize = 64; c.AckTimeout = time.Second })
+	const sessions, perSession = 20, 60
+	id := func(i int) string { return "mid-" + strconv.Itoa(i) }
+	for i := range sessions {
+		p.Durable("", id(i), mkEvents(0, 1)) // every session's tail read before the outage
+	}
+	flush(t, p)
+	for i := range sessions {
+		p.Durable("", id(i), mkEvents(1, perSession))
+	}
+	srv.Stop()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, p)
+	msgs := readStream(t, srv.URL())
+	for i := range sessions {
+		checkExactlyOnce(t, msgs, id(i), perSession)
+		if c := store.cursor(id(i)); c != perSession {
+			t.Fatalf("cursor of %s = %d, want %d", id(i), c, perSession)
+		}
+	}
+}
