@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -828,5 +829,105 @@ func TestCursorsSavedInOneCall(t *testing.T) {
 	msgs := readStream(t, srv.URL())
 	for _, id := range ids {
 		checkExactlyOnce(t, msgs, id, 6)
+	}
+}
+
+// TestRefusedPublishesWaitAlone: JetStream refusing one session's events
+// (its subject is full) holds back that session alone: the cursor stops at
+// the first refused event, its status waits, and the other sessions of the
+// same pipeline are published, their statuses after their events. Once
+// the stream takes the events again they are published from the cursor,
+// exactly once and in order, and the held status follows them.
+func TestRefusedPublishesWaitAlone(t *testing.T) {
+	t.Parallel()
+	srv, nc := startWithClient(t)
+	js, _ := jetstream.New(nc)
+	cfg := jetstream.StreamConfig{Name: events.StreamName, Subjects: []string{events.AllEvents},
+		MaxMsgsPerSubject: 3, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true}
+	if _, err := js.CreateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := nc.SubscribeSync(events.AllStatus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	store := newMemStore()
+	p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.BatchSize = 4 })
+	p.Durable("", "full", mkEvents(0, 6))
+	p.Status("", "full", agentv1.AgentStatus_AGENT_STATUS_IDLE)
+	for _, id := range []string{"b", "c"} {
+		p.Durable("", id, mkEvents(0, 3))
+		p.Status("", id, agentv1.AgentStatus_AGENT_STATUS_IDLE)
+	}
+	next := func() string {
+		t.Helper()
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _, err := events.DecodeStatus(m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	got := []string{next(), next()}
+	slices.Sort(got)
+	if fmt.Sprint(got) != "[b c]" {
+		t.Fatalf("statuses of %v first, want b and c (the refused session's waits)", got)
+	}
+	msgs := readStream(t, srv.URL())
+	checkExactlyOnce(t, msgs, "b", 3)
+	checkExactlyOnce(t, msgs, "c", 3)
+	checkExactlyOnce(t, msgs, "full", 3)
+	if n := p.Pending(); n != 3 {
+		t.Fatalf("Pending = %d, want the 3 refused events", n)
+	}
+	cfg.MaxMsgsPerSubject = 100
+	if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if id := next(); id != "full" {
+		t.Fatalf("status of %s, want full's", id)
+	}
+	checkExactlyOnce(t, readStream(t, srv.URL()), "full", 6)
+	flush(t, p)
+	if c := store.cursor("full"); c != 6 {
+		t.Fatalf("cursor of full = %d, want 6", c)
+	}
+}
+
+// TestOutageMidPipeline: the server goes away while many sessions' events
+// wait for their acknowledgements in the window; whatever was in flight,
+// once it is back every session ends up in the stream exactly once, in
+// order, and every cursor at the end.
+func TestOutageMidPipeline(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	store := newMemStore()
+	p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.BatchSize = 64; c.AckTimeout = time.Second })
+	const sessions, perSession = 20, 60
+	id := func(i int) string { return "mid-" + strconv.Itoa(i) }
+	for i := range sessions {
+		p.Durable("", id(i), mkEvents(0, 1)) // every session's tail read before the outage
+	}
+	flush(t, p)
+	for i := range sessions {
+		p.Durable("", id(i), mkEvents(1, perSession))
+	}
+	srv.Stop()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, p)
+	msgs := readStream(t, srv.URL())
+	for i := range sessions {
+		checkExactlyOnce(t, msgs, id(i), perSession)
+		if c := store.cursor(id(i)); c != perSession {
+			t.Fatalf("cursor of %s = %d, want %d", id(i), c, perSession)
+		}
 	}
 }

@@ -8,7 +8,8 @@
 //
 // The agent hands events to a Publisher (its EventSink) only after they are
 // durable. Durable and Status never block: they append to a per-session queue
-// that one publisher goroutine drains.
+// that one publisher goroutine drains, in rounds over every session with
+// something queued.
 //
 // # Delivery
 //
@@ -23,9 +24,11 @@
 //     the publisher reads the last message stored on the session's subject
 //     and moves the cursor past its seq, so a re-publish after a crash or a
 //     long outage is skipped even outside the duplicate window;
-//   - publishes are pipelined on one connection with the reconnect buffer
-//     off, so a message is never replayed after a later one, and a failed
-//     batch is resumed from its first unacknowledged event.
+//   - publishes of every session share one pipeline (up to
+//     Config.BatchSize waiting for their acknowledgements; pipeline.go) on
+//     one connection with the reconnect buffer off, so a message is never
+//     replayed after a later one; a session whose event was refused or not
+//     acknowledged is resumed from that event, and the others go on.
 //
 // When NATS is unreachable the queues hold the events, up to Config.QueueLimit
 // per session; beyond that the newest events are dropped from memory and read
@@ -120,9 +123,12 @@ type Config struct {
 	Metrics *telemetry.Metrics
 	// QueueLimit bounds the events queued in memory per session.
 	QueueLimit int
-	// BatchSize is how many publishes are pipelined before waiting for acks.
+	// BatchSize is how many publishes, of all sessions, may wait for their
+	// acknowledgements at once (the pipeline's window).
 	BatchSize int
-	// AckTimeout bounds the wait for one batch's acks.
+	// AckTimeout bounds the wait for the next acknowledgement while
+	// publishes wait for theirs; past it they are all failed and published
+	// again from the cursors.
 	AckTimeout time.Duration
 	// Replicas is the replica count used when dsh creates the stream.
 	Replicas int
@@ -168,6 +174,12 @@ type Publisher struct {
 	// stream is the handle ensureStream got (nil before): streamTail asks it
 	// for a session's last message without a stream-info round trip each.
 	stream jetstream.Stream
+
+	// Used by the publishing goroutine (run) only.
+	win     *window
+	lost    chan struct{} // poked on a disconnect: replies owed are lost
+	refused error         // the round's first refused publish (settle)
+	taken   []queued      // nextBatch's copy of a queue's events, reused
 }
 
 type queued struct {
@@ -189,6 +201,12 @@ type sessionState struct {
 	resync     bool // consult the stream's tail before publishing
 	saved      int64
 	statuses   []agentv1.AgentStatus
+
+	// The session's part in the publishing round (run's goroutine only).
+	inflight int                   // its events in the window
+	open     bool                  // publishSession is putting its events into the window
+	failErr  error                 // why one of its events was not acknowledged
+	ready    []agentv1.AgentStatus // statuses to publish once its events in the window are acknowledged
 }
 
 // New validates the options and starts a Publisher. A bad option is an
@@ -239,6 +257,8 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		done:     make(chan struct{}),
 		sessions: map[string]*sessionState{},
 		dirty:    map[string]struct{}{},
+		win:      newWindow(cfg.BatchSize),
+		lost:     make(chan struct{}, 1),
 	}
 	p.reader, _ = cfg.Store.(Reader)
 	p.batch, _ = cfg.Store.(CursorBatch)
@@ -252,6 +272,10 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		nats.ConnectHandler(func(nc *nats.Conn) { p.connected(nc, "connected") }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { p.connected(nc, "reconnected") }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			select {
+			case p.lost <- struct{}{}:
+			default:
+			}
 			if err != nil {
 				p.log.Warn("nats disconnected; events stay queued", "err", err)
 			}
@@ -269,7 +293,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		p.log.Warn("nats unreachable at start; serving anyway, events queue on the durable cursor and the connection keeps retrying",
 			"url", cfg.Conn.URL)
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
+	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("events: jetstream: %w", err)
@@ -564,11 +588,22 @@ func (p *Publisher) run() {
 
 var errNotConnected = errors.New("events: nats not connected")
 
+// publishDirty publishes every dirty session's queued events through the
+// window (one pipeline across sessions, see pipeline.go) and then its
+// statuses, and waits for every acknowledgement.
 func (p *Publisher) publishDirty(ctx context.Context) error {
 	if !p.nc.IsConnected() {
 		return errNotConnected
 	}
 	if err := p.ensureStream(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-p.lost: // replies owed before a disconnect never come
+		p.win.abandon()
+	default:
+	}
+	if err := p.win.subscribe(p.nc); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -584,20 +619,102 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 		p.busy = false
 		p.mu.Unlock()
 	}()
-	var firstErr error
-	for i, id := range ids {
-		if err := p.publishSession(ctx, id); err != nil {
+	p.refused = nil
+	ready, firstErr := p.prepare(ctx, ids)
+	for i, s := range ready {
+		if err := p.publishSession(ctx, s); err != nil {
+			// The pipeline failed: what was not acknowledged is published
+			// again from each session's cursor.
 			p.mu.Lock()
-			for _, rest := range ids[i:] {
-				p.dirty[rest] = struct{}{}
+			for _, rest := range ready[i:] {
+				p.dirty[rest.id] = struct{}{}
 			}
-			p.sessions[id].resync = true
 			p.mu.Unlock()
-			firstErr = err
-			break
+			return err
 		}
 	}
-	return firstErr
+	if err := p.await(ctx, 0); err != nil {
+		return err
+	}
+	return cmp.Or(firstErr, p.refused)
+}
+
+// tailLookups bounds the sessions whose cursors prepare reads at once.
+const tailLookups = 16
+
+// prepare returns the sessions of ids ready to publish: each one's cursor
+// read from the store when it has none yet, and moved past the stream's
+// tail when it must be resynced (first publication, after a failure). The
+// lookups run side by side (a round trip to NATS each); a session whose
+// lookup failed stays dirty and the first error is returned.
+func (p *Publisher) prepare(ctx context.Context, ids []string) ([]*sessionState, error) {
+	out := make([]*sessionState, 0, len(ids))
+	var need []*sessionState
+	p.mu.Lock()
+	for _, id := range ids {
+		if s := p.sessions[id]; s.cursor < 0 || s.resync {
+			need = append(need, s)
+		} else {
+			out = append(out, s)
+		}
+	}
+	p.mu.Unlock()
+	errs := make([]error, len(need))
+	if len(need) == 1 {
+		errs[0] = p.resyncCursor(ctx, need[0])
+	} else if len(need) > 1 {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, tailLookups)
+		for i, s := range need {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				errs[i] = p.resyncCursor(ctx, s)
+			})
+		}
+		wg.Wait()
+	}
+	var firstErr error
+	p.mu.Lock()
+	for i, s := range need {
+		if errs[i] != nil {
+			p.dirty[s.id] = struct{}{}
+			firstErr = cmp.Or(firstErr, errs[i])
+			continue
+		}
+		out = append(out, s)
+	}
+	p.mu.Unlock()
+	return out, firstErr
+}
+
+// resyncCursor sets the cursor of a session that has none from the store,
+// and moves a cursor to be resynced past the stream's tail.
+func (p *Publisher) resyncCursor(ctx context.Context, s *sessionState) error {
+	p.mu.Lock()
+	cursor, resync, tenant := s.cursor, s.resync, s.tenant
+	p.mu.Unlock()
+	if cursor < 0 {
+		c, err := p.cfg.Store.PublishedCursor(ctx, s.id)
+		if err != nil {
+			c = 0 // never stored as published: start from the beginning (the stream's tail decides)
+		}
+		cursor, resync = c, true
+	}
+	if resync {
+		tail, err := p.streamTail(ctx, tenant, s.id)
+		if err != nil {
+			p.mu.Lock()
+			s.resync = true
+			p.mu.Unlock()
+			return err
+		}
+		cursor = max(cursor, tail)
+	}
+	p.mu.Lock()
+	s.cursor, s.resync = max(s.cursor, cursor), false
+	p.mu.Unlock()
+	return nil
 }
 
 func (p *Publisher) ensureStream(ctx context.Context) error {
@@ -688,55 +805,215 @@ func (p *Publisher) reconcileStream(ctx context.Context, st jetstream.Stream) er
 	return nil
 }
 
-// publishSession publishes everything queued for one session, then its
-// statuses.
-func (p *Publisher) publishSession(ctx context.Context, id string) error {
+// publishSession puts everything queued for one session into the window,
+// waiting for acknowledgements whenever it is full; the session's statuses
+// go out once all of its events are acknowledged (settle). An error is the
+// window's failure: every slot was failed and the round must end.
+func (p *Publisher) publishSession(ctx context.Context, s *sessionState) error {
+	w := p.win
 	p.mu.Lock()
-	s := p.sessions[id]
-	cursor, resync, tenant := s.cursor, s.resync, s.tenant
+	from := s.cursor
 	p.mu.Unlock()
-
-	if cursor < 0 {
-		c, err := p.cfg.Store.PublishedCursor(ctx, id)
-		if err != nil {
-			c = 0 // never stored as published: start from the beginning (the stream's tail decides)
+	s.open = true
+	for s.failErr == nil {
+		if w.full() {
+			if err := p.await(ctx, len(w.slots)-1); err != nil {
+				p.close(s)
+				return err
+			}
+			continue
 		}
-		cursor, resync = c, true
-	}
-	if resync {
-		tail, err := p.streamTail(ctx, tenant, id)
+		batch, statuses, done, err := p.nextBatch(ctx, s, from, len(w.slots)-w.n)
 		if err != nil {
-			return err
-		}
-		cursor = max(cursor, tail)
-	}
-	p.mu.Lock()
-	s.cursor, s.resync = cursor, false
-	p.mu.Unlock()
-
-	for {
-		batch, err := p.nextBatch(ctx, s)
-		if err != nil {
-			return err
-		}
-		if len(batch) == 0 {
+			s.failErr = err
 			break
 		}
-		if err := p.publishBatch(ctx, s, batch); err != nil {
+		if done {
+			s.ready = statuses
+			break
+		}
+		for _, q := range batch {
+			if err := p.publishEvent(ctx, s, q); err != nil {
+				s.failErr = cmp.Or(s.failErr, err)
+				p.abort(ctx, err)
+				p.close(s)
+				return err
+			}
+		}
+		from = batch[len(batch)-1].ev.GetSeq() + 1
+	}
+	p.close(s)
+	return nil
+}
+
+// publishEvent publishes one event into the next slot of the window.
+func (p *Publisher) publishEvent(ctx context.Context, s *sessionState, q queued) error {
+	w := p.win
+	data := q.pb
+	if data == nil {
+		var err error
+		if data, err = storeMarshal.Marshal(q.ev); err != nil {
+			return fmt.Errorf("events: encode %s seq %d: %w", s.id, q.ev.GetSeq(), err)
+		}
+	}
+	i := w.push(s, q.ev.GetSeq(), q.at)
+	msg := w.msg.build(s.subject, w.replies[i], s.tenantTok, s.id, q.ev, data)
+	if ref, over := fitPayload(msg, p.nc.MaxPayload()); over {
+		// Publishing it whole would fail on every attempt and stall
+		// the session's fan-out for good: publish a reference.
+		p.log.Warn("event over the NATS max_payload; published a reference instead",
+			"session", s.id, "seq", q.ev.GetSeq(), "bytes", len(msg.Data), "max_payload", p.nc.MaxPayload())
+		p.cfg.Metrics.RecordOversizeEvent(ctx)
+		msg = ref
+	}
+	if err := p.nc.PublishMsg(msg); err != nil {
+		w.unpush()
+		return fmt.Errorf("events: publish %s seq %d: %w", s.id, q.ev.GetSeq(), err)
+	}
+	s.inflight++
+	return nil
+}
+
+var errAckTimeout = errors.New("events: no JetStream acknowledgement within the ack timeout")
+
+var errDisconnected = errors.New("events: nats disconnected with acknowledgements outstanding")
+
+// await takes replies until at most keep publishes wait for theirs. When
+// none comes for AckTimeout, the connection is lost or ctx ends, every
+// waiting publish fails (abort) and the error is returned.
+func (p *Publisher) await(ctx context.Context, keep int) error {
+	w := p.win
+	for {
+		p.settle(ctx, false, nil)
+		if w.n <= keep {
+			return nil
+		}
+		var err error
+		w.timer.Reset(p.cfg.AckTimeout)
+		select {
+		case m := <-w.acks:
+			w.reply(m)
+			for len(w.acks) > 0 {
+				w.reply(<-w.acks)
+			}
+		case <-w.timer.C:
+			err = errAckTimeout
+		case <-p.lost:
+			err = errDisconnected
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		w.timer.Stop()
+		if err != nil {
+			p.abort(ctx, err)
 			return err
 		}
 	}
+}
 
+// abort fails every publish still waiting for its reply with err and drops
+// the reply subscription (a late reply must not count for a later publish).
+func (p *Publisher) abort(ctx context.Context, err error) {
+	p.settle(ctx, true, err)
+	p.win.abandon()
+}
+
+// settle takes the window's oldest slots whose replies came (all of them
+// with all, the waiting ones failed with err), in publish order: an
+// acknowledgement moves its session's cursor past the event unless an
+// earlier event of the session failed, so a cursor only ever passes a
+// prefix JetStream acknowledged. A session whose last slot is settled and
+// whose events are all in the window is finished (finish).
+func (p *Publisher) settle(ctx context.Context, all bool, err error) {
+	w := p.win
+	if w.n == 0 || (!all && w.slots[w.head].state == slotWaiting) {
+		return
+	}
+	var statuses []statusMsg
+	lags := w.lags[:0]
 	p.mu.Lock()
-	statuses := s.statuses
-	s.statuses = nil
-	p.mu.Unlock()
-	for _, st := range statuses {
-		if err := p.nc.PublishMsg(EncodeStatus(tenant, id, st)); err != nil {
-			p.log.Debug("status dropped", "session", id, "status", st, "err", err)
+	for {
+		sl, ok := w.pop(all, err)
+		if !ok {
+			break
+		}
+		s := sl.s
+		s.inflight--
+		switch {
+		case s.failErr != nil:
+		case sl.state == slotAcked:
+			s.cursor = max(s.cursor, sl.seq+1)
+			lags = append(lags, sl.at)
+		default:
+			s.failErr = fmt.Errorf("events: publish %s from seq %d: %w", s.id, sl.seq, sl.err)
+		}
+		if s.inflight == 0 && !s.open {
+			statuses = p.finish(s, statuses)
 		}
 	}
-	return nil
+	p.mu.Unlock()
+	w.lags = lags
+	p.sendStatuses(ctx, statuses, lags)
+}
+
+// close ends a session's turn in the window: it is finished now if none of
+// its events waits for a reply, else when the last reply is settled.
+func (p *Publisher) close(s *sessionState) {
+	s.open = false
+	if s.inflight > 0 {
+		return
+	}
+	p.mu.Lock()
+	statuses := p.finish(s, nil)
+	p.mu.Unlock()
+	p.sendStatuses(context.Background(), statuses, nil)
+}
+
+// statusMsg is a status ready to go out.
+type statusMsg struct {
+	tenant, id string
+	st         agentv1.AgentStatus
+}
+
+// finish ends a session's part in the round (p.mu held): after a failure
+// it is dirty again, resynced before its next publication and its statuses
+// wait with it; otherwise its statuses are appended to out, to go out now
+// that every event queued before them is in the stream.
+func (p *Publisher) finish(s *sessionState, out []statusMsg) []statusMsg {
+	p.trim(s)
+	if err := s.failErr; err != nil {
+		s.failErr = nil
+		p.refused = cmp.Or(p.refused, err)
+		s.resync = true
+		p.dirty[s.id] = struct{}{}
+		s.statuses = append(s.ready, s.statuses...)
+		if n := len(s.statuses); n > maxStatusQueue {
+			s.statuses = s.statuses[n-maxStatusQueue:]
+		}
+		s.ready = nil
+		return out
+	}
+	for _, st := range s.ready {
+		out = append(out, statusMsg{s.tenant, s.id, st})
+	}
+	s.ready = nil
+	return out
+}
+
+// sendStatuses records the publish lag of the events acknowledged at lags'
+// times and publishes the statuses (at most once: a failure drops them).
+func (p *Publisher) sendStatuses(ctx context.Context, statuses []statusMsg, lags []time.Time) {
+	if len(lags) > 0 {
+		now := p.cfg.Now()
+		for _, at := range lags {
+			p.cfg.Metrics.RecordPublishLag(ctx, now.Sub(at))
+		}
+	}
+	for _, m := range statuses {
+		if err := p.nc.PublishMsg(EncodeStatus(m.tenant, m.id, m.st)); err != nil {
+			p.log.Debug("status dropped", "session", m.id, "status", m.st, "err", err)
+		}
+	}
 }
 
 // streamTail returns one past the seq of the last event stored on the
@@ -765,13 +1042,72 @@ func (p *Publisher) streamTail(ctx context.Context, tenant, id string) (int64, e
 	return seq + 1, nil
 }
 
-// nextBatch returns up to BatchSize contiguous events starting exactly at the
-// cursor. When the queue does not start at the cursor (a gap left by an
-// overflow or a restart), it reads the missing events from the store if it
-// can; otherwise it returns nothing and the events wait to be handed in
-// again.
-func (p *Publisher) nextBatch(ctx context.Context, s *sessionState) ([]queued, error) {
+// nextBatch returns up to limit contiguous events of s starting exactly at
+// from (at or past the cursor: the events between are in the window). When
+// the queue holds no event at from (a gap left by an overflow or a
+// restart), it reads the missing events from the store if it can;
+// otherwise the events wait to be handed in again. With nothing to publish
+// from from, it returns done and the statuses queued so far: every event
+// queued before them is in the window.
+func (p *Publisher) nextBatch(ctx context.Context, s *sessionState, from int64, limit int) (batch []queued, statuses []agentv1.AgentStatus, done bool, err error) {
 	p.mu.Lock()
+	p.trim(s)
+	i, found := slices.BinarySearchFunc(s.pending, from, func(q queued, seq int64) int { return cmp.Compare(q.ev.GetSeq(), seq) })
+	if found {
+		n := 1
+		for i+n < len(s.pending) && n < limit && s.pending[i+n].ev.GetSeq() == from+int64(n) {
+			n++
+		}
+		// A copy: Durable may insert into the queue once p.mu is released.
+		p.taken = append(p.taken[:0], s.pending[i:i+n]...)
+		p.mu.Unlock()
+		return p.taken, nil, false, nil
+	}
+	gapTo := s.next // exclusive end of the missing range
+	if i < len(s.pending) {
+		gapTo = s.pending[i].ev.GetSeq()
+	}
+	sweep := s.sweep
+	if gapTo <= from && !sweep {
+		statuses, s.statuses = s.statuses, nil
+		p.mu.Unlock()
+		return nil, statuses, true, nil // nothing to publish
+	}
+	p.mu.Unlock()
+	if p.reader == nil {
+		p.log.Debug("events missing from the queue; waiting for them to be handed in again", "session", s.id, "from", from, "to", gapTo)
+		return nil, p.takeStatuses(s), true, nil
+	}
+	evs, err := p.reader.ReadEvents(ctx, s.id, from)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("events: read %s from %d: %w", s.id, from, err)
+	}
+	now := p.cfg.Now()
+	var out []queued
+	for _, ev := range evs {
+		want := from + int64(len(out))
+		if ev.GetSeq() < want {
+			continue
+		}
+		if ev.GetSeq() != want || (!sweep && ev.GetSeq() >= gapTo) || len(out) >= limit {
+			break
+		}
+		out = append(out, queued{ev: ev, at: now})
+	}
+	if len(out) == 0 {
+		p.mu.Lock()
+		s.sweep = false
+		p.mu.Unlock()
+		return nil, p.takeStatuses(s), true, nil
+	}
+	p.mu.Lock()
+	s.next = max(s.next, out[len(out)-1].ev.GetSeq()+1)
+	p.mu.Unlock()
+	return out, nil, false, nil
+}
+
+// trim drops the events below the cursor from the queue (p.mu held).
+func (p *Publisher) trim(s *sessionState) {
 	i := 0
 	for i < len(s.pending) && s.pending[i].ev.GetSeq() < s.cursor {
 		i++
@@ -782,121 +1118,15 @@ func (p *Publisher) nextBatch(ctx context.Context, s *sessionState) ([]queued, e
 	if len(s.pending) == 0 {
 		s.pending = nil
 	}
-	cursor := s.cursor
-	if len(s.pending) > 0 && s.pending[0].ev.GetSeq() == cursor {
-		n := 1
-		for n < len(s.pending) && n < p.cfg.BatchSize && s.pending[n].ev.GetSeq() == cursor+int64(n) {
-			n++
-		}
-		out := append([]queued(nil), s.pending[:n]...)
-		p.mu.Unlock()
-		return out, nil
-	}
-	gapTo := s.next // exclusive end of the missing range
-	if len(s.pending) > 0 {
-		gapTo = s.pending[0].ev.GetSeq()
-	}
-	sweep := s.sweep
-	p.mu.Unlock()
-	if gapTo <= cursor && !sweep {
-		return nil, nil // nothing to publish
-	}
-	if p.reader == nil {
-		p.log.Debug("events missing from the queue; waiting for them to be handed in again", "session", s.id, "from", cursor, "to", gapTo)
-		return nil, nil
-	}
-	evs, err := p.reader.ReadEvents(ctx, s.id, cursor)
-	if err != nil {
-		return nil, fmt.Errorf("events: read %s from %d: %w", s.id, cursor, err)
-	}
-	now := p.cfg.Now()
-	var out []queued
-	for _, ev := range evs {
-		want := cursor + int64(len(out))
-		if ev.GetSeq() < want {
-			continue
-		}
-		if ev.GetSeq() != want || (!sweep && ev.GetSeq() >= gapTo) || len(out) >= p.cfg.BatchSize {
-			break
-		}
-		out = append(out, queued{ev: ev, at: now})
-	}
-	if len(out) == 0 {
-		p.mu.Lock()
-		s.sweep = false
-		p.mu.Unlock()
-		return nil, nil
-	}
-	p.mu.Lock()
-	s.next = max(s.next, out[len(out)-1].ev.GetSeq()+1)
-	p.mu.Unlock()
-	return out, nil
 }
 
-// publishBatch pipelines a batch and advances the cursor over the prefix
-// JetStream acknowledged.
-func (p *Publisher) publishBatch(ctx context.Context, s *sessionState, batch []queued) error {
-	futures := make([]jetstream.PubAckFuture, 0, len(batch))
-	var sendErr error
-	for _, q := range batch {
-		data := q.pb
-		if data == nil {
-			var err error
-			if data, err = storeMarshal.Marshal(q.ev); err != nil {
-				return fmt.Errorf("events: encode %s seq %d: %w", s.id, q.ev.GetSeq(), err)
-			}
-		}
-		msg := eventMsg(s.subject, s.tenantTok, s.id, q.ev, data, true)
-		if ref, over := fitPayload(msg, p.nc.MaxPayload()); over {
-			// Publishing it whole would fail on every attempt and stall
-			// the session's fan-out for good: publish a reference.
-			p.log.Warn("event over the NATS max_payload; published a reference instead",
-				"session", s.id, "seq", q.ev.GetSeq(), "bytes", len(msg.Data), "max_payload", p.nc.MaxPayload())
-			p.cfg.Metrics.RecordOversizeEvent(ctx)
-			msg = ref
-		}
-		// No publish options: the expected stream is in the message's
-		// headers already (options would cost allocations per message).
-		f, err := p.js.PublishMsgAsync(msg)
-		if err != nil {
-			sendErr = err
-			break
-		}
-		futures = append(futures, f)
-	}
-	timer := time.NewTimer(p.cfg.AckTimeout)
-	defer timer.Stop()
-	acked := 0
-	var ackErr error
-wait:
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-			acked++
-		case err := <-f.Err():
-			ackErr = err
-			break wait
-		case <-timer.C:
-			ackErr = errors.New("ack timeout")
-			break wait
-		case <-ctx.Done():
-			ackErr = ctx.Err()
-			break wait
-		}
-	}
-	if acked > 0 {
-		now := p.cfg.Now()
-		for _, q := range batch[:acked] {
-			p.cfg.Metrics.RecordPublishLag(ctx, now.Sub(q.at))
-		}
-		p.mu.Lock()
-		s.cursor = batch[acked-1].ev.GetSeq() + 1
-		p.mu.Unlock()
-	}
-	if err := errors.Join(sendErr, ackErr); err != nil {
-		return fmt.Errorf("events: publish %s from seq %d: %w", s.id, batch[acked:][0].ev.GetSeq(), err)
-	}
-	return nil
+// takeStatuses takes the statuses queued for s.
+func (p *Publisher) takeStatuses(s *sessionState) []agentv1.AgentStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := s.statuses
+	s.statuses = nil
+	return st
 }
 
 // saveCursors writes every cursor that moved since it was last written:

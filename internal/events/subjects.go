@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
@@ -206,43 +205,25 @@ func EncodeEvent(tenant, sessionID string, ev *sessionv1.SessionEvent) (*nats.Ms
 	if err != nil {
 		return nil, fmt.Errorf("events: encode %s seq %d: %w", sessionID, ev.GetSeq(), err)
 	}
-	return eventMsg(EventSubject(tenant, sessionID), TenantToken(tenant), sessionID, ev, data, false), nil
+	b := newMsgBuilder(false) // the caller owns the message: nothing shared
+	return b.build(EventSubject(tenant, sessionID), "", TenantToken(tenant), sessionID, ev, data), nil
 }
 
-// Header values shared by every message the publisher sends (never
-// modified; EncodeEvent's messages get their own).
-var (
-	deltaValue  = []string{"1"}
-	streamValue = []string{StreamName}
-)
-
-// eventMsg is EncodeEvent's message for an event whose protobuf encoding is
-// data, on subject (EventSubject) with tenantTok (TenantToken); with
-// expectStream it also carries Nats-Expected-Stream: DSH_EVENTS, so
-// JetStream stores it in no other stream. It costs four allocations
-// whatever the header count: the message, the header map, one array for
-// the variable header values and one string holding both the message id
-// and, as its tail, the seq.
-func eventMsg(subject, tenantTok, sessionID string, ev *sessionv1.SessionEvent, data []byte, expectStream bool) *nats.Msg {
+// build makes the builder's message the JetStream message of an event
+// whose protobuf encoding is data, on subject (EventSubject) with tenantTok
+// (TenantToken) and the reply subject reply: the type, seq, session id and
+// tenant headers, Dsh-Delta on a delta, and the Nats-Msg-Id used for
+// de-duplication. The message is the builder's until the next build.
+func (b *msgBuilder) build(subject, reply, tenantTok, sessionID string, ev *sessionv1.SessionEvent, data []byte) *nats.Msg {
 	id := MsgID(sessionID, ev.GetSeq())
-	vals := [...]string{session.TypeName(ev), id[len(sessionID)+1:], sessionID, tenantTok, id}
-	v := vals[:]
-	h := make(nats.Header, 7)
-	h[HeaderEventType] = v[0:1:1]
-	h[HeaderSeq] = v[1:2:2]
-	h[HeaderSessionID] = v[2:3:3]
-	h[HeaderTenant] = v[3:4:4]
-	h[nats.MsgIdHdr] = v[4:5:5]
+	b.typ[0], b.seq[0], b.sid[0], b.tenant[0], b.id[0] = session.TypeName(ev), id[len(sessionID)+1:], sessionID, tenantTok, id
 	if IsDelta(ev) {
-		h[HeaderDelta] = deltaValue
-		if !expectStream { // EncodeEvent's caller owns the message: nothing shared
-			h[HeaderDelta] = []string{"1"}
-		}
+		b.msg.Header[HeaderDelta] = b.delta
+	} else {
+		delete(b.msg.Header, HeaderDelta)
 	}
-	if expectStream {
-		h[jetstream.ExpectedStreamHeader] = streamValue
-	}
-	return &nats.Msg{Subject: subject, Header: h, Data: data}
+	b.msg.Subject, b.msg.Reply, b.msg.Data = subject, reply, data
+	return &b.msg
 }
 
 // DecodeEvent reads an event message: its session id (from the header) and
