@@ -143,6 +143,8 @@ func buildLauncherIn(dir string, cgo bool) (string, error) {
 // BenchmarkCallRuleset measures the host's share of a confined call's
 // Landlock work: "rules" builds one call's ruleset from a kept listing (a
 // landlock_add_rule per sibling of the way down to the hidden roots),
+// "pooled" takes a pooled ruleset for a call and puts it back (what a call
+// costs when the previous call with the same additions left one, pool.go),
 // "listing" lists and opens those siblings from scratch (a host's first
 // call), "relisting" lists them again taking the previous listing's
 // descriptors over (what a change in a listed directory costs once).
@@ -150,7 +152,7 @@ func buildLauncherIn(dir string, cgo bool) (string, error) {
 func BenchmarkCallRuleset(b *testing.B) {
 	root := b.TempDir()
 	hidden := []string{root}
-	l, err := newListing(hidden, nil, keepBudget())
+	l, _, err := newListing(hidden, nil, keepBudget(), 1)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -165,9 +167,20 @@ func BenchmarkCallRuleset(b *testing.B) {
 		}
 		b.ReportMetric(float64(len(l.entries)), "entries")
 	})
+	b.Run("pooled", func(b *testing.B) {
+		pool := newRulesetPool(b.TempDir())
+		defer pool.close()
+		for b.Loop() {
+			rs, err := pool.take(l, WorkspaceWrite, true, nil, []string{root})
+			if err != nil {
+				b.Fatal(err)
+			}
+			pool.put(rs)
+		}
+	})
 	b.Run("listing", func(b *testing.B) {
 		for b.Loop() {
-			l, err := newListing(hidden, nil, keepBudget())
+			l, _, err := newListing(hidden, nil, keepBudget(), 1)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -175,13 +188,13 @@ func BenchmarkCallRuleset(b *testing.B) {
 		}
 	})
 	b.Run("relisting", func(b *testing.B) {
-		prev, err := newListing(hidden, nil, keepBudget())
+		prev, _, err := newListing(hidden, nil, keepBudget(), 1)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
 			prev.retired = true
-			l, err := newListing(hidden, prev, keepBudget())
+			l, _, err := newListing(hidden, prev, keepBudget(), prev.gen+1)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -238,7 +238,7 @@ func TestListingKeepsABoundedNumberOfDescriptors(t *testing.T) {
 		return kept, flood
 	}
 	const budget = 5
-	prev, err := newListing([]string{hidden}, nil, budget)
+	prev, _, err := newListing([]string{hidden}, nil, budget, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestListingKeepsABoundedNumberOfDescriptors(t *testing.T) {
 		t.Fatalf("first listing: %d descriptors kept (budget %d), %d of 40 entries listed", kept, budget, flood)
 	}
 	prev.retired = true
-	next, err := newListing([]string{hidden}, prev, budget)
+	next, _, err := newListing([]string{hidden}, prev, budget, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
