@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -10,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsh-dev/dsh/internal/proctest"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox/launcher"
 )
 
@@ -129,15 +128,7 @@ func buildLauncher(tb testing.TB, cgo bool) string {
 // buildLauncherIn builds the launcher into dir.
 func buildLauncherIn(dir string, cgo bool) (string, error) {
 	bin := filepath.Join(dir, launcher.Arg0)
-	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/dsh-sandbox-launcher")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if cgo {
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the launcher: %v\n%s", err, out)
-	}
-	return bin, nil
+	return bin, proctest.BuildLauncher(bin, cgo)
 }
 
 // BenchmarkCallRuleset measures the host's share of a confined call's

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -49,7 +48,7 @@ func confinedSandbox(t *testing.T) (s *Sandbox, base, a, b string) {
 func firstStages(t *testing.T) map[string]string {
 	t.Helper()
 	out := map[string]string{"go": "/proc/self/exe"}
-	if _, err := exec.LookPath("gcc"); err == nil {
+	if proctest.CgoUsable() {
 		cLauncher.once.Do(func() { cLauncher.path, cLauncher.err = buildLauncherIn(cLauncher.dir, true) })
 		if cLauncher.err != nil {
 			t.Fatal(cLauncher.err)
