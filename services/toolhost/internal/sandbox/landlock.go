@@ -23,8 +23,9 @@ import (
 // every directory it listed is unchanged (readListing), with an O_PATH
 // descriptor kept for each sibling (but mount roots), so a call's ruleset
 // costs one landlock_add_rule per sibling instead of a directory walk and
-// an open, a rule and a close per sibling; each call still gets a ruleset
-// of its own, the same rules a fresh walk would give.
+// an open, a rule and a close per sibling, the same rules a fresh walk
+// would give; and a call's ruleset is reused by the next call with the same
+// additions (pool.go), which then adds none.
 
 // listingSettle is how long a listed directory must have been unchanged
 // before its listing is reused: file times are coarse (a clock tick), so a
