@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -185,5 +186,62 @@ func TestListingTellsDeletedFromMoved(t *testing.T) {
 	defer last.close()
 	if !slices.Contains(moved, filepath.Join(base, "moved")) {
 		t.Error("a directory renamed into a hidden root did not count as moved away")
+	}
+}
+
+// TestPoolBounds: a ruleset serves at most maxRulesetUses calls, and at
+// most maxPooled rulesets are kept (the least recently used is dropped).
+func TestPoolBounds(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	pool := newRulesetPool(t.TempDir())
+	defer pool.close()
+	l := &listing{gen: 1, epoch: 1} // no outside entries: the bounds are the point
+	take := func(write string) *pooledRuleset {
+		t.Helper()
+		rs, err := pool.take(l, WorkspaceWrite, true, nil, []string{write})
+		if err != nil {
+			t.Skipf("no Landlock ruleset here: %v", err)
+		}
+		return rs
+	}
+	first := take(root)
+	dir := first.dir
+	pool.put(first)
+	for i := 1; i < maxRulesetUses; i++ {
+		rs := take(root)
+		if rs.dir != dir {
+			t.Fatalf("use %d: a new ruleset although the pooled one served %d calls", i+1, i)
+		}
+		pool.put(rs)
+	}
+	if rs := take(root); rs.dir == dir {
+		t.Fatalf("a ruleset served more than %d calls", maxRulesetUses)
+	} else {
+		pool.put(rs)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the retired ruleset's directory is still there: %v", err)
+	}
+	var oldest string
+	for i := range maxPooled + 1 {
+		w := filepath.Join(root, "s"+strconv.Itoa(i))
+		if err := os.Mkdir(w, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		rs := take(w)
+		if i == 0 {
+			oldest = rs.dir
+		}
+		pool.put(rs)
+	}
+	pool.mu.Lock()
+	n := pool.lru.Len()
+	pool.mu.Unlock()
+	if n != maxPooled {
+		t.Errorf("%d rulesets pooled, want at most %d", n, maxPooled)
+	}
+	if _, err := os.Stat(oldest); !os.IsNotExist(err) {
+		t.Errorf("the least recently used ruleset was not dropped: %v", err)
 	}
 }
