@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dsh-dev/dsh/internal/proctest"
 )
 
 // dshBin is dsh alone; dshWithLauncher has dsh-sandbox-launcher beside it.
@@ -48,18 +50,19 @@ func TestMain(m *testing.M) {
 	builds := [][]string{
 		{"build", "-o", dshBin, "github.com/dsh-dev/dsh/cmd/dsh"},
 		{"build", "-o", dshWithLauncher, "github.com/dsh-dev/dsh/cmd/dsh"},
-		{"build", "-o", filepath.Join(dir, "bin") + "/", "github.com/dsh-dev/dsh/services/toolhost/cmd/dsh-sandbox-launcher"},
 	}
-	for i, args := range builds {
+	for _, args := range builds {
 		cmd := exec.Command("go", args...)
-		if i == 2 {
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=1") // static with its C first stage, as make build
-		}
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: go build:", err)
 			os.Exit(1)
 		}
+	}
+	// Static with its C first stage, as make build.
+	if err := proctest.BuildLauncher(filepath.Join(dir, "bin", "dsh-sandbox-launcher"), true); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

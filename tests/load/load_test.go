@@ -74,18 +74,17 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	build := func(env []string, pkgs ...string) error {
+	build := func(pkgs ...string) error {
 		cmd := exec.Command("go", append([]string{"build", "-o", dir + string(os.PathSeparator)}, pkgs...)...)
-		cmd.Env = append(os.Environ(), env...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		return cmd.Run()
 	}
-	err = build(nil, "github.com/dsh-dev/dsh/services/llmgateway/cmd/llmgateway",
+	err = build("github.com/dsh-dev/dsh/services/llmgateway/cmd/llmgateway",
 		"github.com/dsh-dev/dsh/services/toolhost/cmd/toolhost",
 		"github.com/dsh-dev/dsh/services/agent/cmd/agent")
 	if err == nil {
 		// As make build: with cgo, the launcher's C first stage.
-		err = build([]string{"CGO_ENABLED=1"}, "github.com/dsh-dev/dsh/services/toolhost/cmd/dsh-sandbox-launcher")
+		err = proctest.BuildLauncher(filepath.Join(dir, "dsh-sandbox-launcher"), true)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "load: go build:", err)

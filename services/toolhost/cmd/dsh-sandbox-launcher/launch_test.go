@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsh-dev/dsh/internal/proctest"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox/launcher"
 )
 
@@ -21,17 +22,14 @@ import (
 // and checks that each build says which stage serves it.
 func stages(t *testing.T) map[string]string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
+	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("go toolchain not on PATH")
 	}
 	out := map[string]string{}
-	for stage, cgo := range map[string]string{"c": "1", "go": "0"} {
-		if cgo == "1" {
-			if _, err := exec.LookPath("gcc"); err != nil {
-				t.Logf("no gcc: the C first stage is not built here")
-				continue
-			}
+	for stage, cgo := range map[string]bool{"c": true, "go": false} {
+		if cgo && !proctest.CgoUsable() {
+			t.Logf("no C compiler: the C first stage is not built here")
+			continue
 		}
 		// Executable by nobody too (the caps-nobody case).
 		dir := t.TempDir()
@@ -41,14 +39,12 @@ func stages(t *testing.T) map[string]string {
 			}
 		}
 		bin := filepath.Join(dir, launcher.Arg0)
-		cmd := exec.Command(goBin, "build", "-o", bin, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build the launcher (cgo %s): %v\n%s", cgo, err, b)
+		if err := proctest.BuildLauncher(bin, cgo); err != nil {
+			t.Fatal(err)
 		}
 		b, _ := exec.Command(bin).CombinedOutput()
 		if !strings.Contains(string(b), "(first stage: "+stage+")") {
-			t.Fatalf("the cgo=%s build says %q, want first stage %s", cgo, b, stage)
+			t.Fatalf("the cgo=%v build says %q, want first stage %s", cgo, b, stage)
 		}
 		out[stage] = bin
 	}

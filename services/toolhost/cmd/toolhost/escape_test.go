@@ -47,10 +47,12 @@ func startEscapeHost(t *testing.T) *escapeHost {
 	launcherBin := filepath.Join(filepath.Dir(bin), "dsh-sandbox-launcher")
 	// With cgo, as make build: the C first stage serves every call
 	// (without a C compiler, the Go launcher, as such a build would have).
-	lb := exec.Command("go", "build", "-o", launcherBin, "../dsh-sandbox-launcher")
-	lb.Env = append(os.Environ(), "CGO_ENABLED="+cgoEnabled(t))
-	if out, err := lb.CombinedOutput(); err != nil {
-		t.Fatalf("build the launcher: %v\n%s", err, out)
+	cgo := proctest.CgoUsable()
+	if !cgo {
+		t.Logf("no C compiler: the escape suite attacks the Go launcher, not the C first stage")
+	}
+	if err := proctest.BuildLauncher(launcherBin, cgo); err != nil {
+		t.Fatal(err)
 	}
 	h := &escapeHost{root: t.TempDir(), outside: t.TempDir(), accepted: new(atomic.Int64), exited: make(chan error, 1)}
 	for _, s := range []string{"a", "b"} {
@@ -354,22 +356,4 @@ func TestEscapeSuite(t *testing.T) {
 		default:
 		}
 	})
-}
-
-// cgoEnabled is "1" when this machine has the C compiler go would use
-// (`go env CC`, else gcc), else "0" with a note that the Go launcher is
-// attacked instead of the C first stage.
-func cgoEnabled(t *testing.T) string {
-	t.Helper()
-	cc := "gcc"
-	if out, err := exec.Command("go", "env", "CC").Output(); err == nil {
-		if f := strings.Fields(string(out)); len(f) > 0 {
-			cc = f[0]
-		}
-	}
-	if _, err := exec.LookPath(cc); err != nil {
-		t.Logf("no C compiler (%s): the escape suite attacks the Go launcher, not the C first stage", cc)
-		return "0"
-	}
-	return "1"
 }

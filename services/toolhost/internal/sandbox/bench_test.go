@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -10,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsh-dev/dsh/internal/proctest"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox/launcher"
 )
 
@@ -129,20 +128,14 @@ func buildLauncher(tb testing.TB, cgo bool) string {
 // buildLauncherIn builds the launcher into dir.
 func buildLauncherIn(dir string, cgo bool) (string, error) {
 	bin := filepath.Join(dir, launcher.Arg0)
-	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/dsh-sandbox-launcher")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if cgo {
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the launcher: %v\n%s", err, out)
-	}
-	return bin, nil
+	return bin, proctest.BuildLauncher(bin, cgo)
 }
 
 // BenchmarkCallRuleset measures the host's share of a confined call's
 // Landlock work: "rules" builds one call's ruleset from a kept listing (a
 // landlock_add_rule per sibling of the way down to the hidden roots),
+// "pooled" takes a pooled ruleset for a call and puts it back (what a call
+// costs when the previous call with the same additions left one, pool.go),
 // "listing" lists and opens those siblings from scratch (a host's first
 // call), "relisting" lists them again taking the previous listing's
 // descriptors over (what a change in a listed directory costs once).
@@ -150,7 +143,7 @@ func buildLauncherIn(dir string, cgo bool) (string, error) {
 func BenchmarkCallRuleset(b *testing.B) {
 	root := b.TempDir()
 	hidden := []string{root}
-	l, err := newListing(hidden, nil, keepBudget())
+	l, _, err := newListing(hidden, nil, keepBudget(), 1)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -165,9 +158,20 @@ func BenchmarkCallRuleset(b *testing.B) {
 		}
 		b.ReportMetric(float64(len(l.entries)), "entries")
 	})
+	b.Run("pooled", func(b *testing.B) {
+		pool := newRulesetPool(b.TempDir())
+		defer pool.close()
+		for b.Loop() {
+			rs, err := pool.take(l, WorkspaceWrite, true, nil, []string{root})
+			if err != nil {
+				b.Fatal(err)
+			}
+			pool.put(rs)
+		}
+	})
 	b.Run("listing", func(b *testing.B) {
 		for b.Loop() {
-			l, err := newListing(hidden, nil, keepBudget())
+			l, _, err := newListing(hidden, nil, keepBudget(), 1)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -175,13 +179,13 @@ func BenchmarkCallRuleset(b *testing.B) {
 		}
 	})
 	b.Run("relisting", func(b *testing.B) {
-		prev, err := newListing(hidden, nil, keepBudget())
+		prev, _, err := newListing(hidden, nil, keepBudget(), 1)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
 			prev.retired = true
-			l, err := newListing(hidden, prev, keepBudget())
+			l, _, err := newListing(hidden, prev, keepBudget(), prev.gen+1)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -23,8 +23,9 @@ import (
 // every directory it listed is unchanged (readListing), with an O_PATH
 // descriptor kept for each sibling (but mount roots), so a call's ruleset
 // costs one landlock_add_rule per sibling instead of a directory walk and
-// an open, a rule and a close per sibling; each call still gets a ruleset
-// of its own, the same rules a fresh walk would give.
+// an open, a rule and a close per sibling, the same rules a fresh walk
+// would give; and a call's ruleset is reused by the next call with the same
+// additions (pool.go), which then adds none.
 
 // listingSettle is how long a listed directory must have been unchanged
 // before its listing is reused: file times are coarse (a clock tick), so a
@@ -62,6 +63,10 @@ type outsideEntry struct {
 	// checked to be that very file.
 	ino, dev uint64
 	fd       int
+	// seq is the generation of the listing this entry first appeared in
+	// (kept while it stays the same file): a pooled ruleset synced to an
+	// older generation lacks exactly the entries with a higher seq.
+	seq uint64
 }
 
 // listing is the read rules for everything outside the hidden roots, and
@@ -76,6 +81,12 @@ type listing struct {
 	settled bool
 	users   int
 	retired bool
+	// gen numbers the host's listings (1, 2, ...); epoch changes when a
+	// listing found an entry of the one before it gone but not deleted
+	// (moved, renamed, replaced, or not checkable): a rule for such a
+	// file's inode could now grant something at its new place, so every
+	// pooled ruleset older than epoch is dropped (pool.go).
+	gen, epoch uint64
 }
 
 // fresh reports whether every listed directory is as it was.
@@ -108,39 +119,44 @@ func (l *listing) close() {
 // At most budget descriptors are kept (keepBudget): anyone may fill /tmp
 // with entries, and the toolhost's own descriptors (connections, pipes, the
 // store) must not run out because of them; the rest are opened per call.
-func newListing(hidden []string, prev *listing, budget int) (*listing, error) {
+//
+// movedAway are the entries of prev gone from the new listing and not
+// deleted (their kept descriptor's link count is not 0, or none was kept):
+// such a file still exists somewhere, perhaps under a hidden root.
+func newListing(hidden []string, prev *listing, budget int, gen uint64) (l *listing, movedAway []string, err error) {
 	entries, walked, err := listOutside(hidden)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	kept := 0
 	var held map[string]*outsideEntry
+	matched := map[*outsideEntry]bool{}
 	if prev != nil {
 		held = make(map[string]*outsideEntry, len(prev.entries))
 		for i := range prev.entries {
-			if e := &prev.entries[i]; e.fd >= 0 {
-				held[e.path] = e
-			}
+			held[prev.entries[i].path] = &prev.entries[i]
 		}
 	}
 	for i := range entries {
 		e := &entries[i]
-		if kept >= budget {
-			break // the rest: opened per call
-		}
+		e.seq = gen
 		if old := held[e.path]; old != nil && old.file == e.file && old.ino == e.ino && old.dev == e.dev {
-			if prev.users == 0 && prev.retired {
-				e.fd, old.fd = old.fd, -1
-			} else if fd, err := unix.FcntlInt(uintptr(old.fd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
-				e.fd = fd
-			}
-			if e.fd >= 0 {
-				kept++
-				continue
+			e.seq = old.seq
+			matched[old] = true
+			if kept < budget && old.fd >= 0 {
+				if prev.users == 0 && prev.retired {
+					e.fd, old.fd = old.fd, -1
+				} else if fd, err := unix.FcntlInt(uintptr(old.fd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+					e.fd = fd
+				}
+				if e.fd >= 0 {
+					kept++
+					continue
+				}
 			}
 		}
-		if mountRoot(e.path) {
-			continue
+		if kept >= budget || mountRoot(e.path) {
+			continue // opened per call
 		}
 		fd, err := unix.Open(e.path, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 		if err != nil {
@@ -154,7 +170,21 @@ func newListing(hidden []string, prev *listing, budget int) (*listing, error) {
 		e.fd = fd
 		kept++
 	}
-	return &listing{entries: entries, walked: walked}, nil
+	if prev != nil {
+		for i := range prev.entries {
+			if old := &prev.entries[i]; !matched[old] && !deleted(old.fd) {
+				movedAway = append(movedAway, old.path)
+			}
+		}
+	}
+	return &listing{entries: entries, walked: walked, gen: gen}, movedAway, nil
+}
+
+// deleted reports whether fd (an O_PATH descriptor, or -1 for none) is a
+// file with no name left: a rule on it can grant nothing any more.
+func deleted(fd int) bool {
+	var st unix.Stat_t
+	return fd >= 0 && unix.Fstat(fd, &st) == nil && st.Nlink == 0
 }
 
 // maxKept bounds the descriptors a listing keeps open.
@@ -187,6 +217,8 @@ type readListing struct {
 	hidden []string
 	mu     sync.Mutex
 	cur    *listing // nil: none worth keeping
+	// gen and epoch are the last listing's (see listing).
+	gen, epoch uint64
 }
 
 // get returns the listing, made again when a listed directory changed;
@@ -205,14 +237,20 @@ func (r *readListing) get() (*listing, error) {
 	if prev != nil {
 		prev.retired = true
 	}
-	l, err := newListing(r.hidden, prev, keepBudget())
+	r.gen++
+	l, movedAway, err := newListing(r.hidden, prev, keepBudget(), r.gen)
 	if prev != nil {
 		r.cur = nil
 		r.retire(prev)
 	}
 	if err != nil {
+		r.epoch++ // the next listing has nothing to compare with
 		return nil, err
 	}
+	if prev == nil || len(movedAway) > 0 {
+		r.epoch++
+	}
+	l.epoch = r.epoch
 	l.users = 1
 	r.cur = l
 	for _, w := range l.walked {
@@ -283,7 +321,7 @@ func callRuleset(outside *listing, read, write []string, network bool) (int, err
 	if fd < 0 {
 		return -1, errors.New("landlock would enforce nothing on this kernel")
 	}
-	if err := addOutside(fd, outside); err != nil {
+	if err := addOutside(fd, outside, 0); err != nil {
 		unix.Close(fd)
 		return -1, err
 	}
@@ -297,10 +335,14 @@ const (
 	readFileAccess = llsys.AccessFSExecute | llsys.AccessFSReadFile
 )
 
-// addOutside adds the listing's read rules: by the kept descriptor, else
-// by opening the path (one that vanished since the listing is skipped).
-func addOutside(ruleset int, l *listing) error {
+// addOutside adds the listing's read rules for the entries newer than
+// generation since (0: all): by the kept descriptor, else by opening the
+// path (one that vanished since the listing is skipped).
+func addOutside(ruleset int, l *listing, since uint64) error {
 	for _, e := range l.entries {
+		if e.seq <= since {
+			continue
+		}
 		fd := e.fd
 		if fd < 0 {
 			var err error

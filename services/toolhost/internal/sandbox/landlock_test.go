@@ -3,7 +3,6 @@ package sandbox
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -49,7 +48,7 @@ func confinedSandbox(t *testing.T) (s *Sandbox, base, a, b string) {
 func firstStages(t *testing.T) map[string]string {
 	t.Helper()
 	out := map[string]string{"go": "/proc/self/exe"}
-	if _, err := exec.LookPath("gcc"); err == nil {
+	if proctest.CgoUsable() {
 		cLauncher.once.Do(func() { cLauncher.path, cLauncher.err = buildLauncherIn(cLauncher.dir, true) })
 		if cLauncher.err != nil {
 			t.Fatal(cLauncher.err)
@@ -238,7 +237,7 @@ func TestListingKeepsABoundedNumberOfDescriptors(t *testing.T) {
 		return kept, flood
 	}
 	const budget = 5
-	prev, err := newListing([]string{hidden}, nil, budget)
+	prev, _, err := newListing([]string{hidden}, nil, budget, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +246,7 @@ func TestListingKeepsABoundedNumberOfDescriptors(t *testing.T) {
 		t.Fatalf("first listing: %d descriptors kept (budget %d), %d of 40 entries listed", kept, budget, flood)
 	}
 	prev.retired = true
-	next, err := newListing([]string{hidden}, prev, budget)
+	next, _, err := newListing([]string{hidden}, prev, budget, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox/launcher"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
 )
 
 // Config configures a host's sandbox.
@@ -96,6 +97,7 @@ type Sandbox struct {
 	support Support
 	pids    *pidsCgroups
 	outside *readListing
+	pool    *rulesetPool
 	// probed is closed when the probe has filled support; everything that
 	// reads support waits for it, so a confined call can never be prepared
 	// on a guess (fail closed).
@@ -138,6 +140,7 @@ func New(cfg Config) (*Sandbox, error) {
 		}
 	}
 	s.outside = &readListing{hidden: s.hidden}
+	s.pool = newRulesetPool(tmp)
 	s.support.LandlockABI, _ = llsys.LandlockGetABIVersion()
 	// The temporary area's random suffix tells this host's cgroups apart.
 	if pc, err := newPidsCgroups(strings.TrimPrefix(filepath.Base(tmp), "dsh-toolhost-tmp-")); err == nil {
@@ -260,6 +263,7 @@ func (s *Sandbox) enforcement(p Policy) toolsv1.SandboxEnforcement {
 func (s *Sandbox) Close() error {
 	<-s.probed // the probe uses the temporary area and the cgroups
 	s.reaping.Wait()
+	s.pool.close()
 	s.outside.close()
 	if s.pids != nil {
 		s.pids.close()
@@ -295,8 +299,11 @@ type Run struct {
 
 	statusR, statusW *os.File
 	// ruleset is the Landlock ruleset handed to the launcher (closed once
-	// it started).
+	// it started); pooled is the ruleset it duplicates, the call's until
+	// Finish gives it back to pool.
 	ruleset     *os.File
+	pooled      *pooledRuleset
+	pool        *rulesetPool
 	status      *bufio.Reader
 	cgroup, tmp string
 	result      string
@@ -332,33 +339,39 @@ func (s *Sandbox) command(c Call) (*Run, error) {
 		// the bounding set); root drops them or fails closed.
 		PIDNS: s.support.Namespaces, DropCaps: os.Geteuid() == 0, Limits: s.cfg.Limits,
 	}
-	tmp, err := os.MkdirTemp(s.tmpRoot, "call-")
-	if err != nil {
-		return nil, fmt.Errorf("call temp dir: %w", err)
-	}
-	r.tmp = tmp
+	var tmp string
 	if lc.Landlock {
 		var read, write []string
 		if c.SpillDir != "" {
 			read = append(read, c.SpillDir)
 		}
 		if c.Policy.Mode == WorkspaceWrite {
-			write = []string{c.Root, tmp}
+			write = []string{c.Root} // and the ruleset's own directory
 		} else {
 			read = append(read, c.Root)
 		}
 		outside, err := s.outside.get()
 		if err != nil {
-			r.abandon()
 			return nil, fmt.Errorf("%w: landlock: %v", ErrUnavailable, err)
 		}
-		fd, err := callRuleset(outside, read, write, c.Policy.Network)
+		rs, err := s.pool.take(outside, c.Policy.Mode, c.Policy.Network, read, write)
 		s.outside.put(outside)
+		if err != nil {
+			return nil, fmt.Errorf("%w: landlock: %v", ErrUnavailable, err)
+		}
+		r.pooled, r.pool, tmp = rs, s.pool, rs.dir
+		fd, err := unix.FcntlInt(uintptr(rs.fd), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
 			r.abandon()
 			return nil, fmt.Errorf("%w: landlock: %v", ErrUnavailable, err)
 		}
 		r.ruleset = os.NewFile(uintptr(fd), "landlock-ruleset")
+	} else {
+		var err error
+		if tmp, err = os.MkdirTemp(s.tmpRoot, "call-"); err != nil {
+			return nil, fmt.Errorf("call temp dir: %w", err)
+		}
+		r.tmp = tmp
 	}
 	if s.pids != nil {
 		cg, err := s.pids.create(s.cfg.Limits.Processes)
@@ -368,6 +381,7 @@ func (s *Sandbox) command(c Call) (*Run, error) {
 		}
 		r.cgroup, lc.Cgroup = cg, cg
 	}
+	var err error
 	r.statusR, r.statusW, err = os.Pipe()
 	if err != nil {
 		r.abandon()
@@ -422,6 +436,14 @@ func (r *Run) Finish() {
 		rest, _ := r.status.ReadString('\n')
 		r.result = strings.TrimSpace(rest)
 	}
+	if _, _, done := r.Result(); r.ok && done && r.pooled != nil {
+		// Every process of the call is gone (the launcher reaped the
+		// shell and killed what was left): the ruleset may serve the
+		// next call with the same additions (pool.go).
+		r.closeRuleset()
+		r.pool.put(r.pooled)
+		r.pooled = nil
+	}
 	r.abandon()
 }
 
@@ -458,6 +480,10 @@ func (r *Run) abandon() {
 	}
 	r.statusR, r.statusW = nil, nil
 	r.closeRuleset()
+	if r.pooled != nil {
+		r.pool.drop(r.pooled)
+		r.pooled = nil
+	}
 	if r.cgroup != "" {
 		remove(r.cgroup)
 		r.cgroup = ""

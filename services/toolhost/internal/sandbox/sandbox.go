@@ -14,7 +14,8 @@
 //
 // Modes: read-only reads everywhere except other sessions' workspaces and
 // spill directories, and writes only /dev/null and co.; workspace-write adds
-// the session's workspace root and a per-call temporary directory;
+// the session's workspace root and the call's temporary directory (its
+// ruleset's, emptied between the calls it serves: pool.go);
 // danger-full-access skips Landlock and the capability drop but keeps the
 // namespaces and limits (containment is not a file effect).
 //

@@ -1,0 +1,260 @@
+package sandbox
+
+import (
+	"container/list"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// A confined call's ruleset is hundreds of rules (one per sibling on the
+// way to the hidden roots), and adding them was most of the toolhost's own
+// CPU per bash call. The rules depend on the listing and on what the call
+// adds (its session's root and spill directory, the mode, the network), not
+// on the call: a ruleset is pooled after its call ended and reused by the
+// next call with the same additions, so such a call adds no rules at all.
+//
+// What makes reuse sound:
+//   - One call at a time: a ruleset is taken out of the pool for its call and
+//     put back only once every process of the call is gone (Run.Finish, after
+//     Wait). The launcher adds its own /proc rule to the ruleset before it
+//     enforces it, so a reused ruleset also holds a rule for each earlier
+//     call's /proc: a procfs instance of a PID namespace that is dead by
+//     then, which no path reaches; after maxRulesetUses calls it is dropped.
+//   - Its temporary directory is its own (granted in workspace-write, as the
+//     per-call directory was), emptied when it is put back; one that cannot
+//     be emptied drops the ruleset.
+//   - The listing has not moved anything away since (listing.epoch): an entry
+//     gone from a listing and not deleted may be anywhere now, inside a hidden
+//     root too, and its rule would grant it there. Entries added since are
+//     added to the ruleset when it is taken (entry seq), so it grants what a
+//     fresh ruleset would. Entries deleted since (no link left) are harmless.
+//   - The call's own paths (root, spill directory) are the same files as when
+//     the ruleset was made: a root removed and made again, or moved, drops it.
+//
+// The shell never holds the descriptor (TestNoRulesetReachesTheShell): it
+// could otherwise add rules to a ruleset later calls enforce.
+
+// maxRulesetUses bounds the calls one pooled ruleset serves (each leaves a
+// dead /proc rule in it).
+const maxRulesetUses = 64
+
+// maxPooled bounds the rulesets kept between calls (each is a descriptor,
+// a directory and some kernel memory per rule); the least recently used
+// goes first.
+const maxPooled = 128
+
+// pooledRuleset is a ruleset between calls, or taken by one.
+type pooledRuleset struct {
+	key string
+	fd  int
+	// dir is its temporary directory (TMPDIR of its calls).
+	dir string
+	// gen and epoch are those of the listing whose entries it holds.
+	gen, epoch uint64
+	// ids are the identities of the call's own paths when it was made.
+	ids  []inodeID
+	uses int
+	elem *list.Element // in rulesetPool.lru while pooled
+}
+
+type inodeID struct{ dev, ino uint64 }
+
+func idOf(path string) (inodeID, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return inodeID{}, err
+	}
+	return inodeID{st.Dev, st.Ino}, nil
+}
+
+// rulesetPool keeps a host's rulesets between calls.
+type rulesetPool struct {
+	tmpRoot string
+	mu      sync.Mutex
+	free    map[string][]*pooledRuleset
+	lru     list.List // of *pooledRuleset, oldest first
+	// reused counts the calls served by a pooled ruleset (tests).
+	reused int
+}
+
+func newRulesetPool(tmpRoot string) *rulesetPool {
+	return &rulesetPool{tmpRoot: tmpRoot, free: map[string][]*pooledRuleset{}}
+}
+
+// rulesetKey is what a call adds to the outside: its mode, network, and
+// the paths it reads and writes.
+func rulesetKey(mode Mode, network bool, read, write []string) string {
+	return string(mode) + "\x00" + strconv.FormatBool(network) + "\x00" + strings.Join(read, "\x00") + "\x00\x00" + strings.Join(write, "\x00")
+}
+
+// take returns a ruleset for a call with these additions, from the pool
+// when one is still sound for outside (adding the entries listed since it
+// was made), else a new one. mode decides whether its directory is
+// writable (workspace-write) or only TMPDIR. Hand it back with put or drop.
+func (p *rulesetPool) take(outside *listing, mode Mode, network bool, read, write []string) (*pooledRuleset, error) {
+	key := rulesetKey(mode, network, read, write)
+	for {
+		rs := p.pop(key)
+		if rs == nil {
+			break
+		}
+		if rs.epoch != outside.epoch || rs.gen > outside.gen || !sameFiles(rs.ids, read, write) {
+			p.drop(rs)
+			continue
+		}
+		if rs.gen < outside.gen {
+			if err := addOutside(rs.fd, outside, rs.gen); err != nil {
+				p.drop(rs)
+				return nil, err
+			}
+			rs.gen = outside.gen
+		}
+		p.mu.Lock()
+		p.reused++
+		p.mu.Unlock()
+		return rs, nil
+	}
+	ids := make([]inodeID, 0, len(read)+len(write))
+	for _, path := range append(read[:len(read):len(read)], write...) {
+		id, err := idOf(path)
+		if err != nil {
+			return nil, fmt.Errorf("stat %s: %w", path, err)
+		}
+		ids = append(ids, id)
+	}
+	dir, err := os.MkdirTemp(p.tmpRoot, "call-")
+	if err != nil {
+		return nil, fmt.Errorf("call temp dir: %w", err)
+	}
+	rs := &pooledRuleset{key: key, fd: -1, dir: dir, gen: outside.gen, epoch: outside.epoch, ids: ids}
+	if mode == WorkspaceWrite {
+		write = append(write[:len(write):len(write)], dir)
+	}
+	if rs.fd, err = callRuleset(outside, read, write, network); err != nil {
+		p.drop(rs)
+		return nil, err
+	}
+	return rs, nil
+}
+
+// sameFiles reports whether read and write are still the files ids says.
+func sameFiles(ids []inodeID, read, write []string) bool {
+	if len(ids) != len(read)+len(write) {
+		return false
+	}
+	for i, path := range append(read[:len(read):len(read)], write...) {
+		if id, err := idOf(path); err != nil || id != ids[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *rulesetPool) pop(key string) *pooledRuleset {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.free[key]
+	if len(s) == 0 {
+		return nil
+	}
+	rs := s[len(s)-1]
+	p.unlink(rs)
+	return rs
+}
+
+// unlink takes rs out of the pool (p.mu held).
+func (p *rulesetPool) unlink(rs *pooledRuleset) {
+	s := p.free[rs.key]
+	for i, x := range s {
+		if x == rs {
+			s = append(s[:i], s[i+1:]...)
+			break
+		}
+	}
+	if len(s) == 0 {
+		delete(p.free, rs.key)
+	} else {
+		p.free[rs.key] = s
+	}
+	p.lru.Remove(rs.elem)
+	rs.elem = nil
+}
+
+// put pools rs after its call ended (every process of it gone): its
+// directory is emptied, and a ruleset that served maxRulesetUses calls or
+// whose directory cannot be emptied is dropped.
+func (p *rulesetPool) put(rs *pooledRuleset) {
+	rs.uses++
+	if rs.uses >= maxRulesetUses || !emptyDir(rs.dir) {
+		p.drop(rs)
+		return
+	}
+	p.mu.Lock()
+	var evict *pooledRuleset
+	if p.lru.Len() >= maxPooled {
+		evict = p.lru.Front().Value.(*pooledRuleset)
+		p.unlink(evict)
+	}
+	rs.elem = p.lru.PushBack(rs)
+	p.free[rs.key] = append(p.free[rs.key], rs)
+	p.mu.Unlock()
+	if evict != nil {
+		p.drop(evict)
+	}
+}
+
+// drop closes rs and removes its directory.
+func (p *rulesetPool) drop(rs *pooledRuleset) {
+	if rs.fd >= 0 {
+		unix.Close(rs.fd)
+		rs.fd = -1
+	}
+	os.RemoveAll(rs.dir)
+}
+
+// close drops every pooled ruleset (no call may be in flight).
+func (p *rulesetPool) close() {
+	p.mu.Lock()
+	var all []*pooledRuleset
+	for e := p.lru.Front(); e != nil; e = e.Next() {
+		all = append(all, e.Value.(*pooledRuleset))
+	}
+	p.free, p.lru = map[string][]*pooledRuleset{}, list.List{}
+	p.mu.Unlock()
+	for _, rs := range all {
+		p.drop(rs)
+	}
+}
+
+// emptyDir removes what dir holds and reports whether it is an empty
+// directory (the same one) afterwards.
+func emptyDir(dir string) bool {
+	before, err := idOf(dir)
+	if err != nil {
+		return false
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	if len(ents) == 0 {
+		return true
+	}
+	for _, e := range ents {
+		if os.RemoveAll(filepath.Join(dir, e.Name())) != nil {
+			return false
+		}
+	}
+	after, err := idOf(dir)
+	if err != nil || after != before {
+		return false
+	}
+	ents, err = os.ReadDir(dir)
+	return err == nil && len(ents) == 0
+}

@@ -1,0 +1,247 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// reused is how many calls a pooled ruleset served so far.
+func reused(s *Sandbox) int {
+	s.pool.mu.Lock()
+	defer s.pool.mu.Unlock()
+	return s.pool.reused
+}
+
+// TestPooledRulesetHidesWhatMovedAway attacks the ruleset pool: a call's
+// ruleset granted a sibling of the host root by its inode; the sibling is
+// then moved (or hard-linked and unlinked) into another session's
+// workspace. A later call of the same session, which would otherwise reuse
+// that ruleset, must not read it there — through either first stage.
+func TestPooledRulesetHidesWhatMovedAway(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		// make creates the sibling at x and returns the file to read.
+		make func(t *testing.T, x string) string
+		// move puts it into session b and returns the path to read there.
+		move func(t *testing.T, x, b string) string
+	}{
+		{"renamed directory", func(t *testing.T, x string) string {
+			mustWrite(t, filepath.Join(x, "note"))
+			return filepath.Join(x, "note")
+		}, func(t *testing.T, x, b string) string {
+			if err := os.Rename(x, filepath.Join(b, "x")); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(b, "x", "note")
+		}},
+		{"hard-linked file", func(t *testing.T, x string) string {
+			mustWrite(t, x)
+			return x
+		}, func(t *testing.T, x, b string) string {
+			if err := os.Link(x, filepath.Join(b, "x")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(x); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(b, "x")
+		}},
+	}
+	for stage, exe := range firstStages(t) {
+		for _, c := range cases {
+			t.Run(stage+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
+				s, base, a, b := confinedSandboxWith(t, exe)
+				x := filepath.Join(base, "x")
+				note := c.make(t, x)
+				p := Policy{Mode: WorkspaceWrite}
+				for i := range 2 {
+					if out, errb, _ := runIn(t, s, p, a, "cat "+note); out != "was-outside" {
+						t.Fatalf("call %d: a file outside the hidden roots is not readable: %q %q", i, out, errb)
+					}
+				}
+				if reused(s) == 0 {
+					t.Fatal("the second call did not reuse the first call's ruleset: this test attacks nothing")
+				}
+				moved := c.move(t, x, b)
+				out, _, _ := runIn(t, s, p, a, "cat "+moved+"; echo end")
+				if strings.Contains(out, "was-outside") || out != "end\n" {
+					t.Errorf("after the move into another session's workspace: %q", out)
+				}
+			})
+		}
+	}
+}
+
+func mustWrite(t *testing.T, path string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("was-outside"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPooledRulesetFollowsTheFilesystem: a reused ruleset grants what a
+// fresh one would — a directory made beside the host root after it was
+// made — and one whose session root was removed and made again is not
+// reused (its rule would be on the old root).
+func TestPooledRulesetFollowsTheFilesystem(t *testing.T) {
+	t.Parallel()
+	s, base, a, _ := confinedSandbox(t)
+	p := Policy{Mode: WorkspaceWrite}
+	if out, _, _ := runIn(t, s, p, a, "echo one > f; cat f"); out != "one\n" {
+		t.Fatalf("first call: %q", out)
+	}
+	late := filepath.Join(base, "late", "news")
+	mustWrite(t, late)
+	n := reused(s)
+	if out, errb, _ := runIn(t, s, p, a, "cat "+late); out != "was-outside" {
+		t.Errorf("a directory made after the ruleset: out %q err %q", out, errb)
+	}
+	if reused(s) != n+1 {
+		t.Errorf("the call did not reuse the pooled ruleset (%d → %d reuses)", n, reused(s))
+	}
+	if err := os.RemoveAll(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(a, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n = reused(s)
+	if out, errb, _ := runIn(t, s, p, a, "echo two > f; cat f"); out != "two\n" {
+		t.Errorf("a root made again: out %q err %q", out, errb)
+	}
+	if reused(s) != n {
+		t.Error("a ruleset made for the old root was reused")
+	}
+}
+
+// TestPooledTemporaryDirectoryIsEmptied: the next call that reuses a
+// ruleset gets its temporary directory empty and writable; a call of
+// another session cannot see it.
+func TestPooledTemporaryDirectoryIsEmptied(t *testing.T) {
+	t.Parallel()
+	s, _, a, b := confinedSandbox(t)
+	p := Policy{Mode: WorkspaceWrite}
+	out, _, _ := runIn(t, s, p, a, `mkdir -p "$TMPDIR/d/e" && echo left > "$TMPDIR/d/e/f" && chmod 000 "$TMPDIR/d" && echo "$TMPDIR"`)
+	tmp := strings.TrimSpace(out)
+	if !strings.HasPrefix(tmp, s.tmpRoot+"/") {
+		t.Fatalf("TMPDIR %q is not in the host's temporary area", tmp)
+	}
+	if out, _, _ := runIn(t, s, p, b, "ls -A "+tmp+"; echo end"); out != "end\n" {
+		t.Errorf("another session sees the temporary directory: %q", out)
+	}
+	n := reused(s)
+	out, errb, _ := runIn(t, s, p, a, `echo "$TMPDIR"; ls -A "$TMPDIR"; echo new > "$TMPDIR/g" && cat "$TMPDIR/g"`)
+	if reused(s) != n+1 {
+		t.Fatal("the third call did not reuse the first call's ruleset")
+	}
+	if out != tmp+"\nnew\n" {
+		t.Errorf("the reused temporary directory: out %q err %q", out, errb)
+	}
+}
+
+// TestListingTellsDeletedFromMoved: an entry gone from a listing and
+// deleted keeps pooled rulesets (its rule grants nothing); one renamed
+// away does not.
+func TestListingTellsDeletedFromMoved(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	hidden := filepath.Join(base, "host")
+	for _, d := range []string{hidden, filepath.Join(base, "gone"), filepath.Join(base, "moved")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prev, _, err := newListing([]string{hidden}, nil, keepBudget(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prev.close()
+	if err := os.Remove(filepath.Join(base, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	next, moved, err := newListing([]string{hidden}, prev, keepBudget(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.close()
+	if slices.Contains(moved, filepath.Join(base, "gone")) {
+		t.Error("a deleted directory counted as moved away")
+	}
+	if err := os.Rename(filepath.Join(base, "moved"), filepath.Join(hidden, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	last, moved, err := newListing([]string{hidden}, next, keepBudget(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer last.close()
+	if !slices.Contains(moved, filepath.Join(base, "moved")) {
+		t.Error("a directory renamed into a hidden root did not count as moved away")
+	}
+}
+
+// TestPoolBounds: a ruleset serves at most maxRulesetUses calls, and at
+// most maxPooled rulesets are kept (the least recently used is dropped).
+func TestPoolBounds(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	pool := newRulesetPool(t.TempDir())
+	defer pool.close()
+	l := &listing{gen: 1, epoch: 1} // no outside entries: the bounds are the point
+	take := func(write string) *pooledRuleset {
+		t.Helper()
+		rs, err := pool.take(l, WorkspaceWrite, true, nil, []string{write})
+		if err != nil {
+			t.Skipf("no Landlock ruleset here: %v", err)
+		}
+		return rs
+	}
+	first := take(root)
+	dir := first.dir
+	pool.put(first)
+	for i := 1; i < maxRulesetUses; i++ {
+		rs := take(root)
+		if rs.dir != dir {
+			t.Fatalf("use %d: a new ruleset although the pooled one served %d calls", i+1, i)
+		}
+		pool.put(rs)
+	}
+	if rs := take(root); rs.dir == dir {
+		t.Fatalf("a ruleset served more than %d calls", maxRulesetUses)
+	} else {
+		pool.put(rs)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the retired ruleset's directory is still there: %v", err)
+	}
+	var oldest string
+	for i := range maxPooled + 1 {
+		w := filepath.Join(root, "s"+strconv.Itoa(i))
+		if err := os.Mkdir(w, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		rs := take(w)
+		if i == 0 {
+			oldest = rs.dir
+		}
+		pool.put(rs)
+	}
+	pool.mu.Lock()
+	n := pool.lru.Len()
+	pool.mu.Unlock()
+	if n != maxPooled {
+		t.Errorf("%d rulesets pooled, want at most %d", n, maxPooled)
+	}
+	if _, err := os.Stat(oldest); !os.IsNotExist(err) {
+		t.Errorf("the least recently used ruleset was not dropped: %v", err)
+	}
+}
