@@ -7,7 +7,7 @@
 // and then runs deep code — the protobuf decoder's recursion, gRPC's stream
 // set-up — doubled its stack two or three times deep in that code, with
 // dozens of frames to copy each time: 3–12 % of a service's CPU in the
-// profiles of docs/arch/throughput.md §20. Calling To16KiB while the stack is
+// profiles of docs/arch/throughput.md §20 and §22. Calling To16KiB while the stack is
 // still shallow grows it once, with a frame or two to copy.
 package stackgrow
 

@@ -44,7 +44,7 @@ func TestSessionRootSwappedForALink(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.shell {
-				// Found with this test (issue 19, §20-toolhost): the call's
+				// Found with this test (issue 19, §21): the call's
 				// Landlock write rule for the root (sandbox.callRuleset,
 				// landlock.RWDirs) opens the resolved root by path, following
 				// a link flipped in since the toolhost checked it, so bash
