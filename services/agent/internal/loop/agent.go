@@ -153,17 +153,12 @@ type Agent struct {
 	checker      session.Checker // debug mode: the log's events checked so far
 	checked      int
 	headerLogged bool
-	// lastHeader is the header this agent last logged, at seq lastHeaderSeq:
-	// the log holds a copy, and comparing the next step's header with this
-	// one finds the tools and prefix by pointer (see logHeader).
-	lastHeader    *sessionv1.EpochHeader
-	lastHeaderSeq int64
-	prefix        []*llmv1.Message
-	prefixSet     bool
-	sandbox       sandboxFold
-	ws            *toolsv1.GetWorkspaceContextResponse
-	sections      []prompt.Section // this turn's agent/prompt-sections
-	asm           *asmCache        // the last assembly (turn.go); nil while idle
+	prefix       []*llmv1.Message
+	prefixSet    bool
+	sandbox      sandboxFold
+	ws           *toolsv1.GetWorkspaceContextResponse
+	sections     []prompt.Section // this turn's agent/prompt-sections
+	asm          *asmCache        // the last assembly (turn.go); nil while idle
 }
 
 // New returns an agent over log. It does not start the driver; call Start.
@@ -531,12 +526,12 @@ func (a *Agent) run() {
 			if a.disposed {
 				close(a.done)
 			} else if !a.exclusive {
-				// Idle: the step caches (the last assembly, the last logged
-				// header) go with the driver — they only save work between
+				// Idle: the step cache (the last assembly) goes with the
+				// driver — they only save work between
 				// a turn's steps, and an idle session holds ≤ 10 KiB
 				// (BenchmarkIdleLoadedSessionMemory). Nothing else uses them
 				// while neither a driver nor an Exclusive turn runs.
-				a.asm, a.lastHeader = nil, nil
+				a.asm = nil
 				a.setStatusLocked(agentv1.AgentStatus_AGENT_STATUS_IDLE)
 			}
 			a.mu.Unlock()

@@ -726,15 +726,12 @@ func assistantEvent(turn, step int32, content []*llmv1.ContentBlock, prov *llmv1
 	}
 }
 
-// logHeader appends request/header per the logging rule of §3.7. The
-// latest header is the one this agent logged when the log's latest is that
-// very event (the same header, whose tools and prefix this step's header
-// shares by pointer, so the comparison needs no walk); otherwise the log's.
+// logHeader appends request/header per the logging rule of §3.7. The log
+// keeps the header this agent logged as it is (canonical, appended owned),
+// so the next step's header shares its tools and prefix by pointer and the
+// comparison needs no walk.
 func (a *Agent) logHeader(h *sessionv1.EpochHeader) error {
 	latest := a.log.RequestHeader()
-	if a.lastHeader != nil && a.log.RequestHeaderSeq() == a.lastHeaderSeq {
-		latest = a.lastHeader
-	}
 	var reason sessionv1.HeaderReason
 	switch {
 	case !a.headerLogged && latest == nil:
@@ -750,11 +747,10 @@ func (a *Agent) logHeader(h *sessionv1.EpochHeader) error {
 	// hook's config); what it shares — the registry's tool schemas and the
 	// agent's prefix copy — is never mutated: the log takes it without the
 	// copy Append makes, which was a deep copy of every tool schema.
-	ev, err := a.appendOwned(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_RequestHeader{
+	_, err := a.appendOwned(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_RequestHeader{
 		RequestHeader: &sessionv1.RequestHeader{Header: h, Reason: reason}}})
 	if err == nil {
 		a.headerLogged = true
-		a.lastHeader, a.lastHeaderSeq = h, ev.GetSeq()
 	}
 	return err
 }
