@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -149,8 +150,13 @@ func BenchmarkCallRuleset(b *testing.B) {
 	}
 	defer l.close()
 	b.Run("rules", func(b *testing.B) {
+		dir, _, err := openRuleDir(root)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer dir.Close()
 		for b.Loop() {
-			fd, err := callRuleset(l, nil, []string{root}, true)
+			fd, err := callRuleset(l, nil, []*os.File{dir}, true)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -3,8 +3,11 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
+
+	"github.com/dsh-dev/dsh/internal/fileopen"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -294,23 +297,19 @@ func (r *readListing) close() {
 
 // callRuleset is one call's ruleset: read everything but the hidden roots
 // (minus read), write only write and the sinks, no TCP when the network is
-// off, no signals or abstract sockets out of the domain. The returned
-// descriptor is close-on-exec; a ruleset that would restrict nothing (a
-// kernel too old for the rules) is an error: confinement fails closed.
-func callRuleset(outside *listing, read, write []string, network bool) (int, error) {
+// off, no signals or abstract sockets out of the domain. read and write are
+// the call's own directories, opened by openRuleDir (no symbolic link in
+// their paths): their rules are added by those descriptors, never by path,
+// so a directory swapped for a link after the host checked it cannot
+// take a rule to the link's target. The returned descriptor is
+// close-on-exec; a ruleset that would restrict nothing (a kernel too old
+// for the rules) is an error: confinement fails closed.
+func callRuleset(outside *listing, read, write []*os.File, network bool) (int, error) {
 	cfg := landlock.V11.BestEffort()
 	if network {
 		cfg.HandledAccessNet = 0
 	}
-	var rules []landlock.Rule
-	if len(read) > 0 {
-		rules = append(rules, landlock.RODirs(read...))
-	}
-	if len(write) > 0 {
-		rules = append(rules, landlock.RWDirs(write...).WithRefer())
-	}
-	rules = append(rules, landlock.RWFiles(sinks...).IgnoreIfMissing())
-	fd, flags, err := cfg.NewRulesetFD(rules...)
+	fd, flags, err := cfg.NewRulesetFD(landlock.RWFiles(sinks...).IgnoreIfMissing())
 	if err != nil {
 		return -1, err
 	}
@@ -321,11 +320,79 @@ func callRuleset(outside *listing, read, write []string, network bool) (int, err
 	if fd < 0 {
 		return -1, errors.New("landlock would enforce nothing on this kernel")
 	}
-	if err := addOutside(fd, outside, 0); err != nil {
+	err = addDirs(fd, read, readDirAccess)
+	if err == nil && len(write) > 0 {
+		var handled uint64
+		if handled, err = handledFS(); err == nil {
+			err = addDirs(fd, write, writeDirAccess&handled)
+		}
+	}
+	if err == nil {
+		err = addOutside(fd, outside, 0)
+	}
+	if err != nil {
 		unix.Close(fd)
 		return -1, err
 	}
 	return fd, nil
+}
+
+// writeDirAccess is what landlock.RWDirs(...).WithRefer() grants, before
+// it is cut to the rights the kernel's ABI handles.
+const writeDirAccess = readDirAccess | llsys.AccessFSWriteFile | llsys.AccessFSRemoveDir | llsys.AccessFSRemoveFile |
+	llsys.AccessFSMakeChar | llsys.AccessFSMakeDir | llsys.AccessFSMakeReg | llsys.AccessFSMakeSock | llsys.AccessFSMakeFifo |
+	llsys.AccessFSMakeBlock | llsys.AccessFSMakeSym | llsys.AccessFSTruncate | llsys.AccessFSRefer
+
+// handledFS is the file-system rights a landlock.V11 best-effort ruleset
+// handles on this kernel (go-landlock's downgrade: the ABI's own set),
+// which a rule may not exceed.
+func handledFS() (uint64, error) {
+	abi, err := llsys.LandlockGetABIVersion()
+	if err != nil {
+		return 0, fmt.Errorf("landlock ABI: %w", err)
+	}
+	byABI := []landlock.Config{landlock.V1, landlock.V2, landlock.V3, landlock.V4, landlock.V5, landlock.V6,
+		landlock.V7, landlock.V8, landlock.V9, landlock.V10, landlock.V11}
+	if abi < 1 {
+		return 0, errors.New("landlock would enforce nothing on this kernel")
+	}
+	return uint64(byABI[min(abi, len(byABI))-1].HandledAccessFS & landlock.V11.HandledAccessFS), nil
+}
+
+// addDirs adds a rule granting access beneath each directory, by its
+// descriptor.
+func addDirs(ruleset int, dirs []*os.File, access uint64) error {
+	for _, d := range dirs {
+		if err := llsys.LandlockAddPathBeneathRule(ruleset, &llsys.PathBeneathAttr{ParentFd: int(d.Fd()), AllowedAccess: access}, 0); err != nil {
+			return fmt.Errorf("rule for %s: %w", d.Name(), err)
+		}
+	}
+	return nil
+}
+
+// openRuleDir opens a directory the call's rules name (the session root,
+// its spill directory, the call's temporary directory: real paths the
+// host checked) with no symbolic link in any component, in one openat2
+// (RESOLVE_NO_SYMLINKS, fileopen.Beneath of the path under itself): the
+// directory opened is the one at that very path now. A path that has
+// become, or now passes through, a link is fileopen.ErrEscapes: the call
+// fails closed rather than grant the link's target. id is the directory's
+// identity, read from the descriptor.
+func openRuleDir(path string) (*os.File, inodeID, error) {
+	f, err := fileopen.Beneath(path, path)
+	if err != nil {
+		return nil, inodeID{}, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, inodeID{}, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		f.Close()
+		return nil, inodeID{}, &os.PathError{Op: "open", Path: path, Err: unix.ENOTDIR}
+	}
+	return f, inodeID{st.Dev, st.Ino}, nil
 }
 
 // The read rights of the outside (those of landlock.RODirs and ROFiles);

@@ -130,6 +130,11 @@ func New(cfg Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox temp area: %w", err)
 	}
+	// The temporary area's real path: a call's directory in it is opened
+	// with no symbolic link in its path (openRuleDir).
+	if rp, err := filepath.EvalSymlinks(tmp); err == nil {
+		tmp = rp
+	}
 	s.tmpRoot = tmp
 	for _, p := range []string{cfg.HostRoot, cfg.SpillRoot, tmp} {
 		if p == "" {
@@ -357,7 +362,9 @@ func (s *Sandbox) command(c Call) (*Run, error) {
 		rs, err := s.pool.take(outside, c.Policy.Mode, c.Policy.Network, read, write)
 		s.outside.put(outside)
 		if err != nil {
-			return nil, fmt.Errorf("%w: landlock: %v", ErrUnavailable, err)
+			// A directory of the call's that now is, or passes through, a
+			// symbolic link (fileopen.ErrEscapes) fails closed here.
+			return nil, fmt.Errorf("%w: landlock: %w", ErrUnavailable, err)
 		}
 		r.pooled, r.pool, tmp = rs, s.pool, rs.dir
 		fd, err := unix.FcntlInt(uintptr(rs.fd), unix.F_DUPFD_CLOEXEC, 0)

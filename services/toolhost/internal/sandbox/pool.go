@@ -120,36 +120,54 @@ func (p *rulesetPool) take(outside *listing, mode Mode, network bool, read, writ
 		p.mu.Unlock()
 		return rs, nil
 	}
-	ids := make([]inodeID, 0, len(read)+len(write))
-	for _, path := range append(read[:len(read):len(read)], write...) {
-		id, err := idOf(path)
-		if err != nil {
-			return nil, fmt.Errorf("stat %s: %w", path, err)
-		}
-		ids = append(ids, id)
-	}
 	dir, err := os.MkdirTemp(p.tmpRoot, "call-")
 	if err != nil {
 		return nil, fmt.Errorf("call temp dir: %w", err)
 	}
-	rs := &pooledRuleset{key: key, fd: -1, dir: dir, gen: outside.gen, epoch: outside.epoch, ids: ids}
+	rs := &pooledRuleset{key: key, fd: -1, dir: dir, gen: outside.gen, epoch: outside.epoch}
 	if mode == WorkspaceWrite {
 		write = append(write[:len(write):len(write)], dir)
 	}
-	if rs.fd, err = callRuleset(outside, read, write, network); err != nil {
+	// Each directory is opened once, with no link in its path: its rule is
+	// added by that descriptor and its identity kept for reuse (sameFiles).
+	dirs := make([]*os.File, 0, len(read)+len(write))
+	defer func() {
+		for _, f := range dirs {
+			f.Close()
+		}
+	}()
+	for _, path := range append(read[:len(read):len(read)], write...) {
+		f, id, err := openRuleDir(path)
+		if err != nil {
+			p.drop(rs)
+			return nil, err
+		}
+		dirs = append(dirs, f)
+		rs.ids = append(rs.ids, id)
+	}
+	if rs.fd, err = callRuleset(outside, dirs[:len(read)], dirs[len(read):], network); err != nil {
 		p.drop(rs)
 		return nil, err
 	}
 	return rs, nil
 }
 
-// sameFiles reports whether read and write are still the files ids says.
+// sameFiles reports whether read and write are still the directories ids
+// says, each opened with no symbolic link in its path (openRuleDir): a
+// root that now is, or resolves through, a link is not the same file,
+// even when the link leads to the very directory the ruleset was made
+// for.
 func sameFiles(ids []inodeID, read, write []string) bool {
-	if len(ids) != len(read)+len(write) {
+	if len(ids) < len(read)+len(write) {
 		return false
 	}
 	for i, path := range append(read[:len(read):len(read)], write...) {
-		if id, err := idOf(path); err != nil || id != ids[i] {
+		f, id, err := openRuleDir(path)
+		if err != nil {
+			return false
+		}
+		f.Close()
+		if id != ids[i] {
 			return false
 		}
 	}

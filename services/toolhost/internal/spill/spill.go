@@ -32,10 +32,16 @@ func New(root string) (*Dir, error) {
 	if err := os.Chmod(root, 0o700); err != nil {
 		return nil, fmt.Errorf("chmod spill dir: %w", err)
 	}
-	return &Dir{root: root}, nil
+	// Its real path: the sandbox opens a session's directory with no
+	// symbolic link in its path (a link there fails the call closed).
+	real, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("spill dir: %w", err)
+	}
+	return &Dir{root: real}, nil
 }
 
-// Root is the directory's absolute path.
+// Root is the directory's absolute real path (no symbolic link in it).
 func (d *Dir) Root() string { return d.root }
 
 // unsafeName matches what a spill file's name may not hold, compiled on
