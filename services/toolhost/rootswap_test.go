@@ -43,16 +43,6 @@ func TestSessionRootSwappedForALink(t *testing.T) {
 		{name: "root flipping, shell writes", session: "s", swapped: "s", flip: true, shell: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.shell {
-				// Found with this test (issue 19, §21): the call's
-				// Landlock write rule for the root (sandbox.callRuleset,
-				// landlock.RWDirs) opens the resolved root by path, following
-				// a link flipped in since the toolhost checked it, so bash
-				// can write in the link's target. The sandbox's owner removes
-				// this skip with the fix (open the rule's directory with
-				// openat2 RESOLVE_NO_SYMLINKS and add it by descriptor).
-				t.Skip("known escape in the sandbox's write rule (see the comment); fails until fixed there")
-			}
 			t.Parallel()
 			h := toolhosttest.Start(t)
 			outside, err := filepath.EvalSymlinks(t.TempDir())
