@@ -36,8 +36,13 @@ func TestSessionRootSwappedForALink(t *testing.T) {
 		// is the directory swapped for a link (the root or an ancestor).
 		session, swapped string
 		flip, shell      bool
+		// noRoot sends no workspace root: the call is confined to the
+		// host's own workspace, which is what is swapped.
+		noRoot bool
 	}{
 		{name: "root swapped", session: "s", swapped: "s"},
+		{name: "host workspace swapped", session: ".", swapped: "."},
+		{name: "host workspace swapped, no session root", session: ".", swapped: ".", noRoot: true},
 		{name: "ancestor swapped", session: "a/s", swapped: "a"},
 		{name: "root flipping", session: "s", swapped: "s", flip: true},
 		{name: "root flipping, shell writes", session: "s", swapped: "s", flip: true, shell: true},
@@ -60,6 +65,9 @@ func TestSessionRootSwappedForALink(t *testing.T) {
 			writeFile(t, filepath.Join(outside, rel, "f.txt"), secret+"\n")
 			tcx := &toolsv1.ToolContext{SessionId: "s", Cwd: root, WorkspaceRoot: root,
 				Sandbox: &toolsv1.SandboxPolicy{Mode: toolsv1.SandboxMode_SANDBOX_MODE_WORKSPACE_WRITE}}
+			if tc.noRoot {
+				tcx.WorkspaceRoot = ""
+			}
 			// call returns a call's answer, or the refusal: the host's
 			// INVALID_ARGUMENT for a root outside its workspace, or an error
 			// result (a root that changed between the call's checks).
@@ -112,7 +120,7 @@ func TestSessionRootSwappedForALink(t *testing.T) {
 				"read": read,
 				"grep": args(map[string]any{"pattern": "CANARY"}),
 				"glob": args(map[string]any{"pattern": "*.txt"}),
-				"bash": args(map[string]any{"command": "cat f.txt", "description": "read through the root"}),
+				"bash": args(map[string]any{"command": "cat f.txt; echo w > w.txt", "description": "read and write through the root"}),
 			}
 			for tool, a := range calls {
 				out, refusal := call(tool, a)
@@ -121,6 +129,9 @@ func TestSessionRootSwappedForALink(t *testing.T) {
 				} else if !strings.Contains(refusal, "outside this host's workspace") {
 					t.Errorf("%s refusal does not say the root leads outside: %s", tool, refusal)
 				}
+			}
+			if _, err := os.Stat(filepath.Join(outside, rel, "w.txt")); err == nil {
+				t.Errorf("bash wrote outside the workspace through the swapped root")
 			}
 		})
 	}

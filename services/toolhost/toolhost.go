@@ -239,23 +239,30 @@ func (s *Service) support() toolsv1.SandboxSupport {
 }
 
 // effective resolves a call's confinement: its policy over the host's
-// default, its real workspace root, its own spill directory.
+// default, its real workspace root, its own spill directory. A call
+// without a root of its own is confined to the host's workspace, resolved
+// and checked afresh like a session's (the host's own directory can be
+// swapped for a link too).
 func (s *Service) effective(call *toolsdk.Call) (sandbox.Effective, error) {
 	eff := sandbox.Effective{Policy: sandbox.FromProto(call.Sandbox, s.defPolicy), Root: s.realRoot, SpillDir: s.spill.SessionDir(call.SessionID)}
+	wr := s.root
 	if call.WorkspaceRoot != "" {
-		wr := filepath.Clean(call.WorkspaceRoot)
-		var real string
-		var err error
-		if s.unconfined {
-			real, err = resolveRoot(wr)
-		} else {
-			real, err = s.sessionRoot(wr)
-		}
-		if err != nil {
-			return eff, toolsdk.NewError("SandboxError", "SANDBOX_UNAVAILABLE", fmt.Sprintf("workspace root %s: %v", call.WorkspaceRoot, err), err)
-		}
-		eff.Root = real
+		wr = filepath.Clean(call.WorkspaceRoot)
 	}
+	var real string
+	var err error
+	switch {
+	case !s.unconfined:
+		real, err = s.sessionRoot(wr)
+	case call.WorkspaceRoot != "":
+		real, err = resolveRoot(wr)
+	default:
+		return eff, nil
+	}
+	if err != nil {
+		return eff, toolsdk.NewError("SandboxError", "SANDBOX_UNAVAILABLE", err.Error(), err)
+	}
+	eff.Root = real
 	return eff, nil
 }
 
