@@ -14,21 +14,14 @@ import (
 // when the kernel cannot say (no openat2, or a link in the path — which a
 // Root may still follow inside the root): the caller takes the Root's way.
 func openNoLinks(path string) (f *os.File, ok bool, err error) {
-	for {
-		fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
-			Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK | unix.O_NOCTTY,
-			Resolve: unix.RESOLVE_NO_SYMLINKS,
-		})
-		switch {
-		case err == nil:
-			return os.NewFile(uintptr(fd), path), true, nil
-		case errors.Is(err, unix.EINTR):
-			continue
-		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM), errors.Is(err, unix.E2BIG), errors.Is(err, unix.EINVAL):
-			return nil, false, nil
-		}
-		return nil, true, &os.PathError{Op: "open", Path: path, Err: err}
+	fd, err := openat2NoLinks(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY)
+	switch {
+	case err == nil:
+		return os.NewFile(uintptr(fd), path), true, nil
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM), errors.Is(err, unix.E2BIG), errors.Is(err, unix.EINVAL):
+		return nil, false, nil
 	}
+	return nil, true, &os.PathError{Op: "open", Path: path, Err: err}
 }
 
 // NoLinks reports whether path exists and no component of it (the last
@@ -38,19 +31,22 @@ func openNoLinks(path string) (f *os.File, ok bool, err error) {
 // itself; false says nothing (a link, a missing component, an error, no
 // openat2): the caller resolves the path the long way.
 func NoLinks(path string) bool {
+	fd, err := openat2NoLinks(path, unix.O_PATH|unix.O_CLOEXEC)
+	if err != nil {
+		return false
+	}
+	_ = unix.Close(fd)
+	return true
+}
+
+// openat2NoLinks is openat2(path, flags, RESOLVE_NO_SYMLINKS), retried
+// when interrupted.
+func openat2NoLinks(path string, flags uint64) (int, error) {
 	for {
-		fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_NO_SYMLINKS,
-		})
-		if errors.Is(err, unix.EINTR) {
-			continue
+		fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_NO_SYMLINKS})
+		if !errors.Is(err, unix.EINTR) {
+			return fd, err
 		}
-		if err != nil {
-			return false
-		}
-		_ = unix.Close(fd)
-		return true
 	}
 }
 
@@ -61,17 +57,7 @@ func NoLinks(path string) bool {
 // otherwise be opened at the link's target. A kernel without openat2
 // keeps os.OpenRoot's answer.
 func rootAtPath(r *os.Root, root string) error {
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Openat2(unix.AT_FDCWD, root, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_NO_SYMLINKS,
-		})
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
+	fd, err := openat2NoLinks(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	switch {
 	case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM), errors.Is(err, unix.E2BIG), errors.Is(err, unix.EINVAL):
 		return nil
