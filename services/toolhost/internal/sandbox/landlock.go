@@ -122,7 +122,11 @@ func (l *listing) close() {
 //
 // movedAway are the entries of prev gone from the new listing and not
 // deleted (their kept descriptor's link count is not 0, or none was kept):
-// such a file still exists somewhere, perhaps under a hidden root.
+// such a file still exists somewhere, perhaps under a hidden root. A file
+// gone counts as moved even when deleted: a rule on it keeps its inode, and
+// so its blocks, allocated while the ruleset is pooled (a 200 MB file
+// deleted on tmpfs would stay in memory); a deleted directory holds no data
+// (a build's scratch directories come and go without dropping the pool).
 func newListing(hidden []string, prev *listing, budget int, gen uint64) (l *listing, movedAway []string, err error) {
 	entries, walked, err := listOutside(hidden)
 	if err != nil {
@@ -172,7 +176,7 @@ func newListing(hidden []string, prev *listing, budget int, gen uint64) (l *list
 	}
 	if prev != nil {
 		for i := range prev.entries {
-			if old := &prev.entries[i]; !matched[old] && !deleted(old.fd) {
+			if old := &prev.entries[i]; !matched[old] && (old.file || !deleted(old.fd)) {
 				movedAway = append(movedAway, old.path)
 			}
 		}
@@ -337,7 +341,7 @@ const (
 
 // addOutside adds the listing's read rules for the entries newer than
 // generation since (0: all): by the kept descriptor, else by opening the
-// path (one that vanished since the listing is skipped).
+// path (one that vanished or is another file since the listing is skipped).
 func addOutside(ruleset int, l *listing, since uint64) error {
 	for _, e := range l.entries {
 		if e.seq <= since {
@@ -351,6 +355,14 @@ func addOutside(ruleset int, l *listing, since uint64) error {
 					continue
 				}
 				return fmt.Errorf("open %s: %w", e.path, err)
+			}
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil || st.Ino != e.ino || st.Dev != e.dev {
+				// Replaced since the listing (a hard link to a hidden
+				// file, say): the rule would grant that file wherever it
+				// is; the next listing sees what is there now.
+				unix.Close(fd)
+				continue
 			}
 		}
 		access := uint64(readDirAccess)

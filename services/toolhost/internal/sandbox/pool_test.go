@@ -245,3 +245,186 @@ func TestPoolBounds(t *testing.T) {
 		t.Errorf("the least recently used ruleset was not dropped: %v", err)
 	}
 }
+
+// pooledEpochs returns the epochs of the pooled rulesets.
+func pooledEpochs(s *Sandbox) []uint64 {
+	s.pool.mu.Lock()
+	defer s.pool.mu.Unlock()
+	var out []uint64
+	for e := s.pool.lru.Front(); e != nil; e = e.Next() {
+		out = append(out, e.Value.(*pooledRuleset).epoch)
+	}
+	return out
+}
+
+// TestPoolLetsDeletedFilesGo: a pooled ruleset's rule on a file beside the
+// host root keeps the file's inode (and on tmpfs its memory) allocated
+// after it is deleted. Once the file is deleted, no ruleset holding a rule
+// on it is reused, and none stays pooled — of an idle session neither.
+func TestPoolLetsDeletedFilesGo(t *testing.T) {
+	t.Parallel()
+	s, base, a, b := confinedSandbox(t)
+	big := filepath.Join(base, "big")
+	mustWrite(t, big)
+	p := Policy{Mode: WorkspaceWrite}
+	for i := range 2 {
+		if out, errb, _ := runIn(t, s, p, a, "cat "+big); out != "was-outside" {
+			t.Fatalf("call %d: out %q err %q", i, out, errb)
+		}
+	}
+	if reused(s) == 0 {
+		t.Fatal("the second call did not reuse the first call's ruleset: this test attacks nothing")
+	}
+	runIn(t, s, p, b, "true") // b's ruleset stays idle from here on
+	if err := os.Remove(big); err != nil {
+		t.Fatal(err)
+	}
+	n := reused(s)
+	if out, _, _ := runIn(t, s, p, a, "echo ok"); out != "ok\n" {
+		t.Fatalf("after the delete: %q", out)
+	}
+	if reused(s) != n {
+		t.Error("a ruleset holding a rule on the deleted file was reused")
+	}
+	s.outside.mu.Lock()
+	epoch := s.outside.epoch
+	s.outside.mu.Unlock()
+	epochs := pooledEpochs(s)
+	if len(epochs) == 0 {
+		t.Fatal("nothing pooled after the call")
+	}
+	for _, e := range epochs {
+		if e != epoch {
+			t.Errorf("pooled rulesets of epochs %v, the listing's is %d: one from before the delete is kept", epochs, epoch)
+			break
+		}
+	}
+}
+
+// TestPooledTemporaryDirectoryIsReset: a call that changes its TMPDIR's
+// own mode (or sets an extended attribute on it) leaves nothing for the
+// next call that reuses the ruleset: that one finds it 0700 and writable,
+// or gets a new one.
+func TestPooledTemporaryDirectoryIsReset(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, change string
+		reuse        bool
+	}{
+		{"read-only", `chmod 500 "$TMPDIR"`, true},
+		{"open to all, sticky", `chmod 1777 "$TMPDIR"`, true},
+		{"setgid", `chmod 2700 "$TMPDIR"`, true},
+		{"extended attribute", `setfattr -n user.left -v x "$TMPDIR" || python3 -c 'import os; os.setxattr(os.environ["TMPDIR"], "user.left", b"x")'`, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s, _, a, _ := confinedSandbox(t)
+			p := Policy{Mode: WorkspaceWrite}
+			out, errb, code := runIn(t, s, p, a, c.change+` && echo "$TMPDIR"`)
+			if code != 0 {
+				t.Skipf("the call could not change its TMPDIR here: %q %q", out, errb)
+			}
+			tmp := strings.TrimSpace(out)
+			n := reused(s)
+			out, errb, _ = runIn(t, s, p, a, `echo "$TMPDIR"; stat -c %a "$TMPDIR"; echo new > "$TMPDIR/g" && cat "$TMPDIR/g"`)
+			if got := reused(s) == n+1; got != c.reuse {
+				t.Fatalf("reused %v, want %v", got, c.reuse)
+			}
+			next, _, _ := strings.Cut(out, "\n")
+			if c.reuse != (next == tmp) {
+				t.Errorf("reused %v, yet TMPDIR %q then %q", c.reuse, tmp, next)
+			}
+			if want := next + "\n700\nnew\n"; out != want {
+				t.Errorf("the next call's TMPDIR: out %q (want %q) err %q", out, want, errb)
+			}
+		})
+	}
+}
+
+// TestRulesetPutBackOnlyWhenTheCallIsGone: Finish pools a call's ruleset
+// only once the call's cgroup is removed (every process gone); a cgroup
+// that cannot be removed drops it.
+func TestRulesetPutBackOnlyWhenTheCallIsGone(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		busy   bool
+		pooled int
+	}{{"cgroup removed", false, 1}, {"cgroup still busy", true, 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pool := newRulesetPool(t.TempDir())
+			defer pool.close()
+			rs, err := pool.take(&listing{gen: 1, epoch: 1}, WorkspaceWrite, true, nil, []string{t.TempDir()})
+			if err != nil {
+				t.Skipf("no Landlock ruleset here: %v", err)
+			}
+			// A directory stands in for the cgroup: one with an entry
+			// cannot be removed, as a cgroup with a process cannot.
+			cg := filepath.Join(t.TempDir(), "call-1")
+			if err := os.Mkdir(cg, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if c.busy {
+				mustWrite(t, filepath.Join(cg, "cgroup.procs"))
+			}
+			r := &Run{ok: true, result: "exit 0", pooled: rs, pool: pool, cgroup: cg}
+			r.Finish()
+			pool.mu.Lock()
+			n := pool.lru.Len()
+			pool.mu.Unlock()
+			if n != c.pooled {
+				t.Errorf("%d rulesets pooled, want %d", n, c.pooled)
+			}
+			if _, err := os.Stat(rs.dir); c.pooled == 0 && !os.IsNotExist(err) {
+				t.Errorf("the dropped ruleset's directory is left: %v", err)
+			}
+		})
+	}
+}
+
+// TestPoolAfterCloseAndNewerRulesets: a ruleset put back after the pool
+// was closed is dropped (not leaked), and a take with an older listing
+// than a pooled ruleset's leaves that ruleset for the calls after it.
+func TestPoolAfterCloseAndNewerRulesets(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	pool := newRulesetPool(t.TempDir())
+	take := func(l *listing) *pooledRuleset {
+		t.Helper()
+		rs, err := pool.take(l, WorkspaceWrite, true, nil, []string{root})
+		if err != nil {
+			t.Skipf("no Landlock ruleset here: %v", err)
+		}
+		return rs
+	}
+	older, newer := &listing{gen: 1, epoch: 1}, &listing{gen: 2, epoch: 1}
+	first := take(newer)
+	pool.put(first)
+	second := take(older)
+	if second == first {
+		t.Fatal("a ruleset newer than the caller's listing was taken")
+	}
+	pool.mu.Lock()
+	left := first.elem != nil
+	pool.mu.Unlock()
+	if !left || first.fd < 0 {
+		t.Error("the newer ruleset was not left in the pool")
+	}
+	pool.put(second)
+	late := take(newer)
+	pool.close()
+	pool.put(late)
+	pool.mu.Lock()
+	n := pool.lru.Len()
+	pool.mu.Unlock()
+	if n != 0 || late.fd != -1 {
+		t.Errorf("a ruleset put back after close was pooled (%d pooled, fd %d)", n, late.fd)
+	}
+	for _, rs := range []*pooledRuleset{first, second, late} {
+		if _, err := os.Stat(rs.dir); !os.IsNotExist(err) {
+			t.Errorf("%s left after close: %v", rs.dir, err)
+		}
+	}
+}
