@@ -148,9 +148,9 @@ func TestPooledTemporaryDirectoryIsEmptied(t *testing.T) {
 	}
 }
 
-// TestListingTellsDeletedFromMoved: an entry gone from a listing and
-// deleted keeps pooled rulesets (its rule grants nothing); one renamed
-// away does not.
+// TestListingTellsDeletedFromMoved: a directory gone from a listing and
+// deleted keeps pooled rulesets (its rule grants nothing); a deleted file
+// (its rule keeps its blocks) and one renamed away do not.
 func TestListingTellsDeletedFromMoved(t *testing.T) {
 	t.Parallel()
 	base := t.TempDir()
@@ -160,13 +160,16 @@ func TestListingTellsDeletedFromMoved(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	mustWrite(t, filepath.Join(base, "file"))
 	prev, _, err := newListing([]string{hidden}, nil, keepBudget(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer prev.close()
-	if err := os.Remove(filepath.Join(base, "gone")); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{"gone", "file"} {
+		if err := os.Remove(filepath.Join(base, p)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	next, moved, err := newListing([]string{hidden}, prev, keepBudget(), 2)
 	if err != nil {
@@ -175,6 +178,9 @@ func TestListingTellsDeletedFromMoved(t *testing.T) {
 	defer next.close()
 	if slices.Contains(moved, filepath.Join(base, "gone")) {
 		t.Error("a deleted directory counted as moved away")
+	}
+	if !slices.Contains(moved, filepath.Join(base, "file")) {
+		t.Error("a deleted file did not count (a rule on it keeps its blocks allocated)")
 	}
 	if err := os.Rename(filepath.Join(base, "moved"), filepath.Join(hidden, "moved")); err != nil {
 		t.Fatal(err)
