@@ -68,6 +68,9 @@ var cLauncher struct {
 }
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv("DSH_TEST_EMPTYDIR_AS_NOBODY"); dir != "" {
+		emptyDirAsNobody(dir) // TestPooledTemporaryDirectoryIsEmptiedAsNonRoot
+	}
 	dir, err := os.MkdirTemp("", "dsh-sandbox-test-")
 	if err != nil {
 		panic(err)

@@ -2,10 +2,12 @@ package sandbox
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -432,5 +434,59 @@ func TestPoolAfterCloseAndNewerRulesets(t *testing.T) {
 		if _, err := os.Stat(rs.dir); !os.IsNotExist(err) {
 			t.Errorf("%s left after close: %v", rs.dir, err)
 		}
+	}
+}
+
+// emptyDirAsNobody is the child of
+// TestPooledTemporaryDirectoryIsEmptiedAsNonRoot: it empties dir as uid
+// 65534 and exits 0 when emptyDir says it is empty.
+func emptyDirAsNobody(dir string) {
+	if syscall.Setgid(65534) != nil || syscall.Setuid(65534) != nil {
+		os.Exit(2)
+	}
+	if !emptyDir(dir) {
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// TestPooledTemporaryDirectoryIsEmptiedAsNonRoot: a non-root host (the k8s
+// fallback) empties a ruleset's directory in which a call made a directory
+// unreadable and unwritable (chmod 000) — root removes it whatever its
+// mode, a non-root owner only after giving itself the rights back —
+// instead of dropping the ruleset and leaving the directory behind.
+func TestPooledTemporaryDirectoryIsEmptiedAsNonRoot(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to become nobody")
+	}
+	area, err := os.MkdirTemp("", "dsh-emptydir-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(area) })
+	if err := os.Chmod(area, 0o755); err != nil { // nobody may reach tmp
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(area, "call-1")
+	f := filepath.Join(tmp, "d", "e", "f")
+	mustWrite(t, f)
+	for _, p := range []string{tmp, filepath.Dir(filepath.Dir(f)), filepath.Dir(f), f} {
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, mode := range map[string]os.FileMode{tmp: 0o700, filepath.Join(tmp, "d"): 0} {
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("/proc/self/exe", "-test.run", "^$")
+	cmd.Env = append(os.Environ(), "DSH_TEST_EMPTYDIR_AS_NOBODY="+tmp)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("emptyDir as nobody: %v %s", err, out)
+	}
+	if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
+		t.Errorf("left in the directory: %v %v", ents, err)
 	}
 }
