@@ -24,18 +24,22 @@ import (
 // What makes reuse sound:
 //   - One call at a time: a ruleset is taken out of the pool for its call and
 //     put back only once every process of the call is gone (Run.Finish, after
-//     Wait). The launcher adds its own /proc rule to the ruleset before it
-//     enforces it, so a reused ruleset also holds a rule for each earlier
-//     call's /proc: a procfs instance of a PID namespace that is dead by
-//     then, which no path reaches; after maxRulesetUses calls it is dropped.
+//     Wait, and after the call's cgroup was removed), never after close.
+//     The launcher adds its own /proc rule to the ruleset before it enforces
+//     it, so a reused ruleset also holds a rule for each earlier call's
+//     /proc: a procfs instance of a PID namespace that is dead by then,
+//     which no path reaches; after maxRulesetUses calls it is dropped.
 //   - Its temporary directory is its own (granted in workspace-write, as the
-//     per-call directory was), emptied when it is put back; one that cannot
-//     be emptied drops the ruleset.
+//     per-call directory was), emptied and set to 0700 again when it is put
+//     back (emptyDir); one that cannot be reset drops the ruleset.
 //   - The listing has not moved anything away since (listing.epoch): an entry
 //     gone from a listing and not deleted may be anywhere now, inside a hidden
 //     root too, and its rule would grant it there. Entries added since are
 //     added to the ruleset when it is taken (entry seq), so it grants what a
-//     fresh ruleset would. Entries deleted since (no link left) are harmless.
+//     fresh ruleset would. Directories deleted since (no link left) are
+//     harmless; a file gone bumps the epoch even when deleted (the rule would
+//     keep its blocks allocated). The first take of a new epoch drops every
+//     older pooled ruleset, of idle keys too (sweep).
 //   - The call's own paths (root, spill directory) are the same files as when
 //     the ruleset was made: a root removed and made again, or moved, drops it.
 //
