@@ -356,8 +356,7 @@ func addOutside(ruleset int, l *listing, since uint64) error {
 				}
 				return fmt.Errorf("open %s: %w", e.path, err)
 			}
-			var st unix.Stat_t
-			if err := unix.Fstat(fd, &st); err != nil || st.Ino != e.ino || st.Dev != e.dev {
+			if !listedFile(fd, &e) {
 				// Replaced since the listing (a hard link to a hidden
 				// file, say): the rule would grant that file wherever it
 				// is; the next listing sees what is there now.
@@ -378,6 +377,24 @@ func addOutside(ruleset int, l *listing, since uint64) error {
 		}
 	}
 	return nil
+}
+
+// listedFile reports whether fd, opened by e's path, is the file e listed.
+// A mount root is not what the listing saw (its directory entry names the
+// directory mounted over), so one counts when it is a mount root still: of
+// another device than e's directory (a link or rename cannot bring a file
+// from another file system), or one statx says is a mount root; only
+// root can mount.
+func listedFile(fd int, e *outsideEntry) bool {
+	var stx unix.Statx_t
+	if unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE|unix.STATX_INO, &stx) != nil {
+		return false
+	}
+	dev := unix.Mkdev(stx.Dev_major, stx.Dev_minor)
+	if stx.Ino == e.ino && dev == e.dev {
+		return true
+	}
+	return dev != e.dev || stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 }
 
 // sinks are the devices every mode may write.
