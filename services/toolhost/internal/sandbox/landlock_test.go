@@ -372,7 +372,7 @@ func TestRuleOpenedPerCallIsTheListedFile(t *testing.T) {
 	s, base, a, b := confinedSandbox(t)
 	x, y := filepath.Join(base, "x"), filepath.Join(base, "y")
 	mustWrite(t, x)
-	mustWrite(t, y) // left as listed: still granted
+	mustWrite(t, y)                              // left as listed: still granted
 	l, _, err := newListing(s.hidden, nil, 0, 1) // no descriptor kept
 	if err != nil {
 		t.Fatal(err)
