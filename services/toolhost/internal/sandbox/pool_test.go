@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,33 @@ func reused(s *Sandbox) int {
 	s.pool.mu.Lock()
 	defer s.pool.mu.Unlock()
 	return s.pool.reused
+}
+
+// listingEpoch is the epoch of the host's listing.
+func listingEpoch(s *Sandbox) uint64 {
+	s.outside.mu.Lock()
+	defer s.outside.mu.Unlock()
+	return s.outside.epoch
+}
+
+// inOneEpoch runs attempt, calls that rely on a ruleset being reused, until
+// the listing's epoch did not change after attempt marked it (after the
+// call that pooled the ruleset): anyone deleting a file in the shared /tmp
+// bumps the epoch, which drops the pool and is not what these tests attack.
+// attempt's error is reported for the attempt that counts.
+func inOneEpoch(t *testing.T, s *Sandbox, attempt func(mark func()) error) {
+	t.Helper()
+	for range 5 {
+		var from uint64
+		err := attempt(func() { from = listingEpoch(s) })
+		if from != 0 && listingEpoch(s) == from {
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Skip("the listing's epoch changed during every attempt (files deleted in /tmp meanwhile)")
 }
 
 // TestPooledRulesetHidesWhatMovedAway attacks the ruleset pool: a call's
@@ -62,14 +91,21 @@ func TestPooledRulesetHidesWhatMovedAway(t *testing.T) {
 				x := filepath.Join(base, "x")
 				note := c.make(t, x)
 				p := Policy{Mode: WorkspaceWrite}
-				for i := range 2 {
-					if out, errb, _ := runIn(t, s, p, a, "cat "+note); out != "was-outside" {
-						t.Fatalf("call %d: a file outside the hidden roots is not readable: %q %q", i, out, errb)
+				inOneEpoch(t, s, func(mark func()) error {
+					n := reused(s)
+					for i := range 2 {
+						if out, errb, _ := runIn(t, s, p, a, "cat "+note); out != "was-outside" {
+							return fmt.Errorf("call %d: a file outside the hidden roots is not readable: %q %q", i, out, errb)
+						}
+						if i == 0 {
+							mark()
+						}
 					}
-				}
-				if reused(s) == 0 {
-					t.Fatal("the second call did not reuse the first call's ruleset: this test attacks nothing")
-				}
+					if reused(s) == n {
+						return errors.New("the second call did not reuse the first call's ruleset: this test attacks nothing")
+					}
+					return nil
+				})
 				moved := c.move(t, x, b)
 				out, _, _ := runIn(t, s, p, a, "cat "+moved+"; echo end")
 				if strings.Contains(out, "was-outside") || out != "end\n" {
@@ -98,25 +134,30 @@ func TestPooledRulesetFollowsTheFilesystem(t *testing.T) {
 	t.Parallel()
 	s, base, a, _ := confinedSandbox(t)
 	p := Policy{Mode: WorkspaceWrite}
-	if out, _, _ := runIn(t, s, p, a, "echo one > f; cat f"); out != "one\n" {
-		t.Fatalf("first call: %q", out)
-	}
-	late := filepath.Join(base, "late", "news")
-	mustWrite(t, late)
-	n := reused(s)
-	if out, errb, _ := runIn(t, s, p, a, "cat "+late); out != "was-outside" {
-		t.Errorf("a directory made after the ruleset: out %q err %q", out, errb)
-	}
-	if reused(s) != n+1 {
-		t.Errorf("the call did not reuse the pooled ruleset (%d → %d reuses)", n, reused(s))
-	}
+	inOneEpoch(t, s, func(mark func()) error {
+		if out, _, _ := runIn(t, s, p, a, "echo one > f; cat f"); out != "one\n" {
+			return fmt.Errorf("first call: %q", out)
+		}
+		mark()
+		late := filepath.Join(base, "late", "news")
+		os.RemoveAll(filepath.Dir(late)) // an earlier attempt's
+		mustWrite(t, late)
+		n := reused(s)
+		if out, errb, _ := runIn(t, s, p, a, "cat "+late); out != "was-outside" {
+			return fmt.Errorf("a directory made after the ruleset: out %q err %q", out, errb)
+		}
+		if reused(s) != n+1 {
+			return fmt.Errorf("the call did not reuse the pooled ruleset (%d → %d reuses)", n, reused(s))
+		}
+		return nil
+	})
 	if err := os.RemoveAll(a); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(a, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	n = reused(s)
+	n := reused(s)
 	if out, errb, _ := runIn(t, s, p, a, "echo two > f; cat f"); out != "two\n" {
 		t.Errorf("a root made again: out %q err %q", out, errb)
 	}
@@ -132,22 +173,26 @@ func TestPooledTemporaryDirectoryIsEmptied(t *testing.T) {
 	t.Parallel()
 	s, _, a, b := confinedSandbox(t)
 	p := Policy{Mode: WorkspaceWrite}
-	out, _, _ := runIn(t, s, p, a, `mkdir -p "$TMPDIR/d/e" && echo left > "$TMPDIR/d/e/f" && chmod 000 "$TMPDIR/d" && echo "$TMPDIR"`)
-	tmp := strings.TrimSpace(out)
-	if !strings.HasPrefix(tmp, s.tmpRoot+"/") {
-		t.Fatalf("TMPDIR %q is not in the host's temporary area", tmp)
-	}
-	if out, _, _ := runIn(t, s, p, b, "ls -A "+tmp+"; echo end"); out != "end\n" {
-		t.Errorf("another session sees the temporary directory: %q", out)
-	}
-	n := reused(s)
-	out, errb, _ := runIn(t, s, p, a, `echo "$TMPDIR"; ls -A "$TMPDIR"; echo new > "$TMPDIR/g" && cat "$TMPDIR/g"`)
-	if reused(s) != n+1 {
-		t.Fatal("the third call did not reuse the first call's ruleset")
-	}
-	if out != tmp+"\nnew\n" {
-		t.Errorf("the reused temporary directory: out %q err %q", out, errb)
-	}
+	inOneEpoch(t, s, func(mark func()) error {
+		out, _, _ := runIn(t, s, p, a, `mkdir -p "$TMPDIR/d/e" && echo left > "$TMPDIR/d/e/f" && chmod 000 "$TMPDIR/d" && echo "$TMPDIR"`)
+		mark()
+		tmp := strings.TrimSpace(out)
+		if !strings.HasPrefix(tmp, s.tmpRoot+"/") {
+			return fmt.Errorf("TMPDIR %q is not in the host's temporary area", tmp)
+		}
+		if out, _, _ := runIn(t, s, p, b, "ls -A "+tmp+"; echo end"); out != "end\n" {
+			return fmt.Errorf("another session sees the temporary directory: %q", out)
+		}
+		n := reused(s)
+		out, errb, _ := runIn(t, s, p, a, `echo "$TMPDIR"; ls -A "$TMPDIR"; echo new > "$TMPDIR/g" && cat "$TMPDIR/g"`)
+		if reused(s) != n+1 {
+			return errors.New("the third call did not reuse the first call's ruleset")
+		}
+		if out != tmp+"\nnew\n" {
+			return fmt.Errorf("the reused temporary directory: out %q err %q", out, errb)
+		}
+		return nil
+	})
 }
 
 // TestListingTellsDeletedFromMoved: a directory gone from a listing and
@@ -275,14 +320,21 @@ func TestPoolLetsDeletedFilesGo(t *testing.T) {
 	big := filepath.Join(base, "big")
 	mustWrite(t, big)
 	p := Policy{Mode: WorkspaceWrite}
-	for i := range 2 {
-		if out, errb, _ := runIn(t, s, p, a, "cat "+big); out != "was-outside" {
-			t.Fatalf("call %d: out %q err %q", i, out, errb)
+	inOneEpoch(t, s, func(mark func()) error {
+		n := reused(s)
+		for i := range 2 {
+			if out, errb, _ := runIn(t, s, p, a, "cat "+big); out != "was-outside" {
+				return fmt.Errorf("call %d: out %q err %q", i, out, errb)
+			}
+			if i == 0 {
+				mark()
+			}
 		}
-	}
-	if reused(s) == 0 {
-		t.Fatal("the second call did not reuse the first call's ruleset: this test attacks nothing")
-	}
+		if reused(s) == n {
+			return errors.New("the second call did not reuse the first call's ruleset: this test attacks nothing")
+		}
+		return nil
+	})
 	runIn(t, s, p, b, "true") // b's ruleset stays idle from here on
 	if err := os.Remove(big); err != nil {
 		t.Fatal(err)
@@ -329,23 +381,27 @@ func TestPooledTemporaryDirectoryIsReset(t *testing.T) {
 			t.Parallel()
 			s, _, a, _ := confinedSandbox(t)
 			p := Policy{Mode: WorkspaceWrite}
-			out, errb, code := runIn(t, s, p, a, c.change+` && echo "$TMPDIR"`)
-			if code != 0 {
-				t.Skipf("the call could not change its TMPDIR here: %q %q", out, errb)
-			}
-			tmp := strings.TrimSpace(out)
-			n := reused(s)
-			out, errb, _ = runIn(t, s, p, a, `echo "$TMPDIR"; stat -c %a "$TMPDIR"; echo new > "$TMPDIR/g" && cat "$TMPDIR/g"`)
-			if got := reused(s) == n+1; got != c.reuse {
-				t.Fatalf("reused %v, want %v", got, c.reuse)
-			}
-			next, _, _ := strings.Cut(out, "\n")
-			if c.reuse != (next == tmp) {
-				t.Errorf("reused %v, yet TMPDIR %q then %q", c.reuse, tmp, next)
-			}
-			if want := next + "\n700\nnew\n"; out != want {
-				t.Errorf("the next call's TMPDIR: out %q (want %q) err %q", out, want, errb)
-			}
+			inOneEpoch(t, s, func(mark func()) error {
+				out, errb, code := runIn(t, s, p, a, c.change+` && echo "$TMPDIR"`)
+				mark()
+				if code != 0 {
+					t.Skipf("the call could not change its TMPDIR here: %q %q", out, errb)
+				}
+				tmp := strings.TrimSpace(out)
+				n := reused(s)
+				out, errb, _ = runIn(t, s, p, a, `echo "$TMPDIR"; stat -c %a "$TMPDIR"; echo new > "$TMPDIR/g" && cat "$TMPDIR/g"`)
+				if got := reused(s) == n+1; got != c.reuse {
+					return fmt.Errorf("reused %v, want %v", got, c.reuse)
+				}
+				next, _, _ := strings.Cut(out, "\n")
+				if c.reuse != (next == tmp) {
+					return fmt.Errorf("reused %v, yet TMPDIR %q then %q", c.reuse, tmp, next)
+				}
+				if want := next + "\n700\nnew\n"; out != want {
+					return fmt.Errorf("the next call's TMPDIR: out %q (want %q) err %q", out, want, errb)
+				}
+				return nil
+			})
 		})
 	}
 }
