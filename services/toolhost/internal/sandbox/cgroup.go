@@ -130,14 +130,16 @@ func (c *pidsCgroups) create(max uint64) (string, error) {
 }
 
 // remove deletes a call's cgroup once its processes are gone (the last
-// exits are accounted a moment after the launcher is reaped).
-func remove(dir string) {
+// exits are accounted a moment after the launcher is reaped) and reports
+// whether it is gone: a cgroup that still holds a process cannot be removed.
+func remove(dir string) bool {
 	for i := 0; i < 50; i++ {
 		if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
-			return
+			return true
 		}
 		time.Sleep(2 * time.Millisecond) // the kernel frees the last pids asynchronously
 	}
+	return false
 }
 
 // close removes the host's parent directory.

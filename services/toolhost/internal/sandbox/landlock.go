@@ -125,7 +125,11 @@ func (l *listing) close() {
 //
 // movedAway are the entries of prev gone from the new listing and not
 // deleted (their kept descriptor's link count is not 0, or none was kept):
-// such a file still exists somewhere, perhaps under a hidden root.
+// such a file still exists somewhere, perhaps under a hidden root. A file
+// gone counts as moved even when deleted: a rule on it keeps its inode, and
+// so its blocks, allocated while the ruleset is pooled (a 200 MB file
+// deleted on tmpfs would stay in memory); a deleted directory holds no data
+// (a build's scratch directories come and go without dropping the pool).
 func newListing(hidden []string, prev *listing, budget int, gen uint64) (l *listing, movedAway []string, err error) {
 	entries, walked, err := listOutside(hidden)
 	if err != nil {
@@ -175,7 +179,7 @@ func newListing(hidden []string, prev *listing, budget int, gen uint64) (l *list
 	}
 	if prev != nil {
 		for i := range prev.entries {
-			if old := &prev.entries[i]; !matched[old] && !deleted(old.fd) {
+			if old := &prev.entries[i]; !matched[old] && (old.file || !deleted(old.fd)) {
 				movedAway = append(movedAway, old.path)
 			}
 		}
@@ -404,7 +408,7 @@ const (
 
 // addOutside adds the listing's read rules for the entries newer than
 // generation since (0: all): by the kept descriptor, else by opening the
-// path (one that vanished since the listing is skipped).
+// path (one that vanished or is another file since the listing is skipped).
 func addOutside(ruleset int, l *listing, since uint64) error {
 	for _, e := range l.entries {
 		if e.seq <= since {
@@ -418,6 +422,13 @@ func addOutside(ruleset int, l *listing, since uint64) error {
 					continue
 				}
 				return fmt.Errorf("open %s: %w", e.path, err)
+			}
+			if !listedFile(fd, &e) {
+				// Replaced since the listing (a hard link to a hidden
+				// file, say): the rule would grant that file wherever it
+				// is; the next listing sees what is there now.
+				unix.Close(fd)
+				continue
 			}
 		}
 		access := uint64(readDirAccess)
@@ -433,6 +444,24 @@ func addOutside(ruleset int, l *listing, since uint64) error {
 		}
 	}
 	return nil
+}
+
+// listedFile reports whether fd, opened by e's path, is the file e listed.
+// A mount root is not what the listing saw (its directory entry names the
+// directory mounted over), so one counts when it is a mount root still: of
+// another device than e's directory (a link or rename cannot bring a file
+// from another file system), or one statx says is a mount root; only
+// root can mount.
+func listedFile(fd int, e *outsideEntry) bool {
+	var stx unix.Statx_t
+	if unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE|unix.STATX_INO, &stx) != nil {
+		return false
+	}
+	dev := unix.Mkdev(stx.Dev_major, stx.Dev_minor)
+	if stx.Ino == e.ino && dev == e.dev {
+		return true
+	}
+	return dev != e.dev || stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 }
 
 // sinks are the devices every mode may write.

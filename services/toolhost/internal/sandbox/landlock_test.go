@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsh-dev/dsh/internal/proctest"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox/launcher"
+	"golang.org/x/sys/unix"
 )
 
 // runIn runs command confined and returns its stdout, stderr and exit code.
@@ -67,6 +68,9 @@ var cLauncher struct {
 }
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv("DSH_TEST_EMPTYDIR_AS_NOBODY"); dir != "" {
+		emptyDirAsNobody(dir) // TestPooledTemporaryDirectoryIsEmptiedAsNonRoot
+	}
 	dir, err := os.MkdirTemp("", "dsh-sandbox-test-")
 	if err != nil {
 		panic(err)
@@ -355,4 +359,59 @@ func asNobody(t *testing.T, r *Run) {
 	c.PIDNS, c.DropCaps, c.Cgroup, c.Dir = false, false, "", "/"
 	r.Cmd.Args, r.Cmd.Dir = c.Args(), "/"
 	r.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+}
+
+// TestRuleOpenedPerCallIsTheListedFile attacks an entry without a kept
+// descriptor (a mount root, or one past the descriptor budget), opened by
+// path when the rule is added: between the listing and the rule, the
+// listed file beside the host root is replaced by a hard link to another
+// session's secret. The rule must not go to the secret (it would grant it
+// inside the hidden root too, by its inode).
+func TestRuleOpenedPerCallIsTheListedFile(t *testing.T) {
+	t.Parallel()
+	s, base, a, b := confinedSandbox(t)
+	x, y := filepath.Join(base, "x"), filepath.Join(base, "y")
+	mustWrite(t, x)
+	mustWrite(t, y)                              // left as listed: still granted
+	l, _, err := newListing(s.hidden, nil, 0, 1) // no descriptor kept
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	if err := os.Remove(x); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(b, "secret")
+	if err := os.Link(secret, x); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := callRuleset(l, nil, []string{a}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(x); err != nil { // the link was there only while the rule was added
+		t.Fatal(err)
+	}
+	r, err := s.Command(Call{Policy: Policy{Mode: WorkspaceWrite}, Root: a, Dir: a, Command: "cat " + secret + " " + y + "; echo end"})
+	if err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	// The call enforces the ruleset made from the stale listing.
+	r.ruleset.Close()
+	r.ruleset = os.NewFile(uintptr(fd), "landlock-ruleset")
+	r.Cmd.ExtraFiles[len(r.Cmd.ExtraFiles)-1] = r.ruleset
+	var out bytes.Buffer
+	r.Cmd.Stdout = &out
+	if err := r.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Started(); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Cmd.Wait()
+	r.Finish()
+	if out.String() != "was-outsideend\n" {
+		t.Errorf("want only the unchanged entry read (and no secret through a rule on a replaced one): %q", out.String())
+	}
 }

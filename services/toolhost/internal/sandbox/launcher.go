@@ -444,12 +444,18 @@ func (r *Run) Finish() {
 		r.result = strings.TrimSpace(rest)
 	}
 	if _, _, done := r.Result(); r.ok && done && r.pooled != nil {
-		// Every process of the call is gone (the launcher reaped the
-		// shell and killed what was left): the ruleset may serve the
-		// next call with the same additions (pool.go).
+		// The launcher reaped the shell and killed what was left; the
+		// call's cgroup going away proves every process of it is gone
+		// (without one, the PID namespace or subreaper is the proof).
+		// Only then may the ruleset serve the next call with the same
+		// additions (pool.go); abandon drops it otherwise.
 		r.closeRuleset()
-		r.pool.put(r.pooled)
-		r.pooled = nil
+		gone := r.cgroup == "" || remove(r.cgroup)
+		r.cgroup = ""
+		if gone {
+			r.pool.put(r.pooled)
+			r.pooled = nil
+		}
 	}
 	r.abandon()
 }
@@ -496,7 +502,7 @@ func (r *Run) abandon() {
 		r.cgroup = ""
 	}
 	if r.tmp != "" {
-		os.RemoveAll(r.tmp)
+		removeAll(r.tmp)
 		r.tmp = ""
 	}
 }

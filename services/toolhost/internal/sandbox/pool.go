@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"container/list"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,18 +24,22 @@ import (
 // What makes reuse sound:
 //   - One call at a time: a ruleset is taken out of the pool for its call and
 //     put back only once every process of the call is gone (Run.Finish, after
-//     Wait). The launcher adds its own /proc rule to the ruleset before it
-//     enforces it, so a reused ruleset also holds a rule for each earlier
-//     call's /proc: a procfs instance of a PID namespace that is dead by
-//     then, which no path reaches; after maxRulesetUses calls it is dropped.
+//     Wait, and after the call's cgroup was removed), never after close.
+//     The launcher adds its own /proc rule to the ruleset before it enforces
+//     it, so a reused ruleset also holds a rule for each earlier call's
+//     /proc: a procfs instance of a PID namespace that is dead by then,
+//     which no path reaches; after maxRulesetUses calls it is dropped.
 //   - Its temporary directory is its own (granted in workspace-write, as the
-//     per-call directory was), emptied when it is put back; one that cannot
-//     be emptied drops the ruleset.
+//     per-call directory was), emptied and set to 0700 again when it is put
+//     back (emptyDir); one that cannot be reset drops the ruleset.
 //   - The listing has not moved anything away since (listing.epoch): an entry
 //     gone from a listing and not deleted may be anywhere now, inside a hidden
 //     root too, and its rule would grant it there. Entries added since are
 //     added to the ruleset when it is taken (entry seq), so it grants what a
-//     fresh ruleset would. Entries deleted since (no link left) are harmless.
+//     fresh ruleset would. Directories deleted since (no link left) are
+//     harmless; a file gone bumps the epoch even when deleted (the rule would
+//     keep its blocks allocated). The first take of a new epoch drops every
+//     older pooled ruleset, of idle keys too (sweep).
 //   - The call's own paths (root, spill directory) are the same files as when
 //     the ruleset was made: a root removed and made again, or moved, drops it.
 //
@@ -79,6 +85,11 @@ type rulesetPool struct {
 	mu      sync.Mutex
 	free    map[string][]*pooledRuleset
 	lru     list.List // of *pooledRuleset, oldest first
+	// epoch is the newest listing epoch a take saw: rulesets of older
+	// epochs are dropped, those of idle keys too (sweep).
+	epoch uint64
+	// closed says close ran: a ruleset put back later is dropped.
+	closed bool
 	// reused counts the calls served by a pooled ruleset (tests).
 	reused int
 }
@@ -99,12 +110,26 @@ func rulesetKey(mode Mode, network bool, read, write []string) string {
 // writable (workspace-write) or only TMPDIR. Hand it back with put or drop.
 func (p *rulesetPool) take(outside *listing, mode Mode, network bool, read, write []string) (*pooledRuleset, error) {
 	key := rulesetKey(mode, network, read, write)
+	p.sweep(outside.epoch)
+	// newer are rulesets made from a listing newer than the caller's (it
+	// listed while this call waited): sound for the calls after this one,
+	// so they go back to the pool.
+	var newer []*pooledRuleset
+	defer func() {
+		for _, rs := range newer {
+			p.repool(rs)
+		}
+	}()
 	for {
 		rs := p.pop(key)
 		if rs == nil {
 			break
 		}
-		if rs.epoch != outside.epoch || rs.gen > outside.gen || !sameFiles(rs.ids, read, write) {
+		if rs.epoch > outside.epoch || rs.gen > outside.gen {
+			newer = append(newer, rs)
+			continue
+		}
+		if rs.epoch != outside.epoch || !sameFiles(rs.ids, read, write) {
 			p.drop(rs)
 			continue
 		}
@@ -174,6 +199,32 @@ func sameFiles(ids []inodeID, read, write []string) bool {
 	return true
 }
 
+// sweep drops every pooled ruleset older than epoch the first time a take
+// sees it, those of keys no call uses any more too: an older ruleset may
+// hold a rule on a file moved since, or on a deleted file whose blocks the
+// rule keeps allocated (listing.epoch).
+func (p *rulesetPool) sweep(epoch uint64) {
+	p.mu.Lock()
+	if epoch <= p.epoch {
+		p.mu.Unlock()
+		return
+	}
+	p.epoch = epoch
+	var stale []*pooledRuleset
+	for e := p.lru.Front(); e != nil; {
+		next := e.Next()
+		if rs := e.Value.(*pooledRuleset); rs.epoch < epoch {
+			p.unlink(rs)
+			stale = append(stale, rs)
+		}
+		e = next
+	}
+	p.mu.Unlock()
+	for _, rs := range stale {
+		p.drop(rs)
+	}
+}
+
 func (p *rulesetPool) pop(key string) *pooledRuleset {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -213,7 +264,18 @@ func (p *rulesetPool) put(rs *pooledRuleset) {
 		p.drop(rs)
 		return
 	}
+	p.repool(rs)
+}
+
+// repool pools rs as it is, unless the pool was closed or swept past its
+// epoch since it was taken (then it is dropped).
+func (p *rulesetPool) repool(rs *pooledRuleset) {
 	p.mu.Lock()
+	if p.closed || rs.epoch < p.epoch {
+		p.mu.Unlock()
+		p.drop(rs)
+		return
+	}
 	var evict *pooledRuleset
 	if p.lru.Len() >= maxPooled {
 		evict = p.lru.Front().Value.(*pooledRuleset)
@@ -233,12 +295,14 @@ func (p *rulesetPool) drop(rs *pooledRuleset) {
 		unix.Close(rs.fd)
 		rs.fd = -1
 	}
-	os.RemoveAll(rs.dir)
+	removeAll(rs.dir)
 }
 
-// close drops every pooled ruleset (no call may be in flight).
+// close drops every pooled ruleset; one still taken by a call is dropped
+// when it is put back.
 func (p *rulesetPool) close() {
 	p.mu.Lock()
+	p.closed = true
 	var all []*pooledRuleset
 	for e := p.lru.Front(); e != nil; e = e.Next() {
 		all = append(all, e.Value.(*pooledRuleset))
@@ -250,11 +314,21 @@ func (p *rulesetPool) close() {
 	}
 }
 
-// emptyDir removes what dir holds and reports whether it is an empty
-// directory (the same one) afterwards.
+// emptyDir resets dir, a ruleset's temporary directory, for the next call:
+// what it holds removed, its mode 0700 again (a call may chmod its TMPDIR;
+// Landlock does not govern that). It reports false, and the ruleset is
+// dropped, when dir is no longer this host's own directory, carries
+// extended attributes a call could have set (an ACL a default for the next
+// call's files), or cannot be emptied.
 func emptyDir(dir string) bool {
-	before, err := idOf(dir)
-	if err != nil {
+	var st unix.Stat_t
+	if unix.Lstat(dir, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != uint32(os.Geteuid()) {
+		return false
+	}
+	if st.Mode&0o7777 != 0o700 && unix.Chmod(dir, 0o700) != nil {
+		return false
+	}
+	if callXattrs(dir) {
 		return false
 	}
 	ents, err := os.ReadDir(dir)
@@ -265,14 +339,48 @@ func emptyDir(dir string) bool {
 		return true
 	}
 	for _, e := range ents {
-		if os.RemoveAll(filepath.Join(dir, e.Name())) != nil {
+		if removeAll(filepath.Join(dir, e.Name())) != nil {
 			return false
 		}
 	}
-	after, err := idOf(dir)
-	if err != nil || after != before {
-		return false
-	}
 	ents, err = os.ReadDir(dir)
 	return err == nil && len(ents) == 0
+}
+
+// callXattrs reports whether path has (or may have) extended attributes
+// other than the security modules' own.
+func callXattrs(path string) bool {
+	n, err := unix.Llistxattr(path, nil)
+	if err != nil {
+		return !errors.Is(err, unix.ENOTSUP)
+	}
+	if n == 0 {
+		return false
+	}
+	buf := make([]byte, n+256)
+	if n, err = unix.Llistxattr(path, buf); err != nil {
+		return true
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
+		if !strings.HasPrefix(name, "security.") {
+			return true
+		}
+	}
+	return false
+}
+
+// removeAll is os.RemoveAll for what a call left: a directory it made
+// unreadable or unwritable (chmod 000) is given back to its owner (u+rwx)
+// first, which root needs not but a non-root host does.
+func removeAll(path string) error {
+	if os.RemoveAll(path) == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700) // before WalkDir reads it
+		}
+		return nil
+	})
+	return os.RemoveAll(path)
 }

@@ -1,11 +1,15 @@
 package sandbox
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -14,6 +18,33 @@ func reused(s *Sandbox) int {
 	s.pool.mu.Lock()
 	defer s.pool.mu.Unlock()
 	return s.pool.reused
+}
+
+// listingEpoch is the epoch of the host's listing.
+func listingEpoch(s *Sandbox) uint64 {
+	s.outside.mu.Lock()
+	defer s.outside.mu.Unlock()
+	return s.outside.epoch
+}
+
+// inOneEpoch runs attempt, calls that rely on a ruleset being reused, until
+// the listing's epoch did not change after attempt marked it (after the
+// call that pooled the ruleset): anyone deleting a file in the shared /tmp
+// bumps the epoch, which drops the pool and is not what these tests attack.
+// attempt's error is reported for the attempt that counts.
+func inOneEpoch(t *testing.T, s *Sandbox, attempt func(mark func()) error) {
+	t.Helper()
+	for range 5 {
+		var from uint64
+		err := attempt(func() { from = listingEpoch(s) })
+		if from != 0 && listingEpoch(s) == from {
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Skip("the listing's epoch changed during every attempt (files deleted in /tmp meanwhile)")
 }
 
 // TestPooledRulesetHidesWhatMovedAway attacks the ruleset pool: a call's
@@ -60,14 +91,21 @@ func TestPooledRulesetHidesWhatMovedAway(t *testing.T) {
 				x := filepath.Join(base, "x")
 				note := c.make(t, x)
 				p := Policy{Mode: WorkspaceWrite}
-				for i := range 2 {
-					if out, errb, _ := runIn(t, s, p, a, "cat "+note); out != "was-outside" {
-						t.Fatalf("call %d: a file outside the hidden roots is not readable: %q %q", i, out, errb)
+				inOneEpoch(t, s, func(mark func()) error {
+					n := reused(s)
+					for i := range 2 {
+						if out, errb, _ := runIn(t, s, p, a, "cat "+note); out != "was-outside" {
+							return fmt.Errorf("call %d: a file outside the hidden roots is not readable: %q %q", i, out, errb)
+						}
+						if i == 0 {
+							mark()
+						}
 					}
-				}
-				if reused(s) == 0 {
-					t.Fatal("the second call did not reuse the first call's ruleset: this test attacks nothing")
-				}
+					if reused(s) == n {
+						return errors.New("the second call did not reuse the first call's ruleset: this test attacks nothing")
+					}
+					return nil
+				})
 				moved := c.move(t, x, b)
 				out, _, _ := runIn(t, s, p, a, "cat "+moved+"; echo end")
 				if strings.Contains(out, "was-outside") || out != "end\n" {
@@ -96,25 +134,30 @@ func TestPooledRulesetFollowsTheFilesystem(t *testing.T) {
 	t.Parallel()
 	s, base, a, _ := confinedSandbox(t)
 	p := Policy{Mode: WorkspaceWrite}
-	if out, _, _ := runIn(t, s, p, a, "echo one > f; cat f"); out != "one\n" {
-		t.Fatalf("first call: %q", out)
-	}
-	late := filepath.Join(base, "late", "news")
-	mustWrite(t, late)
-	n := reused(s)
-	if out, errb, _ := runIn(t, s, p, a, "cat "+late); out != "was-outside" {
-		t.Errorf("a directory made after the ruleset: out %q err %q", out, errb)
-	}
-	if reused(s) != n+1 {
-		t.Errorf("the call did not reuse the pooled ruleset (%d → %d reuses)", n, reused(s))
-	}
+	inOneEpoch(t, s, func(mark func()) error {
+		if out, _, _ := runIn(t, s, p, a, "echo one > f; cat f"); out != "one\n" {
+			return fmt.Errorf("first call: %q", out)
+		}
+		mark()
+		late := filepath.Join(base, "late", "news")
+		os.RemoveAll(filepath.Dir(late)) // an earlier attempt's
+		mustWrite(t, late)
+		n := reused(s)
+		if out, errb, _ := runIn(t, s, p, a, "cat "+late); out != "was-outside" {
+			return fmt.Errorf("a directory made after the ruleset: out %q err %q", out, errb)
+		}
+		if reused(s) != n+1 {
+			return fmt.Errorf("the call did not reuse the pooled ruleset (%d → %d reuses)", n, reused(s))
+		}
+		return nil
+	})
 	if err := os.RemoveAll(a); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(a, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	n = reused(s)
+	n := reused(s)
 	if out, errb, _ := runIn(t, s, p, a, "echo two > f; cat f"); out != "two\n" {
 		t.Errorf("a root made again: out %q err %q", out, errb)
 	}
@@ -130,27 +173,31 @@ func TestPooledTemporaryDirectoryIsEmptied(t *testing.T) {
 	t.Parallel()
 	s, _, a, b := confinedSandbox(t)
 	p := Policy{Mode: WorkspaceWrite}
-	out, _, _ := runIn(t, s, p, a, `mkdir -p "$TMPDIR/d/e" && echo left > "$TMPDIR/d/e/f" && chmod 000 "$TMPDIR/d" && echo "$TMPDIR"`)
-	tmp := strings.TrimSpace(out)
-	if !strings.HasPrefix(tmp, s.tmpRoot+"/") {
-		t.Fatalf("TMPDIR %q is not in the host's temporary area", tmp)
-	}
-	if out, _, _ := runIn(t, s, p, b, "ls -A "+tmp+"; echo end"); out != "end\n" {
-		t.Errorf("another session sees the temporary directory: %q", out)
-	}
-	n := reused(s)
-	out, errb, _ := runIn(t, s, p, a, `echo "$TMPDIR"; ls -A "$TMPDIR"; echo new > "$TMPDIR/g" && cat "$TMPDIR/g"`)
-	if reused(s) != n+1 {
-		t.Fatal("the third call did not reuse the first call's ruleset")
-	}
-	if out != tmp+"\nnew\n" {
-		t.Errorf("the reused temporary directory: out %q err %q", out, errb)
-	}
+	inOneEpoch(t, s, func(mark func()) error {
+		out, _, _ := runIn(t, s, p, a, `mkdir -p "$TMPDIR/d/e" && echo left > "$TMPDIR/d/e/f" && chmod 000 "$TMPDIR/d" && echo "$TMPDIR"`)
+		mark()
+		tmp := strings.TrimSpace(out)
+		if !strings.HasPrefix(tmp, s.tmpRoot+"/") {
+			return fmt.Errorf("TMPDIR %q is not in the host's temporary area", tmp)
+		}
+		if out, _, _ := runIn(t, s, p, b, "ls -A "+tmp+"; echo end"); out != "end\n" {
+			return fmt.Errorf("another session sees the temporary directory: %q", out)
+		}
+		n := reused(s)
+		out, errb, _ := runIn(t, s, p, a, `echo "$TMPDIR"; ls -A "$TMPDIR"; echo new > "$TMPDIR/g" && cat "$TMPDIR/g"`)
+		if reused(s) != n+1 {
+			return errors.New("the third call did not reuse the first call's ruleset")
+		}
+		if out != tmp+"\nnew\n" {
+			return fmt.Errorf("the reused temporary directory: out %q err %q", out, errb)
+		}
+		return nil
+	})
 }
 
-// TestListingTellsDeletedFromMoved: an entry gone from a listing and
-// deleted keeps pooled rulesets (its rule grants nothing); one renamed
-// away does not.
+// TestListingTellsDeletedFromMoved: a directory gone from a listing and
+// deleted keeps pooled rulesets (its rule grants nothing); a deleted file
+// (its rule keeps its blocks) and one renamed away do not.
 func TestListingTellsDeletedFromMoved(t *testing.T) {
 	t.Parallel()
 	base := t.TempDir()
@@ -160,13 +207,16 @@ func TestListingTellsDeletedFromMoved(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	mustWrite(t, filepath.Join(base, "file"))
 	prev, _, err := newListing([]string{hidden}, nil, keepBudget(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer prev.close()
-	if err := os.Remove(filepath.Join(base, "gone")); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{"gone", "file"} {
+		if err := os.Remove(filepath.Join(base, p)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	next, moved, err := newListing([]string{hidden}, prev, keepBudget(), 2)
 	if err != nil {
@@ -175,6 +225,9 @@ func TestListingTellsDeletedFromMoved(t *testing.T) {
 	defer next.close()
 	if slices.Contains(moved, filepath.Join(base, "gone")) {
 		t.Error("a deleted directory counted as moved away")
+	}
+	if !slices.Contains(moved, filepath.Join(base, "file")) {
+		t.Error("a deleted file did not count (a rule on it keeps its blocks allocated)")
 	}
 	if err := os.Rename(filepath.Join(base, "moved"), filepath.Join(hidden, "moved")); err != nil {
 		t.Fatal(err)
@@ -243,5 +296,253 @@ func TestPoolBounds(t *testing.T) {
 	}
 	if _, err := os.Stat(oldest); !os.IsNotExist(err) {
 		t.Errorf("the least recently used ruleset was not dropped: %v", err)
+	}
+}
+
+// pooledEpochs returns the epochs of the pooled rulesets.
+func pooledEpochs(s *Sandbox) []uint64 {
+	s.pool.mu.Lock()
+	defer s.pool.mu.Unlock()
+	var out []uint64
+	for e := s.pool.lru.Front(); e != nil; e = e.Next() {
+		out = append(out, e.Value.(*pooledRuleset).epoch)
+	}
+	return out
+}
+
+// TestPoolLetsDeletedFilesGo: a pooled ruleset's rule on a file beside the
+// host root keeps the file's inode (and on tmpfs its memory) allocated
+// after it is deleted. Once the file is deleted, no ruleset holding a rule
+// on it is reused, and none stays pooled — of an idle session neither.
+func TestPoolLetsDeletedFilesGo(t *testing.T) {
+	t.Parallel()
+	s, base, a, b := confinedSandbox(t)
+	big := filepath.Join(base, "big")
+	mustWrite(t, big)
+	p := Policy{Mode: WorkspaceWrite}
+	inOneEpoch(t, s, func(mark func()) error {
+		n := reused(s)
+		for i := range 2 {
+			if out, errb, _ := runIn(t, s, p, a, "cat "+big); out != "was-outside" {
+				return fmt.Errorf("call %d: out %q err %q", i, out, errb)
+			}
+			if i == 0 {
+				mark()
+			}
+		}
+		if reused(s) == n {
+			return errors.New("the second call did not reuse the first call's ruleset: this test attacks nothing")
+		}
+		return nil
+	})
+	runIn(t, s, p, b, "true") // b's ruleset stays idle from here on
+	if err := os.Remove(big); err != nil {
+		t.Fatal(err)
+	}
+	n := reused(s)
+	if out, _, _ := runIn(t, s, p, a, "echo ok"); out != "ok\n" {
+		t.Fatalf("after the delete: %q", out)
+	}
+	if reused(s) != n {
+		t.Error("a ruleset holding a rule on the deleted file was reused")
+	}
+	s.outside.mu.Lock()
+	epoch := s.outside.epoch
+	s.outside.mu.Unlock()
+	epochs := pooledEpochs(s)
+	if len(epochs) == 0 {
+		t.Fatal("nothing pooled after the call")
+	}
+	for _, e := range epochs {
+		if e != epoch {
+			t.Errorf("pooled rulesets of epochs %v, the listing's is %d: one from before the delete is kept", epochs, epoch)
+			break
+		}
+	}
+}
+
+// TestPooledTemporaryDirectoryIsReset: a call that changes its TMPDIR's
+// own mode (or sets an extended attribute on it) leaves nothing for the
+// next call that reuses the ruleset: that one finds it 0700 and writable,
+// or gets a new one.
+func TestPooledTemporaryDirectoryIsReset(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, change string
+		reuse        bool
+	}{
+		{"read-only", `chmod 500 "$TMPDIR"`, true},
+		{"open to all, sticky", `chmod 1777 "$TMPDIR"`, true},
+		{"setgid", `chmod 2700 "$TMPDIR"`, true},
+		{"extended attribute", `setfattr -n user.left -v x "$TMPDIR" || python3 -c 'import os; os.setxattr(os.environ["TMPDIR"], "user.left", b"x")'`, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s, _, a, _ := confinedSandbox(t)
+			p := Policy{Mode: WorkspaceWrite}
+			inOneEpoch(t, s, func(mark func()) error {
+				out, errb, code := runIn(t, s, p, a, c.change+` && echo "$TMPDIR"`)
+				mark()
+				if code != 0 {
+					t.Skipf("the call could not change its TMPDIR here: %q %q", out, errb)
+				}
+				tmp := strings.TrimSpace(out)
+				n := reused(s)
+				out, errb, _ = runIn(t, s, p, a, `echo "$TMPDIR"; stat -c %a "$TMPDIR"; echo new > "$TMPDIR/g" && cat "$TMPDIR/g"`)
+				if got := reused(s) == n+1; got != c.reuse {
+					return fmt.Errorf("reused %v, want %v", got, c.reuse)
+				}
+				next, _, _ := strings.Cut(out, "\n")
+				if c.reuse != (next == tmp) {
+					return fmt.Errorf("reused %v, yet TMPDIR %q then %q", c.reuse, tmp, next)
+				}
+				if want := next + "\n700\nnew\n"; out != want {
+					return fmt.Errorf("the next call's TMPDIR: out %q (want %q) err %q", out, want, errb)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestRulesetPutBackOnlyWhenTheCallIsGone: Finish pools a call's ruleset
+// only once the call's cgroup is removed (every process gone); a cgroup
+// that cannot be removed drops it.
+func TestRulesetPutBackOnlyWhenTheCallIsGone(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		busy   bool
+		pooled int
+	}{{"cgroup removed", false, 1}, {"cgroup still busy", true, 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pool := newRulesetPool(t.TempDir())
+			defer pool.close()
+			rs, err := pool.take(&listing{gen: 1, epoch: 1}, WorkspaceWrite, true, nil, []string{t.TempDir()})
+			if err != nil {
+				t.Skipf("no Landlock ruleset here: %v", err)
+			}
+			// A directory stands in for the cgroup: one with an entry
+			// cannot be removed, as a cgroup with a process cannot.
+			cg := filepath.Join(t.TempDir(), "call-1")
+			if err := os.Mkdir(cg, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if c.busy {
+				mustWrite(t, filepath.Join(cg, "cgroup.procs"))
+			}
+			r := &Run{ok: true, result: "exit 0", pooled: rs, pool: pool, cgroup: cg}
+			r.Finish()
+			pool.mu.Lock()
+			n := pool.lru.Len()
+			pool.mu.Unlock()
+			if n != c.pooled {
+				t.Errorf("%d rulesets pooled, want %d", n, c.pooled)
+			}
+			if _, err := os.Stat(rs.dir); c.pooled == 0 && !os.IsNotExist(err) {
+				t.Errorf("the dropped ruleset's directory is left: %v", err)
+			}
+		})
+	}
+}
+
+// TestPoolAfterCloseAndNewerRulesets: a ruleset put back after the pool
+// was closed is dropped (not leaked), and a take with an older listing
+// than a pooled ruleset's leaves that ruleset for the calls after it.
+func TestPoolAfterCloseAndNewerRulesets(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	pool := newRulesetPool(t.TempDir())
+	take := func(l *listing) *pooledRuleset {
+		t.Helper()
+		rs, err := pool.take(l, WorkspaceWrite, true, nil, []string{root})
+		if err != nil {
+			t.Skipf("no Landlock ruleset here: %v", err)
+		}
+		return rs
+	}
+	older, newer := &listing{gen: 1, epoch: 1}, &listing{gen: 2, epoch: 1}
+	first := take(newer)
+	pool.put(first)
+	second := take(older)
+	if second == first {
+		t.Fatal("a ruleset newer than the caller's listing was taken")
+	}
+	pool.mu.Lock()
+	left := first.elem != nil
+	pool.mu.Unlock()
+	if !left || first.fd < 0 {
+		t.Error("the newer ruleset was not left in the pool")
+	}
+	pool.put(second)
+	late := take(newer)
+	pool.close()
+	pool.put(late)
+	pool.mu.Lock()
+	n := pool.lru.Len()
+	pool.mu.Unlock()
+	if n != 0 || late.fd != -1 {
+		t.Errorf("a ruleset put back after close was pooled (%d pooled, fd %d)", n, late.fd)
+	}
+	for _, rs := range []*pooledRuleset{first, second, late} {
+		if _, err := os.Stat(rs.dir); !os.IsNotExist(err) {
+			t.Errorf("%s left after close: %v", rs.dir, err)
+		}
+	}
+}
+
+// emptyDirAsNobody is the child of
+// TestPooledTemporaryDirectoryIsEmptiedAsNonRoot: it empties dir as uid
+// 65534 and exits 0 when emptyDir says it is empty.
+func emptyDirAsNobody(dir string) {
+	if syscall.Setgid(65534) != nil || syscall.Setuid(65534) != nil {
+		os.Exit(2)
+	}
+	if !emptyDir(dir) {
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// TestPooledTemporaryDirectoryIsEmptiedAsNonRoot: a non-root host (the k8s
+// fallback) empties a ruleset's directory in which a call made a directory
+// unreadable and unwritable (chmod 000) — root removes it whatever its
+// mode, a non-root owner only after giving itself the rights back —
+// instead of dropping the ruleset and leaving the directory behind.
+func TestPooledTemporaryDirectoryIsEmptiedAsNonRoot(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to become nobody")
+	}
+	area, err := os.MkdirTemp("", "dsh-emptydir-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(area) })
+	if err := os.Chmod(area, 0o755); err != nil { // nobody may reach tmp
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(area, "call-1")
+	f := filepath.Join(tmp, "d", "e", "f")
+	mustWrite(t, f)
+	for _, p := range []string{tmp, filepath.Dir(filepath.Dir(f)), filepath.Dir(f), f} {
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, mode := range map[string]os.FileMode{tmp: 0o700, filepath.Join(tmp, "d"): 0} {
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("/proc/self/exe", "-test.run", "^$")
+	cmd.Env = append(os.Environ(), "DSH_TEST_EMPTYDIR_AS_NOBODY="+tmp)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("emptyDir as nobody: %v %s", err, out)
+	}
+	if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
+		t.Errorf("left in the directory: %v %v", ents, err)
 	}
 }
