@@ -385,7 +385,12 @@ func TestRuleOpenedPerCallIsTheListedFile(t *testing.T) {
 	if err := os.Link(secret, x); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := callRuleset(l, nil, []string{a}, true)
+	dir, _, err := openRuleDir(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	fd, err := callRuleset(l, nil, []*os.File{dir}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
