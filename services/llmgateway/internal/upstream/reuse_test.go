@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -162,5 +163,67 @@ func TestCloseBeforeEndDoesNotDrain(t *testing.T) {
 	<-s.drained // at once: no drain without the end marker
 	if _, f := s.Next(); f == nil || f.Code == provider.CodeTimeout {
 		t.Fatalf("Next after Close = %v, want a closed-stream failure", f)
+	}
+}
+
+// TestDrainOutlivesTheCaller: the gateway's caller ends right after Close
+// (a gRPC stream's context is cancelled as its handler returns), usually
+// before the body's terminator, which a provider sends after its end
+// marker, has arrived. The drain must still read it, or every such stream
+// costs its connection: 20 sequential streams whose caller ends at Close
+// used 20 connections before.
+func TestDrainOutlivesTheCaller(t *testing.T) {
+	t.Parallel()
+	url, conns := countingServer(t, 20*time.Millisecond)
+	c := client(0)
+	defer c.HTTP.CloseIdleConnections()
+	for range 20 {
+		ctx, cancel := context.WithCancel(t.Context())
+		s, f := c.Open(ctx, Request{Name: "p", URL: url, Body: []byte(`{}`)})
+		if f != nil {
+			t.Fatal(f)
+		}
+		for {
+			ev, f := s.Next()
+			if f != nil {
+				t.Fatal(f)
+			}
+			if string(ev.Data) == "[DONE]" {
+				s.End()
+				break
+			}
+		}
+		s.Close()
+		cancel() // the caller is gone; the terminator is still 20 ms away
+		<-s.drained
+	}
+	if n := conns.Load(); n > 4 {
+		t.Fatalf("20 streams whose caller ended at Close used %d connections, want at most 4", n)
+	}
+}
+
+// TestCallerEndCancelsBeforeTheEndMarker: before the end marker, the
+// caller's end still cancels the request at once.
+func TestCallerEndCancelsBeforeTheEndMarker(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "data: a\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // only the gateway's cancellation ends it
+	}))
+	defer srv.Close()
+	c := client(0)
+	ctx, cancel := context.WithCancel(t.Context())
+	s, f := c.Open(ctx, Request{Name: "p", URL: srv.URL})
+	if f != nil {
+		t.Fatal(f)
+	}
+	defer s.Close()
+	if _, f := s.Next(); f != nil {
+		t.Fatal(f)
+	}
+	cancel()
+	if _, f := s.Next(); f == nil || f.Code != provider.CodeAborted {
+		t.Fatalf("Next after the caller ended = %v, want ABORTED", f)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/provider"
@@ -116,7 +117,10 @@ type Stream struct {
 	events    *sse.Reader
 	requestID string
 	em        *provider.Emitter
-	ended     bool
+	// ended: the provider's end marker was read (End); from then on the
+	// caller's end no longer cancels the request (see Open).
+	ended   atomic.Bool
+	unwatch func() bool
 	// eof: a read of the body returned io.EOF (its terminator was read,
 	// and net/http has put the connection back in its pool).
 	eof bool
@@ -136,7 +140,7 @@ const (
 // End records that the provider sent its end marker: Close then reads the
 // rest of the body (its terminator) in the background so that the
 // connection is kept for the next request.
-func (s *Stream) End() { s.ended = true }
+func (s *Stream) End() { s.ended.Store(true) }
 
 // Coalesce makes e's merged deltas leave whenever the stream is about to
 // wait for the provider (before each read of the body the event reader
@@ -154,8 +158,17 @@ func (c *Client) Open(ctx context.Context, r Request) (*Stream, *provider.Failur
 	if idle <= 0 {
 		idle = DefaultIdleTimeout
 	}
-	cctx, cancel := context.WithCancelCause(ctx)
+	// The request outlives its caller only to drain a finished body: the
+	// caller's end (a gRPC stream's context ends as its handler returns,
+	// right after Close) cancels it unless the provider's end marker was
+	// read, so Close's drain can still return the connection to the pool.
+	cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	s := &Stream{c: c, name: r.Name, ctx: cctx, parent: ctx, cancel: cancel}
+	s.unwatch = context.AfterFunc(ctx, func() {
+		if !s.ended.Load() {
+			cancel(context.Cause(ctx))
+		}
+	})
 	s.wd = newWatchdog(idle, func() { cancel(ErrIdle) })
 	req, err := http.NewRequestWithContext(cctx, http.MethodPost, r.URL, bytes.NewReader(r.Body))
 	if err != nil {
@@ -250,7 +263,7 @@ func (s *Stream) RequestID() string { return s.requestID }
 // no goroutine is started.
 func (s *Stream) Close() {
 	s.drained = make(chan struct{})
-	if !s.ended || s.eof || s.body == nil || s.parent.Err() != nil {
+	if !s.ended.Load() || s.eof || s.body == nil || s.ctx.Err() != nil {
 		s.close()
 		close(s.drained)
 		return
@@ -267,6 +280,7 @@ func (s *Stream) Close() {
 
 func (s *Stream) close() {
 	s.wd.stop()
+	s.unwatch()
 	s.cancel(context.Canceled)
 	if s.body != nil {
 		_ = s.body.Close()
