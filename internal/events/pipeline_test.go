@@ -101,7 +101,7 @@ func TestWindowSettlesInPublishOrder(t *testing.T) {
 	// all fails what still waits.
 	errGone := errors.New("gone")
 	sl, popped := w.pop(true, errGone)
-	if !popped || sl.state != slotFailed || !errors.Is(sl.err, errGone) || w.n != 0 {
+	if !popped || sl.state != slotAborted || !errors.Is(sl.err, errGone) || w.n != 0 {
 		t.Fatalf("pop(all) = %+v %v, n %d", sl, popped, w.n)
 	}
 }
