@@ -184,6 +184,10 @@ type Publisher struct {
 	// stream is the handle ensureStream got (nil before): streamTail asks it
 	// for a session's last message without a stream-info round trip each.
 	stream jetstream.Stream
+	// conn ends when the connection is lost (connDown), so a stream
+	// look-up whose reply will never come stops waiting (lookupCtx).
+	conn     context.Context
+	connDown context.CancelFunc
 
 	// Used by the publishing goroutine (run) only.
 	win     *window
@@ -271,6 +275,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		win:      newWindow(cfg.BatchSize),
 		lost:     make(chan struct{}, 1),
 	}
+	p.conn, p.connDown = context.WithCancel(context.Background())
 	p.reader, _ = cfg.Store.(Reader)
 	p.batch, _ = cfg.Store.(CursorBatch)
 	opts = append(opts,
@@ -283,6 +288,9 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		nats.ConnectHandler(func(nc *nats.Conn) { p.connected(nc, "connected") }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { p.connected(nc, "reconnected") }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			p.mu.Lock()
+			p.connDown()
+			p.mu.Unlock()
 			select {
 			case p.lost <- struct{}{}:
 			default:
@@ -319,6 +327,9 @@ func (p *Publisher) connected(nc *nats.Conn, what string) {
 	p.log.Info("nats "+what, "url", nc.ConnectedUrlRedacted())
 	p.mu.Lock()
 	p.connGen++
+	if p.conn.Err() != nil { // lost since: a new one for this connection
+		p.conn, p.connDown = context.WithCancel(context.Background())
+	}
 	for id, s := range p.sessions {
 		s.resync = true
 		if len(s.pending) > 0 || s.next > s.cursor || s.sweep {
@@ -606,7 +617,7 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 	if !p.nc.IsConnected() {
 		return errNotConnected
 	}
-	sctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
+	sctx, cancel := p.lookupCtx(ctx)
 	err := p.ensureStream(sctx)
 	cancel()
 	if err != nil {
@@ -653,6 +664,18 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 	return cmp.Or(firstErr, p.refused)
 }
 
+// lookupCtx bounds a round's stream look-ups like an acknowledgement: they
+// fail after AckTimeout (not the client's own 5 s default) or as soon as
+// the connection is lost, when their replies never come.
+func (p *Publisher) lookupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
+	p.mu.Lock()
+	conn := p.conn
+	p.mu.Unlock()
+	stop := context.AfterFunc(conn, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
 // tailLookups bounds the sessions whose cursors prepare reads at once.
 const tailLookups = 16
 
@@ -675,9 +698,7 @@ func (p *Publisher) prepare(ctx context.Context, ids []string) ([]*sessionState,
 	p.mu.Unlock()
 	errs := make([]error, len(need))
 	if len(need) > 0 {
-		// A look-up is bounded like an acknowledgement: during an outage it
-		// fails after AckTimeout, not after the client's own default.
-		lctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
+		lctx, cancel := p.lookupCtx(ctx)
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, tailLookups)
 		for i, s := range need {
