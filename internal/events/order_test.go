@@ -155,20 +155,20 @@ func (c *countingReader) ReadEvents(ctx context.Context, id string, from int64) 
 	return evs, err
 }
 
-// TestCatchUpReadsTheStoreOnce: a catch-up of 5,000 stored events through a
+// TestCatchUpReadsTheStoreOnce: a catch-up of 2,000 stored events through a
 // window of 64 reads the log about once per QueueLimit events (the events
 // in the window count against the limit, so a read adds at least
-// QueueLimit-64) and once more to find its end, not once per batch (80).
+// QueueLimit-64) and once more to find its end, not once per batch (~32).
 func TestCatchUpReadsTheStoreOnce(t *testing.T) {
 	t.Parallel()
-	const n = 5000
+	const n = 2000
 	for _, tc := range []struct {
 		name       string
 		queueLimit int
 		maxReads   int64
 	}{
 		{"default queue", 0, 2},
-		{"queue of 1000", 1000, 7},
+		{"queue of 500", 500, 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
