@@ -708,7 +708,9 @@ func TestOversizeEventDoesNotStall(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t) // default limits: max_payload 1 MB
 	store := newMemStore()
-	p := newPublisher(t, srv.URL(), store, nil)
+	// An acknowledgement that never comes would stall the window for
+	// AckTimeout; a minute makes that outlast flush's deadline.
+	p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.AckTimeout = time.Minute })
 	evs := mkEvents(0, 5)
 	big := strings.Repeat("x", 3<<20)
 	evs[1] = &sessionv1.SessionEvent{Seq: 1, Time: 1001, SurfaceOp: &sessionv1.SurfaceOp{Op: &sessionv1.SurfaceOp_Append{Append: &sessionv1.SurfaceAppend{}}},
@@ -908,7 +910,9 @@ func TestOutageMidPipeline(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	store := newMemStore()
-	p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.BatchSize = 64; c.AckTimeout = time.Second })
+	// AckTimeout outlasts flush: only the lost connection can end the wait
+	// for the replies owed before the outage.
+	p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.BatchSize = 64; c.AckTimeout = time.Minute })
 	const sessions, perSession = 20, 60
 	id := func(i int) string { return "mid-" + strconv.Itoa(i) }
 	for i := range sessions {

@@ -47,6 +47,7 @@ func fitPayload(m *nats.Msg, maxPayload int64) (*nats.Msg, bool) {
 		return m, false
 	}
 	ref := nats.NewMsg(m.Subject)
+	ref.Reply = m.Reply // the window's slot: without it the acknowledgement never comes back
 	for k, vs := range m.Header {
 		ref.Header[k] = append([]string(nil), vs...)
 	}

@@ -29,7 +29,7 @@ type slot struct {
 	seq   int64
 	at    time.Time // when the event was queued (the publish lag's start)
 	state slotState
-	err   error // the refusal, when state is slotFailed
+	err   error // the refusal (slotFailed) or why the wait ended (slotAborted)
 }
 
 type slotState uint8
@@ -37,7 +37,8 @@ type slotState uint8
 const (
 	slotWaiting slotState = iota
 	slotAcked
-	slotFailed
+	slotFailed  // refused by JetStream (an error reply)
+	slotAborted // its reply was given up on (a timeout, a lost connection)
 )
 
 // window is the publisher's pipeline of unacknowledged publishes: a ring of
@@ -134,7 +135,7 @@ func (w *window) reply(m *nats.Msg) {
 }
 
 // pop returns the oldest slot when its reply came (or when all is true,
-// whatever its state: a waiting one is then failed with err), and frees it.
+// whatever its state: a waiting one is then aborted with err), and frees it.
 func (w *window) pop(all bool, err error) (slot, bool) {
 	if w.n == 0 {
 		return slot{}, false
@@ -144,7 +145,7 @@ func (w *window) pop(all bool, err error) (slot, bool) {
 		if !all {
 			return slot{}, false
 		}
-		sl.state, sl.err = slotFailed, err
+		sl.state, sl.err = slotAborted, err
 	}
 	w.slots[w.head] = slot{}
 	w.head = (w.head + 1) % len(w.slots)

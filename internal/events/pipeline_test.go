@@ -1,6 +1,7 @@
 package events
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -9,7 +10,38 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/natstest"
 )
+
+// zeroCursors is a Cursors that never published anything.
+type zeroCursors struct{}
+
+func (zeroCursors) PublishedCursor(context.Context, string) (int64, error)  { return 0, nil }
+func (zeroCursors) SetPublishedCursor(context.Context, string, int64) error { return nil }
+
+// TestReusedMessageKeepsNoBody: once an event is published, the window's
+// reused message holds none of its bytes (they belong to the queue, which
+// releases them).
+func TestReusedMessageKeepsNoBody(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	p, err := New(t.Context(), Config{Conn: Conn{URL: srv.URL()}, Store: zeroCursors{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	defer func() { _ = p.Close(ctx) }()
+	p.Durable("", "s", []*sessionv1.SessionEvent{{Seq: 0, Time: 1}, {Seq: 1, Time: 2}})
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := p.win.msg.msg.Data; d != nil { // Flush saw the round end under p.mu
+		t.Fatalf("the reused message still holds %d bytes of the last event", len(d))
+	}
+}
 
 func TestAckError(t *testing.T) {
 	t.Parallel()
@@ -101,7 +133,7 @@ func TestWindowSettlesInPublishOrder(t *testing.T) {
 	// all fails what still waits.
 	errGone := errors.New("gone")
 	sl, popped := w.pop(true, errGone)
-	if !popped || sl.state != slotFailed || !errors.Is(sl.err, errGone) || w.n != 0 {
+	if !popped || sl.state != slotAborted || !errors.Is(sl.err, errGone) || w.n != 0 {
 		t.Fatalf("pop(all) = %+v %v, n %d", sl, popped, w.n)
 	}
 }

@@ -13,7 +13,8 @@
 //
 // # Delivery
 //
-// JetStream ends up with every event of a session exactly once, in seq order:
+// JetStream ends up with every event of a session exactly once, in seq order
+// (but for the gap named below):
 //
 //   - a durable per-session published cursor (the next seq not yet known to
 //     be in JetStream) is kept in the session store and advanced only after
@@ -27,8 +28,17 @@
 //   - publishes of every session share one pipeline (up to
 //     Config.BatchSize waiting for their acknowledgements; pipeline.go) on
 //     one connection with the reconnect buffer off, so a message is never
-//     replayed after a later one; a session whose event was refused or not
-//     acknowledged is resumed from that event, and the others go on.
+//     replayed after a later one. A refused publish (JetStream's error
+//     reply) fails its session alone: it is resumed from that event, and the
+//     others go on. A missing acknowledgement (AckTimeout) or a lost
+//     connection fails every publish still waiting in the window, of every
+//     session: each is resumed from its cursor.
+//
+// One gap remains: when JetStream refuses an event but stores a later one
+// of the same session that was already in the window, the resync moves the
+// cursor past the stream's tail and so past the refused event, which is
+// then missing from the stream (the store keeps it); a warning names the
+// session and the seqs.
 //
 // When NATS is unreachable the queues hold the events, up to Config.QueueLimit
 // per session; beyond that the newest events are dropped from memory and read
@@ -174,6 +184,10 @@ type Publisher struct {
 	// stream is the handle ensureStream got (nil before): streamTail asks it
 	// for a session's last message without a stream-info round trip each.
 	stream jetstream.Stream
+	// conn ends when the connection is lost (connDown), so a stream
+	// look-up whose reply will never come stops waiting (lookupCtx).
+	conn     context.Context
+	connDown context.CancelFunc
 
 	// Used by the publishing goroutine (run) only.
 	win     *window
@@ -206,6 +220,7 @@ type sessionState struct {
 	inflight int                   // its events in the window
 	open     bool                  // publishSession is putting its events into the window
 	failErr  error                 // why one of its events was not acknowledged
+	refused  int64                 // seq of its event JetStream refused, to be resynced past; -1 when none
 	ready    []agentv1.AgentStatus // statuses to publish once its events in the window are acknowledged
 }
 
@@ -260,6 +275,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		win:      newWindow(cfg.BatchSize),
 		lost:     make(chan struct{}, 1),
 	}
+	p.conn, p.connDown = context.WithCancel(context.Background())
 	p.reader, _ = cfg.Store.(Reader)
 	p.batch, _ = cfg.Store.(CursorBatch)
 	opts = append(opts,
@@ -272,6 +288,9 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		nats.ConnectHandler(func(nc *nats.Conn) { p.connected(nc, "connected") }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { p.connected(nc, "reconnected") }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			p.mu.Lock()
+			p.connDown()
+			p.mu.Unlock()
 			select {
 			case p.lost <- struct{}{}:
 			default:
@@ -308,6 +327,9 @@ func (p *Publisher) connected(nc *nats.Conn, what string) {
 	p.log.Info("nats "+what, "url", nc.ConnectedUrlRedacted())
 	p.mu.Lock()
 	p.connGen++
+	if p.conn.Err() != nil { // lost since: a new one for this connection
+		p.conn, p.connDown = context.WithCancel(context.Background())
+	}
 	for id, s := range p.sessions {
 		s.resync = true
 		if len(s.pending) > 0 || s.next > s.cursor || s.sweep {
@@ -331,7 +353,7 @@ func (p *Publisher) state(id, tenant string) *sessionState {
 	s := p.sessions[id]
 	if s == nil {
 		s = &sessionState{id: id, tenant: tenant, subject: EventSubject(tenant, id), tenantTok: TenantToken(tenant),
-			cursor: -1, next: -1, saved: -1}
+			cursor: -1, next: -1, saved: -1, refused: -1}
 		p.sessions[id] = s
 	}
 	return s
@@ -595,7 +617,10 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 	if !p.nc.IsConnected() {
 		return errNotConnected
 	}
-	if err := p.ensureStream(ctx); err != nil {
+	sctx, cancel := p.lookupCtx(ctx)
+	err := p.ensureStream(sctx)
+	cancel()
+	if err != nil {
 		return err
 	}
 	select {
@@ -639,6 +664,18 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 	return cmp.Or(firstErr, p.refused)
 }
 
+// lookupCtx bounds a round's stream look-ups like an acknowledgement: they
+// fail after AckTimeout (not the client's own 5 s default) or as soon as
+// the connection is lost, when their replies never come.
+func (p *Publisher) lookupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
+	p.mu.Lock()
+	conn := p.conn
+	p.mu.Unlock()
+	stop := context.AfterFunc(conn, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
 // tailLookups bounds the sessions whose cursors prepare reads at once.
 const tailLookups = 16
 
@@ -660,19 +697,19 @@ func (p *Publisher) prepare(ctx context.Context, ids []string) ([]*sessionState,
 	}
 	p.mu.Unlock()
 	errs := make([]error, len(need))
-	if len(need) == 1 {
-		errs[0] = p.resyncCursor(ctx, need[0])
-	} else if len(need) > 1 {
+	if len(need) > 0 {
+		lctx, cancel := p.lookupCtx(ctx)
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, tailLookups)
 		for i, s := range need {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				errs[i] = p.resyncCursor(ctx, s)
+				errs[i] = p.resyncCursor(lctx, s)
 			})
 		}
 		wg.Wait()
+		cancel()
 	}
 	var firstErr error
 	p.mu.Lock()
@@ -692,7 +729,7 @@ func (p *Publisher) prepare(ctx context.Context, ids []string) ([]*sessionState,
 // and moves a cursor to be resynced past the stream's tail.
 func (p *Publisher) resyncCursor(ctx context.Context, s *sessionState) error {
 	p.mu.Lock()
-	cursor, resync, tenant := s.cursor, s.resync, s.tenant
+	cursor, resync, tenant, refused := s.cursor, s.resync, s.tenant, s.refused
 	p.mu.Unlock()
 	if cursor < 0 {
 		c, err := p.cfg.Store.PublishedCursor(ctx, s.id)
@@ -709,10 +746,17 @@ func (p *Publisher) resyncCursor(ctx context.Context, s *sessionState) error {
 			p.mu.Unlock()
 			return err
 		}
+		if refused >= 0 && tail > cursor {
+			// Later events of the session, in the window with the refused
+			// one, were stored: the stream's tail passes the refused event,
+			// which is skipped (the stream has a gap; the store has it).
+			p.log.Warn("events: a refused event is skipped: later events of its session were stored after it",
+				"session", s.id, "refused_seq", refused, "cursor", cursor, "stream_tail", tail)
+		}
 		cursor = max(cursor, tail)
 	}
 	p.mu.Lock()
-	s.cursor, s.resync = max(s.cursor, cursor), false
+	s.cursor, s.resync, s.refused = max(s.cursor, cursor), false, -1
 	p.mu.Unlock()
 	return nil
 }
@@ -834,7 +878,7 @@ func (p *Publisher) publishSession(ctx context.Context, s *sessionState) error {
 		}
 		for _, q := range batch {
 			if err := p.publishEvent(ctx, s, q); err != nil {
-				s.failErr = cmp.Or(s.failErr, err)
+				s.failErr = err // nil until now: the loop ran only while it was
 				p.abort(ctx, err)
 				p.close(s)
 				return err
@@ -866,7 +910,9 @@ func (p *Publisher) publishEvent(ctx context.Context, s *sessionState, q queued)
 		p.cfg.Metrics.RecordOversizeEvent(ctx)
 		msg = ref
 	}
-	if err := p.nc.PublishMsg(msg); err != nil {
+	err := p.nc.PublishMsg(msg)
+	w.msg.msg.Data = nil // copied into the connection's buffer: do not keep the event's bytes
+	if err != nil {
 		w.unpush()
 		return fmt.Errorf("events: publish %s seq %d: %w", s.id, q.ev.GetSeq(), err)
 	}
@@ -946,6 +992,9 @@ func (p *Publisher) settle(ctx context.Context, all bool, err error) {
 			lags = append(lags, sl.at)
 		default:
 			s.failErr = fmt.Errorf("events: publish %s from seq %d: %w", s.id, sl.seq, sl.err)
+			if sl.state == slotFailed {
+				s.refused = sl.seq
+			}
 		}
 		if s.inflight == 0 && !s.open {
 			statuses = p.finish(s, statuses)
@@ -1068,20 +1117,24 @@ func (p *Publisher) nextBatch(ctx context.Context, s *sessionState, from int64, 
 		gapTo = s.pending[i].ev.GetSeq()
 	}
 	sweep := s.sweep
-	if gapTo <= from && !sweep {
+	if (gapTo <= from && !sweep) || p.reader == nil {
+		// The statuses are taken under the lock that saw the queue: a
+		// status queued later may follow an event queued after this look.
 		statuses, s.statuses = s.statuses, nil
 		p.mu.Unlock()
-		return nil, statuses, true, nil // nothing to publish
+		if gapTo > from {
+			p.log.Debug("events missing from the queue; waiting for them to be handed in again", "session", s.id, "from", from, "to", gapTo)
+		}
+		return nil, statuses, true, nil // nothing to publish now
 	}
 	p.mu.Unlock()
-	if p.reader == nil {
-		p.log.Debug("events missing from the queue; waiting for them to be handed in again", "session", s.id, "from", from, "to", gapTo)
-		return nil, p.takeStatuses(s), true, nil
-	}
 	evs, err := p.reader.ReadEvents(ctx, s.id, from)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("events: read %s from %d: %w", s.id, from, err)
 	}
+	// Everything contiguous the read found is queued (up to QueueLimit), so
+	// the next batches come from the queue instead of reading the rest of
+	// the log again for each.
 	now := p.cfg.Now()
 	var out []queued
 	for _, ev := range evs {
@@ -1089,21 +1142,53 @@ func (p *Publisher) nextBatch(ctx context.Context, s *sessionState, from int64, 
 		if ev.GetSeq() < want {
 			continue
 		}
-		if ev.GetSeq() != want || (!sweep && ev.GetSeq() >= gapTo) || len(out) >= limit {
+		if ev.GetSeq() != want || (!sweep && ev.GetSeq() >= gapTo) || len(out) >= p.cfg.QueueLimit {
 			break
 		}
 		out = append(out, queued{ev: ev, at: now})
 	}
-	if len(out) == 0 {
-		p.mu.Lock()
-		s.sweep = false
-		p.mu.Unlock()
-		return nil, p.takeStatuses(s), true, nil
-	}
 	p.mu.Lock()
+	if len(out) == 0 {
+		s.sweep = false
+		// An event at from stored (and handed in) since the read is not
+		// in the stream yet, and the statuses queued with it must follow
+		// it: Durable marked the session dirty, so they go out in the next
+		// round, after it.
+		if s.next <= from {
+			statuses, s.statuses = s.statuses, nil
+		}
+		p.mu.Unlock()
+		return nil, statuses, true, nil
+	}
 	s.next = max(s.next, out[len(out)-1].ev.GetSeq()+1)
+	p.queueRead(s, out)
 	p.mu.Unlock()
-	return out, nil, false, nil
+	return out[:min(len(out), limit)], nil, false, nil
+}
+
+// queueRead merges events read from the store (sorted, contiguous) into
+// s's queue, keeping an event already queued (it may hold its encoding),
+// and keeps the lowest QueueLimit seqs (p.mu held): the ones dropped are
+// read again when their turn comes.
+func (p *Publisher) queueRead(s *sessionState, read []queued) {
+	merged := make([]queued, 0, min(len(s.pending)+len(read), p.cfg.QueueLimit))
+	i, j := 0, 0
+	for (i < len(s.pending) || j < len(read)) && len(merged) < p.cfg.QueueLimit {
+		switch {
+		case j == len(read) || (i < len(s.pending) && s.pending[i].ev.GetSeq() < read[j].ev.GetSeq()):
+			merged = append(merged, s.pending[i])
+			i++
+		case i == len(s.pending) || read[j].ev.GetSeq() < s.pending[i].ev.GetSeq():
+			merged = append(merged, read[j])
+			j++
+		default: // the same seq: keep the queued one
+			merged = append(merged, s.pending[i])
+			i, j = i+1, j+1
+		}
+	}
+	p.release(s.pending[i:]) // the newest, past the limit
+	clear(s.pending)
+	s.pending = merged
 }
 
 // trim drops the events below the cursor from the queue (p.mu held).
@@ -1118,15 +1203,6 @@ func (p *Publisher) trim(s *sessionState) {
 	if len(s.pending) == 0 {
 		s.pending = nil
 	}
-}
-
-// takeStatuses takes the statuses queued for s.
-func (p *Publisher) takeStatuses(s *sessionState) []agentv1.AgentStatus {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	st := s.statuses
-	s.statuses = nil
-	return st
 }
 
 // saveCursors writes every cursor that moved since it was last written:
