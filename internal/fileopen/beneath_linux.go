@@ -39,6 +39,16 @@ func NoLinks(path string) bool {
 	return true
 }
 
+// NoLinksDir is NoLinks for a directory: true also says path is one.
+func NoLinksDir(path string) bool {
+	fd, err := openat2NoLinks(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if err != nil {
+		return false
+	}
+	_ = unix.Close(fd)
+	return true
+}
+
 // openat2NoLinks is openat2(path, flags, RESOLVE_NO_SYMLINKS), retried
 // when interrupted.
 func openat2NoLinks(path string, flags uint64) (int, error) {

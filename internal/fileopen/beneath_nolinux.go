@@ -11,6 +11,9 @@ func openNoLinks(string) (*os.File, bool, error) { return nil, false, nil }
 // path the long way.
 func NoLinks(string) bool { return false }
 
+// NoLinksDir is NoLinks for a directory: false here too.
+func NoLinksDir(string) bool { return false }
+
 // rootAtPath cannot check the root's path in one call here: os.OpenRoot's
 // answer stands.
 func rootAtPath(*os.Root, string) error { return nil }

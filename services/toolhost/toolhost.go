@@ -272,14 +272,26 @@ func (s *Service) effective(call *toolsdk.Call) (sandbox.Effective, error) {
 // swapped for a link later (by a session whose root is the parent, a
 // danger-full-access session, any process of the user) reach the
 // sandbox's rules, which open the root by path. A root with no link in it
-// — the usual case — is confirmed in one openat2 (fileopen.NoLinks: then
-// its resolution is itself) instead of one Lstat per component; any link
-// or error takes EvalSymlinks, with its answer and its error.
+// — the usual case — is confirmed in one openat2 (fileopen.NoLinksDir: then
+// its resolution is itself, and a directory) instead of one Lstat per
+// component; any link or error takes EvalSymlinks, with its answer and its
+// error, and a root that is not a directory is refused.
 func resolveRoot(root string) (string, error) {
-	if fileopen.NoLinks(root) {
+	if fileopen.NoLinksDir(root) {
 		return root, nil
 	}
-	return filepath.EvalSymlinks(root)
+	real, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", err
+	}
+	// A root must be a directory: a file named as one got the file tools'
+	// "outside the workspace" and the sandbox's Landlock error before.
+	if fi, err := os.Stat(real); err != nil {
+		return "", err
+	} else if !fi.IsDir() {
+		return "", fmt.Errorf("%s is not a directory", real)
+	}
+	return real, nil
 }
 
 // scope is the file tools' view of a call's confinement.

@@ -187,11 +187,17 @@ func TestBadRequests(t *testing.T) {
 	if err := os.Symlink(outside, link); err != nil {
 		t.Fatal(err)
 	}
+	// A workspace root that is a file.
+	file := filepath.Join(h.Workspace, "notes.txt")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		ex   *toolsv1.ToolExecution
 		msg  string
 	}{
+		{"workspace root that is a file", &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: &toolsv1.ToolContext{Cwd: file, WorkspaceRoot: file}}, file + " is not a directory"},
 		{"missing cwd", &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: &toolsv1.ToolContext{SessionId: "s"}}, "cwd is required"},
 		{"relative workspace root", &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: &toolsv1.ToolContext{Cwd: "/", WorkspaceRoot: "ws"}}, "must be an absolute path"},
 		{"workspace root outside the host's", &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: &toolsv1.ToolContext{Cwd: "/", WorkspaceRoot: outside}}, "outside this host's workspace"},
