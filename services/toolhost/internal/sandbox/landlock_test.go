@@ -22,6 +22,13 @@ func runIn(t *testing.T, s *Sandbox, p Policy, root, command string) (string, st
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runPrepared(t, r)
+}
+
+// runPrepared starts a prepared call, waits for it and finishes it, and
+// returns its stdout, stderr and exit code.
+func runPrepared(t *testing.T, r *Run) (string, string, int) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	r.Cmd.Stdout, r.Cmd.Stderr = &out, &errb
 	if err := r.Cmd.Start(); err != nil {
@@ -406,17 +413,7 @@ func TestRuleOpenedPerCallIsTheListedFile(t *testing.T) {
 	r.ruleset.Close()
 	r.ruleset = os.NewFile(uintptr(fd), "landlock-ruleset")
 	r.Cmd.ExtraFiles[len(r.Cmd.ExtraFiles)-1] = r.ruleset
-	var out bytes.Buffer
-	r.Cmd.Stdout = &out
-	if err := r.Cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Started(); err != nil {
-		t.Fatal(err)
-	}
-	_ = r.Cmd.Wait()
-	r.Finish()
-	if out.String() != "was-outsideend\n" {
-		t.Errorf("want only the unchanged entry read (and no secret through a rule on a replaced one): %q", out.String())
+	if out, _, _ := runPrepared(t, r); out != "was-outsideend\n" {
+		t.Errorf("want only the unchanged entry read (and no secret through a rule on a replaced one): %q", out)
 	}
 }

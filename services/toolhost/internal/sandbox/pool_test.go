@@ -47,6 +47,27 @@ func inOneEpoch(t *testing.T, s *Sandbox, attempt func(mark func()) error) {
 	t.Skip("the listing's epoch changed during every attempt (files deleted in /tmp meanwhile)")
 }
 
+// readTwiceReusing reads file ("was-outside") in two calls of root's
+// session, the second reusing the first's pooled ruleset, in one epoch.
+func readTwiceReusing(t *testing.T, s *Sandbox, p Policy, root, file string) {
+	t.Helper()
+	inOneEpoch(t, s, func(mark func()) error {
+		n := reused(s)
+		for i := range 2 {
+			if out, errb, _ := runIn(t, s, p, root, "cat "+file); out != "was-outside" {
+				return fmt.Errorf("call %d: %s outside the hidden roots is not readable: %q %q", i, file, out, errb)
+			}
+			if i == 0 {
+				mark()
+			}
+		}
+		if reused(s) == n {
+			return errors.New("the second call did not reuse the first call's ruleset: this test attacks nothing")
+		}
+		return nil
+	})
+}
+
 // TestPooledRulesetHidesWhatMovedAway attacks the ruleset pool: a call's
 // ruleset granted a sibling of the host root by its inode; the sibling is
 // then moved (or hard-linked and unlinked) into another session's
@@ -91,21 +112,7 @@ func TestPooledRulesetHidesWhatMovedAway(t *testing.T) {
 				x := filepath.Join(base, "x")
 				note := c.make(t, x)
 				p := Policy{Mode: WorkspaceWrite}
-				inOneEpoch(t, s, func(mark func()) error {
-					n := reused(s)
-					for i := range 2 {
-						if out, errb, _ := runIn(t, s, p, a, "cat "+note); out != "was-outside" {
-							return fmt.Errorf("call %d: a file outside the hidden roots is not readable: %q %q", i, out, errb)
-						}
-						if i == 0 {
-							mark()
-						}
-					}
-					if reused(s) == n {
-						return errors.New("the second call did not reuse the first call's ruleset: this test attacks nothing")
-					}
-					return nil
-				})
+				readTwiceReusing(t, s, p, a, note)
 				moved := c.move(t, x, b)
 				out, _, _ := runIn(t, s, p, a, "cat "+moved+"; echo end")
 				if strings.Contains(out, "was-outside") || out != "end\n" {
@@ -320,21 +327,7 @@ func TestPoolLetsDeletedFilesGo(t *testing.T) {
 	big := filepath.Join(base, "big")
 	mustWrite(t, big)
 	p := Policy{Mode: WorkspaceWrite}
-	inOneEpoch(t, s, func(mark func()) error {
-		n := reused(s)
-		for i := range 2 {
-			if out, errb, _ := runIn(t, s, p, a, "cat "+big); out != "was-outside" {
-				return fmt.Errorf("call %d: out %q err %q", i, out, errb)
-			}
-			if i == 0 {
-				mark()
-			}
-		}
-		if reused(s) == n {
-			return errors.New("the second call did not reuse the first call's ruleset: this test attacks nothing")
-		}
-		return nil
-	})
+	readTwiceReusing(t, s, p, a, big)
 	runIn(t, s, p, b, "true") // b's ruleset stays idle from here on
 	if err := os.Remove(big); err != nil {
 		t.Fatal(err)

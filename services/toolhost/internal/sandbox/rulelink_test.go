@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -113,15 +112,6 @@ func runCall(t *testing.T, s *Sandbox, call Call, command string) (out, errb str
 	if err != nil {
 		return "", "", err
 	}
-	var o, e bytes.Buffer
-	r.Cmd.Stdout, r.Cmd.Stderr = &o, &e
-	if err := r.Cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Started(); err != nil {
-		t.Fatal(err)
-	}
-	_ = r.Cmd.Wait()
-	r.Finish()
-	return o.String(), e.String(), nil
+	out, errb, _ = runPrepared(t, r)
+	return out, errb, nil
 }
