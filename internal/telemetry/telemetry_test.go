@@ -135,15 +135,7 @@ func TestSpanHelpers(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	reader := sdkmetric.NewManualReader()
-	tel, err := telemetry.Setup(t.Context(), telemetry.Config{MetricReaders: []sdkmetric.Reader{reader}, NoGlobal: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := telemetry.NewMetrics(tel.MeterProvider)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, reader := newMetrics(t)
 	ctx := t.Context()
 	m.RecordTokens(ctx, "openai", "gpt", &llmv1.TokenUsage{InputTokens: 3, OutputTokens: 4})
 	m.RecordStep(ctx, 20*time.Millisecond, "openai", "gpt")
@@ -179,15 +171,7 @@ func TestMetrics(t *testing.T) {
 // follow would put the later steps under the first model).
 func TestStepOptionsFollowTheModel(t *testing.T) {
 	t.Parallel()
-	reader := sdkmetric.NewManualReader()
-	tel, err := telemetry.Setup(t.Context(), telemetry.Config{MetricReaders: []sdkmetric.Reader{reader}, NoGlobal: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := telemetry.NewMetrics(tel.MeterProvider)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, reader := newMetrics(t)
 	want := map[[2]string]uint64{}
 	record := func(provider, model string) {
 		m.RecordStep(t.Context(), time.Millisecond, provider, model)
@@ -225,4 +209,19 @@ func TestStepOptionsFollowTheModel(t *testing.T) {
 			t.Errorf("steps under %v = %d, want %d", k, got[k], n)
 		}
 	}
+}
+
+// newMetrics is the metrics over a manual reader, nothing global set.
+func newMetrics(t *testing.T) (*telemetry.Metrics, *sdkmetric.ManualReader) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	tel, err := telemetry.Setup(t.Context(), telemetry.Config{MetricReaders: []sdkmetric.Reader{reader}, NoGlobal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := telemetry.NewMetrics(tel.MeterProvider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reader
 }
