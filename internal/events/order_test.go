@@ -1,7 +1,6 @@
 package events_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/natstest"
+	"github.com/dsh-dev/dsh/internal/proctest"
 )
 
 // storingReader is a store on which the agent appends while the publisher
@@ -91,24 +91,6 @@ func TestStatusWaitsForAnEventStoredDuringTheRead(t *testing.T) {
 	checkExactlyOnce(t, readStream(t, srv.URL()), "r", 4)
 }
 
-// lockedBuffer is a log sink written by the publisher's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestRefusedThenStoredIsWarned: JetStream refuses event 1 (over the
 // stream's max message size) and stores events 2 and 3, in the window with
 // it; the resync then moves the cursor past the stream's tail and so past
@@ -122,7 +104,7 @@ func TestRefusedThenStoredIsWarned(t *testing.T) {
 		MaxMsgSize: 1024}); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs proctest.Buffer // written by the publisher's goroutines
 	store := newMemStore()
 	p := newPublisher(t, srv.URL(), store, func(c *events.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	evs := mkEvents(0, 4)
