@@ -1,12 +1,12 @@
 package sandbox
 
 import (
-	"container/list"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,7 +66,6 @@ type pooledRuleset struct {
 	// ids are the identities of the call's own paths when it was made.
 	ids  []inodeID
 	uses int
-	elem *list.Element // in rulesetPool.lru while pooled
 }
 
 type inodeID struct{ dev, ino uint64 }
@@ -83,8 +82,7 @@ func idOf(path string) (inodeID, error) {
 type rulesetPool struct {
 	tmpRoot string
 	mu      sync.Mutex
-	free    map[string][]*pooledRuleset
-	lru     list.List // of *pooledRuleset, oldest first
+	free    []*pooledRuleset // oldest put first
 	// epoch is the newest listing epoch a take saw: rulesets of older
 	// epochs are dropped, those of idle keys too (sweep).
 	epoch uint64
@@ -95,7 +93,7 @@ type rulesetPool struct {
 }
 
 func newRulesetPool(tmpRoot string) *rulesetPool {
-	return &rulesetPool{tmpRoot: tmpRoot, free: map[string][]*pooledRuleset{}}
+	return &rulesetPool{tmpRoot: tmpRoot}
 }
 
 // rulesetKey is what a call adds to the outside: its mode, network, and
@@ -211,48 +209,30 @@ func (p *rulesetPool) sweep(epoch uint64) {
 	}
 	p.epoch = epoch
 	var stale []*pooledRuleset
-	for e := p.lru.Front(); e != nil; {
-		next := e.Next()
-		if rs := e.Value.(*pooledRuleset); rs.epoch < epoch {
-			p.unlink(rs)
+	p.free = slices.DeleteFunc(p.free, func(rs *pooledRuleset) bool {
+		old := rs.epoch < epoch
+		if old {
 			stale = append(stale, rs)
 		}
-		e = next
-	}
+		return old
+	})
 	p.mu.Unlock()
 	for _, rs := range stale {
 		p.drop(rs)
 	}
 }
 
+// pop takes the most recently put ruleset for key out of the pool.
 func (p *rulesetPool) pop(key string) *pooledRuleset {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := p.free[key]
-	if len(s) == 0 {
-		return nil
-	}
-	rs := s[len(s)-1]
-	p.unlink(rs)
-	return rs
-}
-
-// unlink takes rs out of the pool (p.mu held).
-func (p *rulesetPool) unlink(rs *pooledRuleset) {
-	s := p.free[rs.key]
-	for i, x := range s {
-		if x == rs {
-			s = append(s[:i], s[i+1:]...)
-			break
+	for i := len(p.free) - 1; i >= 0; i-- {
+		if rs := p.free[i]; rs.key == key {
+			p.free = slices.Delete(p.free, i, i+1)
+			return rs
 		}
 	}
-	if len(s) == 0 {
-		delete(p.free, rs.key)
-	} else {
-		p.free[rs.key] = s
-	}
-	p.lru.Remove(rs.elem)
-	rs.elem = nil
+	return nil
 }
 
 // put pools rs after its call ended (every process of it gone): its
@@ -277,12 +257,10 @@ func (p *rulesetPool) repool(rs *pooledRuleset) {
 		return
 	}
 	var evict *pooledRuleset
-	if p.lru.Len() >= maxPooled {
-		evict = p.lru.Front().Value.(*pooledRuleset)
-		p.unlink(evict)
+	if p.free = append(p.free, rs); len(p.free) > maxPooled {
+		evict = p.free[0]
+		p.free = slices.Delete(p.free, 0, 1)
 	}
-	rs.elem = p.lru.PushBack(rs)
-	p.free[rs.key] = append(p.free[rs.key], rs)
 	p.mu.Unlock()
 	if evict != nil {
 		p.drop(evict)
@@ -303,11 +281,8 @@ func (p *rulesetPool) drop(rs *pooledRuleset) {
 func (p *rulesetPool) close() {
 	p.mu.Lock()
 	p.closed = true
-	var all []*pooledRuleset
-	for e := p.lru.Front(); e != nil; e = e.Next() {
-		all = append(all, e.Value.(*pooledRuleset))
-	}
-	p.free, p.lru = map[string][]*pooledRuleset{}, list.List{}
+	all := p.free
+	p.free = nil
 	p.mu.Unlock()
 	for _, rs := range all {
 		p.drop(rs)

@@ -296,7 +296,7 @@ func TestPoolBounds(t *testing.T) {
 		pool.put(rs)
 	}
 	pool.mu.Lock()
-	n := pool.lru.Len()
+	n := len(pool.free)
 	pool.mu.Unlock()
 	if n != maxPooled {
 		t.Errorf("%d rulesets pooled, want at most %d", n, maxPooled)
@@ -311,8 +311,8 @@ func pooledEpochs(s *Sandbox) []uint64 {
 	s.pool.mu.Lock()
 	defer s.pool.mu.Unlock()
 	var out []uint64
-	for e := s.pool.lru.Front(); e != nil; e = e.Next() {
-		out = append(out, e.Value.(*pooledRuleset).epoch)
+	for _, rs := range s.pool.free {
+		out = append(out, rs.epoch)
 	}
 	return out
 }
@@ -429,7 +429,7 @@ func TestRulesetPutBackOnlyWhenTheCallIsGone(t *testing.T) {
 			r := &Run{ok: true, result: "exit 0", pooled: rs, pool: pool, cgroup: cg}
 			r.Finish()
 			pool.mu.Lock()
-			n := pool.lru.Len()
+			n := len(pool.free)
 			pool.mu.Unlock()
 			if n != c.pooled {
 				t.Errorf("%d rulesets pooled, want %d", n, c.pooled)
@@ -464,7 +464,7 @@ func TestPoolAfterCloseAndNewerRulesets(t *testing.T) {
 		t.Fatal("a ruleset newer than the caller's listing was taken")
 	}
 	pool.mu.Lock()
-	left := first.elem != nil
+	left := slices.Contains(pool.free, first)
 	pool.mu.Unlock()
 	if !left || first.fd < 0 {
 		t.Error("the newer ruleset was not left in the pool")
@@ -474,7 +474,7 @@ func TestPoolAfterCloseAndNewerRulesets(t *testing.T) {
 	pool.close()
 	pool.put(late)
 	pool.mu.Lock()
-	n := pool.lru.Len()
+	n := len(pool.free)
 	pool.mu.Unlock()
 	if n != 0 || late.fd != -1 {
 		t.Errorf("a ruleset put back after close was pooled (%d pooled, fd %d)", n, late.fd)
