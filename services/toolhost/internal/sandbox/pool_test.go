@@ -47,15 +47,15 @@ func inOneEpoch(t *testing.T, s *Sandbox, attempt func(mark func()) error) {
 	t.Skip("the listing's epoch changed during every attempt (files deleted in /tmp meanwhile)")
 }
 
-// readTwiceReusing reads file ("was-outside") in two calls of root's
-// session, the second reusing the first's pooled ruleset, in one epoch.
-func readTwiceReusing(t *testing.T, s *Sandbox, p Policy, root, file string) {
+// twiceReusing runs call twice, the second reusing the first's pooled
+// ruleset, within one epoch; each run must print want.
+func twiceReusing(t *testing.T, s *Sandbox, want string, call func() (out, errb string, err error)) {
 	t.Helper()
 	inOneEpoch(t, s, func(mark func()) error {
 		n := reused(s)
 		for i := range 2 {
-			if out, errb, _ := runIn(t, s, p, root, "cat "+file); out != "was-outside" {
-				return fmt.Errorf("call %d: %s outside the hidden roots is not readable: %q %q", i, file, out, errb)
+			if out, errb, err := call(); err != nil || out != want {
+				return fmt.Errorf("call %d: %q %q %v, want %q", i, out, errb, err, want)
 			}
 			if i == 0 {
 				mark()
@@ -65,6 +65,16 @@ func readTwiceReusing(t *testing.T, s *Sandbox, p Policy, root, file string) {
 			return errors.New("the second call did not reuse the first call's ruleset: this test attacks nothing")
 		}
 		return nil
+	})
+}
+
+// readTwiceReusing reads file ("was-outside", outside the hidden roots) in
+// two calls of root's session, the second reusing the first's ruleset.
+func readTwiceReusing(t *testing.T, s *Sandbox, p Policy, root, file string) {
+	t.Helper()
+	twiceReusing(t, s, "was-outside", func() (string, string, error) {
+		out, errb, _ := runIn(t, s, p, root, "cat "+file)
+		return out, errb, nil
 	})
 }
 
