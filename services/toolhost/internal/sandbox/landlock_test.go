@@ -332,18 +332,10 @@ func TestShellCannotForgeTheReport(t *testing.T) {
 					if nobody {
 						asNobody(t, r)
 					}
-					var out bytes.Buffer
-					r.Cmd.Stdout, r.Cmd.Stderr = &out, &out
-					if err := r.Cmd.Start(); err != nil {
-						t.Fatal(err)
-					}
-					if err := r.Started(); err != nil {
-						t.Fatal(err)
-					}
-					_ = r.Cmd.Wait()
-					r.Finish()
-					if code, _, ok := r.Result(); !ok || code != 7 || strings.Contains(out.String(), "forged") || strings.Contains(out.String(), "peeked") {
-						t.Errorf("%s: result %d (ok %v), output %q", mode, code, ok, out.String())
+					stdout, stderr, _ := runPrepared(t, r)
+					out := stdout + stderr
+					if code, _, ok := r.Result(); !ok || code != 7 || strings.Contains(out, "forged") || strings.Contains(out, "peeked") {
+						t.Errorf("%s: result %d (ok %v), output %q", mode, code, ok, out)
 					}
 					if pids := proctest.Living(marker); len(pids) > 0 {
 						t.Errorf("%s: the launcher left %v running", mode, pids)
