@@ -49,6 +49,13 @@ func NoLinksDir(path string) bool {
 	return true
 }
 
+// DirNoLinks opens the directory at path as an O_PATH descriptor in one
+// openat2 that refuses a symbolic link in any component (ELOOP): the
+// directory opened is the one at that very path now.
+func DirNoLinks(path string) (int, error) {
+	return openat2NoLinks(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+}
+
 // openat2NoLinks is openat2(path, flags, RESOLVE_NO_SYMLINKS), retried
 // when interrupted.
 func openat2NoLinks(path string, flags uint64) (int, error) {

@@ -2,7 +2,10 @@
 
 package fileopen
 
-import "os"
+import (
+	"errors"
+	"os"
+)
 
 // openNoLinks has no one-call form here: the caller takes the Root's way.
 func openNoLinks(string) (*os.File, bool, error) { return nil, false, nil }
@@ -17,3 +20,6 @@ func NoLinksDir(string) bool { return false }
 // rootAtPath cannot check the root's path in one call here: os.OpenRoot's
 // answer stands.
 func rootAtPath(*os.Root, string) error { return nil }
+
+// DirNoLinks cannot refuse links in one call here.
+func DirNoLinks(string) (int, error) { return -1, errors.ErrUnsupported }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -416,9 +417,17 @@ func addOutside(ruleset int, l *listing, since uint64) error {
 		}
 		fd := e.fd
 		if fd < 0 {
-			var err error
-			if fd, err = unix.Open(e.path, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0); err != nil {
-				if errors.Is(err, unix.ENOENT) {
+			// The entry's directory is opened with no link anywhere in its
+			// path (an ancestor swapped for a link since the listing would
+			// otherwise lead the rule elsewhere: ELOOP, skipped like a
+			// vanished entry), the entry itself without following it.
+			dir, err := fileopen.DirNoLinks(filepath.Dir(e.path))
+			if err == nil {
+				fd, err = unix.Openat(dir, filepath.Base(e.path), unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+				unix.Close(dir)
+			}
+			if err != nil {
+				if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) {
 					continue
 				}
 				return fmt.Errorf("open %s: %w", e.path, err)
