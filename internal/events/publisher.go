@@ -668,10 +668,15 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 // fail after AckTimeout (not the client's own 5 s default) or as soon as
 // the connection is lost, when their replies never come.
 func (p *Publisher) lookupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
 	p.mu.Lock()
 	conn := p.conn
 	p.mu.Unlock()
+	return lookupCtxOn(ctx, conn, p.cfg.AckTimeout)
+}
+
+// lookupCtxOn is lookupCtx for the connection context conn.
+func lookupCtxOn(ctx, conn context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	stop := context.AfterFunc(conn, cancel)
 	return ctx, func() { stop(); cancel() }
 }
@@ -698,18 +703,23 @@ func (p *Publisher) prepare(ctx context.Context, ids []string) ([]*sessionState,
 	p.mu.Unlock()
 	errs := make([]error, len(need))
 	if len(need) > 0 {
-		lctx, cancel := p.lookupCtx(ctx)
+		// Each lookup has AckTimeout of its own (a batch of hundreds after
+		// a reconnect takes longer than one round trip's bound).
+		p.mu.Lock()
+		conn := p.conn
+		p.mu.Unlock()
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, tailLookups)
 		for i, s := range need {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
+				lctx, cancel := lookupCtxOn(ctx, conn, p.cfg.AckTimeout)
+				defer cancel()
 				errs[i] = p.resyncCursor(lctx, s)
 			})
 		}
 		wg.Wait()
-		cancel()
 	}
 	var firstErr error
 	p.mu.Lock()
