@@ -217,7 +217,16 @@ func mountRoot(p string) bool {
 	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS, &stx); err != nil {
 		return true
 	}
-	return stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 || stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+	is, known := mountRootAttr(&stx)
+	return !known || is
+}
+
+// mountRootAttr is statx's mount-root attribute: whether stx is a mount
+// root, and whether the kernel reported it at all (each caller decides
+// which way an unknown answer leans).
+func mountRootAttr(stx *unix.Statx_t) (is, known bool) {
+	known = stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0
+	return known && stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, known
 }
 
 // readListing keeps a host's listing.
@@ -470,7 +479,8 @@ func listedFile(fd int, e *outsideEntry) bool {
 	if stx.Ino == e.ino && dev == e.dev {
 		return true
 	}
-	return dev != e.dev || stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+	is, _ := mountRootAttr(&stx) // unknown: not a mount root, no rule
+	return dev != e.dev || is
 }
 
 // sinks are the devices every mode may write.

@@ -354,9 +354,7 @@ func TestPoolLetsDeletedFilesGo(t *testing.T) {
 	if reused(s) != n {
 		t.Error("a ruleset holding a rule on the deleted file was reused")
 	}
-	s.outside.mu.Lock()
-	epoch := s.outside.epoch
-	s.outside.mu.Unlock()
+	epoch := listingEpoch(s)
 	epochs := pooledEpochs(s)
 	if len(epochs) == 0 {
 		t.Fatal("nothing pooled after the call")
