@@ -409,3 +409,74 @@ func TestRuleOpenedPerCallIsTheListedFile(t *testing.T) {
 		t.Errorf("want only the unchanged entry read (and no secret through a rule on a replaced one): %q", out)
 	}
 }
+
+// TestRuleOpenedPerCallThroughASwappedAncestor: a listed entry opened per
+// call (no descriptor kept) must be the entry at its path with no link in
+// it. Here an ancestor is swapped for a link into the hidden host root after
+// the listing, where the entry's name is a mount root (another device, so
+// the listed-file check alone takes it for a mount still in place): a rule
+// opened through the link would grant that whole mount.
+func TestRuleOpenedPerCallThroughASwappedAncestor(t *testing.T) {
+	t.Parallel()
+	s, base, a, _ := confinedSandbox(t)
+	host := filepath.Dir(a)
+	if err := os.Mkdir(filepath.Join(base, "m"), 0o755); err != nil { // listed, plain
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(host, "m") // hidden, a file system of its own
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=64k"); err != nil {
+		t.Skipf("mounting a tmpfs needs root: %v", err)
+	}
+	aside := base + "-aside"
+	// The swap below moves the mount point; everything is put back and
+	// unmounted where it is then.
+	t.Cleanup(func() {
+		if _, err := os.Lstat(aside); err == nil {
+			_ = os.Remove(base)
+			_ = os.Rename(aside, base)
+		}
+		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", mnt, err)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(mnt, "secret"), []byte("mounted-secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, _, err := newListing(s.hidden, nil, 0, 1) // no descriptor kept
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	dir, _, err := openRuleDir(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	secret := filepath.Join(aside, "host", "m", "secret")
+	r, err := s.Command(Call{Policy: Policy{Mode: WorkspaceWrite}, Root: a, Dir: "/", Command: "cat " + secret + "; echo end"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// base/m now leads to host/m, the mount.
+	if err := os.Rename(base, aside); err != nil {
+		r.ruleset.Close()
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(aside, "host"), base); err != nil {
+		r.ruleset.Close()
+		t.Fatal(err)
+	}
+	fd, err := callRuleset(l, nil, []*os.File{dir}, true)
+	r.ruleset.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ruleset = os.NewFile(uintptr(fd), "landlock-ruleset")
+	r.Cmd.ExtraFiles[len(r.Cmd.ExtraFiles)-1] = r.ruleset
+	if out, _, _ := runPrepared(t, r); out != "end\n" {
+		t.Errorf("a rule opened through the swapped ancestor granted the hidden root's mount: %q", out)
+	}
+}
