@@ -78,6 +78,12 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 		}
 		return nil
 	}
+	dispatch := func(ctx context.Context, c *batchCall, i int) {
+		if c.call != nil {
+			c.call.Dispatch(ctx, a.flush)
+		}
+		settled <- i // buffered for every call: never blocks
+	}
 	start := func(i int) error {
 		c := calls[i]
 		ev, err := a.appendOwned(toolCallEvent(turn, step, c.ex, c.view)) // strings, and a view decoded for this batch
@@ -92,12 +98,16 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 		}
 		started++
 		inflight++
-		go func() {
-			if c.call != nil {
-				c.call.Dispatch(cctx, a.flush)
-			}
-			settled <- i
-		}()
+		if inflight == 1 && (c.mode != toolsv1.ExecutionMode_EXECUTION_MODE_PARALLEL || started == len(calls)) {
+			// Nothing else in flight, and the driver would wait for this
+			// call next (an exclusive call is drained at once; the batch's
+			// last call is followed by the final drain): dispatched on the
+			// driver itself, without a goroutine of its own, a stack to
+			// grow and a wake-up. The results commit as before.
+			dispatch(cctx, c, i)
+			return nil
+		}
+		go dispatch(cctx, c, i)
 		return nil
 	}
 
