@@ -32,6 +32,10 @@ type Tools interface {
 // ToolCall is one call in the staged pipeline: Begin ran pre-execute and the
 // guards; Dispatch runs the body (concurrently with other calls); Finish runs
 // post-execute and returns the final result.
+//
+// Finish returns the call's final result, which becomes the caller's
+// alone: the loop hands its content, error and meta to the session log
+// without a copy, so nothing may keep or change them afterwards.
 type ToolCall interface {
 	Dispatch(ctx context.Context, checkpoint func(context.Context) error)
 	Finish(ctx context.Context) *toolsv1.ToolExecutionResult

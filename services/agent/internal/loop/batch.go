@@ -166,7 +166,9 @@ func (a *Agent) commit(ctx context.Context, turn, step int32, c *batchCall) erro
 	if c.span != nil {
 		telemetry.EndToolCall(c.span, res.GetIsError(), res.GetError().GetCode())
 	}
-	if _, err := a.append(toolResultEvent(turn, step, c.ex.GetCallId(), res, c.callSeq)); err != nil {
+	// The result is the call's to give (ToolCall.Finish) or built here: the
+	// log takes its parts without a copy.
+	if _, err := a.appendOwned(toolResultEvent(turn, step, c.ex.GetCallId(), res, c.callSeq)); err != nil {
 		return err
 	}
 	if c.ex.GetName() == TodoWriteTool && !res.GetIsError() {

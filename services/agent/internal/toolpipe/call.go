@@ -157,7 +157,9 @@ func (c *Call) Dispatch(ctx context.Context, checkpoint func(context.Context) er
 	}
 	c.bodyRan = true
 	if hs.host.Local != nil {
-		c.result = hs.host.Local.Execute(ctx, c.ex)
+		// An in-process host may keep what it returns: copied, so the
+		// result Finish hands out is the caller's alone.
+		c.result = proto.CloneOf(hs.host.Local.Execute(ctx, c.ex))
 	} else {
 		c.result = c.execute(ctx, hs)
 	}
@@ -250,6 +252,18 @@ func quoteAll(ss []string) []string {
 	return out
 }
 
+// cloneAll returns a copy of every message of ms.
+func cloneAll[M proto.Message](ms []M) []M {
+	if ms == nil {
+		return nil
+	}
+	out := make([]M, len(ms))
+	for i, m := range ms {
+		out[i] = proto.CloneOf(m)
+	}
+	return out
+}
+
 func withContexts(r, prior *toolsv1.ToolExecutionResult) *toolsv1.ToolExecutionResult {
 	r.AdditionalContexts = prior.GetAdditionalContexts()
 	return r
@@ -257,6 +271,13 @@ func withContexts(r, prior *toolsv1.ToolExecutionResult) *toolsv1.ToolExecutionR
 
 // Finish runs tools/post-execute (local links, then remote interceptors) and
 // the final cancellation rule, and returns the call's final result.
+//
+// The result is the caller's alone (the loop hands it to the session log
+// without a copy): a remote host's result is decoded for this call, a
+// local host's is copied as it returns (Dispatch), content a post-execute
+// decision supplies is copied here, and the pipeline never changes a result
+// after returning it. Post-execute links see the result (PostIn.Result)
+// and must neither keep nor change it.
 func (c *Call) Finish(ctx context.Context) *toolsv1.ToolExecutionResult {
 	if c.final {
 		return c.result
@@ -272,14 +293,14 @@ func (c *Call) Finish(ctx context.Context) *toolsv1.ToolExecutionResult {
 	case err != nil:
 		res = ErrorResult(fmt.Sprintf("post-execute policy failed: %v", err), "", "")
 	case d.GetBlock() != nil:
-		res = &toolsv1.ToolExecutionResult{Content: d.GetBlock().GetFeedback(), IsError: true,
+		res = &toolsv1.ToolExecutionResult{Content: cloneAll(d.GetBlock().GetFeedback()), IsError: true,
 			AdditionalContexts: d.GetBlock().GetAdditionalContexts()}
 	case d.GetAccept() != nil:
 		a := d.GetAccept()
 		if a.GetReplaceContent() || len(a.GetAdditionalContexts()) > 0 {
 			res = proto.CloneOf(res)
 			if a.GetReplaceContent() {
-				res.Content = a.GetContent()
+				res.Content = cloneAll(a.GetContent())
 			}
 			res.AdditionalContexts = append(res.AdditionalContexts, a.GetAdditionalContexts()...)
 		}

@@ -77,7 +77,9 @@ type PreIn struct {
 	Execution *toolsv1.ToolExecution
 }
 
-// PostIn is the input of tools/post-execute.
+// PostIn is the input of tools/post-execute. Result is the call's result
+// as the session log will take it (Call.Finish): a link reads it and
+// answers with a decision, and neither keeps nor changes it.
 type PostIn struct {
 	Execution *toolsv1.ToolExecution
 	Result    *toolsv1.ToolExecutionResult

@@ -472,3 +472,69 @@ func TestToolSetLoggedAtStartAndProgress(t *testing.T) {
 		t.Errorf("result %v, progress %q", r, got)
 	}
 }
+
+// keepingHost is an in-process host that returns the same result, which it
+// keeps, on every call.
+type keepingHost struct{ kept *toolsv1.ToolExecutionResult }
+
+func (h *keepingHost) Tools() []*toolsv1.ToolDescriptor {
+	return []*toolsv1.ToolDescriptor{{Schema: &llmv1.ToolSchema{Name: "kept", Parameters: `{"type":"object"}`}}}
+}
+
+func (h *keepingHost) Execute(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+	return h.kept
+}
+
+// TestFinishedResultIsTheCallers: the loop hands a finished result to the
+// session log without a copy (loop.ToolCall), so nothing the pipeline, an
+// in-process host or a post-execute link keeps may be part of it: each
+// changes what it kept after Finish, and the result stays as finished.
+func TestFinishedResultIsTheCallers(t *testing.T) {
+	t.Parallel()
+	remote := serveHost(t, fakes.NewToolHost(fakes.Tool{Name: "echo"}))
+	tests := []struct {
+		name   string
+		tool   string
+		link   func(kept []*llmv1.ContentBlock) hooks.Link[*toolpipe.PostIn, *toolsv1.PostToolDecision]
+		change func(host *keepingHost, kept []*llmv1.ContentBlock)
+		want   string
+	}{
+		{name: "local host", tool: "kept", want: "host's",
+			change: func(h *keepingHost, _ []*llmv1.ContentBlock) { h.kept.Content[0].GetText().Text = "changed" }},
+		{name: "local host, its content slice", tool: "kept", want: "host's",
+			change: func(h *keepingHost, _ []*llmv1.ContentBlock) { h.kept.Content[0] = fakes.TextContent("changed") }},
+		{name: "post-execute replacement", tool: "echo", want: "link's",
+			link: func(kept []*llmv1.ContentBlock) hooks.Link[*toolpipe.PostIn, *toolsv1.PostToolDecision] {
+				return func(context.Context, *toolpipe.PostIn, hooks.Next[*toolpipe.PostIn, *toolsv1.PostToolDecision]) (*toolsv1.PostToolDecision, error) {
+					return &toolsv1.PostToolDecision{Kind: &toolsv1.PostToolDecision_Accept{Accept: &toolsv1.PostAccept{ReplaceContent: true, Content: kept}}}, nil
+				}
+			},
+			change: func(_ *keepingHost, kept []*llmv1.ContentBlock) { kept[0].GetText().Text = "changed" }},
+		{name: "post-execute block", tool: "echo", want: "link's",
+			link: func(kept []*llmv1.ContentBlock) hooks.Link[*toolpipe.PostIn, *toolsv1.PostToolDecision] {
+				return func(context.Context, *toolpipe.PostIn, hooks.Next[*toolpipe.PostIn, *toolsv1.PostToolDecision]) (*toolsv1.PostToolDecision, error) {
+					return &toolsv1.PostToolDecision{Kind: &toolsv1.PostToolDecision_Block{Block: &toolsv1.PostBlock{Feedback: kept}}}, nil
+				}
+			},
+			change: func(_ *keepingHost, kept []*llmv1.ContentBlock) { kept[0].GetText().Text = "changed" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			host := &keepingHost{kept: &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{fakes.TextContent("host's")}}}
+			kept := []*llmv1.ContentBlock{fakes.TextContent("link's")}
+			p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "local", Local: host}, {Name: "h", Client: client(t, serveHost(t, fakes.NewToolHost()))}, {Name: "r", Client: client(t, remote)}}})
+			if tt.link != nil {
+				p.Post.Use(tt.link(kept))
+			}
+			r := run(t.Context(), p, tt.tool, `{}`)
+			if got := r.GetContent()[0].GetText().GetText(); got != tt.want {
+				t.Fatalf("finished result %q, want %q", got, tt.want)
+			}
+			tt.change(host, kept)
+			if got := r.GetContent()[0].GetText().GetText(); got != tt.want {
+				t.Errorf("after the keeper's change the finished result reads %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
