@@ -127,12 +127,14 @@ func BenchmarkProcessRequestCPU(b *testing.B) {
 				batch() // warm: connections, pools, caches
 			}
 			var per []time.Duration
+			f0 := g.faults(b)
 			for b.Loop() {
 				c0 := g.cpu(b)
 				batch()
 				per = append(per, (g.cpu(b)-c0)/time.Duration(width))
 			}
 			b.ReportMetric(median(per)/1e3, "gateway-cpu-µs/request")
+			b.ReportMetric(float64(g.faults(b)-f0)/float64(b.N*width), "gateway-faults/request")
 		})
 	}
 }
