@@ -489,8 +489,34 @@ func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([][]b
 	case sp.toolsEnd > sp.toolsStart:
 		kept.Tools, kept.ToolBytes = req.GetTools(), b[sp.toolsStart:sp.toolsEnd:sp.toolsEnd]
 	}
+	if len(kept.Segments) > maxSegments {
+		compact(kept)
+	}
 	bc.Keep(kept)
 	return sp.parts(b), dropped, nil
+}
+
+// maxSegments bounds the parts a kept encoding is made of: one per step
+// since the last compaction, each keeping its step's whole buffer (head,
+// tail and spare capacity) alive, and each a part of every later body.
+const maxSegments = 32
+
+// compact copies p's messages and tools into one buffer of their size, so
+// that the buffers of the steps they came from are released: one copy of
+// the conversation every maxSegments steps where each step copied it
+// before.
+func compact(p *provider.BodyPrefix) {
+	buf := make([]byte, 0, p.Len()+len(p.ToolBytes))
+	for _, s := range p.Segments {
+		buf = append(buf, s...)
+	}
+	p.Segments = [][]byte{buf[:len(buf):len(buf)]}
+	if p.ToolBytes != nil {
+		at := len(buf)
+		buf = append(buf, p.ToolBytes...)
+		p.ToolBytes = buf[at:len(buf):len(buf)]
+	}
+	p.Held = cap(buf)
 }
 
 // wire builds the request's wire form, leaving out the wire messages of

@@ -275,3 +275,52 @@ func TestEncodeSizeHint(t *testing.T) {
 		t.Errorf("body of %d bytes outgrew its buffer (hint %d)", len(got), n)
 	}
 }
+
+// TestLongConversationCompacts: a conversation continued one step at a
+// time, far past maxSegments steps, with the very same tools throughout,
+// gets the whole request's body at every step; its kept encoding never has
+// more than maxSegments parts, and a compaction leaves one buffer holding
+// the messages and the tools (the earlier steps' buffers released).
+func TestLongConversationCompacts(t *testing.T) {
+	t.Parallel()
+	load := providertest.LoadRequest(t, "../../testdata/load_request.json")
+	a := encodeAdapters()["openai"]
+	msgs := load.Messages[:1]
+	for len(msgs) < 2*(3*maxSegments+5) {
+		msgs = append(msgs, load.Messages[1:]...)
+	}
+	s := &slot{}
+	compactions := 0
+	for n := 1; n <= len(msgs); n += 2 {
+		req := &llmv1.GenerateRequest{Model: load.Model, System: load.System, Tools: load.Tools, Messages: msgs[:n]}
+		want, wantDropped, err := a.Body(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.prev, s.kept = s.kept, nil
+		parts, dropped, err := a.body(req, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Join(parts, nil); !bytes.Equal(got, want) || dropped != wantDropped {
+			t.Fatalf("%d messages: body differs (dropped %d, want %d)", n, dropped, wantDropped)
+		}
+		k := s.kept
+		if len(k.Segments) > maxSegments {
+			t.Fatalf("%d messages: kept in %d parts, want at most %d", n, len(k.Segments), maxSegments)
+		}
+		if !k.SameTools(load.Tools) || !bytes.Contains(want, k.ToolBytes) || k.HeldBytes() < k.Len()+len(k.ToolBytes) {
+			t.Fatalf("%d messages: kept tools %d bytes, held %d", n, len(k.ToolBytes), k.HeldBytes())
+		}
+		if s.prev != nil && len(k.Segments) == 1 && len(s.prev.Segments) == maxSegments {
+			compactions++
+			// one buffer of exactly the messages and the tools
+			if k.Held != k.Len()+len(k.ToolBytes) {
+				t.Fatalf("%d messages: compacted to %d bytes held for %d of messages and %d of tools", n, k.Held, k.Len(), len(k.ToolBytes))
+			}
+		}
+	}
+	if compactions < 2 {
+		t.Fatalf("%d compactions in %d steps, want at least 2", compactions, len(msgs)/2)
+	}
+}
