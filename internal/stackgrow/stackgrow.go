@@ -8,10 +8,7 @@
 // set-up — doubled its stack two or three times deep in that code, with
 // dozens of frames to copy each time: 3–12 % of a service's CPU in the
 // profiles of docs/arch/throughput.md §20 and §22. Calling To16KiB while the stack is
-// still shallow grows it once, with a frame or two to copy. Runners go further
-// for work handed over per call (a gRPC stream's handler): goroutines whose
-// grown stacks the collector never shrinks, so the stack memory stays mapped
-// between calls instead of being faulted in again (§26).
+// still shallow grows it once, with a frame or two to copy.
 package stackgrow
 
 // frame is To16KiB's frame: with what a shallow caller already uses, the
