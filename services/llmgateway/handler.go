@@ -39,42 +39,29 @@ const MaxRequestBytes = 64 << 20
 // gateway serves at once under load (each waits on its provider for
 // seconds), not for the cores.
 //
-// Every stream's handler runs on a goroutine whose stack is already grown
-// to what serving a Generate needs (stackRunners), instead of doubling the
-// stream goroutine's stack several times deep inside the request's decode.
+// Every stream's goroutine first grows its stack in one step, at the
+// interceptor's shallow depth (presizeStream), instead of doubling it
+// several times deep inside the request's decode.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.NumStreamWorkers(uint32(max(runtime.GOMAXPROCS(0), streamWorkers))),
-		grpc.ChainStreamInterceptor(presizeStream(stackgrow.NewRunners(stackRunners, stackRunnersIdle)))}
+		grpc.ChainStreamInterceptor(presizeStream)}
 }
 
-// presizeStream runs the stream's handler on one of runners, goroutines
-// whose 16 KiB stacks stay grown and resident between streams. A stream
-// goroutine's stack starts at 2 KiB and doubles when a call does not fit,
-// each time copying the whole stack and adjusting every frame on it; a
-// stream grew it up to three times, mostly deep in the protobuf decoder's
-// recursion over the request (runtime.copystack 5–12 % of the gateway's
-// CPU). Growing it once at this shallow depth (stackgrow.To16KiB, §20)
-// still cost a new stack per stream — the collector halves an idle
-// worker's stack, and streams past the worker pool run on new goroutines —
-// whose pages faulted in as they were first touched: 9 % of the gateway's
-// CPU at 1,000 sessions (docs/arch/throughput.md §26). A handler's panic is
-// raised again here (stackgrow.Panic, with the runner's stack), so the
-// recovering interceptor outside this one maps it as before.
-func presizeStream(runners *stackgrow.Runners) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
-		runners.Run(func() { err = h(srv, ss) })
-		return err
-	}
+// presizeStream grows the stream goroutine's stack to what serving a
+// Generate needs before the handler decodes the request. A goroutine's
+// stack starts at 2 KiB and doubles when a call does not fit, each time
+// copying the whole stack and adjusting every frame on it; a stream grew
+// it up to three times, mostly deep in the protobuf decoder's recursion
+// over the request (runtime.copystack 5 % of the gateway's CPU with every
+// stream on a pooled worker: the collector halves an idle worker's stack,
+// and the pool hands the next stream to the worker idle longest; 12 % at
+// 1,000 sessions, when streams past the pool run on new goroutines). One
+// call with a large frame here grows it once, with a few frames to copy;
+// a stack already that large only runs the call.
+func presizeStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	stackgrow.To16KiB()
+	return h(srv, ss)
 }
-
-// stackRunners bounds the idle stream runners kept (16 KiB of stack each:
-// 16 MiB at most), stackRunnersIdle how long one is kept unused. A gateway
-// serving 1,000 sessions has about that many streams in flight (each waits
-// on its provider for seconds).
-const (
-	stackRunners     = 1024
-	stackRunnersIdle = 30 * time.Second
-)
 
 // streamWorkers is the size of the stream worker pool: at most this many
 // parked goroutines with their grown stacks (tens of KiB each).
