@@ -120,6 +120,22 @@ func startProcess(b *testing.B, url string, dial ...grpc.DialOption) *gatewayPro
 	return &gatewayProcess{pid: pid, client: llmv1.NewLlmGatewayClient(conn)}
 }
 
+// faults is the process's minor page faults so far (/proc/<pid>/stat,
+// minflt): on this project's VM a first touch of memory the runtime had
+// returned to the kernel costs ~20 µs of CPU (docs/arch/throughput.md §26).
+func (g *gatewayProcess) faults(b *testing.B) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", g.pid))
+	if err != nil {
+		b.Skipf("no /proc: %v", err)
+	}
+	// the fields after the command's closing parenthesis: state is the
+	// first, minflt the eighth
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	n, _ := strconv.ParseInt(f[7], 10, 64)
+	return n
+}
+
 // cpu is the process's CPU time so far: the sum over its threads of the
 // first field of /proc/<pid>/task/<tid>/schedstat (ns on a CPU).
 func (g *gatewayProcess) cpu(b *testing.B) time.Duration {

@@ -29,7 +29,12 @@ func loadRequest(tb testing.TB) *llmv1.GenerateRequest {
 // toolCallUpstream answers every request as the load benchmark's upstream
 // does for a tool step: a text delta, one tool call whose arguments arrive
 // in 12-byte deltas, the finish and usage events, [DONE].
-func toolCallUpstream(b *testing.B) string {
+func toolCallUpstream(b *testing.B) string { return slowToolCallUpstream(b, 0) }
+
+// slowToolCallUpstream is toolCallUpstream answering after latency (the
+// model's time to its first token, which keeps that many more streams in
+// flight at once).
+func slowToolCallUpstream(b *testing.B, latency time.Duration) string {
 	head := `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"load","choices":[`
 	events := []string{
 		`{"index":0,"delta":{"role":"assistant","content":"Step."},"finish_reason":null}]}`,
@@ -46,6 +51,9 @@ func toolCallUpstream(b *testing.B) string {
 	payload += "data: [DONE]\n\n"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
+		if latency > 0 {
+			time.Sleep(latency) // the model's latency, not a synchronisation
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = io.WriteString(w, payload)
 		w.(http.Flusher).Flush()
@@ -60,11 +68,18 @@ func toolCallUpstream(b *testing.B) string {
 // width requests in flight at once (each iteration is one such batch):
 // the figure the load ladder reports as the gateway's CPU per step
 // (1.01 ms at 1,000 `read` sessions before issue 19's gateway work).
+// width=512 answers after 50 ms, so that all 512 streams are in flight at
+// once, more than the gateway's 256 stream workers: the load ladder's case,
+// where streams past the pool start on new goroutines.
 func BenchmarkProcessRequestCPU(b *testing.B) {
 	req := loadRequest(b)
-	for _, width := range []int{1, 64} {
+	for _, width := range []int{1, 64, 512} {
 		b.Run(fmt.Sprintf("width=%d", width), func(b *testing.B) {
-			g := startProcess(b, toolCallUpstream(b))
+			var latency time.Duration
+			if width > streamWorkers {
+				latency = 50 * time.Millisecond
+			}
+			g := startProcess(b, slowToolCallUpstream(b, latency))
 			ctx := context.Background()
 			one := func() error {
 				s, err := g.client.Generate(ctx, req)
@@ -112,12 +127,14 @@ func BenchmarkProcessRequestCPU(b *testing.B) {
 				batch() // warm: connections, pools, caches
 			}
 			var per []time.Duration
+			f0 := g.faults(b)
 			for b.Loop() {
 				c0 := g.cpu(b)
 				batch()
 				per = append(per, (g.cpu(b)-c0)/time.Duration(width))
 			}
 			b.ReportMetric(median(per)/1e3, "gateway-cpu-µs/request")
+			b.ReportMetric(float64(g.faults(b)-f0)/float64(b.N*width), "gateway-faults/request")
 		})
 	}
 }

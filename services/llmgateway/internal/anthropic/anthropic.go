@@ -142,7 +142,10 @@ func (a *Adapter) Stream(ctx context.Context, req *llmv1.GenerateRequest) iter.S
 	}
 	h.Set("Anthropic-Version", a.cfg.Version)
 	return a.client.Stream(ctx, upstream.Call{Route: a.cfg.Route, URL: a.url, Header: h, Logger: a.cfg.Logger,
-		Body: func() ([]byte, int, error) { return a.Body(req) }, Translate: translate})
+		Body: func() ([][]byte, int, error) {
+			b, dropped, err := a.Body(req)
+			return [][]byte{b}, dropped, err
+		}, Translate: translate})
 }
 
 type replayState struct {

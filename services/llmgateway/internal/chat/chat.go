@@ -143,7 +143,7 @@ func (a *Adapter) Stream(ctx context.Context, req *llmv1.GenerateRequest) iter.S
 		h.Set(a.d.CompactionHeader, "1")
 	}
 	return a.client.Stream(ctx, upstream.Call{Route: a.cfg.Route, URL: a.url, Header: h, Logger: a.cfg.Logger,
-		Body: func() ([]byte, int, error) { return a.body(req, provider.BodyCacheFrom(ctx)) }, Translate: translate})
+		Body: func() ([][]byte, int, error) { return a.body(req, provider.BodyCacheFrom(ctx)) }, Translate: translate})
 }
 
 // translate folds the provider's events into chunks.
@@ -443,40 +443,80 @@ func (a *Adapter) Body(req *llmv1.GenerateRequest) ([]byte, int, error) {
 // Body's: the messages array is the system message and then each message's
 // wire messages, comma-separated, a message's wire form depends on nothing
 // but the message and the adapter, and so does a tool's.
-func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([]byte, int, error) {
+func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([][]byte, int, error) {
 	if bc == nil {
-		return a.Body(req)
+		b, dropped, err := a.Body(req)
+		return [][]byte{b}, dropped, err
 	}
 	var sp msgSpan
-	from, dropped0 := 0, 0
+	from, dropped0, held := 0, 0, 0
 	if p := bc.Prev(); p != nil && p.Owner == a {
 		if p.N <= len(req.GetMessages()) {
-			from, sp.cached, dropped0 = p.N, p.Bytes, p.Dropped
+			from, sp.cached, sp.cachedLen, dropped0 = p.N, p.Segments, p.Len(), p.Dropped
 		}
 		if p.SameTools(req.GetTools()) {
 			sp.tools = p.ToolBytes
+		}
+		if sp.cachedLen > 0 || sp.tools != nil {
+			held = p.HeldBytes()
 		}
 	}
 	w, dropped := a.wire(req, from, sp.tools == nil)
 	if req.System != nil {
 		sp.nsys = 1
 	}
-	n := sizeHint(&w) + len(sp.cached) + len(sp.tools)
+	n := sizeHint(&w)
 	b, err := a.appendRequest(make([]byte, 0, n+n/8+256), &w, &sp)
 	if err != nil {
 		return nil, 0, err
 	}
 	dropped += dropped0
-	// A slice of b keeps all of b alive (the head, the tools, the spare
-	// capacity): the cache counts all of it (Held). Not a copy: a copy
-	// measured 1.26x the gateway's CPU per request at step 50 (the
-	// garbage collection its allocation brings; docs/arch/throughput.md §13).
-	kept := &provider.BodyPrefix{Owner: a, N: len(req.GetMessages()), Bytes: b[sp.start:sp.end:sp.end], Held: cap(b), Dropped: dropped}
-	if sp.toolsEnd > sp.toolsStart {
+	// The kept messages are the cached parts and this request's new ones
+	// (a slice of b); the kept tools are the remembered ones or a slice of
+	// b. A slice of b keeps all of b alive (the head, the spare capacity):
+	// the cache counts all of it (Held), and what the cached parts and
+	// tools kept alive. Not a copy: a copy measured 1.26x the gateway's CPU
+	// per request at step 50 (the garbage collection its allocation
+	// brings; docs/arch/throughput.md §13).
+	kept := &provider.BodyPrefix{Owner: a, N: len(req.GetMessages()), Held: held + cap(b), Dropped: dropped}
+	kept.Segments = append(make([][]byte, 0, len(sp.cached)+1), sp.cached...)
+	if sp.end > sp.start {
+		kept.Segments = append(kept.Segments, b[sp.start:sp.end:sp.end])
+	}
+	switch {
+	case sp.tools != nil:
+		kept.Tools, kept.ToolBytes = req.GetTools(), sp.tools
+	case sp.toolsEnd > sp.toolsStart:
 		kept.Tools, kept.ToolBytes = req.GetTools(), b[sp.toolsStart:sp.toolsEnd:sp.toolsEnd]
 	}
+	if len(kept.Segments) > maxSegments {
+		compact(kept)
+	}
 	bc.Keep(kept)
-	return b, dropped, nil
+	return sp.parts(b), dropped, nil
+}
+
+// maxSegments bounds the parts a kept encoding is made of: one per step
+// since the last compaction, each keeping its step's whole buffer (head,
+// tail and spare capacity) alive, and each a part of every later body.
+const maxSegments = 32
+
+// compact copies p's messages and tools into one buffer of their size, so
+// that the buffers of the steps they came from are released: one copy of
+// the conversation every maxSegments steps where each step copied it
+// before.
+func compact(p *provider.BodyPrefix) {
+	buf := make([]byte, 0, p.Len()+len(p.ToolBytes))
+	for _, s := range p.Segments {
+		buf = append(buf, s...)
+	}
+	p.Segments = [][]byte{buf[:len(buf):len(buf)]}
+	if p.ToolBytes != nil {
+		at := len(buf)
+		buf = append(buf, p.ToolBytes...)
+		p.ToolBytes = buf[at:len(buf):len(buf)]
+	}
+	p.Held = cap(buf)
 }
 
 // wire builds the request's wire form, leaving out the wire messages of

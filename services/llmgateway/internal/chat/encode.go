@@ -34,18 +34,47 @@ func (a *Adapter) encode(w *wireRequest) ([]byte, error) {
 
 // msgSpan places the conversation in the messages array: the first nsys
 // wire messages are the system slot, cached is the encoding of the
-// conversation's first wire messages (comma-separated, written before the
-// rest), and appendRequest sets start and end to where the conversation's
-// wire messages (cached and the rest) are in the body. tools, when set, is
-// the encoding of the tools array's elements (comma-separated), written
-// instead of encoding w.Tools; appendRequest sets toolsStart and toolsEnd
-// to where the tools array's elements are in the body.
+// conversation's first wire messages (comma-separated, in parts whose
+// concatenation it is: cachedLen bytes), which belongs in the body before
+// the rest, and tools, when set, is the encoding of the tools array's
+// elements (comma-separated). appendRequest writes neither cached nor tools
+// into the buffer: it sets start to where cached belongs (then the rest of
+// the conversation's wire messages, up to end) and toolsAt to where tools
+// belong (toolsStart and toolsEnd bracket the tools it encoded itself), so
+// that the body is the buffer with them in between (msgSpan.parts) and the
+// remembered bytes are sent as they are, not copied into a fresh buffer
+// per request (docs/arch/throughput.md §26).
 type msgSpan struct {
 	nsys                 int
-	cached               []byte
+	cached               [][]byte
+	cachedLen            int
 	start, end           int
 	tools                []byte
+	toolsAt              int
 	toolsStart, toolsEnd int
+}
+
+// parts is the body appendRequest wrote into b with the cached messages
+// and the remembered tools in their places, in order; no part is empty.
+func (sp *msgSpan) parts(b []byte) [][]byte {
+	parts := make([][]byte, 0, len(sp.cached)+4)
+	add := func(p []byte) {
+		if len(p) > 0 {
+			parts = append(parts, p[:len(p):len(p)])
+		}
+	}
+	add(b[:sp.start])
+	for _, c := range sp.cached {
+		add(c)
+	}
+	if len(sp.tools) > 0 {
+		add(b[sp.start:sp.toolsAt])
+		add(sp.tools)
+		add(b[sp.toolsAt:])
+	} else {
+		add(b[sp.start:])
+	}
+	return parts
 }
 
 // sizeHint is the length of the text in w and of its fixed syntax,
@@ -95,7 +124,7 @@ func (a *Adapter) appendRequest(b []byte, w *wireRequest, sp *msgSpan) ([]byte, 
 	b = append(b, `{"model":`...)
 	b = appendString(b, w.Model)
 	b = append(b, `,"messages":`...)
-	if w.Messages == nil && len(sp.cached) == 0 {
+	if w.Messages == nil && sp.cachedLen == 0 {
 		b = append(b, "null"...)
 		sp.start, sp.end = len(b), len(b)
 	} else {
@@ -106,13 +135,12 @@ func (a *Adapter) appendRequest(b []byte, w *wireRequest, sp *msgSpan) ([]byte, 
 			}
 			b = appendMessage(b, &w.Messages[i])
 		}
-		if sp.nsys > 0 && (len(sp.cached) > 0 || len(w.Messages) > sp.nsys) {
+		if sp.nsys > 0 && (sp.cachedLen > 0 || len(w.Messages) > sp.nsys) {
 			b = append(b, ',')
 		}
-		sp.start = len(b)
-		b = append(b, sp.cached...)
+		sp.start = len(b) // the cached messages go here (parts)
 		for i := sp.nsys; i < len(w.Messages); i++ {
-			if len(b) > sp.start {
+			if len(b) > sp.start || sp.cachedLen > 0 {
 				b = append(b, ',')
 			}
 			b = appendMessage(b, &w.Messages[i])
@@ -122,9 +150,7 @@ func (a *Adapter) appendRequest(b []byte, w *wireRequest, sp *msgSpan) ([]byte, 
 	}
 	if len(sp.tools) > 0 {
 		b = append(b, `,"tools":[`...)
-		sp.toolsStart = len(b)
-		b = append(b, sp.tools...)
-		sp.toolsEnd = len(b)
+		sp.toolsAt = len(b) // the remembered tools go here (parts)
 		b = append(b, ']')
 	} else if len(w.Tools) > 0 {
 		b = append(b, `,"tools":[`...)

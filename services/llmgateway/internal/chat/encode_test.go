@@ -110,9 +110,27 @@ func sameContinuedBody(t *testing.T, name string, a *Adapter, req *llmv1.Generat
 				// the same tools (their encoding kept from a reused one).
 				for range 2 {
 					s.prev, s.kept = s.kept, nil
-					got, dropped, err := a.body(req, s)
+					parts, dropped, err := a.body(req, s)
 					if err != nil {
 						t.Fatal(err)
+					}
+					got := bytes.Join(parts, nil)
+					// The remembered messages and tools are sent as they
+					// are, not copied: each is one of the body's parts.
+					if s.prev.Owner == a && s.prev.N <= len(req.GetMessages()) {
+						for _, seg := range s.prev.Segments {
+							if !hasPart(parts, seg) {
+								t.Fatalf("%s: continuing %d messages: the remembered part %q is not one of the body's parts", name, k, seg)
+							}
+						}
+						if s.prev.SameTools(req.Tools) && !hasPart(parts, s.prev.ToolBytes) {
+							t.Fatalf("%s: continuing %d messages: the remembered tools are not one of the body's parts", name, k)
+						}
+					}
+					for i, p := range parts {
+						if len(p) == 0 {
+							t.Fatalf("%s: part %d of the body is empty", name, i)
+						}
 					}
 					if !bytes.Equal(got, want) || dropped != wantDropped {
 						t.Fatalf("%s: continuing %d messages (owner %s, tools case %d): body differs (dropped %d, want %d):\n got %s\nwant %s", name, k, owner.cfg.Route, tools, dropped, wantDropped, got, want)
@@ -123,14 +141,29 @@ func sameContinuedBody(t *testing.T, name string, a *Adapter, req *llmv1.Generat
 					if len(req.Tools) > 0 && (!s.kept.SameTools(req.Tools) || !bytes.Contains(got, s.kept.ToolBytes)) {
 						t.Fatalf("%s: kept tools %q, not those of the body %s", name, s.kept.ToolBytes, got)
 					}
-					// The kept bytes are slices of the body: counted as all of it.
-					if s.kept.HeldBytes() < cap(got) {
-						t.Fatalf("%s: kept %d bytes counted as %d, but they keep the %d-byte body alive", name, len(s.kept.Bytes), s.kept.HeldBytes(), cap(got))
+					// The kept messages are the body's, in parts that keep
+					// every part of the body alive: counted as all of it.
+					if kept := bytes.Join(s.kept.Segments, nil); !bytes.Contains(got, kept) || s.kept.Len() != len(kept) {
+						t.Fatalf("%s: kept messages %q, not those of the body %s", name, kept, got)
+					}
+					if s.kept.HeldBytes() < len(got) {
+						t.Fatalf("%s: kept %d bytes counted as %d, but they keep the %d-byte body alive", name, s.kept.Len(), s.kept.HeldBytes(), len(got))
 					}
 				}
 			}
 		}
 	}
+}
+
+// hasPart reports whether part is one of parts: the same bytes in memory,
+// not a copy.
+func hasPart(parts [][]byte, part []byte) bool {
+	for _, p := range parts {
+		if len(p) == len(part) && len(p) > 0 && &p[0] == &part[0] {
+			return true
+		}
+	}
+	return false
 }
 
 // loadBody is the wire form of the load benchmark's request
@@ -240,5 +273,54 @@ func TestEncodeSizeHint(t *testing.T) {
 	}
 	if n := sizeHint(&body); len(got) > n+n/8+256 {
 		t.Errorf("body of %d bytes outgrew its buffer (hint %d)", len(got), n)
+	}
+}
+
+// TestLongConversationCompacts: a conversation continued one step at a
+// time, far past maxSegments steps, with the very same tools throughout,
+// gets the whole request's body at every step; its kept encoding never has
+// more than maxSegments parts, and a compaction leaves one buffer holding
+// the messages and the tools (the earlier steps' buffers released).
+func TestLongConversationCompacts(t *testing.T) {
+	t.Parallel()
+	load := providertest.LoadRequest(t, "../../testdata/load_request.json")
+	a := encodeAdapters()["openai"]
+	msgs := load.Messages[:1]
+	for len(msgs) < 2*(3*maxSegments+5) {
+		msgs = append(msgs, load.Messages[1:]...)
+	}
+	s := &slot{}
+	compactions := 0
+	for n := 1; n <= len(msgs); n += 2 {
+		req := &llmv1.GenerateRequest{Model: load.Model, System: load.System, Tools: load.Tools, Messages: msgs[:n]}
+		want, wantDropped, err := a.Body(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.prev, s.kept = s.kept, nil
+		parts, dropped, err := a.body(req, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Join(parts, nil); !bytes.Equal(got, want) || dropped != wantDropped {
+			t.Fatalf("%d messages: body differs (dropped %d, want %d)", n, dropped, wantDropped)
+		}
+		k := s.kept
+		if len(k.Segments) > maxSegments {
+			t.Fatalf("%d messages: kept in %d parts, want at most %d", n, len(k.Segments), maxSegments)
+		}
+		if !k.SameTools(load.Tools) || !bytes.Contains(want, k.ToolBytes) || k.HeldBytes() < k.Len()+len(k.ToolBytes) {
+			t.Fatalf("%d messages: kept tools %d bytes, held %d", n, len(k.ToolBytes), k.HeldBytes())
+		}
+		if s.prev != nil && len(k.Segments) == 1 && len(s.prev.Segments) == maxSegments {
+			compactions++
+			// one buffer of exactly the messages and the tools
+			if k.Held != k.Len()+len(k.ToolBytes) {
+				t.Fatalf("%d messages: compacted to %d bytes held for %d of messages and %d of tools", n, k.Held, k.Len(), len(k.ToolBytes))
+			}
+		}
+	}
+	if compactions < 2 {
+		t.Fatalf("%d compactions in %d steps, want at least 2", compactions, len(msgs)/2)
 	}
 }

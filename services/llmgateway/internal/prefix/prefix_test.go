@@ -1,6 +1,7 @@
 package prefix
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"testing"
@@ -163,12 +164,12 @@ func TestEviction(t *testing.T) {
 	if e := put(t, c, "a", nil, msgs("huge", 1, 1000)); e != nil {
 		t.Error("an entry over the tenant's bound was kept")
 	}
-	c.SetBody(a3, &provider.BodyPrefix{N: 1, Bytes: make([]byte, 10*size)})
+	c.SetBody(a3, &provider.BodyPrefix{N: 1, Segments: [][]byte{make([]byte, 10*size)}})
 	if c.Body(a3) != nil {
 		t.Error("a body over the tenant's bound was kept")
 	}
-	c.SetBody(a3, &provider.BodyPrefix{N: 1, Bytes: []byte("[]")})
-	if b := c.Body(a3); b == nil || string(b.Bytes) != "[]" {
+	c.SetBody(a3, &provider.BodyPrefix{N: 1, Segments: [][]byte{[]byte("[]")}})
+	if b := c.Body(a3); b == nil || string(bytes.Join(b.Segments, nil)) != "[]" {
 		t.Error("a small body was not kept")
 	}
 	if c.size < 0 || c.size > c.max {
@@ -232,11 +233,11 @@ func TestSetBodyTooBigUncountsOld(t *testing.T) {
 	t.Parallel()
 	c := New(1<<20, 1000)
 	e := put(t, c, "a", nil, msgs("a", 1, 10))
-	c.SetBody(e, &provider.BodyPrefix{N: 1, Bytes: make([]byte, 500)})
+	c.SetBody(e, &provider.BodyPrefix{N: 1, Segments: [][]byte{make([]byte, 500)}})
 	if c.Body(e) == nil {
 		t.Fatal("a body within the bound was not kept")
 	}
-	c.SetBody(e, &provider.BodyPrefix{N: 1, Bytes: make([]byte, 5000)})
+	c.SetBody(e, &provider.BodyPrefix{N: 1, Segments: [][]byte{make([]byte, 5000)}})
 	if c.Body(e) != nil {
 		t.Fatal("a body over the tenant's bound was kept")
 	}
@@ -272,7 +273,7 @@ func TestSetBodyEvictsPastItself(t *testing.T) {
 			newer := put(t, c, tc.tenants[1], nil, msgs("new", 1, 100))
 			// old is the least recently used: its body takes the cache
 			// over the bound, so newer has to go.
-			c.SetBody(old, &provider.BodyPrefix{N: 1, Bytes: make([]byte, size+size/2)})
+			c.SetBody(old, &provider.BodyPrefix{N: 1, Segments: [][]byte{make([]byte, size+size/2)}})
 			if c.Body(old) == nil {
 				t.Fatal("the body was dropped")
 			}
@@ -295,11 +296,11 @@ func TestBodyCountsHeldBuffer(t *testing.T) {
 	c := New(1<<20, 1000)
 	e := put(t, c, "a", nil, msgs("a", 1, 10))
 	buf := make([]byte, 5000)
-	c.SetBody(e, &provider.BodyPrefix{N: 1, Bytes: buf[:10:10], Held: cap(buf)})
+	c.SetBody(e, &provider.BodyPrefix{N: 1, Segments: [][]byte{buf[:10:10]}, Held: cap(buf)})
 	if c.Body(e) != nil {
 		t.Error("a 10-byte slice of a 5000-byte buffer was kept under a 1000-byte bound")
 	}
-	c.SetBody(e, &provider.BodyPrefix{N: 1, Bytes: buf[:10:10], Held: 600})
+	c.SetBody(e, &provider.BodyPrefix{N: 1, Segments: [][]byte{buf[:10:10]}, Held: 600})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if want := int64(proto.Size(e.Messages[0])) + 600; e.body == nil || c.size != want {

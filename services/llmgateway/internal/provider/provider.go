@@ -125,17 +125,20 @@ func (a AppIdentity) UserAgent() string {
 // conversation, kept beside the gateway's remembered conversation
 // (package prefix) so that the request continuing it encodes only the
 // messages after them. Owner is the adapter that made it: a body is
-// reused only by its owner. Bytes must not be modified.
+// reused only by its owner. The encoding is the concatenation of
+// Segments (a continued conversation's are its predecessor's and the new
+// messages', so that no request copies what an earlier one encoded); they
+// must not be modified.
 type BodyPrefix struct {
-	Owner any
-	N     int
-	Bytes []byte
+	Owner    any
+	N        int
+	Segments [][]byte
 	// Dropped is how many blocks the first N messages dropped.
 	Dropped int
-	// Held is how many bytes keeping Bytes (and ToolBytes) keeps alive
-	// (they may be slices of a larger buffer, the whole request body:
-	// counting only len(Bytes) would make the cache's bound untrue); 0
-	// means len(Bytes).
+	// Held is how many bytes keeping Segments (and ToolBytes) keeps alive
+	// (they may be slices of larger buffers, whole request bodies:
+	// counting only their lengths would make the cache's bound untrue); 0
+	// means their lengths.
 	Held int
 	// Tools are the tool schemas whose encoding is ToolBytes (the
 	// request's own, immutable like the remembered conversation's): a
@@ -163,9 +166,18 @@ func (p *BodyPrefix) SameTools(tools []*llmv1.ToolSchema) bool {
 	return true
 }
 
+// Len is the length of p's encoding of its messages.
+func (p *BodyPrefix) Len() int {
+	n := 0
+	for _, s := range p.Segments {
+		n += len(s)
+	}
+	return n
+}
+
 // HeldBytes is how many bytes keeping p keeps alive.
 func (p *BodyPrefix) HeldBytes() int {
-	return max(p.Held, len(p.Bytes)+len(p.ToolBytes))
+	return max(p.Held, p.Len()+len(p.ToolBytes))
 }
 
 // BodyCache is the slot of one request's remembered conversation: Prev is

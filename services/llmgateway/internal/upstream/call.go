@@ -22,9 +22,10 @@ type Call struct {
 	Header http.Header
 	// Logger receives the dropped-blocks line.
 	Logger *slog.Logger
-	// Body builds the request body and counts the blocks the wire format
-	// cannot carry (they are dropped, never sent as garbage).
-	Body func() (body []byte, dropped int, err error)
+	// Body builds the request body (the concatenation of its parts: see
+	// Request.Body) and counts the blocks the wire format cannot carry
+	// (they are dropped, never sent as garbage).
+	Body func() (body [][]byte, dropped int, err error)
 	// Translate folds the provider's events into chunks.
 	Translate func(*Stream, *provider.Emitter)
 }

@@ -53,7 +53,7 @@ func readToEnd(c *Client, t *testing.T, url string) error {
 // terminator had been read with the end marker (Close then needs no
 // drain).
 func readToEndEOF(c *Client, t *testing.T, url string) (eof bool, err error) {
-	s, f := c.Open(t.Context(), Request{Name: "p", URL: url, Body: []byte(`{}`)})
+	s, f := c.Open(t.Context(), Request{Name: "p", URL: url, Body: [][]byte{[]byte(`{}`)}})
 	if f != nil {
 		return false, f
 	}
@@ -183,7 +183,7 @@ func TestDrainOutlivesTheCaller(t *testing.T) {
 	defer c.HTTP.CloseIdleConnections()
 	for range 20 {
 		ctx, cancel := context.WithCancel(t.Context())
-		s, f := c.Open(ctx, Request{Name: "p", URL: url, Body: []byte(`{}`)})
+		s, f := c.Open(ctx, Request{Name: "p", URL: url, Body: [][]byte{[]byte(`{}`)}})
 		if f != nil {
 			t.Fatal(f)
 		}

@@ -14,7 +14,6 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,7 +101,10 @@ type Request struct {
 	Name   string
 	URL    string
 	Header http.Header
-	Body   []byte
+	// Body is the request body: the concatenation of its parts, sent as
+	// they are (none is copied into a joined buffer first; see
+	// partsReader). The parts must not be modified.
+	Body [][]byte
 }
 
 // Stream is an open provider response body read as events.
@@ -170,11 +172,12 @@ func (c *Client) Open(ctx context.Context, r Request) (*Stream, *provider.Failur
 		}
 	})
 	s.wd = newWatchdog(idle, func() { cancel(ErrIdle) })
-	req, err := http.NewRequestWithContext(cctx, http.MethodPost, r.URL, bytes.NewReader(r.Body))
+	req, err := http.NewRequestWithContext(cctx, http.MethodPost, r.URL, nil)
 	if err != nil {
 		s.close()
 		return nil, &provider.Failure{Code: provider.CodeInvalidRequest, Message: fmt.Sprintf("%s: bad request URL: %v", r.Name, c.redact(err.Error()))}
 	}
+	setBody(req, r.Body)
 	for k, v := range r.Header {
 		req.Header[k] = v
 	}
