@@ -57,6 +57,7 @@ var (
 	flagRamp     = flag.Duration("load.ramp", 0, "spread the sessions' first turns evenly over this long (0: all at once, a thundering herd; one -load.delay: sessions arriving steadily)")
 	flagSteps    = flag.Int("load.steps", 5, "tool steps per turn")
 	flagTurns    = flag.Int("load.turns", 1, "turns per session")
+	flagWarmup   = flag.Int("load.warmup", 0, "turns per session run before the measured window (not measured): the processes' memory is then mapped in, as on a node that has been serving (a cold start pays a minor page fault per new 4 KiB page)")
 	flagAgent    = flag.String("load.agent-args", "", "extra agent flags, space-separated (e.g. --sqlite-sync=NORMAL)")
 	flagGateway  = flag.String("load.gateway-args", "", "extra gateway flags, space-separated (e.g. --prefix-cache-mib=0)")
 	flagPprof    = flag.String("load.pprof", "", "directory: take a CPU and an allocation profile of each process (through --debug-addr) during each level's first -load.pprof-seconds")
@@ -99,6 +100,7 @@ func TestMain(m *testing.M) {
 // level is one rung of the ladder.
 type level struct {
 	sessions, steps, turns int
+	warmup                 int // unmeasured turns per session before the window
 	tool                   string
 	delay, ramp            time.Duration
 	agentArgs, gatewayArgs []string
@@ -138,6 +140,15 @@ func (r result) fanoutRow() string {
 		return head + "; not drained (not measured)"
 	}
 	return fmt.Sprintf("%s; drained %.1f s later; agent CPU ms/step including the drain %.2f", head, r.drain.Seconds(), perStep)
+}
+
+// faultsRow gives each service's minor page faults per step in the window.
+func (r result) faultsRow() string {
+	if r.stepsTaken == 0 {
+		return ""
+	}
+	per := func(name string) float64 { return float64(r.cpu[name].faults) / float64(r.stepsTaken) }
+	return fmt.Sprintf("minor page faults per step: agent %.2f / gateway %.2f / toolhost %.2f", per("agent"), per("llmgateway"), per("toolhost"))
 }
 
 // drainedPerStep is the agent's CPU per step including the drain, when the
@@ -212,7 +223,7 @@ func BenchmarkLoad(b *testing.B) {
 		if err != nil || n <= 0 {
 			b.Fatalf("-load.sessions: %q is not a positive count", f)
 		}
-		lv := level{sessions: n, steps: *flagSteps, turns: *flagTurns, tool: *flagTool, delay: *flagDelay, ramp: *flagRamp, agentArgs: strings.Fields(*flagAgent), gatewayArgs: strings.Fields(*flagGateway)}
+		lv := level{sessions: n, steps: *flagSteps, turns: *flagTurns, warmup: *flagWarmup, tool: *flagTool, delay: *flagDelay, ramp: *flagRamp, agentArgs: strings.Fields(*flagAgent), gatewayArgs: strings.Fields(*flagGateway)}
 		b.Run(fmt.Sprintf("tool=%s/sessions=%d", lv.tool, n), func(b *testing.B) {
 			var r result
 			for b.Loop() {
@@ -229,8 +240,10 @@ func BenchmarkLoad(b *testing.B) {
 				b.ReportMetric(perStep, "agent-cpu-ms/step-drained")
 			}
 			rows = append(rows, r.row())
-			if f := r.fanoutRow(); f != "" {
-				fanout = append(fanout, fmt.Sprintf("%d sessions: %s", n, f))
+			for _, f := range []string{r.fanoutRow(), r.faultsRow()} {
+				if f != "" {
+					fanout = append(fanout, fmt.Sprintf("%d sessions: %s", n, f))
+				}
 			}
 		})
 	}
@@ -243,9 +256,16 @@ func BenchmarkLoad(b *testing.B) {
 // TestLoadSmoke runs three sessions of two steps through the real stack and
 // checks the measurement itself: every step measured, no error.
 func TestLoadSmoke(t *testing.T) {
-	for _, tool := range []string{"read", "bash"} {
-		t.Run(tool, func(t *testing.T) {
-			r := runLevel(t, level{sessions: 3, steps: 2, turns: 1, tool: tool})
+	for _, tc := range []struct {
+		tool   string
+		warmup int
+	}{{"read", 0}, {"bash", 0}, {"read", 1}} {
+		name := tc.tool
+		if tc.warmup > 0 {
+			name += "/warm" // the warm-up's steps are not counted
+		}
+		t.Run(name, func(t *testing.T) {
+			r := runLevel(t, level{sessions: 3, steps: 2, turns: 1, warmup: tc.warmup, tool: tc.tool})
 			if len(r.errors) != 0 {
 				t.Fatalf("errors: %s", r.errorText())
 			}
@@ -257,11 +277,12 @@ func TestLoadSmoke(t *testing.T) {
 			if r.conns > 2*3 {
 				t.Errorf("the gateway opened %d connections for %d requests of 3 sessions", r.conns, r.requests)
 			}
-			if r.p99 <= 0 || r.cpu["agent"].self < 0 || r.rss["agent"] <= 0 || r.busy <= 0 || r.busy > 1 || r.driver < 0 {
+			if r.p99 <= 0 || r.cpu["agent"].self < 0 || r.rss["agent"] <= 0 || r.busy <= 0 || r.busy > 1 || r.driver < 0 || r.cpu["agent"].faults <= 0 {
 				t.Fatalf("implausible measurement: p99 %v, agent CPU %v, RSS %d KiB, machine busy %.3f, driver CPU %v", r.p99, r.cpu["agent"], r.rss["agent"], r.busy, r.driver)
 			}
 			t.Log(r.row())
 			t.Log(r.fanoutRow())
+			t.Log(r.faultsRow())
 		})
 	}
 }
@@ -390,6 +411,19 @@ func runLevel(tb testing.TB, lv level) result {
 		tb.Fatalf("CreateSession: %v", createErr)
 	}
 
+	if lv.warmup > 0 {
+		warmErrs := map[string]int{}
+		drive(ctx, lv, ids, clients, func(i, turn int) string { return prompt(i, -1-turn) }, lv.warmup, func(kind string) {
+			mu.Lock()
+			warmErrs[kind]++
+			mu.Unlock()
+		})
+		if len(warmErrs) > 0 {
+			tb.Fatalf("warm-up turns failed: %v", warmErrs)
+		}
+		up.reset()
+	}
+
 	before := map[string]cpu{}
 	for name, p := range procs {
 		c, err := readCPU(p.cmd.Process.Pid)
@@ -425,27 +459,8 @@ func runLevel(tb testing.TB, lv level) result {
 			profile(tb, d[1], "allocs", filepath.Join(*flagPprof, fmt.Sprintf("%s-%s-%d.allocs.pprof", name, lv.tool, lv.sessions)))
 		}()
 	}
-	for i, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := clients[i%len(clients)]
-			if lv.ramp > 0 {
-				select {
-				case <-time.After(lv.ramp * time.Duration(i) / time.Duration(len(ids))):
-				case <-ctx.Done():
-					return
-				}
-			}
-			for turn := range lv.turns {
-				if kind := runTurn(ctx, c, id, prompt(i, turn)); kind != "" {
-					count(kind)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	drive(ctx, lv, ids, clients, prompt, lv.turns, count)
+	wg.Wait() // the profiles
 	r.wall = time.Since(started)
 	driverAfter, err := readCPU(os.Getpid())
 	if err != nil {
@@ -498,6 +513,35 @@ func profile(tb testing.TB, addr, kind, path string) {
 
 // runTurn sends text to session id, waits for the session to go idle and
 // returns "" when the turn completed, else the kind of failure.
+// drive runs turns turns of every session at once (spread over lv.ramp),
+// session i's turn t with the user message text(i, t), and returns when
+// all have ended; a turn that ends badly is counted and ends its session's
+// run.
+func drive(ctx context.Context, lv level, ids []string, clients []agentv1.AgentServiceClient, text func(i, turn int) string, turns int, count func(kind string)) {
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clients[i%len(clients)]
+			if lv.ramp > 0 {
+				select {
+				case <-time.After(lv.ramp * time.Duration(i) / time.Duration(len(ids))):
+				case <-ctx.Done():
+					return
+				}
+			}
+			for turn := range turns {
+				if kind := runTurn(ctx, c, id, text(i, turn)); kind != "" {
+					count(kind)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 func runTurn(ctx context.Context, c agentv1.AgentServiceClient, id, text string) string {
 	s, err := c.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: id})
 	if err != nil {

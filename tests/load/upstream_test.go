@@ -158,6 +158,15 @@ func (u *upstream) gaps() []time.Duration {
 	return out
 }
 
+// reset forgets every conversation recorded so far (a warm-up's), so that
+// gaps and requests count only what follows.
+func (u *upstream) reset() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	clear(u.convs)
+	u.bad = 0
+}
+
 // requests is the number of model requests answered.
 func (u *upstream) requests() int {
 	u.mu.Lock()
