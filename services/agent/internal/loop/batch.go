@@ -98,12 +98,18 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 		}
 		started++
 		inflight++
-		if inflight == 1 && (c.mode != toolsv1.ExecutionMode_EXECUTION_MODE_PARALLEL || started == len(calls)) {
+		// The next call may run beside this one only when both are
+		// parallel and more than one call may be in flight.
+		overlaps := c.mode == toolsv1.ExecutionMode_EXECUTION_MODE_PARALLEL && started < len(calls) &&
+			calls[started].mode == toolsv1.ExecutionMode_EXECUTION_MODE_PARALLEL && a.cfg.MaxParallelToolCalls > 1
+		if inflight == 1 && !overlaps {
 			// Nothing else in flight, and the driver would wait for this
-			// call next (an exclusive call is drained at once; the batch's
-			// last call is followed by the final drain): dispatched on the
-			// driver itself, without a goroutine of its own, a stack to
-			// grow and a wake-up. The results commit as before.
+			// call next (an exclusive call is drained at once; a call the
+			// next one cannot overlap is drained or waited for before the
+			// next starts; the batch's last call is followed by the final
+			// drain): dispatched on the driver itself, without a goroutine
+			// of its own, a stack to grow and a wake-up. The results
+			// commit as before.
 			dispatch(cctx, c, i)
 			return nil
 		}
@@ -146,7 +152,7 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 			return err
 		}
 		res := abortedBeforeDispatch()
-		if _, err := a.append(toolResultEvent(turn, step, c.ex.GetCallId(), res, ev.GetSeq())); err != nil {
+		if _, err := a.appendOwned(toolResultEvent(turn, step, c.ex.GetCallId(), res, ev.GetSeq())); err != nil { // built here
 			return err
 		}
 	}
@@ -173,7 +179,7 @@ func (a *Agent) commit(ctx context.Context, turn, step int32, c *batchCall) erro
 	}
 	if c.ex.GetName() == TodoWriteTool && !res.GetIsError() {
 		if todos, ok := parseTodos(c.ex.GetArguments()); ok {
-			if _, err := a.append(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_TodoWrite{
+			if _, err := a.appendOwned(&sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_TodoWrite{ // parsed here
 				TodoWrite: &sessionv1.TodoWrite{Todos: todos}}}); err != nil {
 				return err
 			}

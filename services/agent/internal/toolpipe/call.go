@@ -298,7 +298,7 @@ func (c *Call) Finish(ctx context.Context) *toolsv1.ToolExecutionResult {
 	case d.GetAccept() != nil:
 		a := d.GetAccept()
 		if a.GetReplaceContent() || len(a.GetAdditionalContexts()) > 0 {
-			res = proto.CloneOf(res)
+			// res is the call's own (Dispatch): changed in place.
 			if a.GetReplaceContent() {
 				res.Content = cloneAll(a.GetContent())
 			}
