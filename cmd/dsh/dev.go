@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,6 +84,8 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	if _, err := agent.ParseSandbox(f.sandboxMode, f.sandboxNetwork); err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
+	restoreGC := startHeapGoal(e.getenv)
+	defer restoreGC()
 	st, err := startStack(ctx, e, f)
 	if err != nil {
 		return err
@@ -107,9 +110,30 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		// In one-shot mode NATS starts once the model has begun answering,
 		// so its start-up does not compete for the CPU with the first
 		// request; its events are published as soon as it is up.
-		return printTurn(ctx, e, c, s, f.prompt, f.asJSON, st.startNATS)
+		return printTurn(ctx, e, c, s, f.prompt, f.asJSON, func() { restoreGC(); st.startNATS() })
 	}
+	restoreGC() // the start is over; the first turn waits for a person
 	return chatLoop(ctx, e, c, s, mode)
+}
+
+// startGCPercent is the collector's setting while `dsh dev` starts: its
+// first heap goal is 4 MiB × GOGC/100, and the start (servers, connections,
+// the first protobuf types, SQLite) allocates past 4 MiB, mostly data that
+// lives on, so the default's collection in the middle of the start found
+// little to free and cost the launch its CPU, its pauses and its write
+// barriers (docs/arch/throughput.md §28).
+const startGCPercent = 400
+
+// startHeapGoal sets the collector to startGCPercent unless GOGC is set;
+// the returned func (idempotent) puts the previous setting back once the
+// start is over: with -p when the model's answer begins (the collection
+// then runs while the model answers), in the chat once the stack serves.
+func startHeapGoal(getenv func(string) string) (restore func()) {
+	if getenv("GOGC") != "" {
+		return func() {}
+	}
+	prev := debug.SetGCPercent(startGCPercent)
+	return sync.OnceFunc(func() { debug.SetGCPercent(prev) })
 }
 
 // stack is the running all-in-one.
@@ -302,7 +326,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	gwSrv := grpcserver.New(grpcserver.Config{Logger: logger, DrainTimeout: 2 * time.Second, Options: llmgateway.ServerOptions(),
+	gwSrv := grpcserver.New(grpcserver.Config{Logger: logger, DrainTimeout: 2 * time.Second, Options: llmgateway.ServerOptionsFor(devStreamWorkers),
 		Tracing: grpcserver.TracingFor(tel.Tracing || tel.Metering)})
 	gw.Register(gwSrv.Server)
 	phase("gateway built")
@@ -345,6 +369,12 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	banner(e, st, f, cwd, gwCfg)
 	return st, nil
 }
+
+// devStreamWorkers is the gateway's pool of parked stream goroutines in
+// `dsh dev`: one person's sessions stream a few model calls at once (more
+// run on new goroutines); the deployed gateway's 256 cost its start ~3 % of
+// the CPU up to the first model request.
+const devStreamWorkers = 8
 
 // runningAgent is the agent service started by startAgent.
 type runningAgent struct {
