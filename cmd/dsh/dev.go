@@ -25,6 +25,7 @@ import (
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/llmgateway"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 )
 
 type devFlags struct {
@@ -347,6 +348,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	// connection to it is closed.
 	cleanups = append(cleanups, ag.stop, func() { agConn.Close() })
 	agentRegistered = true
+	warmFirstRequests()
 	select {
 	case <-ag.ready:
 		phase("agent serving")
@@ -375,6 +377,17 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 // run on new goroutines); the deployed gateway's 256 cost its start ~3 % of
 // the CPU up to the first model request.
 const devStreamWorkers = 8
+
+// warmFirstRequests sets up protobuf's state for the CLI's first two
+// requests (CreateSession, Send) while the CLI waits for the agent to serve:
+// the first marshal of any agent.proto message builds that file's full
+// descriptor and its imports' (2–6 ms here), which otherwise ran after the
+// agent served, on the path to the first model request
+// (docs/arch/throughput.md §28; §17 tried a wider set at a busier time).
+func warmFirstRequests() {
+	_ = proto.Size(&agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{ApprovalRules: []*sessionv1.ApprovalRule{{}}}})
+	_ = proto.Size(&agentv1.SendRequest{})
+}
 
 // runningAgent is the agent service started by startAgent.
 type runningAgent struct {
