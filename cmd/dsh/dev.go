@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/llmgateway"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 )
 
 type devFlags struct {
@@ -83,6 +85,8 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	if _, err := agent.ParseSandbox(f.sandboxMode, f.sandboxNetwork); err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
+	restoreGC := startHeapGoal(e.getenv)
+	defer restoreGC()
 	st, err := startStack(ctx, e, f)
 	if err != nil {
 		return err
@@ -107,9 +111,30 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		// In one-shot mode NATS starts once the model has begun answering,
 		// so its start-up does not compete for the CPU with the first
 		// request; its events are published as soon as it is up.
-		return printTurn(ctx, e, c, s, f.prompt, f.asJSON, st.startNATS)
+		return printTurn(ctx, e, c, s, f.prompt, f.asJSON, func() { restoreGC(); st.startNATS() })
 	}
+	restoreGC() // the start is over; the first turn waits for a person
 	return chatLoop(ctx, e, c, s, mode)
+}
+
+// startGCPercent is the collector's setting while `dsh dev` starts: its
+// first heap goal is 4 MiB × GOGC/100, and the start (servers, connections,
+// the first protobuf types, SQLite) allocates past 4 MiB, mostly data that
+// lives on, so the default's collection in the middle of the start found
+// little to free and cost the launch its CPU, its pauses and its write
+// barriers (docs/arch/throughput.md §28).
+const startGCPercent = 400
+
+// startHeapGoal sets the collector to startGCPercent unless GOGC is set;
+// the returned func (idempotent) puts the previous setting back once the
+// start is over: with -p when the model's answer begins (the collection
+// then runs while the model answers), in the chat once the stack serves.
+func startHeapGoal(getenv func(string) string) (restore func()) {
+	if getenv("GOGC") != "" {
+		return func() {}
+	}
+	prev := debug.SetGCPercent(startGCPercent)
+	return sync.OnceFunc(func() { debug.SetGCPercent(prev) })
 }
 
 // stack is the running all-in-one.
@@ -302,7 +327,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	gwSrv := grpcserver.New(grpcserver.Config{Logger: logger, DrainTimeout: 2 * time.Second, Options: llmgateway.ServerOptions(),
+	gwSrv := grpcserver.New(grpcserver.Config{Logger: logger, DrainTimeout: 2 * time.Second, Options: llmgateway.ServerOptionsFor(devStreamWorkers),
 		Tracing: grpcserver.TracingFor(tel.Tracing || tel.Metering)})
 	gw.Register(gwSrv.Server)
 	phase("gateway built")
@@ -323,6 +348,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	// connection to it is closed.
 	cleanups = append(cleanups, ag.stop, func() { agConn.Close() })
 	agentRegistered = true
+	warmFirstRequests()
 	select {
 	case <-ag.ready:
 		phase("agent serving")
@@ -344,6 +370,23 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	}
 	banner(e, st, f, cwd, gwCfg)
 	return st, nil
+}
+
+// devStreamWorkers is the gateway's pool of parked stream goroutines in
+// `dsh dev`: one person's sessions stream a few model calls at once (more
+// run on new goroutines); the deployed gateway's 256 cost its start ~3 % of
+// the CPU up to the first model request.
+const devStreamWorkers = 8
+
+// warmFirstRequests sets up protobuf's state for the CLI's first two
+// requests (CreateSession, Send) while the CLI waits for the agent to serve:
+// the first marshal of any agent.proto message builds that file's full
+// descriptor and its imports' (2–6 ms here), which otherwise ran after the
+// agent served, on the path to the first model request
+// (docs/arch/throughput.md §28; §17 tried a wider set at a busier time).
+func warmFirstRequests() {
+	_ = proto.Size(&agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{ApprovalRules: []*sessionv1.ApprovalRule{{}}}})
+	_ = proto.Size(&agentv1.SendRequest{})
 }
 
 // runningAgent is the agent service started by startAgent.

@@ -222,10 +222,24 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		rep   *replica // nil unless on the shared postgres store
 		err   error
 	)
+	// One health monitor: the store's Ping, or for a replica the database
+	// and its lease renewal (NOT_SERVING while either fails). Its first
+	// probe runs as soon as the store is open, beside the listing: the
+	// probe opens the store's first reader connection, ~1 ms that was on
+	// the path to serving (docs/arch/throughput.md §28).
+	health := newDepHealth(nil, logger)
 	opening := &openedStore{done: make(chan struct{})}
 	go func() {
 		defer close(opening.done)
 		opening.open(ctx, sc, logger)
+		if opening.err == nil {
+			var probe any = opening.store
+			if opening.rep != nil {
+				probe = pingFunc(opening.rep.healthy)
+			}
+			health.setProbe(probe)
+			health.probeStore(ctx)
+		}
 	}()
 	defer func() {
 		<-opening.done
@@ -314,10 +328,6 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		defer conn.Close()
 		approvers = append(approvers, approval.Remote{Name: r.Name, Client: agentv1.NewApproverClient(conn), Timeout: r.Timeout, FailOpen: r.FailOpen})
 	}
-	// One health monitor: the store's Ping, or for a replica the database
-	// and its lease renewal (NOT_SERVING while either fails); its probe is
-	// set once the store is open.
-	health := newDepHealth(nil, logger)
 	pipe := toolpipe.New(toolpipe.Config{Hosts: hosts, Interceptors: ics, Logger: logger, AllowUnenforced: sc.AllowUnenforcedHosts, OnHostState: func(name string, up bool, err error) {
 		health.set(HealthToolhost(name), up)
 		if sc.OnToolhost != nil {
@@ -359,14 +369,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("toolhosts: %w", err)
 	}
-	var probe any = store
 	interval := cmp.Or(sc.HealthInterval, defaultHealthInterval)
 	if rep != nil {
-		probe = pingFunc(rep.healthy)
 		interval = cmp.Or(sc.HealthPeriod, DefaultHealthPeriod)
 	}
-	health.setProbe(probe)
-	health.probeStore(ctx)
 
 	hk := &hooks.Set{}
 	retry := hooks.DefaultRetryPolicy()

@@ -42,8 +42,17 @@ const MaxRequestBytes = 64 << 20
 // Every stream's goroutine first grows its stack in one step, at the
 // interceptor's shallow depth (presizeStream), instead of doubling it
 // several times deep inside the request's decode.
-func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.NumStreamWorkers(uint32(max(runtime.GOMAXPROCS(0), streamWorkers))),
+func ServerOptions() []grpc.ServerOption { return ServerOptionsFor(streamWorkers) }
+
+// ServerOptionsFor is ServerOptions with a pool of at least workers
+// parked stream goroutines (never fewer than GOMAXPROCS), for a gateway
+// that serves few streams at once: `dsh dev` serves one person's sessions,
+// and starting 256 goroutines (each a stack to allocate, and later to scan)
+// was ~3 % of its CPU up to the first model request, on the path of every
+// launch (docs/arch/throughput.md §28). A stream that finds every worker
+// busy runs on a new goroutine, as without a pool.
+func ServerOptionsFor(workers int) []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.NumStreamWorkers(uint32(max(runtime.GOMAXPROCS(0), workers))),
 		grpc.ChainStreamInterceptor(presizeStream)}
 }
 
