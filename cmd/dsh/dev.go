@@ -113,7 +113,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		// request; its events are published as soon as it is up.
 		return printTurn(ctx, e, c, s, f.prompt, f.asJSON, func() { restoreGC(); st.startNATS() })
 	}
-	restoreGC() // the start is over; the first turn waits for a person
+	restoreGC() // the start is over (input piped in is sent at once, under the default setting)
 	return chatLoop(ctx, e, c, s, mode)
 }
 

@@ -118,10 +118,15 @@ func TestDevFailedStartStopsTheAgent(t *testing.T) {
 		}
 		return ""
 	}}
+	gogc := gcPercent()
 	err = runDev(t.Context(), e, []string{"-p", "hello", "--data", filepath.Join(dir, ".dsh"), "--agent-listen", addr,
 		"--gateway-listen", "127.0.0.1:0", "--toolhost-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0"})
 	if err == nil || !strings.Contains(err.Error(), "gateway") || !strings.Contains(err.Error(), "missing-script.json") {
 		t.Fatalf("runDev with a missing script = %v, want the gateway's error naming the file", err)
+	}
+	// The start's collector setting (startHeapGoal) is put back.
+	if got := gcPercent(); got != gogc {
+		t.Errorf("after a failed start the collector runs at GOGC %d, want %d as before", got, gogc)
 	}
 	// The agent's first ListTools, cancelled by the failed start, is not a
 	// toolhost going down.

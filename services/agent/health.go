@@ -98,6 +98,11 @@ func (d *depHealth) probeStore(ctx context.Context) {
 		err = d.store.Ping(pctx)
 		cancel()
 	}
+	if err != nil && ctx.Err() != nil {
+		// Cancelled by the caller (a start abandoned, a shutdown): says
+		// nothing of the store.
+		return
+	}
 	up := err == nil
 	d.mu.Lock()
 	was, known := d.status[HealthStore]

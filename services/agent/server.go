@@ -239,6 +239,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 			}
 			health.setProbe(probe)
 			health.probeStore(ctx)
+			opening.probed = time.Now()
 		}
 	}()
 	defer func() {
@@ -368,6 +369,11 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	store, rep = opening.store, opening.rep
 	if err != nil {
 		return fmt.Errorf("toolhosts: %w", err)
+	}
+	if time.Since(opening.probed) > time.Second {
+		// The listing outlasted the first probe (a slow toolhost): what
+		// the agent reports when it starts serving is probed afresh.
+		health.probeStore(ctx)
 	}
 	interval := cmp.Or(sc.HealthInterval, defaultHealthInterval)
 	if rep != nil {
@@ -524,10 +530,11 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 // openedStore is the configured store being opened; its fields are set
 // when done is closed.
 type openedStore struct {
-	done  chan struct{}
-	store persistence.Store
-	rep   *replica // nil unless on the shared postgres store
-	err   error
+	done   chan struct{}
+	store  persistence.Store
+	rep    *replica // nil unless on the shared postgres store
+	err    error
+	probed time.Time // when the health monitor's first probe ended
 }
 
 func (o *openedStore) open(ctx context.Context, sc ServerConfig, logger *slog.Logger) {
