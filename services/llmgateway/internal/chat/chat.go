@@ -478,7 +478,12 @@ func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([][]b
 	// tools kept alive. Not a copy: a copy measured 1.26x the gateway's CPU
 	// per request at step 50 (the garbage collection its allocation
 	// brings; docs/arch/throughput.md §13).
-	kept := &provider.BodyPrefix{Owner: a, N: len(req.GetMessages()), Held: held + cap(b), Dropped: dropped}
+	kept := &provider.BodyPrefix{Owner: a, N: len(req.GetMessages()), Held: held, Dropped: dropped}
+	if sp.end > sp.start || sp.toolsEnd > sp.toolsStart {
+		// Only a kept slice of b keeps b alive: a continuation that adds
+		// no message and reuses the tools holds nothing more.
+		kept.Held += cap(b)
+	}
 	kept.Segments = append(make([][]byte, 0, len(sp.cached)+1), sp.cached...)
 	if sp.end > sp.start {
 		kept.Segments = append(kept.Segments, b[sp.start:sp.end:sp.end])
@@ -489,7 +494,7 @@ func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([][]b
 	case sp.toolsEnd > sp.toolsStart:
 		kept.Tools, kept.ToolBytes = req.GetTools(), b[sp.toolsStart:sp.toolsEnd:sp.toolsEnd]
 	}
-	if len(kept.Segments) > maxSegments {
+	if len(kept.Segments) > maxSegments || (len(kept.Segments) >= minWasteSegments && kept.Held > 2*(kept.Len()+len(kept.ToolBytes))) {
 		compact(kept)
 	}
 	bc.Keep(kept)
@@ -501,10 +506,19 @@ func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([][]b
 // tail and spare capacity) alive, and each a part of every later body.
 const maxSegments = 32
 
+// minWasteSegments is how many parts a kept encoding has before it is
+// also compacted when the buffers it keeps alive hold more than twice its
+// bytes: each part keeps its step's whole buffer, the head (a long system
+// prompt) and the tools when they were encoded again included, which
+// over maxSegments steps held ~5x the body (a 10 KB system prompt, or the
+// tools not the very same schemas); at most one copy of the conversation
+// every minWasteSegments steps. Fewer parts are left as they are.
+const minWasteSegments = 8
+
 // compact copies p's messages and tools into one buffer of their size, so
-// that the buffers of the steps they came from are released: one copy of
-// the conversation every maxSegments steps where each step copied it
-// before.
+// that the buffers of the steps they came from are released: at most one
+// copy of the conversation every minWasteSegments steps where each step
+// copied it before.
 func compact(p *provider.BodyPrefix) {
 	buf := make([]byte, 0, p.Len()+len(p.ToolBytes))
 	for _, s := range p.Segments {
