@@ -43,7 +43,7 @@ func (f *settingsFold) apply(ev *sessionv1.SessionEvent) {
 	case *sessionv1.SessionEvent_ApprovalPolicy:
 		o := proto.CloneOf(f.s.Options)
 		o.Approval = p.ApprovalPolicy.GetPolicy()
-		o.ApprovalRules = cloneRules(p.ApprovalPolicy.GetRules())
+		o.ApprovalRules = CloneAll(p.ApprovalPolicy.GetRules())
 		f.s.Options = o
 	case *sessionv1.SessionEvent_ApprovalDecided:
 		if r := p.ApprovalDecided.GetAddedRule(); r != nil {
@@ -60,14 +60,6 @@ func (f *settingsFold) apply(ev *sessionv1.SessionEvent) {
 	case *sessionv1.SessionEvent_SessionTitle:
 		f.s.Title = p.SessionTitle.GetTitle()
 	}
-}
-
-func cloneRules(rs []*sessionv1.ApprovalRule) []*sessionv1.ApprovalRule {
-	out := make([]*sessionv1.ApprovalRule, len(rs))
-	for i, r := range rs {
-		out[i] = proto.CloneOf(r)
-	}
-	return out
 }
 
 // FoldSettings folds a whole log (for logs not held in a [Log]).

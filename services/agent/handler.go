@@ -372,7 +372,7 @@ func (s *Service) submit(ctx context.Context, id, rid string, content []*llmv1.C
 		return 0, err
 	}
 	defer s.release(l)
-	it := loop.Item{Content: cloneBlocks(content), Source: proto.CloneOf(src), Contexts: cloneContexts(contexts),
+	it := loop.Item{Content: session.CloneAll(content), Source: proto.CloneOf(src), Contexts: session.CloneAll(contexts),
 		QueuedBy: trace.SpanContextFromContext(ctx), RequestID: rid}
 	if steer {
 		return l.agent.Steer(it)
@@ -406,7 +406,7 @@ func (s *Service) inject(ctx context.Context, req *agentv1.InjectRequest) error 
 		return err
 	}
 	defer s.release(l)
-	return l.agent.InjectOnce(req.GetRequestId(), cloneBlocks(req.GetContent()), proto.CloneOf(req.GetSource()), req.Meta)
+	return l.agent.InjectOnce(req.GetRequestId(), session.CloneAll(req.GetContent()), proto.CloneOf(req.GetSource()), req.Meta)
 }
 
 // Cancel cancels.
@@ -626,22 +626,6 @@ func checkJSON(field string, s *string) error {
 		return invalidf("%s is not valid JSON", field)
 	}
 	return nil
-}
-
-func cloneBlocks(bs []*llmv1.ContentBlock) []*llmv1.ContentBlock {
-	out := make([]*llmv1.ContentBlock, len(bs))
-	for i, b := range bs {
-		out[i] = proto.CloneOf(b)
-	}
-	return out
-}
-
-func cloneContexts(cs []*toolsv1.HookContext) []*toolsv1.HookContext {
-	out := make([]*toolsv1.HookContext, len(cs))
-	for i, c := range cs {
-		out[i] = proto.CloneOf(c)
-	}
-	return out
 }
 
 // cwdChecker is a workspace source that can tell, before a session exists,

@@ -44,6 +44,20 @@ func TestStoreHealth(t *testing.T) {
 		if got[HealthToolhost("box")] {
 			t.Errorf("%s: the toolhost's status followed the store", tt.name)
 		}
+		if tt.name != "up" {
+			continue
+		}
+		// A probe cancelled by its caller records nothing: the store
+		// still reads serving though its ping failed.
+		st.err = context.Canceled
+		cctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		d.probeStore(cctx)
+		for _, n := range []string{"", HealthService, HealthStore} {
+			if !got[n] {
+				t.Errorf("a cancelled probe: %q serving=false, want the last probe's true", n)
+			}
+		}
 	}
 	// A store that cannot be probed counts as up.
 	d = newDepHealth(struct{}{}, slog.New(slog.DiscardHandler))

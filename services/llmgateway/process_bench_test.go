@@ -22,6 +22,7 @@ import (
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/internal/proctest"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/sse"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/upstream"
 )
@@ -124,15 +125,14 @@ func startProcess(b *testing.B, url string, dial ...grpc.DialOption) *gatewayPro
 // minflt): on this project's VM a first touch of memory the runtime had
 // returned to the kernel costs ~20 µs of CPU (docs/arch/throughput.md §26).
 func (g *gatewayProcess) faults(b *testing.B) int64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", g.pid))
+	f, err := proctest.StatFields(g.pid)
 	if err != nil {
-		b.Skipf("no /proc: %v", err)
+		b.Fatal(err)
 	}
-	// the fields after the command's closing parenthesis: state is the
-	// first, minflt the eighth
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	n, _ := strconv.ParseInt(f[7], 10, 64)
+	n, err := strconv.ParseInt(f[10-3], 10, 64)
+	if err != nil {
+		b.Fatalf("/proc/%d/stat: minflt: %v", g.pid, err)
+	}
 	return n
 }
 

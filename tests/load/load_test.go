@@ -511,8 +511,6 @@ func profile(tb testing.TB, addr, kind, path string) {
 	}
 }
 
-// runTurn sends text to session id, waits for the session to go idle and
-// returns "" when the turn completed, else the kind of failure.
 // drive runs turns turns of every session at once (spread over lv.ramp),
 // session i's turn t with the user message text(i, t), and returns when
 // all have ended; a turn that ends badly is counted and ends its session's
@@ -542,6 +540,8 @@ func drive(ctx context.Context, lv level, ids []string, clients []agentv1.AgentS
 	wg.Wait()
 }
 
+// runTurn sends text to session id, waits for the session to go idle and
+// returns "" when the turn completed, else the kind of failure.
 func runTurn(ctx context.Context, c agentv1.AgentServiceClient, id, text string) string {
 	s, err := c.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: id})
 	if err != nil {

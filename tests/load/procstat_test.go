@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dsh-dev/dsh/internal/proctest"
 )
 
 // clockTick is USER_HZ, the unit of /proc/PID/stat's CPU fields (100 on
@@ -28,27 +30,20 @@ func (c cpu) sub(o cpu) cpu {
 
 // readCPU reads /proc/PID/stat.
 func readCPU(pid int) (cpu, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := proctest.StatFields(pid)
 	if err != nil {
 		return cpu{}, err
 	}
-	// The command name is in parentheses and may hold spaces: split after it.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	// After the name: state(3) ... minflt(10) ... utime(14) stime(15)
-	// cutime(16) cstime(17), so field n is f[n-3].
-	if len(f) < 15 {
-		return cpu{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	// minflt(10) ... utime(14) stime(15) cutime(16) cstime(17): field n is
+	// f[n-3].
+	var v [18]int64
+	for _, n := range []int{10, 14, 15, 16, 17} {
+		if v[n], err = strconv.ParseInt(f[n-3], 10, 64); err != nil {
+			return cpu{}, fmt.Errorf("/proc/%d/stat: field %d: %w", pid, n, err)
+		}
 	}
-	tick := func(n int) time.Duration {
-		v, _ := strconv.ParseInt(f[n-3], 10, 64)
-		return time.Duration(v) * time.Second / clockTick
-	}
-	minflt, err := strconv.ParseInt(f[10-3], 10, 64)
-	if err != nil {
-		return cpu{}, fmt.Errorf("/proc/%d/stat: minflt: %w", pid, err)
-	}
-	return cpu{self: tick(14) + tick(15), children: tick(16) + tick(17), faults: minflt}, nil
+	tick := func(n int) time.Duration { return time.Duration(v[n]) * time.Second / clockTick }
+	return cpu{self: tick(14) + tick(15), children: tick(16) + tick(17), faults: v[10]}, nil
 }
 
 // peakRSS reads VmHWM (the peak resident set) of pid, in KiB.

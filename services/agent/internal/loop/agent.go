@@ -585,8 +585,10 @@ func (a *Agent) appendLocked(ev *sessionv1.SessionEvent) (*sessionv1.SessionEven
 }
 
 // appendOwned is append for an event the loop built for the log alone and
-// hands over (session.Log.AppendOwned: no copy): step bounds, chunks, and
-// an assistant message no hook saw.
+// hands over (session.Log.AppendOwned: no copy): step bounds, a step's own
+// request header, chunks, an assistant message no hook saw, tool calls,
+// tool results (the caller's own under the ToolCall.Finish contract, or
+// built here), an unstarted call's synthetic result and the todo snapshot.
 func (a *Agent) appendOwned(ev *sessionv1.SessionEvent) (*sessionv1.SessionEvent, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dsh-dev/dsh/internal/toolstream"
 	"io"
 	"log/slog"
 	"strconv"
@@ -17,6 +16,8 @@ import (
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/session"
+	"github.com/dsh-dev/dsh/internal/toolstream"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 )
 
@@ -252,18 +253,6 @@ func quoteAll(ss []string) []string {
 	return out
 }
 
-// cloneAll returns a copy of every message of ms.
-func cloneAll[M proto.Message](ms []M) []M {
-	if ms == nil {
-		return nil
-	}
-	out := make([]M, len(ms))
-	for i, m := range ms {
-		out[i] = proto.CloneOf(m)
-	}
-	return out
-}
-
 func withContexts(r, prior *toolsv1.ToolExecutionResult) *toolsv1.ToolExecutionResult {
 	r.AdditionalContexts = prior.GetAdditionalContexts()
 	return r
@@ -293,14 +282,14 @@ func (c *Call) Finish(ctx context.Context) *toolsv1.ToolExecutionResult {
 	case err != nil:
 		res = ErrorResult(fmt.Sprintf("post-execute policy failed: %v", err), "", "")
 	case d.GetBlock() != nil:
-		res = &toolsv1.ToolExecutionResult{Content: cloneAll(d.GetBlock().GetFeedback()), IsError: true,
+		res = &toolsv1.ToolExecutionResult{Content: session.CloneAll(d.GetBlock().GetFeedback()), IsError: true,
 			AdditionalContexts: d.GetBlock().GetAdditionalContexts()}
 	case d.GetAccept() != nil:
 		a := d.GetAccept()
 		if a.GetReplaceContent() || len(a.GetAdditionalContexts()) > 0 {
 			// res is the call's own (Dispatch): changed in place.
 			if a.GetReplaceContent() {
-				res.Content = cloneAll(a.GetContent())
+				res.Content = session.CloneAll(a.GetContent())
 			}
 			res.AdditionalContexts = append(res.AdditionalContexts, a.GetAdditionalContexts()...)
 		}

@@ -523,7 +523,7 @@ func TestFinishedResultIsTheCallers(t *testing.T) {
 			t.Parallel()
 			host := &keepingHost{kept: &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{fakes.TextContent("host's")}}}
 			kept := []*llmv1.ContentBlock{fakes.TextContent("link's")}
-			p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "local", Local: host}, {Name: "h", Client: client(t, serveHost(t, fakes.NewToolHost()))}, {Name: "r", Client: client(t, remote)}}})
+			p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "local", Local: host}, {Name: "r", Client: client(t, remote)}}})
 			if tt.link != nil {
 				p.Post.Use(tt.link(kept))
 			}

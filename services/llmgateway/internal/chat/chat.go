@@ -439,10 +439,11 @@ func (a *Adapter) Body(req *llmv1.GenerateRequest) ([]byte, int, error) {
 // (the gateway's remembered conversation: the very same messages) and,
 // when this request's tools are the very same schemas (same_tools), the
 // encoding of the tools; it hands the encoding of all of this request's
-// messages and of its tools to bc for the next. The bytes are the same as
-// Body's: the messages array is the system message and then each message's
-// wire messages, comma-separated, a message's wire form depends on nothing
-// but the message and the adapter, and so does a tool's.
+// messages and of its tools to bc for the next. The parts' concatenation
+// is Body's bytes: the messages array is the system message and then each
+// message's wire messages, comma-separated, a message's wire form depends
+// on nothing but the message and the adapter, and so does a tool's. The
+// remembered messages and tools are parts of their own, not copied.
 func (a *Adapter) body(req *llmv1.GenerateRequest, bc provider.BodyCache) ([][]byte, int, error) {
 	if bc == nil {
 		b, dropped, err := a.Body(req)

@@ -127,7 +127,9 @@ func (a AppIdentity) UserAgent() string {
 // messages after them. Owner is the adapter that made it: a body is
 // reused only by its owner. The encoding is the concatenation of
 // Segments (a continued conversation's are its predecessor's and the new
-// messages', so that no request copies what an earlier one encoded); they
+// messages', so that no request copies what an earlier one encoded, except
+// when chat.compact copies them into one buffer: past maxSegments parts, or
+// from minWasteSegments parts holding more than twice their bytes); they
 // must not be modified.
 type BodyPrefix struct {
 	Owner    any
