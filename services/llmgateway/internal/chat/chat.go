@@ -511,7 +511,7 @@ const maxSegments = 32
 // also compacted when the buffers it keeps alive hold more than twice its
 // bytes: each part keeps its step's whole buffer, the head (a long system
 // prompt) and the tools when they were encoded again included, which
-// over maxSegments steps held ~5x the body (a 10 KB system prompt, or the
+// over maxSegments steps held up to ~6x the body (a 10 KB system prompt, or the
 // tools not the very same schemas); at most one copy of the conversation
 // every minWasteSegments steps. Fewer parts are left as they are.
 const minWasteSegments = 8
