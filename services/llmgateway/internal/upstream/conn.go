@@ -11,25 +11,19 @@ import (
 // body through: io.Copy's own.
 const copyBufSize = 32 << 10
 
-// dialer dials provider connections whose ReadFrom copies through a
-// pooled buffer (copyConn).
-type dialer struct {
-	net.Dialer
-	bufs sync.Pool // of *[copyBufSize]byte
-}
+// copyBufs holds the buffers copyConn.ReadFrom copies through.
+var copyBufs = sync.Pool{New: func() any { return new([copyBufSize]byte) }}
 
-func newDialer(d net.Dialer) *dialer {
-	return &dialer{Dialer: d, bufs: sync.Pool{New: func() any { return new([copyBufSize]byte) }}}
-}
-
-// DialContext dials like net.Dialer and wraps the connection in a
+// dialContext is d's DialContext with every connection wrapped in a
 // copyConn.
-func (d *dialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := d.Dialer.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
+func dialContext(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &copyConn{Conn: c}, nil
 	}
-	return &copyConn{Conn: c, bufs: &d.bufs}, nil
 }
 
 // copyConn is a provider connection whose ReadFrom copies through a
@@ -40,17 +34,16 @@ func (d *dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 // a buffer allocated per call (min(32 KiB, the body's rest)): fresh memory,
 // whose first touch faults. In a warm 1,000-session ladder that copy was
 // the gateway's largest single item (11.7 % of its CPU;
-// docs/arch/throughput.md §29). A TLS connection wraps this one and only
-// calls Write; HTTP/2 writes bodies through buffers of its own.
-type copyConn struct {
-	net.Conn
-	bufs *sync.Pool
-}
+// docs/arch/throughput.md §29). Only plain-HTTP/1.1 providers gain: over
+// HTTPS net/http copies into the *tls.Conn wrapping this one, which has
+// no ReadFrom (io.Copy allocates there as before), and HTTP/2 writes
+// bodies through buffers of its own.
+type copyConn struct{ net.Conn }
 
 // ReadFrom copies r to the connection through a pooled buffer.
 func (c *copyConn) ReadFrom(r io.Reader) (int64, error) {
-	b := c.bufs.Get().(*[copyBufSize]byte)
-	defer c.bufs.Put(b)
+	b := copyBufs.Get().(*[copyBufSize]byte)
+	defer copyBufs.Put(b)
 	return io.CopyBuffer(connWriter{c}, r, b[:])
 }
 

@@ -21,7 +21,7 @@ func TestCopyConnCopiesThroughAPool(t *testing.T) {
 		allocs func(float64) bool
 		want   string
 	}{
-		{"pooled", newDialer(net.Dialer{}).DialContext, func(a float64) bool { return a < 1 }, "none"},
+		{"pooled (the transport's dialer)", NewTransport().DialContext, func(a float64) bool { return a < 1 }, "none"},
 		{"plain TCPConn", (&net.Dialer{}).DialContext, func(a float64) bool { return a >= 1 }, "at least one"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

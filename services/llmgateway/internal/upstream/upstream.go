@@ -63,7 +63,7 @@ const (
 func NewTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           newDialer(net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           dialContext(&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}),
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          maxIdleConns,
 		MaxIdleConnsPerHost:   MaxIdleConnsPerHost,
