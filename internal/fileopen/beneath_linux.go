@@ -41,7 +41,7 @@ func NoLinks(path string) bool {
 
 // NoLinksDir is NoLinks for a directory: true also says path is one.
 func NoLinksDir(path string) bool {
-	fd, err := openat2NoLinks(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	fd, err := DirNoLinks(path)
 	if err != nil {
 		return false
 	}
@@ -74,7 +74,7 @@ func openat2NoLinks(path string, flags uint64) (int, error) {
 // otherwise be opened at the link's target. A kernel without openat2
 // keeps os.OpenRoot's answer.
 func rootAtPath(r *os.Root, root string) error {
-	fd, err := openat2NoLinks(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	fd, err := DirNoLinks(root)
 	switch {
 	case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM), errors.Is(err, unix.E2BIG), errors.Is(err, unix.EINVAL):
 		return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/proctest"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/bash"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/sandbox"
@@ -60,13 +61,8 @@ func text(r *toolsv1.ToolExecutionResult) string { return toolsdk.ResultText(r.G
 
 // gone reports whether pid no longer runs (absent or a zombie).
 func gone(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && len(s) > i+2 && s[i+2] == 'Z'
+	f, err := proctest.StatFields(pid)
+	return err != nil || f[0] == "Z"
 }
 
 func waitGone(t *testing.T, pid int) {

@@ -42,6 +42,14 @@ func runPrepared(t *testing.T, r *Run) (string, string, int) {
 	return out.String(), errb.String(), r.Cmd.ProcessState.ExitCode()
 }
 
+// useRuleset makes the prepared call r enforce the ruleset fd instead of
+// its own (closed).
+func useRuleset(r *Run, fd int) {
+	r.ruleset.Close()
+	r.ruleset = os.NewFile(uintptr(fd), "landlock-ruleset")
+	r.Cmd.ExtraFiles[len(r.Cmd.ExtraFiles)-1] = r.ruleset
+}
+
 // confinedSandbox is a Sandbox whose host root is base/host (so base is a
 // directory the read layer lists) with sessions a and b, b holding a secret.
 // Its launcher is this test binary re-executed (the Go launcher).
@@ -402,9 +410,7 @@ func TestRuleOpenedPerCallIsTheListedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The call enforces the ruleset made from the stale listing.
-	r.ruleset.Close()
-	r.ruleset = os.NewFile(uintptr(fd), "landlock-ruleset")
-	r.Cmd.ExtraFiles[len(r.Cmd.ExtraFiles)-1] = r.ruleset
+	useRuleset(r, fd)
 	if out, _, _ := runPrepared(t, r); out != "was-outsideend\n" {
 		t.Errorf("want only the unchanged entry read (and no secret through a rule on a replaced one): %q", out)
 	}
@@ -470,12 +476,11 @@ func TestRuleOpenedPerCallThroughASwappedAncestor(t *testing.T) {
 		t.Fatal(err)
 	}
 	fd, err := callRuleset(l, nil, []*os.File{dir}, true)
-	r.ruleset.Close()
 	if err != nil {
+		r.ruleset.Close()
 		t.Fatal(err)
 	}
-	r.ruleset = os.NewFile(uintptr(fd), "landlock-ruleset")
-	r.Cmd.ExtraFiles[len(r.Cmd.ExtraFiles)-1] = r.ruleset
+	useRuleset(r, fd)
 	if out, _, _ := runPrepared(t, r); out != "end\n" {
 		t.Errorf("a rule opened through the swapped ancestor granted the hidden root's mount: %q", out)
 	}

@@ -70,14 +70,6 @@ type pooledRuleset struct {
 
 type inodeID struct{ dev, ino uint64 }
 
-func idOf(path string) (inodeID, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return inodeID{}, err
-	}
-	return inodeID{st.Dev, st.Ino}, nil
-}
-
 // rulesetPool keeps a host's rulesets between calls.
 type rulesetPool struct {
 	tmpRoot string
