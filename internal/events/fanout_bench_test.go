@@ -169,7 +169,7 @@ func benchFanout(b *testing.B, sessions int) {
 		for i := range work[r] {
 			f := flush{evs: make([]*sessionv1.SessionEvent, perFlush), pb: make([][]byte, perFlush)}
 			for k := range f.evs {
-				f.evs[k] = cloneEvent(step[k])
+				f.evs[k] = proto.CloneOf(step[k])
 				f.evs[k].Seq = int64(r*perFlush + k)
 				f.pb[k] = marshal(b, f.evs[k])
 			}
@@ -201,10 +201,6 @@ func benchFanout(b *testing.B, sessions int) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/n, "cpu-µs/event")
 	b.ReportMetric(float64(srvCPU.Nanoseconds())/1e3/n, "server-cpu-µs/event")
 	b.ReportMetric(n/wall.Seconds(), "events/s")
-}
-
-func cloneEvent(ev *sessionv1.SessionEvent) *sessionv1.SessionEvent {
-	return proto.Clone(ev).(*sessionv1.SessionEvent)
 }
 
 func marshal(b *testing.B, ev *sessionv1.SessionEvent) []byte {

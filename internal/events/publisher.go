@@ -190,10 +190,10 @@ type Publisher struct {
 	connDown context.CancelFunc
 
 	// Used by the publishing goroutine (run) only.
-	win     *window
-	lost    chan struct{} // poked on a disconnect: replies owed are lost
-	refused error         // the round's first refused publish (settle)
-	taken   []queued      // nextBatch's copy of a queue's events, reused
+	win      *window
+	lost     chan struct{} // poked on a disconnect: replies owed are lost
+	roundErr error         // the first error of a session that failed in the round (settle)
+	taken    []queued      // nextBatch's copy of a queue's events, reused
 }
 
 type queued struct {
@@ -617,14 +617,14 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 	if !p.nc.IsConnected() {
 		return errNotConnected
 	}
-	sctx, cancel := p.lookupCtx(ctx)
+	sctx, cancel := lookupCtxOn(ctx, p.connCtx(), p.cfg.AckTimeout)
 	err := p.ensureStream(sctx)
 	cancel()
 	if err != nil {
 		return err
 	}
 	select {
-	case <-p.lost: // replies owed before a disconnect never come
+	case <-p.lost: // a disconnect signalled before this round (the window is empty here): not this round's
 		p.win.abandon()
 	default:
 	}
@@ -644,7 +644,7 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 		p.busy = false
 		p.mu.Unlock()
 	}()
-	p.refused = nil
+	p.roundErr = nil
 	ready, firstErr := p.prepare(ctx, ids)
 	for i, s := range ready {
 		if err := p.publishSession(ctx, s); err != nil {
@@ -661,20 +661,20 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 	if err := p.await(ctx, 0); err != nil {
 		return err
 	}
-	return cmp.Or(firstErr, p.refused)
+	return cmp.Or(firstErr, p.roundErr)
 }
 
-// lookupCtx bounds a round's stream look-ups like an acknowledgement: they
-// fail after AckTimeout (not the client's own 5 s default) or as soon as
-// the connection is lost, when their replies never come.
-func (p *Publisher) lookupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+// connCtx is the context of the current connection: it ends when the
+// connection is lost.
+func (p *Publisher) connCtx() context.Context {
 	p.mu.Lock()
-	conn := p.conn
-	p.mu.Unlock()
-	return lookupCtxOn(ctx, conn, p.cfg.AckTimeout)
+	defer p.mu.Unlock()
+	return p.conn
 }
 
-// lookupCtxOn is lookupCtx for the connection context conn.
+// lookupCtxOn bounds a stream look-up like an acknowledgement: it fails
+// after timeout (not the client's own 5 s default) or as soon as the
+// connection conn is lost, when its reply never comes.
 func lookupCtxOn(ctx, conn context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	stop := context.AfterFunc(conn, cancel)
@@ -705,9 +705,7 @@ func (p *Publisher) prepare(ctx context.Context, ids []string) ([]*sessionState,
 	if len(need) > 0 {
 		// Each lookup has AckTimeout of its own (a batch of hundreds after
 		// a reconnect takes longer than one round trip's bound).
-		p.mu.Lock()
-		conn := p.conn
-		p.mu.Unlock()
+		conn := p.connCtx()
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, tailLookups)
 		for i, s := range need {
@@ -1042,7 +1040,7 @@ func (p *Publisher) finish(s *sessionState, out []statusMsg) []statusMsg {
 	p.trim(s)
 	if err := s.failErr; err != nil {
 		s.failErr = nil
-		p.refused = cmp.Or(p.refused, err)
+		p.roundErr = cmp.Or(p.roundErr, err)
 		s.resync = true
 		p.dirty[s.id] = struct{}{}
 		s.statuses = append(s.ready, s.statuses...)

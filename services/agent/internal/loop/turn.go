@@ -204,7 +204,7 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 			if err := checkpoint(ctx); err != nil {
 				return err
 			}
-			a.prefix, a.prefixSet = cloneMessages(prefix), true
+			a.prefix, a.prefixSet = session.CloneAll(prefix), true
 		}
 		cs, err := a.hk.PreStep.Run(ctx, &hooks.Step{Subject: a.subj, Turn: turn, Step: step})
 		if err != nil {
@@ -469,14 +469,6 @@ func (a *Agent) refreshWorkspace(ctx context.Context) error {
 		a.ws, a.prefixSet = ws, false
 	}
 	return nil
-}
-
-func cloneMessages(ms []*llmv1.Message) []*llmv1.Message {
-	out := make([]*llmv1.Message, len(ms))
-	for i, m := range ms {
-		out[i] = proto.CloneOf(m)
-	}
-	return out
 }
 
 // stepOutcome is what a successful step tells the turn.
