@@ -132,9 +132,6 @@ func BenchmarkStepStores(b *testing.B) {
 	})
 }
 
-// benchSteps measures b.N steps after `at` warm-up steps, with a fake
-// gateway and toolhost served with srvOpts and the agent run with sc and
-// dialed with creds.
 // stepHarness runs the agent of sc against a budgetGateway (its budget
 // the one given) and a toolhost with the trivial "noop" tool, each
 // served with srvOpts, and dials it with creds.
@@ -150,6 +147,15 @@ func stepHarness(b *testing.B, budget *atomic.Int64, srvOpts []grpc.ServerOption
 	return benchAgentWith(b, sc, creds)
 }
 
+// reportCPUPerOp reports the process CPU since cpu (cputime.Process) per
+// op, over n ops, as cpu-ms/op.
+func reportCPUPerOp(b *testing.B, cpu time.Duration, n int) {
+	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(n), "cpu-ms/op")
+}
+
+// benchSteps measures b.N steps after `at` warm-up steps, with a fake
+// gateway and toolhost served with srvOpts and the agent run with sc and
+// dialed with creds.
 func benchSteps(b *testing.B, at int, srvOpts []grpc.ServerOption, sc agent.ServerConfig, creds grpc.DialOption) {
 	b.Helper()
 	var budget atomic.Int64
@@ -168,7 +174,7 @@ func benchSteps(b *testing.B, at int, srvOpts []grpc.ServerOption, sc agent.Serv
 	b.StopTimer()
 	// Process CPU per step (servers, agent and client share the process):
 	// steadier than wall time on a shared machine.
-	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	reportCPUPerOp(b, cpu, b.N)
 }
 
 // BenchmarkShortTurn is the harness overhead of a short turn (one step
@@ -195,7 +201,7 @@ func BenchmarkShortTurn(b *testing.B) {
 		budget.Store(1)
 		turn(b, c, "bench")
 	}
-	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	reportCPUPerOp(b, cpu, b.N)
 }
 
 // BenchmarkFreshSessionTurn is the load ladder's pattern in one process: per
@@ -227,7 +233,7 @@ func BenchmarkFreshSessionTurn(b *testing.B) {
 	for b.Loop() {
 		session1()
 	}
-	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	reportCPUPerOp(b, cpu, b.N)
 }
 
 // seed runs turns until the session holds at least n events.
@@ -296,7 +302,7 @@ func BenchmarkResume10k(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(events), "events")
-	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(n), "cpu-ms/op")
+	reportCPUPerOp(b, cpu, n)
 }
 
 // BenchmarkIdleUnloadedSessionMemory reports the heap a session keeps after

@@ -159,7 +159,9 @@ func (u *upstream) gaps() []time.Duration {
 }
 
 // reset forgets every conversation recorded so far (a warm-up's), so that
-// gaps and requests count only what follows.
+// gaps and requests count only what follows. conns is kept: the window
+// reuses the warm-up's connections, so it counts every connection the
+// gateway opened.
 func (u *upstream) reset() {
 	u.mu.Lock()
 	defer u.mu.Unlock()

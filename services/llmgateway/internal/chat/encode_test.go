@@ -393,7 +393,7 @@ func TestRepeatedContinuationHoldsNothingMore(t *testing.T) {
 // longConversation is the load request's first message and then its
 // other messages again and again: at least steps two-message steps.
 func longConversation(load *llmv1.GenerateRequest, steps int) []*llmv1.Message {
-	msgs := load.Messages[:1]
+	msgs := load.Messages[:1:1] // appends go to a new array, never load's
 	for len(msgs) < 2*steps {
 		msgs = append(msgs, load.Messages[1:]...)
 	}
