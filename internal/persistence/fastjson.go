@@ -15,7 +15,7 @@ import (
 // and takes the protojson path.
 func appendDeltaChunk(dst []byte, ev *sessionv1.SessionEvent) (out []byte, ok bool) {
 	ac := ev.GetAssistantChunk()
-	if ac == nil || ev.GetSeq() <= 0 || ev.GetTime() <= 0 || ac.GetTurn() <= 0 || ac.GetStep() <= 0 ||
+	if ac == nil || len(ac.GetChunks()) > 0 || ev.GetSeq() <= 0 || ev.GetTime() <= 0 || ac.GetTurn() <= 0 || ac.GetStep() <= 0 ||
 		ev.GetSurfaceOp() != nil || ev.GetSourceEventSeqs() != nil ||
 		len(ev.ProtoReflect().GetUnknown()) > 0 || len(ac.ProtoReflect().GetUnknown()) > 0 ||
 		len(ac.GetChunk().ProtoReflect().GetUnknown()) > 0 {

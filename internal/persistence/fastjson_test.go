@@ -49,6 +49,11 @@ func TestDeltaChunkJSON(t *testing.T) {
 		{deltaChunk(8, 7, 3, 1, 0, "", false), false},
 		{deltaChunk(9, 7, 3, 1, 0, "bad \xff utf8", false), false},
 		{session.StepEndEvent(1, 1), false},
+		{func() *sessionv1.SessionEvent { // a delta with a batch after it: the batch must not be dropped
+			ev := deltaChunk(10, 7, 3, 1, 0, "x", false)
+			ev.GetAssistantChunk().Chunks = []*llmv1.StreamChunk{deltaChunk(0, 0, 0, 0, 0, "y", false).GetAssistantChunk().GetChunk()}
+			return ev
+		}(), false},
 	}
 	for _, tt := range tests {
 		if got := checkSame(t, tt.ev); got != tt.fast {

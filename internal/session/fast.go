@@ -17,10 +17,11 @@ import (
 
 func noUnknown(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) == 0 }
 
-// deltaChunk returns the chunk of a plain delta assistant/chunk event, or nil.
+// deltaChunk returns the chunk of a plain delta assistant/chunk event (one
+// delta in `chunk`, nothing in `chunks`), or nil.
 func deltaChunk(ev *sessionv1.SessionEvent) (*sessionv1.AssistantChunk, *llmv1.StreamChunk) {
 	ac := ev.GetAssistantChunk()
-	if ac == nil || ev.SurfaceOp != nil || ev.SourceEventSeqs != nil || ac.Chunk == nil ||
+	if ac == nil || ev.SurfaceOp != nil || ev.SourceEventSeqs != nil || ac.Chunk == nil || len(ac.Chunks) > 0 ||
 		!noUnknown(ev) || !noUnknown(ac) || !noUnknown(ac.Chunk) {
 		return nil, nil
 	}

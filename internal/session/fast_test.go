@@ -33,6 +33,27 @@ func TestFastPathMatchesGeneralPath(t *testing.T) {
 		{"invalid UTF-8 arguments", chunkEvent(&llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_ToolCallDelta{ToolCallDelta: &llmv1.ToolCallDelta{ArgumentsDelta: "\xc3"}}}), true, "not valid UTF-8"},
 		{"unknown fields take the general path", withUnknown, false, ""},
 		{"usage chunk takes the general path", chunkEvent(&llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_Usage{Usage: &llmv1.UsageChunk{}}}), false, ""},
+		{"a batch takes the general path", func() *sessionv1.SessionEvent {
+			ev := chunkEvent(nil)
+			ev.GetAssistantChunk().Chunks = []*llmv1.StreamChunk{
+				{Chunk: &llmv1.StreamChunk_TextDelta{TextDelta: &llmv1.TextDelta{Text: "x"}}},
+				{Chunk: &llmv1.StreamChunk_Usage{Usage: &llmv1.UsageChunk{}}},
+			}
+			return ev
+		}(), false, ""},
+		{"a delta with a batch after it takes the general path", func() *sessionv1.SessionEvent {
+			ev := chunkEvent(&llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_TextDelta{TextDelta: &llmv1.TextDelta{Text: "x"}}})
+			ev.GetAssistantChunk().Chunks = []*llmv1.StreamChunk{{Chunk: &llmv1.StreamChunk_TextDelta{TextDelta: &llmv1.TextDelta{Text: "y"}}}}
+			return ev
+		}(), false, ""},
+		{"invalid UTF-8 in a batch's second chunk", func() *sessionv1.SessionEvent {
+			ev := chunkEvent(nil)
+			ev.GetAssistantChunk().Chunks = []*llmv1.StreamChunk{
+				{Chunk: &llmv1.StreamChunk_TextDelta{TextDelta: &llmv1.TextDelta{Text: "x"}}},
+				{Chunk: &llmv1.StreamChunk_ToolCallDelta{ToolCallDelta: &llmv1.ToolCallDelta{ArgumentsDelta: "\xc3"}}},
+			}
+			return ev
+		}(), false, "not valid UTF-8"},
 		{"surface fields take the general path", func() *sessionv1.SessionEvent {
 			ev := chunkEvent(&llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_TextDelta{TextDelta: &llmv1.TextDelta{Text: "x"}}})
 			ev.SurfaceOp = AppendOp()
@@ -49,7 +70,18 @@ func TestFastPathMatchesGeneralPath(t *testing.T) {
 			if !proto.Equal(clone, tt.ev) {
 				t.Fatalf("clone differs:\n%v\n%v", clone, tt.ev)
 			}
-			if clone == tt.ev || clone.GetAssistantChunk() == tt.ev.GetAssistantChunk() || clone.GetAssistantChunk().GetChunk() == tt.ev.GetAssistantChunk().GetChunk() {
+			var cloned, orig []*llmv1.StreamChunk
+			for c := range Chunks(clone.GetAssistantChunk()) {
+				cloned = append(cloned, c)
+			}
+			for c := range Chunks(tt.ev.GetAssistantChunk()) {
+				orig = append(orig, c)
+			}
+			shared := clone == tt.ev || clone.GetAssistantChunk() == tt.ev.GetAssistantChunk() || len(cloned) != len(orig)
+			for i := range min(len(cloned), len(orig)) {
+				shared = shared || cloned[i] == orig[i]
+			}
+			if shared {
 				t.Fatal("clone shares structure with the original")
 			}
 			rule := checkPayload(tt.ev)

@@ -98,10 +98,12 @@ func checkEvent(ev *sessionv1.SessionEvent) string {
 		}
 		return checkHeader(h)
 	case *sessionv1.SessionEvent_AssistantChunk:
-		if p.AssistantChunk == nil || p.AssistantChunk.Chunk == nil {
-			return ""
+		for c := range Chunks(p.AssistantChunk) {
+			if r := checkStreamChunk(c); r != "" {
+				return r
+			}
 		}
-		return checkStreamChunk(p.AssistantChunk.Chunk)
+		return ""
 	case *sessionv1.SessionEvent_AssistantMessage:
 		m := p.AssistantMessage
 		if m == nil {

@@ -134,8 +134,11 @@ func TestPrefixGatewayRestartMidTurn(t *testing.T) {
 			steps++
 		case ev.GetToolResult() != nil:
 			results++
-		case ev.GetAssistantChunk().GetChunk().GetFinish() != nil:
-			finishes++
+		}
+		for c := range session.Chunks(ev.GetAssistantChunk()) {
+			if c.GetFinish() != nil {
+				finishes++
+			}
 		}
 	}
 	if steps != 5 || results != 4 || finishes != 5 {

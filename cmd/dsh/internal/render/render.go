@@ -184,7 +184,7 @@ func (r *Renderer) Event(ev *sessionv1.SessionEvent) {
 	case *sessionv1.SessionEvent_PromptBlocked:
 		r.line(r.style(sRed, "✗ prompt blocked: "+p.PromptBlocked.GetReason()))
 	case *sessionv1.SessionEvent_AssistantChunk:
-		r.chunk(p.AssistantChunk)
+		r.chunks(p.AssistantChunk)
 	case *sessionv1.SessionEvent_AssistantMessage:
 		r.assistant(p.AssistantMessage)
 	case *sessionv1.SessionEvent_ToolCall:
@@ -210,8 +210,15 @@ func (r *Renderer) Event(ev *sessionv1.SessionEvent) {
 	}
 }
 
-func (r *Renderer) chunk(c *sessionv1.AssistantChunk) {
-	switch k := c.GetChunk().GetChunk().(type) {
+// chunks renders the chunks an assistant/chunk event holds, in order.
+func (r *Renderer) chunks(c *sessionv1.AssistantChunk) {
+	for ch := range session.Chunks(c) {
+		r.chunk(c, ch)
+	}
+}
+
+func (r *Renderer) chunk(c *sessionv1.AssistantChunk, ch *llmv1.StreamChunk) {
+	switch k := ch.GetChunk().(type) {
 	case *llmv1.StreamChunk_TextDelta:
 		r.streamed[stepKey{c.GetTurn(), c.GetStep()}] = true
 		if r.mode != modeText {

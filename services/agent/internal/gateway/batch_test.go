@@ -61,8 +61,45 @@ func TestBatchedResponses(t *testing.T) {
 			if last := reqs[len(reqs)-1]; !last.GetBatchChunks() {
 				t.Errorf("%s (session %q): the request did not ask for batches", tt.name, session)
 			}
+			// GenerateBatches yields each response's chunks together.
+			gw.Script(fakes.Response{Chunks: script, Batches: tt.batches})
+			var sizes []int
+			got = got[:0]
+			for batch, err := range c.GenerateBatches(t.Context(), &llmv1.GenerateRequest{Provider: "fake", Model: "m", SessionId: session,
+				Messages: []*llmv1.Message{{Role: llmv1.Role_ROLE_USER}}}) {
+				if err != nil {
+					t.Fatalf("%s (session %q): batches: %v", tt.name, session, err)
+				}
+				sizes = append(sizes, len(batch))
+				got = append(got, batch...)
+			}
+			if want := responseSizes(tt.batches, len(script)); !slices.Equal(sizes, want) {
+				t.Fatalf("%s (session %q): batches of %v, the gateway sent responses of %v", tt.name, session, sizes, want)
+			}
+			for i := range script {
+				if !proto.Equal(got[i], script[i]) {
+					t.Fatalf("%s (session %q): batched chunk %d = %v, want %v", tt.name, session, i, got[i], script[i])
+				}
+			}
 		}
 	}
+}
+
+// responseSizes is how many chunks each response of fakes.Response.Batches
+// groups carries, for n chunks: the groups (cut at what is left), then one
+// chunk per response.
+func responseSizes(groups []int, n int) []int {
+	var out []int
+	for _, g := range groups {
+		if g = min(g, n); g > 0 {
+			out = append(out, g)
+			n -= g
+		}
+	}
+	for range n {
+		out = append(out, 1)
+	}
+	return out
 }
 
 // TestBatchEnds: a consumer that stops inside a batch gets nothing more

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -45,7 +46,7 @@ type Client struct {
 // short enough that references resume soon after it ends.
 const refusedBackoff = 5 * time.Minute
 
-var _ loop.LLM = (*Client)(nil)
+var _ loop.BatchLLM = (*Client)(nil)
 
 // New wraps a connection to an LlmGateway.
 func New(conn grpc.ClientConnInterface) *Client {
@@ -70,9 +71,9 @@ func New(conn grpc.ClientConnInterface) *Client {
 //
 // Every request asks for batched responses (GenerateRequest.batch_chunks:
 // the chunks the gateway produced from one read of its provider in one
-// message, fewer messages to receive); a batch is yielded chunk by chunk,
-// exactly as the same chunks one per response, which is what a gateway
-// that predates batches sends.
+// message, fewer messages to receive); Generate yields a batch chunk by
+// chunk, exactly as the same chunks one per response, which is what a
+// gateway that predates batches sends, and GenerateBatches yields it whole.
 //
 // Every call of a session carries the session's id in the SessionHeader
 // metadata, so a connection dialled with grpcserver.SessionAffinity on it
@@ -80,6 +81,26 @@ func New(conn grpc.ClientConnInterface) *Client {
 // remembers the conversation.
 func (c *Client) Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error] {
 	return func(yield func(*llmv1.StreamChunk, error) bool) {
+		for batch, err := range c.GenerateBatches(ctx, req) {
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, ch := range batch {
+				if !yield(ch, nil) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// GenerateBatches is Generate with the chunks of one gateway response
+// yielded together, in order (a batch of one from a gateway that predates
+// batches); the loop logs one assistant/chunk event per batch. A batch
+// holds no nil chunk and, like the chunks, becomes the caller's.
+func (c *Client) GenerateBatches(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[[]*llmv1.StreamChunk, error] {
+	return func(yield func([]*llmv1.StreamChunk, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		if id := req.GetSessionId(); id != "" {
@@ -111,7 +132,7 @@ const (
 // nothing when the gateway refused the reference the request went out as
 // (notHeld, refused), so the whole request can be sent; every other end
 // is yielded (failed, accepted) and ends the call.
-func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full bool, yield func(*llmv1.StreamChunk, error) bool) outcome {
+func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full bool, yield func([]*llmv1.StreamChunk, error) bool) outcome {
 	cc := &callCodec{historyCodec: c.codec, full: full}
 	stream, err := c.c.Generate(ctx, req, grpc.ForceCodecV2(cc))
 	if err != nil {
@@ -157,27 +178,24 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 			yield(nil, classify(err))
 			return ended(got)
 		}
-		// A batch (the request asks for them, batchField) is its chunks
-		// one after the other, exactly as if each had come alone.
-		if ch := resp.GetChunk(); ch != nil && !yieldChunk(ch, &got, &finished, yield) {
+		// A response holds one chunk, or a batch (the request asks for
+		// them, batchField): either is yielded as the batch it came in.
+		batch := resp.GetChunks()
+		if ch := resp.GetChunk(); ch != nil {
+			batch = append([]*llmv1.StreamChunk{ch}, batch...)
+		}
+		batch = slices.DeleteFunc(batch, func(ch *llmv1.StreamChunk) bool { return ch == nil })
+		if len(batch) == 0 {
+			continue
+		}
+		got = true
+		if slices.ContainsFunc(batch, func(ch *llmv1.StreamChunk) bool { return ch.GetFinish() != nil }) {
+			finished = true
+		}
+		if !yield(batch, nil) {
 			return accepted
 		}
-		for _, ch := range resp.GetChunks() {
-			if ch != nil && !yieldChunk(ch, &got, &finished, yield) {
-				return accepted
-			}
-		}
 	}
-}
-
-// yieldChunk yields one received chunk, recording that one came and
-// whether it was the finish.
-func yieldChunk(ch *llmv1.StreamChunk, got, finished *bool, yield func(*llmv1.StreamChunk, error) bool) bool {
-	*got = true
-	if ch.GetFinish() != nil {
-		*finished = true
-	}
-	return yield(ch, nil)
 }
 
 // ended is how an attempt that yielded its end ended.

@@ -19,6 +19,38 @@ type LLM interface {
 	Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error]
 }
 
+// BatchLLM is an LLM that can also stream the chunks it received together
+// as one batch (the gateway client: the chunks of one gateway response).
+// The loop logs one assistant/chunk event per batch; the chunks of an LLM
+// without it are logged one per event. A batch, like its chunks, becomes
+// the log's and holds no nil chunk.
+type BatchLLM interface {
+	LLM
+	GenerateBatches(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[[]*llmv1.StreamChunk, error]
+}
+
+// batches streams one model attempt of llm as batches: its own, or each
+// chunk alone.
+func batches(ctx context.Context, llm LLM, req *llmv1.GenerateRequest) iter.Seq2[[]*llmv1.StreamChunk, error] {
+	if b, ok := llm.(BatchLLM); ok {
+		return b.GenerateBatches(ctx, req)
+	}
+	return func(yield func([]*llmv1.StreamChunk, error) bool) {
+		for ch, err := range llm.Generate(ctx, req) {
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if ch == nil {
+				continue
+			}
+			if !yield([]*llmv1.StreamChunk{ch}, nil) {
+				return
+			}
+		}
+	}
+}
+
 // RequestFailure is a model-request failure surfaced as an error: it carries
 // the provider-neutral facts the agent/request-error chain decides on.
 type RequestFailure struct {

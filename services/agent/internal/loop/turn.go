@@ -654,7 +654,7 @@ func (a *Agent) stream(ctx context.Context, turn, step int32, req *llmv1.Generat
 		}
 		telemetry.EndModelCall(span, req.GetModel(), asm.Usage(), finish)
 	}()
-	for chunk, err := range a.cfg.LLM.Generate(mctx, req) {
+	for batch, err := range batches(mctx, a.cfg.LLM, req) {
 		if err != nil {
 			if ctx.Err() != nil {
 				return asm, seqs, errCancelled
@@ -664,31 +664,19 @@ func (a *Agent) stream(ctx context.Context, turn, step int32, req *llmv1.Generat
 		if ctx.Err() != nil {
 			return asm, seqs, errCancelled
 		}
-		// The chunk is this call's own (LLM: never mutated once yielded),
-		// and the assembler copies what it keeps: the log takes it as is.
-		ev, err := a.appendOwned(chunkEvent(turn, step, chunk))
+		// The chunks received together are one event. They are this
+		// call's own (LLM: never mutated once yielded), and the
+		// assembler copies what it keeps: the log takes them as they are.
+		ev, err := a.appendOwned(session.ChunkEvent(turn, step, batch))
 		if err != nil {
 			return asm, seqs, err
 		}
 		seqs = append(seqs, ev.GetSeq())
-		asm.Push(chunk)
+		for _, chunk := range batch {
+			asm.Push(chunk)
+		}
 	}
 	return asm, seqs, nil
-}
-
-// chunkEvent is the assistant/chunk event of one received chunk, its three
-// messages (the event, its payload wrapper and the AssistantChunk) made in
-// one allocation: a step logs one per chunk.
-func chunkEvent(turn, step int32, chunk *llmv1.StreamChunk) *sessionv1.SessionEvent {
-	e := &struct {
-		ev sessionv1.SessionEvent
-		p  sessionv1.SessionEvent_AssistantChunk
-		c  sessionv1.AssistantChunk
-	}{}
-	e.c.Turn, e.c.Step, e.c.Chunk = turn, step, chunk
-	e.p.AssistantChunk = &e.c
-	e.ev.Payload = &e.p
-	return &e.ev
 }
 
 func failureOr(f *llmv1.LlmFailure, code string) *llmv1.LlmFailure {

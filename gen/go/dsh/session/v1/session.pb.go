@@ -1872,15 +1872,23 @@ func (x *ContextMessage) GetMeta() string {
 	return ""
 }
 
-// AssistantChunk ("assistant/chunk") is one raw stream chunk.
+// AssistantChunk ("assistant/chunk") is the raw stream chunks the agent
+// received together: one gateway response (GenerateResponse), which holds
+// the chunks the gateway produced from one read of its provider. A reader
+// takes `chunk`, when set, and then each of `chunks`, in order: the chunks
+// of a step's events, in seq order, are exactly the step's stream.
 type AssistantChunk struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Turn number.
 	Turn int32 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
 	// Step number.
 	Step int32 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
-	// The chunk.
-	Chunk         *v1.StreamChunk `protobuf:"bytes,3,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// The chunk, when the response held one (then `chunks` is empty).
+	Chunk *v1.StreamChunk `protobuf:"bytes,3,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// The chunks, in stream order, when the response held several (then
+	// `chunk` is unset). Events written before this field always hold one
+	// chunk in `chunk`.
+	Chunks        []*v1.StreamChunk `protobuf:"bytes,4,rep,name=chunks,proto3" json:"chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1932,6 +1940,13 @@ func (x *AssistantChunk) GetStep() int32 {
 func (x *AssistantChunk) GetChunk() *v1.StreamChunk {
 	if x != nil {
 		return x.Chunk
+	}
+	return nil
+}
+
+func (x *AssistantChunk) GetChunks() []*v1.StreamChunk {
+	if x != nil {
+		return x.Chunks
 	}
 	return nil
 }
@@ -4778,11 +4793,12 @@ const file_dsh_session_v1_session_proto_rawDesc = "" +
 	"\acontent\x18\x01 \x03(\v2\x18.dsh.llm.v1.ContentBlockR\acontent\x121\n" +
 	"\x06source\x18\x02 \x01(\v2\x19.dsh.llm.v1.MessageSourceR\x06source\x12\x17\n" +
 	"\x04meta\x18\x03 \x01(\tH\x00R\x04meta\x88\x01\x01B\a\n" +
-	"\x05_meta\"g\n" +
+	"\x05_meta\"\x98\x01\n" +
 	"\x0eAssistantChunk\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x05R\x04turn\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12-\n" +
-	"\x05chunk\x18\x03 \x01(\v2\x17.dsh.llm.v1.StreamChunkR\x05chunk\"\xdd\x01\n" +
+	"\x05chunk\x18\x03 \x01(\v2\x17.dsh.llm.v1.StreamChunkR\x05chunk\x12/\n" +
+	"\x06chunks\x18\x04 \x03(\v2\x17.dsh.llm.v1.StreamChunkR\x06chunks\"\xdd\x01\n" +
 	"\x10AssistantMessage\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x05R\x04turn\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x122\n" +
@@ -5168,78 +5184,79 @@ var file_dsh_session_v1_session_proto_depIdxs = []int32{
 	64, // 26: dsh.session.v1.ContextMessage.content:type_name -> dsh.llm.v1.ContentBlock
 	61, // 27: dsh.session.v1.ContextMessage.source:type_name -> dsh.llm.v1.MessageSource
 	65, // 28: dsh.session.v1.AssistantChunk.chunk:type_name -> dsh.llm.v1.StreamChunk
-	64, // 29: dsh.session.v1.AssistantMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	66, // 30: dsh.session.v1.AssistantMessage.provenance:type_name -> dsh.llm.v1.AssistantProvenance
-	67, // 31: dsh.session.v1.AssistantMessage.usage:type_name -> dsh.llm.v1.TokenUsage
-	68, // 32: dsh.session.v1.ToolCall.view:type_name -> dsh.tools.v1.ToolCallView
-	64, // 33: dsh.session.v1.ToolResult.content:type_name -> dsh.llm.v1.ContentBlock
-	69, // 34: dsh.session.v1.ToolResult.error:type_name -> dsh.tools.v1.ToolErrorInfo
-	70, // 35: dsh.session.v1.ToolResult.view:type_name -> dsh.tools.v1.ToolResultView
-	64, // 36: dsh.session.v1.SteeringMessage.content:type_name -> dsh.llm.v1.ContentBlock
-	61, // 37: dsh.session.v1.SteeringMessage.source:type_name -> dsh.llm.v1.MessageSource
-	23, // 38: dsh.session.v1.SteeringMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
-	0,  // 39: dsh.session.v1.TodoItem.status:type_name -> dsh.session.v1.TodoStatus
-	36, // 40: dsh.session.v1.TodoWrite.todos:type_name -> dsh.session.v1.TodoItem
-	71, // 41: dsh.session.v1.EpochHeader.config:type_name -> dsh.llm.v1.LlmCallConfig
-	72, // 42: dsh.session.v1.EpochHeader.tools:type_name -> dsh.llm.v1.ToolSchema
-	73, // 43: dsh.session.v1.EpochHeader.message_prefix:type_name -> dsh.llm.v1.Message
-	38, // 44: dsh.session.v1.RequestHeader.header:type_name -> dsh.session.v1.EpochHeader
-	1,  // 45: dsh.session.v1.RequestHeader.reason:type_name -> dsh.session.v1.HeaderReason
-	10, // 46: dsh.session.v1.SessionEvent.source_event_seqs:type_name -> dsh.session.v1.EventSeqs
-	9,  // 47: dsh.session.v1.SessionEvent.surface_op:type_name -> dsh.session.v1.SurfaceOp
-	24, // 48: dsh.session.v1.SessionEvent.turn_start:type_name -> dsh.session.v1.TurnStart
-	25, // 49: dsh.session.v1.SessionEvent.turn_end:type_name -> dsh.session.v1.TurnEnd
-	26, // 50: dsh.session.v1.SessionEvent.step_start:type_name -> dsh.session.v1.StepStart
-	27, // 51: dsh.session.v1.SessionEvent.step_end:type_name -> dsh.session.v1.StepEnd
-	28, // 52: dsh.session.v1.SessionEvent.user_message:type_name -> dsh.session.v1.UserMessage
-	29, // 53: dsh.session.v1.SessionEvent.prompt_blocked:type_name -> dsh.session.v1.PromptBlocked
-	30, // 54: dsh.session.v1.SessionEvent.context_message:type_name -> dsh.session.v1.ContextMessage
-	31, // 55: dsh.session.v1.SessionEvent.assistant_chunk:type_name -> dsh.session.v1.AssistantChunk
-	32, // 56: dsh.session.v1.SessionEvent.assistant_message:type_name -> dsh.session.v1.AssistantMessage
-	33, // 57: dsh.session.v1.SessionEvent.tool_call:type_name -> dsh.session.v1.ToolCall
-	34, // 58: dsh.session.v1.SessionEvent.tool_result:type_name -> dsh.session.v1.ToolResult
-	35, // 59: dsh.session.v1.SessionEvent.steering_message:type_name -> dsh.session.v1.SteeringMessage
-	37, // 60: dsh.session.v1.SessionEvent.todo_write:type_name -> dsh.session.v1.TodoWrite
-	39, // 61: dsh.session.v1.SessionEvent.request_header:type_name -> dsh.session.v1.RequestHeader
-	42, // 62: dsh.session.v1.SessionEvent.approval_asked:type_name -> dsh.session.v1.ApprovalAsked
-	43, // 63: dsh.session.v1.SessionEvent.approval_decided:type_name -> dsh.session.v1.ApprovalDecided
-	47, // 64: dsh.session.v1.SessionEvent.question_asked:type_name -> dsh.session.v1.QuestionAsked
-	48, // 65: dsh.session.v1.SessionEvent.question_answered:type_name -> dsh.session.v1.QuestionAnswered
-	49, // 66: dsh.session.v1.SessionEvent.sandbox_mode:type_name -> dsh.session.v1.SandboxModeChanged
-	50, // 67: dsh.session.v1.SessionEvent.approval_policy:type_name -> dsh.session.v1.ApprovalPolicyChanged
-	51, // 68: dsh.session.v1.SessionEvent.model_changed:type_name -> dsh.session.v1.ModelChanged
-	52, // 69: dsh.session.v1.SessionEvent.session_title:type_name -> dsh.session.v1.SessionTitle
-	53, // 70: dsh.session.v1.SessionEvent.subagent_start:type_name -> dsh.session.v1.SubagentStart
-	54, // 71: dsh.session.v1.SessionEvent.subagent_end:type_name -> dsh.session.v1.SubagentEnd
-	58, // 72: dsh.session.v1.SessionEvent.compact_start:type_name -> dsh.session.v1.CompactStart
-	59, // 73: dsh.session.v1.SessionEvent.compact_summary:type_name -> dsh.session.v1.CompactSummary
-	60, // 74: dsh.session.v1.SessionEvent.compact_end:type_name -> dsh.session.v1.CompactEnd
-	62, // 75: dsh.session.v1.SessionEvent.extension:type_name -> dsh.llm.v1.Extension
-	3,  // 76: dsh.session.v1.ApprovalRule.action:type_name -> dsh.session.v1.RuleAction
-	4,  // 77: dsh.session.v1.ApprovalDecided.outcome:type_name -> dsh.session.v1.ApprovalOutcome
-	41, // 78: dsh.session.v1.ApprovalDecided.added_rule:type_name -> dsh.session.v1.ApprovalRule
-	44, // 79: dsh.session.v1.Question.options:type_name -> dsh.session.v1.QuestionOption
-	45, // 80: dsh.session.v1.QuestionAsked.questions:type_name -> dsh.session.v1.Question
-	46, // 81: dsh.session.v1.QuestionAnswered.answers:type_name -> dsh.session.v1.QuestionAnswer
-	4,  // 82: dsh.session.v1.QuestionAnswered.unanswered:type_name -> dsh.session.v1.ApprovalOutcome
-	74, // 83: dsh.session.v1.SandboxModeChanged.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
-	2,  // 84: dsh.session.v1.ApprovalPolicyChanged.policy:type_name -> dsh.session.v1.ApprovalPolicy
-	41, // 85: dsh.session.v1.ApprovalPolicyChanged.rules:type_name -> dsh.session.v1.ApprovalRule
-	5,  // 86: dsh.session.v1.SubagentStart.mode:type_name -> dsh.session.v1.SubagentMode
-	67, // 87: dsh.session.v1.SubagentEnd.usage:type_name -> dsh.llm.v1.TokenUsage
-	5,  // 88: dsh.session.v1.SubagentSpec.mode:type_name -> dsh.session.v1.SubagentMode
-	74, // 89: dsh.session.v1.SessionOptions.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
-	2,  // 90: dsh.session.v1.SessionOptions.approval:type_name -> dsh.session.v1.ApprovalPolicy
-	41, // 91: dsh.session.v1.SessionOptions.approval_rules:type_name -> dsh.session.v1.ApprovalRule
-	56, // 92: dsh.session.v1.SessionHeader.options:type_name -> dsh.session.v1.SessionOptions
-	55, // 93: dsh.session.v1.SessionHeader.subagent:type_name -> dsh.session.v1.SubagentSpec
-	6,  // 94: dsh.session.v1.CompactStart.trigger:type_name -> dsh.session.v1.CompactTrigger
-	8,  // 95: dsh.session.v1.CompactSummary.shadowed_range:type_name -> dsh.session.v1.SurfaceReplace
-	96, // [96:96] is the sub-list for method output_type
-	96, // [96:96] is the sub-list for method input_type
-	96, // [96:96] is the sub-list for extension type_name
-	96, // [96:96] is the sub-list for extension extendee
-	0,  // [0:96] is the sub-list for field type_name
+	65, // 29: dsh.session.v1.AssistantChunk.chunks:type_name -> dsh.llm.v1.StreamChunk
+	64, // 30: dsh.session.v1.AssistantMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	66, // 31: dsh.session.v1.AssistantMessage.provenance:type_name -> dsh.llm.v1.AssistantProvenance
+	67, // 32: dsh.session.v1.AssistantMessage.usage:type_name -> dsh.llm.v1.TokenUsage
+	68, // 33: dsh.session.v1.ToolCall.view:type_name -> dsh.tools.v1.ToolCallView
+	64, // 34: dsh.session.v1.ToolResult.content:type_name -> dsh.llm.v1.ContentBlock
+	69, // 35: dsh.session.v1.ToolResult.error:type_name -> dsh.tools.v1.ToolErrorInfo
+	70, // 36: dsh.session.v1.ToolResult.view:type_name -> dsh.tools.v1.ToolResultView
+	64, // 37: dsh.session.v1.SteeringMessage.content:type_name -> dsh.llm.v1.ContentBlock
+	61, // 38: dsh.session.v1.SteeringMessage.source:type_name -> dsh.llm.v1.MessageSource
+	23, // 39: dsh.session.v1.SteeringMessage.envelope:type_name -> dsh.session.v1.PromptEnvelope
+	0,  // 40: dsh.session.v1.TodoItem.status:type_name -> dsh.session.v1.TodoStatus
+	36, // 41: dsh.session.v1.TodoWrite.todos:type_name -> dsh.session.v1.TodoItem
+	71, // 42: dsh.session.v1.EpochHeader.config:type_name -> dsh.llm.v1.LlmCallConfig
+	72, // 43: dsh.session.v1.EpochHeader.tools:type_name -> dsh.llm.v1.ToolSchema
+	73, // 44: dsh.session.v1.EpochHeader.message_prefix:type_name -> dsh.llm.v1.Message
+	38, // 45: dsh.session.v1.RequestHeader.header:type_name -> dsh.session.v1.EpochHeader
+	1,  // 46: dsh.session.v1.RequestHeader.reason:type_name -> dsh.session.v1.HeaderReason
+	10, // 47: dsh.session.v1.SessionEvent.source_event_seqs:type_name -> dsh.session.v1.EventSeqs
+	9,  // 48: dsh.session.v1.SessionEvent.surface_op:type_name -> dsh.session.v1.SurfaceOp
+	24, // 49: dsh.session.v1.SessionEvent.turn_start:type_name -> dsh.session.v1.TurnStart
+	25, // 50: dsh.session.v1.SessionEvent.turn_end:type_name -> dsh.session.v1.TurnEnd
+	26, // 51: dsh.session.v1.SessionEvent.step_start:type_name -> dsh.session.v1.StepStart
+	27, // 52: dsh.session.v1.SessionEvent.step_end:type_name -> dsh.session.v1.StepEnd
+	28, // 53: dsh.session.v1.SessionEvent.user_message:type_name -> dsh.session.v1.UserMessage
+	29, // 54: dsh.session.v1.SessionEvent.prompt_blocked:type_name -> dsh.session.v1.PromptBlocked
+	30, // 55: dsh.session.v1.SessionEvent.context_message:type_name -> dsh.session.v1.ContextMessage
+	31, // 56: dsh.session.v1.SessionEvent.assistant_chunk:type_name -> dsh.session.v1.AssistantChunk
+	32, // 57: dsh.session.v1.SessionEvent.assistant_message:type_name -> dsh.session.v1.AssistantMessage
+	33, // 58: dsh.session.v1.SessionEvent.tool_call:type_name -> dsh.session.v1.ToolCall
+	34, // 59: dsh.session.v1.SessionEvent.tool_result:type_name -> dsh.session.v1.ToolResult
+	35, // 60: dsh.session.v1.SessionEvent.steering_message:type_name -> dsh.session.v1.SteeringMessage
+	37, // 61: dsh.session.v1.SessionEvent.todo_write:type_name -> dsh.session.v1.TodoWrite
+	39, // 62: dsh.session.v1.SessionEvent.request_header:type_name -> dsh.session.v1.RequestHeader
+	42, // 63: dsh.session.v1.SessionEvent.approval_asked:type_name -> dsh.session.v1.ApprovalAsked
+	43, // 64: dsh.session.v1.SessionEvent.approval_decided:type_name -> dsh.session.v1.ApprovalDecided
+	47, // 65: dsh.session.v1.SessionEvent.question_asked:type_name -> dsh.session.v1.QuestionAsked
+	48, // 66: dsh.session.v1.SessionEvent.question_answered:type_name -> dsh.session.v1.QuestionAnswered
+	49, // 67: dsh.session.v1.SessionEvent.sandbox_mode:type_name -> dsh.session.v1.SandboxModeChanged
+	50, // 68: dsh.session.v1.SessionEvent.approval_policy:type_name -> dsh.session.v1.ApprovalPolicyChanged
+	51, // 69: dsh.session.v1.SessionEvent.model_changed:type_name -> dsh.session.v1.ModelChanged
+	52, // 70: dsh.session.v1.SessionEvent.session_title:type_name -> dsh.session.v1.SessionTitle
+	53, // 71: dsh.session.v1.SessionEvent.subagent_start:type_name -> dsh.session.v1.SubagentStart
+	54, // 72: dsh.session.v1.SessionEvent.subagent_end:type_name -> dsh.session.v1.SubagentEnd
+	58, // 73: dsh.session.v1.SessionEvent.compact_start:type_name -> dsh.session.v1.CompactStart
+	59, // 74: dsh.session.v1.SessionEvent.compact_summary:type_name -> dsh.session.v1.CompactSummary
+	60, // 75: dsh.session.v1.SessionEvent.compact_end:type_name -> dsh.session.v1.CompactEnd
+	62, // 76: dsh.session.v1.SessionEvent.extension:type_name -> dsh.llm.v1.Extension
+	3,  // 77: dsh.session.v1.ApprovalRule.action:type_name -> dsh.session.v1.RuleAction
+	4,  // 78: dsh.session.v1.ApprovalDecided.outcome:type_name -> dsh.session.v1.ApprovalOutcome
+	41, // 79: dsh.session.v1.ApprovalDecided.added_rule:type_name -> dsh.session.v1.ApprovalRule
+	44, // 80: dsh.session.v1.Question.options:type_name -> dsh.session.v1.QuestionOption
+	45, // 81: dsh.session.v1.QuestionAsked.questions:type_name -> dsh.session.v1.Question
+	46, // 82: dsh.session.v1.QuestionAnswered.answers:type_name -> dsh.session.v1.QuestionAnswer
+	4,  // 83: dsh.session.v1.QuestionAnswered.unanswered:type_name -> dsh.session.v1.ApprovalOutcome
+	74, // 84: dsh.session.v1.SandboxModeChanged.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
+	2,  // 85: dsh.session.v1.ApprovalPolicyChanged.policy:type_name -> dsh.session.v1.ApprovalPolicy
+	41, // 86: dsh.session.v1.ApprovalPolicyChanged.rules:type_name -> dsh.session.v1.ApprovalRule
+	5,  // 87: dsh.session.v1.SubagentStart.mode:type_name -> dsh.session.v1.SubagentMode
+	67, // 88: dsh.session.v1.SubagentEnd.usage:type_name -> dsh.llm.v1.TokenUsage
+	5,  // 89: dsh.session.v1.SubagentSpec.mode:type_name -> dsh.session.v1.SubagentMode
+	74, // 90: dsh.session.v1.SessionOptions.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
+	2,  // 91: dsh.session.v1.SessionOptions.approval:type_name -> dsh.session.v1.ApprovalPolicy
+	41, // 92: dsh.session.v1.SessionOptions.approval_rules:type_name -> dsh.session.v1.ApprovalRule
+	56, // 93: dsh.session.v1.SessionHeader.options:type_name -> dsh.session.v1.SessionOptions
+	55, // 94: dsh.session.v1.SessionHeader.subagent:type_name -> dsh.session.v1.SubagentSpec
+	6,  // 95: dsh.session.v1.CompactStart.trigger:type_name -> dsh.session.v1.CompactTrigger
+	8,  // 96: dsh.session.v1.CompactSummary.shadowed_range:type_name -> dsh.session.v1.SurfaceReplace
+	97, // [97:97] is the sub-list for method output_type
+	97, // [97:97] is the sub-list for method input_type
+	97, // [97:97] is the sub-list for extension type_name
+	97, // [97:97] is the sub-list for extension extendee
+	0,  // [0:97] is the sub-list for field type_name
 }
 
 func init() { file_dsh_session_v1_session_proto_init() }

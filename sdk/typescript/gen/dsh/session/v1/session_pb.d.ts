@@ -681,7 +681,11 @@ export declare type ContextMessage = Message<"dsh.session.v1.ContextMessage"> & 
 export declare const ContextMessageSchema: GenMessage<ContextMessage>;
 
 /**
- * AssistantChunk ("assistant/chunk") is one raw stream chunk.
+ * AssistantChunk ("assistant/chunk") is the raw stream chunks the agent
+ * received together: one gateway response (GenerateResponse), which holds
+ * the chunks the gateway produced from one read of its provider. A reader
+ * takes `chunk`, when set, and then each of `chunks`, in order: the chunks
+ * of a step's events, in seq order, are exactly the step's stream.
  *
  * @generated from message dsh.session.v1.AssistantChunk
  */
@@ -701,11 +705,20 @@ export declare type AssistantChunk = Message<"dsh.session.v1.AssistantChunk"> & 
   step: number;
 
   /**
-   * The chunk.
+   * The chunk, when the response held one (then `chunks` is empty).
    *
    * @generated from field: dsh.llm.v1.StreamChunk chunk = 3;
    */
   chunk?: StreamChunk | undefined;
+
+  /**
+   * The chunks, in stream order, when the response held several (then
+   * `chunk` is unset). Events written before this field always hold one
+   * chunk in `chunk`.
+   *
+   * @generated from field: repeated dsh.llm.v1.StreamChunk chunks = 4;
+   */
+  chunks: StreamChunk[];
 };
 
 /**

@@ -1,0 +1,70 @@
+package session
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+)
+
+func textChunk(s string) *llmv1.StreamChunk {
+	return &llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_TextDelta{TextDelta: &llmv1.TextDelta{Text: s}}}
+}
+
+// TestChunkEventAndChunks: ChunkEvent puts a lone chunk in `chunk` (the
+// shape of every event written before batches) and several in `chunks`;
+// Chunks reads any event back in stream order, `chunk` first, skipping nil
+// entries, and stops when its consumer does.
+func TestChunkEventAndChunks(t *testing.T) {
+	t.Parallel()
+	a, b, c := textChunk("a"), textChunk("b"), textChunk("c")
+	for _, tt := range []struct {
+		name       string
+		ac         *sessionv1.AssistantChunk
+		want       []*llmv1.StreamChunk
+		loneInside bool // ChunkEvent's shape: the batch in `chunk`
+	}{
+		{"ChunkEvent of one", ChunkEvent(1, 2, []*llmv1.StreamChunk{a}).GetAssistantChunk(), []*llmv1.StreamChunk{a}, true},
+		{"ChunkEvent of three", ChunkEvent(1, 2, []*llmv1.StreamChunk{a, b, c}).GetAssistantChunk(), []*llmv1.StreamChunk{a, b, c}, false},
+		{"chunk, then chunks", &sessionv1.AssistantChunk{Chunk: a, Chunks: []*llmv1.StreamChunk{b, c}}, []*llmv1.StreamChunk{a, b, c}, true},
+		{"nil entries skipped", &sessionv1.AssistantChunk{Chunks: []*llmv1.StreamChunk{nil, b, nil}}, []*llmv1.StreamChunk{b}, false},
+		{"nil event", nil, nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var got []*llmv1.StreamChunk
+			for ch := range Chunks(tt.ac) {
+				got = append(got, ch)
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("Chunks yielded %d, want %d", len(got), len(tt.want))
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Fatalf("chunk %d = %v, want %v", i, got[i], tt.want[i])
+				}
+			}
+			if inside := tt.ac.GetChunk() != nil; inside != tt.loneInside {
+				t.Fatalf("`chunk` set = %v, want %v", inside, tt.loneInside)
+			}
+			for range Chunks(tt.ac) {
+				break // an early stop must not panic or go on
+			}
+		})
+	}
+	ev := ChunkEvent(3, 4, []*llmv1.StreamChunk{a, b})
+	if ac := ev.GetAssistantChunk(); ac.GetTurn() != 3 || ac.GetStep() != 4 || TypeName(ev) != TypeAssistantChunk {
+		t.Fatalf("ChunkEvent = %v", ev)
+	}
+	// A batch event survives the wire exactly.
+	bs, err := proto.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back sessionv1.SessionEvent
+	if err := proto.Unmarshal(bs, &back); err != nil || !proto.Equal(&back, ev) {
+		t.Fatalf("round trip: %v\n%v\n%v", err, &back, ev)
+	}
+}
