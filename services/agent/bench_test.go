@@ -30,15 +30,17 @@ import (
 )
 
 // budgetGateway answers with one tool call per request while its budget
-// lasts, then with a short text.
+// lasts, then with a short text, each answer in one response (as the
+// gateway sends a provider's burst when the request asks for batches,
+// which the agent's do).
 func budgetGateway(budget *atomic.Int64) *fakes.Gateway {
 	toolStep := fakes.ToolCalls("", fakes.Call{ID: "c", Name: "noop", Args: `{}`})
 	textStep := fakes.Text("done")
 	return &fakes.Gateway{Default: func(*llmv1.GenerateRequest) fakes.Response {
 		if budget.Add(-1) >= 0 {
-			return fakes.Response{Chunks: toolStep}
+			return fakes.Response{Chunks: toolStep, Batches: []int{len(toolStep)}}
 		}
-		return fakes.Response{Chunks: textStep}
+		return fakes.Response{Chunks: textStep, Batches: []int{len(textStep)}}
 	}}
 }
 
