@@ -160,6 +160,13 @@ func TestReasoningModes(t *testing.T) {
 		ev(&sessionv1.AssistantMessage{Turn: 1, Step: 2, Content: []*llmv1.ContentBlock{
 			{Block: &llmv1.ContentBlock_Reasoning{Reasoning: &llmv1.ReasoningBlock{Text: "one two three"}}}, text("Done.")}}),
 	}
+	// The same step received in one response: one event holding the
+	// three chunks renders the same.
+	var batch []*llmv1.StreamChunk
+	for _, e := range evs[:3] {
+		batch = append(batch, e.GetAssistantChunk().GetChunk())
+	}
+	batched := append([]*sessionv1.SessionEvent{ev(&sessionv1.AssistantChunk{Turn: 1, Step: 1, Chunks: batch})}, evs[3:]...)
 	tests := []struct {
 		mode string
 		want string
@@ -173,13 +180,15 @@ func TestReasoningModes(t *testing.T) {
 		if !ok {
 			t.Fatalf("ParseReasoningMode(%q) failed", tt.mode)
 		}
-		var buf bytes.Buffer
-		r := New(&buf, Options{Reasoning: m})
-		for _, e := range evs {
-			r.Event(e)
-		}
-		if diff := cmp.Diff(tt.want, buf.String()); diff != "" {
-			t.Errorf("mode %s (-want +got):\n%s", tt.mode, diff)
+		for _, log := range [][]*sessionv1.SessionEvent{evs, batched} {
+			var buf bytes.Buffer
+			r := New(&buf, Options{Reasoning: m})
+			for _, e := range log {
+				r.Event(e)
+			}
+			if diff := cmp.Diff(tt.want, buf.String()); diff != "" {
+				t.Errorf("mode %s, %d events (-want +got):\n%s", tt.mode, len(log), diff)
+			}
 		}
 	}
 	if _, ok := ParseReasoningMode("loud"); ok {
