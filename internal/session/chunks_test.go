@@ -1,6 +1,7 @@
 package session
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -24,7 +25,7 @@ func TestChunkEventAndChunks(t *testing.T) {
 		name       string
 		ac         *sessionv1.AssistantChunk
 		want       []*llmv1.StreamChunk
-		loneInside bool // ChunkEvent's shape: the batch in `chunk`
+		loneInside bool // ChunkEvent's rows: a lone chunk goes in `chunk`
 	}{
 		{"ChunkEvent of one", ChunkEvent(1, 2, []*llmv1.StreamChunk{a}).GetAssistantChunk(), []*llmv1.StreamChunk{a}, true},
 		{"ChunkEvent of three", ChunkEvent(1, 2, []*llmv1.StreamChunk{a, b, c}).GetAssistantChunk(), []*llmv1.StreamChunk{a, b, c}, false},
@@ -46,8 +47,10 @@ func TestChunkEventAndChunks(t *testing.T) {
 					t.Fatalf("chunk %d = %v, want %v", i, got[i], tt.want[i])
 				}
 			}
-			if inside := tt.ac.GetChunk() != nil; inside != tt.loneInside {
-				t.Fatalf("`chunk` set = %v, want %v", inside, tt.loneInside)
+			if strings.HasPrefix(tt.name, "ChunkEvent") {
+				if inside := tt.ac.GetChunk() != nil; inside != tt.loneInside || inside == (len(tt.ac.GetChunks()) > 0) {
+					t.Fatalf("`chunk` set = %v with %d in `chunks`, want a lone chunk in `chunk` only", inside, len(tt.ac.GetChunks()))
+				}
 			}
 			for range Chunks(tt.ac) {
 				break // an early stop must not panic or go on

@@ -128,8 +128,11 @@ func TestLongRunSmallWindow(t *testing.T) {
 			compactions++
 		case ev.GetCompactEnd().GetError() != "":
 			compactErrors++
-		case ev.GetAssistantChunk().GetChunk().GetFinish().GetReason().GetError() != nil:
-			failures++
+		}
+		for c := range session.Chunks(ev.GetAssistantChunk()) {
+			if c.GetFinish().GetReason().GetError() != nil {
+				failures++
+			}
 		}
 	}
 	last := evs[len(evs)-1].GetTurnEnd()

@@ -145,10 +145,21 @@ type checkedLLM struct {
 }
 
 func (c *checkedLLM) Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error] {
+	c.checkDurable()
+	return c.inner.Generate(ctx, req)
+}
+
+// GenerateBatches keeps the loop on the path it takes with the real
+// gateway client (loop.BatchLLM: one event per response).
+func (c *checkedLLM) GenerateBatches(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[[]*llmv1.StreamChunk, error] {
+	c.checkDurable()
+	return c.inner.(loop.BatchLLM).GenerateBatches(ctx, req)
+}
+
+func (c *checkedLLM) checkDurable() {
 	if d, n := c.h.durable.Load(), c.h.log.Len(); d < n {
 		c.h.violate("model request dispatched before the log was durable")
 	}
-	return c.inner.Generate(ctx, req)
 }
 
 // requireCallDurable is called by tool bodies: their tool/call must be

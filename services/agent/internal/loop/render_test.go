@@ -158,7 +158,11 @@ func fields(ev *sessionv1.SessionEvent) string {
 	case *sessionv1.SessionEvent_ContextMessage:
 		return fmt.Sprintf("%s %s", source(p.ContextMessage.GetSource()), blocks(p.ContextMessage.GetContent()))
 	case *sessionv1.SessionEvent_AssistantChunk:
-		return fmt.Sprintf("%d/%d %s", p.AssistantChunk.GetTurn(), p.AssistantChunk.GetStep(), chunk(p.AssistantChunk.GetChunk()))
+		var cs []string
+		for c := range session.Chunks(p.AssistantChunk) {
+			cs = append(cs, chunk(c))
+		}
+		return fmt.Sprintf("%d/%d %s", p.AssistantChunk.GetTurn(), p.AssistantChunk.GetStep(), strings.Join(cs, " | "))
 	case *sessionv1.SessionEvent_AssistantMessage:
 		m := p.AssistantMessage
 		u := "-"
