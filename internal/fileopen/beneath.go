@@ -102,6 +102,19 @@ func Beneath(root, path string) (*os.File, error) {
 	return In(r, rel)
 }
 
+// EvalSymlinks is filepath.EvalSymlinks(path), answered by one NoLinks
+// (on Linux one openat2 and a close) when path is absolute, clean and has
+// no symbolic link in any component: its resolution is then path itself.
+// Anything else — a link, a missing component, a relative or unclean path,
+// no openat2 — takes filepath.EvalSymlinks (a Lstat per component), with
+// its answer and its error.
+func EvalSymlinks(path string) (string, error) {
+	if filepath.IsAbs(path) && filepath.Clean(path) == path && NoLinks(path) {
+		return path, nil
+	}
+	return filepath.EvalSymlinks(path)
+}
+
 // NoLinksFile opens path (absolute and clean) for reading, as Beneath
 // does, when no component of it is a symbolic link at this instant: on
 // Linux one openat2 (RESOLVE_NO_SYMLINKS, non-blocking). The file opened
