@@ -102,6 +102,37 @@ func Beneath(root, path string) (*os.File, error) {
 	return In(r, rel)
 }
 
+// EvalSymlinks is filepath.EvalSymlinks(path), answered by one NoLinks
+// (on Linux one openat2 and a close) when path is absolute, clean and has
+// no symbolic link in any component: its resolution is then path itself.
+// Anything else — a link, a missing component, a relative or unclean path,
+// no openat2 — takes filepath.EvalSymlinks (a Lstat per component), with
+// its answer and its error.
+func EvalSymlinks(path string) (string, error) {
+	if filepath.IsAbs(path) && filepath.Clean(path) == path && NoLinks(path) {
+		return path, nil
+	}
+	return filepath.EvalSymlinks(path)
+}
+
+// NoLinksFile opens path (absolute and clean) for reading, as Beneath
+// does, when no component of it is a symbolic link at this instant: on
+// Linux one openat2 (RESOLVE_NO_SYMLINKS, non-blocking). The file opened
+// is then the one at that very path, so it lies under every directory the
+// path lies under lexically. ok is false on any failure — a link in the
+// path, a missing file, any error, no openat2 — and nothing is open: the
+// caller takes its long way, which gives the failure its own answer.
+func NoLinksFile(path string) (f *os.File, ok bool) {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return nil, false
+	}
+	f, ok, err := openNoLinks(path)
+	if !ok || err != nil {
+		return nil, false
+	}
+	return f, true
+}
+
 // ReadDirIn lists the directory rel through r, sorted by name as
 // os.ReadDir does. It opens rel as a directory without blocking, so a FIFO
 // swapped in for the directory is an error (ENOTDIR), not a wait for a

@@ -51,3 +51,30 @@ func TestNoLinks(t *testing.T) {
 		})
 	}
 }
+
+// TestEvalSymlinks requires fileopen.EvalSymlinks to answer exactly as
+// filepath.EvalSymlinks — the same resolution, an error where it errs —
+// for paths with and without links in them, missing, relative and unclean.
+func TestEvalSymlinks(t *testing.T) {
+	t.Parallel()
+	root, outside := realDir(t), realDir(t)
+	write(t, filepath.Join(root, "d", "f"), "inside")
+	write(t, filepath.Join(outside, "g"), "outside")
+	must(t, os.Symlink(outside, filepath.Join(root, "out")))
+	must(t, os.Symlink("d", filepath.Join(root, "in")))
+	must(t, os.Symlink(filepath.Join(root, "missing"), filepath.Join(root, "dangling")))
+	linkedRoot := filepath.Join(outside, "root")
+	must(t, os.Symlink(root, linkedRoot))
+	for _, p := range []string{
+		"/", root, filepath.Join(root, "d"), filepath.Join(root, "d", "f"), filepath.Join(root, "out"),
+		filepath.Join(root, "out", "g"), filepath.Join(root, "in", "f"), filepath.Join(root, "dangling"),
+		filepath.Join(linkedRoot, "d", "f"), filepath.Join(root, "missing"), filepath.Join(root, "d", "f", "x"),
+		root + "/d/../d/f", root + "//d/", "relative/path", "",
+	} {
+		got, gotErr := fileopen.EvalSymlinks(p)
+		want, wantErr := filepath.EvalSymlinks(p)
+		if got != want || (gotErr == nil) != (wantErr == nil) {
+			t.Errorf("EvalSymlinks(%q) = %q, %v; filepath.EvalSymlinks gives %q, %v", p, got, gotErr, want, wantErr)
+		}
+	}
+}

@@ -174,7 +174,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	s.host, err = toolsdk.NewHost(toolsdk.HostConfig{
 		Logger:           logger,
 		MaxArgumentBytes: cfg.MaxArgumentBytes,
-		CheckContext:     s.checkContext,
+		VetContext:       s.vetContext,
 		// Asked per ListTools/WatchTools: the sandbox probe runs in the
 		// background and the answer waits for it.
 		SandboxSupportFunc: s.support,
@@ -197,24 +197,35 @@ func (s *Service) endSession(_ context.Context, sessionID string) (int, error) {
 	return n, nil
 }
 
-// checkContext refuses a call whose workspace root lies outside the host's,
+// vetContext refuses a call whose workspace root lies outside the host's,
 // lexically or once symlinks are resolved: a session may narrow its
-// confinement, never widen it.
-func (s *Service) checkContext(tc *toolsv1.ToolContext) error {
+// confinement, never widen it. The checked resolution is what the call
+// carries (toolsdk.Call.Vetted) and what effective confines it to: one
+// resolution per call, and the one checked is the one used.
+func (s *Service) vetContext(tc *toolsv1.ToolContext) (any, error) {
 	wr := tc.GetWorkspaceRoot()
 	if wr == "" || s.unconfined {
-		return nil
+		return nil, nil
 	}
-	_, err := s.sessionRoot(filepath.Clean(wr))
-	return err
+	wr = filepath.Clean(wr)
+	real, err := s.sessionRoot(wr)
+	if err != nil {
+		return nil, err
+	}
+	return &vettedRoot{root: wr, real: real}, nil
 }
 
+// vettedRoot is a call's workspace root as vetContext resolved and checked
+// it.
+type vettedRoot struct{ root, real string }
+
 // sessionRoot resolves a session's clean workspace root and refuses one
-// outside the host's, lexically or once resolved. Both checkContext and
-// effective ask it, each afresh: the root can be swapped for a link
-// between the two (by whoever can write its parent), and the resolution
-// effective confines the call to must be checked itself, not the one
-// checkContext saw.
+// outside the host's, lexically or once resolved. It runs once per call:
+// vetContext's answer, checked, is the one effective confines the call to
+// (a call run without it — Host.Run, another root — resolves afresh). A
+// root swapped for a link after that (by whoever can write its parent) is
+// caught where the root is used: the file tools and the sandbox's rules
+// open it with links refused (fileopen), failing closed.
 func (s *Service) sessionRoot(wr string) (string, error) {
 	if wr != s.root && !isWithin(wr, s.root) {
 		return "", fmt.Errorf("execution.context.workspace_root %s is outside this host's workspace %s", wr, s.root)
@@ -253,6 +264,10 @@ func (s *Service) effective(call *toolsdk.Call) (sandbox.Effective, error) {
 	var err error
 	switch {
 	case !s.unconfined:
+		if v, ok := call.Vetted.(*vettedRoot); ok && call.WorkspaceRoot != "" && v.root == wr {
+			real = v.real
+			break
+		}
 		real, err = s.sessionRoot(wr)
 	case call.WorkspaceRoot != "":
 		real, err = resolveRoot(wr)
@@ -267,7 +282,7 @@ func (s *Service) effective(call *toolsdk.Call) (sandbox.Effective, error) {
 }
 
 // resolveRoot is filepath.EvalSymlinks of a session's clean workspace root,
-// asked afresh on every call (sessionRoot, for checkContext and effective): a
+// asked afresh on every call (sessionRoot, once per call): a
 // resolution remembered across calls would let a root or an ancestor
 // swapped for a link later (by a session whose root is the parent, a
 // danger-full-access session, any process of the user) reach the

@@ -32,6 +32,13 @@ type HostConfig struct {
 	// CheckContext, when set, vets every call's ToolContext after the
 	// built-in checks; an error refuses the call with INVALID_ARGUMENT.
 	CheckContext func(*toolsv1.ToolContext) error
+	// VetContext, when set, vets every call's ToolContext like
+	// CheckContext (after it) and returns what it found, which the call
+	// then carries as Call.Vetted: a host that resolves something to
+	// check it (a workspace root) confines the call to that very answer
+	// instead of resolving it again. An error refuses the call with
+	// INVALID_ARGUMENT.
+	VetContext func(*toolsv1.ToolContext) (any, error)
 	// ServerOptions are added to the gRPC server Serve builds: TLS
 	// credentials and the peer check (internal/auth.ServerFlags).
 	ServerOptions []grpc.ServerOption
@@ -242,7 +249,8 @@ const liveOutputQueue = 256
 // Execute runs one call and streams its output and result.
 func (h *Host) Execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {
 	ex := req.GetExecution()
-	if err := h.checkExecution(ex); err != nil {
+	vetted, err := h.checkExecution(ex)
+	if err != nil {
 		return toStatus(err)
 	}
 	var (
@@ -273,7 +281,7 @@ func (h *Host) Execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingS
 			dropped++
 		}
 	}
-	res := h.Run(stream.Context(), ex, output)
+	res := h.run(stream.Context(), ex, output, vetted)
 	mu.Lock()
 	done = true
 	if queue != nil {
@@ -294,28 +302,33 @@ type requestError struct{ msg string }
 
 func (e *requestError) Error() string { return e.msg }
 
-func (h *Host) checkExecution(ex *toolsv1.ToolExecution) error {
+func (h *Host) checkExecution(ex *toolsv1.ToolExecution) (vetted any, err error) {
 	tc := ex.GetContext()
 	switch {
 	case ex == nil:
-		return &requestError{"execution is required"}
+		return nil, &requestError{"execution is required"}
 	case ex.GetName() == "":
-		return &requestError{"execution.name is required"}
+		return nil, &requestError{"execution.name is required"}
 	case tc.GetCwd() == "":
-		return &requestError{"execution.context.cwd is required: send the session's absolute working directory"}
+		return nil, &requestError{"execution.context.cwd is required: send the session's absolute working directory"}
 	case !filepath.IsAbs(tc.GetCwd()):
-		return &requestError{fmt.Sprintf("execution.context.cwd %q must be an absolute path", tc.GetCwd())}
+		return nil, &requestError{fmt.Sprintf("execution.context.cwd %q must be an absolute path", tc.GetCwd())}
 	case tc.GetWorkspaceRoot() != "" && !filepath.IsAbs(tc.GetWorkspaceRoot()):
-		return &requestError{fmt.Sprintf("execution.context.workspace_root %q must be an absolute path", tc.GetWorkspaceRoot())}
+		return nil, &requestError{fmt.Sprintf("execution.context.workspace_root %q must be an absolute path", tc.GetWorkspaceRoot())}
 	case len(ex.GetArguments()) > h.cfg.MaxArgumentBytes:
-		return &requestError{fmt.Sprintf("execution.arguments is %d bytes, over this host's limit of %d bytes", len(ex.GetArguments()), h.cfg.MaxArgumentBytes)}
+		return nil, &requestError{fmt.Sprintf("execution.arguments is %d bytes, over this host's limit of %d bytes", len(ex.GetArguments()), h.cfg.MaxArgumentBytes)}
 	}
 	if h.cfg.CheckContext != nil {
 		if err := h.cfg.CheckContext(tc); err != nil {
-			return &requestError{err.Error()}
+			return nil, &requestError{err.Error()}
 		}
 	}
-	return nil
+	if h.cfg.VetContext != nil {
+		if vetted, err = h.cfg.VetContext(tc); err != nil {
+			return nil, &requestError{err.Error()}
+		}
+	}
+	return vetted, nil
 }
 
 var errTimeout = errors.New("tool timeout")
@@ -325,6 +338,11 @@ var errTimeout = errors.New("tool timeout")
 // handling, returning exactly one result. output receives live output and
 // may be nil.
 func (h *Host) Run(ctx context.Context, ex *toolsv1.ToolExecution, output func(stream, text string)) *toolsv1.ToolExecutionResult {
+	return h.run(ctx, ex, output, nil)
+}
+
+// run is Run with the call's Vetted value (Execute's VetContext answer).
+func (h *Host) run(ctx context.Context, ex *toolsv1.ToolExecution, output func(stream, text string), vetted any) *toolsv1.ToolExecutionResult {
 	t, ok := h.Tool(ex.GetName())
 	if !ok {
 		return errorResult(NewError("ToolNotFoundError", CodeUnknownTool, fmt.Sprintf("unknown tool %q", ex.GetName()), nil))
@@ -334,6 +352,7 @@ func (h *Host) Run(ctx context.Context, ex *toolsv1.ToolExecution, output func(s
 		timeout = h.cfg.DefaultTimeout
 	}
 	call := NewCall(ex, output)
+	call.Vetted = vetted
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
 	defer cancel()
 	r, present, err := h.invoke(runCtx, t, call)

@@ -512,3 +512,44 @@ func TestEndSession(t *testing.T) {
 		t.Errorf("hook saw %v, want [s1]", ended)
 	}
 }
+
+// TestVetContext: VetContext's answer for a call's context is what that
+// call's tool sees as Call.Vetted (one answer per call, never another
+// call's), its error refuses the call with INVALID_ARGUMENT before the
+// tool runs, and Host.Run, which checks nothing, leaves Vetted nil.
+func TestVetContext(t *testing.T) {
+	t.Parallel()
+	var ran int
+	seen := toolsdk.Define("seen", "Reports its call's Vetted.", func(_ context.Context, call *toolsdk.Call, _ struct{}) (toolsdk.Result, error) {
+		ran++
+		v, _ := call.Vetted.(string)
+		return toolsdk.Text("vetted=" + v), nil
+	})
+	h, err := toolsdk.NewHost(toolsdk.HostConfig{VetContext: func(tc *toolsv1.ToolContext) (any, error) {
+		if tc.GetWorkspaceRoot() == "/refused" {
+			return nil, errors.New("root refused by the host")
+		}
+		return "root:" + tc.GetWorkspaceRoot(), nil
+	}}, seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startHost(t, h)
+	call := func(root string) *toolsv1.ExecuteRequest {
+		return &toolsv1.ExecuteRequest{Execution: &toolsv1.ToolExecution{CallId: "c", Name: "seen", Arguments: "{}",
+			Context: &toolsv1.ToolContext{SessionId: "s", Cwd: "/tmp", WorkspaceRoot: root}}}
+	}
+	for _, root := range []string{"/a", "/b", "/a"} {
+		_, res, err := collect(t.Context(), t, c, call(root))
+		if err != nil || res.GetIsError() || !cmp.Equal(res.GetContent(), text("vetted=root:"+root), protocmp.Transform()) {
+			t.Fatalf("root %s: %v %v", root, res, err)
+		}
+	}
+	_, _, err = collect(t.Context(), t, c, call("/refused"))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "root refused by the host") || ran != 3 {
+		t.Fatalf("refused root: %v after %d runs; want InvalidArgument before the tool ran", err, ran)
+	}
+	if res := h.Run(t.Context(), call("/a").GetExecution(), nil); !cmp.Equal(res.GetContent(), text("vetted="), protocmp.Transform()) {
+		t.Fatalf("Run: %v, want no vetted value", res)
+	}
+}

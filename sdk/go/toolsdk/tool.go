@@ -68,6 +68,10 @@ type Call struct {
 	// (mode, network; the root is WorkspaceRoot); nil when the caller sent
 	// none. A host that enforces it declares HostConfig.SandboxSupport.
 	Sandbox *toolsv1.SandboxPolicy
+	// Vetted is what HostConfig.VetContext returned for this call's
+	// context when Execute checked it; nil for calls built by NewCall or
+	// run by Host.Run, and when the host has no VetContext.
+	Vetted any
 
 	output func(stream, text string)
 }

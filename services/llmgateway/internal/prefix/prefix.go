@@ -102,7 +102,15 @@ type Cache struct {
 	lru     list.List // of *Entry, front = most recent
 	tenants map[string]*tenantUse
 	stats   Stats
+
+	// scratch recycles the buffers Put encodes messages and tools into to
+	// hash them (*[]byte; none kept past maxScratch).
+	scratch sync.Pool
 }
+
+// maxScratch is the largest encoding buffer Put keeps for the next one:
+// a conversation with a huge message should not pin its size.
+const maxScratch = 64 << 10
 
 // Stats counts the cache's answers since it was made.
 type Stats struct {
@@ -220,13 +228,21 @@ type Request struct {
 
 // Put remembers r under tenant, continuing prev (nil: r.Added is the whole
 // conversation), which it replaces, and returns the new entry. An entry
-// larger than the tenant's bound is not remembered (nil).
+// larger than the tenant's bound is not remembered (nil). The encodings it
+// hashes go through a recycled buffer (Cache.scratch), and the tenant's
+// seed is hashed only for a conversation that continues nothing.
 func (c *Cache) Put(tenant string, prev *Entry, r Request) (*Entry, error) {
-	e := &Entry{tenant: tenant, Messages: r.Messages, System: r.System, Tools: r.Tools, chain: seed(tenant)}
+	e := &Entry{tenant: tenant, Messages: r.Messages, System: r.System, Tools: r.Tools}
 	if prev != nil {
 		e.chain, e.msgBytes = prev.chain, prev.msgBytes
+	} else {
+		e.chain = seed(tenant)
 	}
-	var buf []byte
+	bp, _ := c.scratch.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
+	buf := *bp
 	opts := proto.MarshalOptions{Deterministic: true}
 	for _, m := range r.Added {
 		var err error
@@ -261,6 +277,10 @@ func (c *Cache) Put(tenant string, prev *Entry, r Request) (*Entry, error) {
 			e.toolBytes += int64(len(buf))
 		}
 		d.Sum(e.tools[:0])
+	}
+	if cap(buf) <= maxScratch { // an error above drops the buffer: rare, and the pool makes another
+		*bp = buf[:0]
+		c.scratch.Put(bp)
 	}
 	d := sha256.New()
 	d.Write(e.chain[:])

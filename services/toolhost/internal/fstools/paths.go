@@ -74,7 +74,69 @@ func (c *Confiner) ResolveCall(call *toolsdk.Call, p string, write bool) (Target
 	if err != nil {
 		return Target{}, err
 	}
-	t, err := target(call.Cwd, p)
+	return resolveScoped(call.Cwd, sc, p, write)
+}
+
+// OpenRead is ResolveCall(call, p, false) followed by Target.open, for a
+// tool that reads the file. Under a confined scope, a path that lies
+// lexically in one of its roots and has no symbolic link in any component
+// (the usual case) opens in one openat2 refusing links
+// (fileopen.NoLinksFile): its resolution is then itself, so it is confined
+// to that root exactly as ResolveCall would find, and the open is the one
+// Target.open makes — without the separate probe of the path ResolveCall
+// needs to resolve it. Anything else (a link, a missing file, any error, a
+// path outside) takes ResolveCall and Target.open, with their answers.
+func (c *Confiner) OpenRead(call *toolsdk.Call, p string) (Target, *os.File, error) {
+	if c.Scope == nil {
+		return c.openResolved(c.Resolve(call.Cwd, call.WorkspaceRoot, p, false))
+	}
+	sc, err := c.Scope(call)
+	if err != nil {
+		return Target{}, nil, err
+	}
+	if !sc.Unconfined && p != "" {
+		abs := p
+		if !filepath.IsAbs(abs) {
+			abs = filepath.Join(call.Cwd, p)
+		}
+		abs = filepath.Clean(abs)
+		if r, ok := lexicalRoot(abs, sc); ok {
+			if f, ok := fileopen.NoLinksFile(abs); ok {
+				return Target{Display: abs, Real: abs, Root: r, denied: CodeSandboxDenied}, f, nil
+			}
+		}
+	}
+	return c.openResolved(resolveScoped(call.Cwd, sc, p, false))
+}
+
+// lexicalRoot is the first of sc's readable roots abs lies in, lexically:
+// the root ResolveCall confines abs to when abs is its own resolution.
+func lexicalRoot(abs string, sc Scope) (string, bool) {
+	if within(abs, sc.Root) {
+		return sc.Root, true
+	}
+	for _, r := range sc.Read {
+		if within(abs, r) {
+			return r, true
+		}
+	}
+	return "", false
+}
+
+func (c *Confiner) openResolved(t Target, err error) (Target, *os.File, error) {
+	if err != nil {
+		return Target{}, nil, err
+	}
+	f, err := t.open()
+	if err != nil {
+		return Target{}, nil, err
+	}
+	return t, f, nil
+}
+
+// resolveScoped is ResolveCall under the call's scope sc.
+func resolveScoped(cwd string, sc Scope, p string, write bool) (Target, error) {
+	t, err := target(cwd, p)
 	if err != nil || sc.Unconfined {
 		return t, err
 	}

@@ -78,11 +78,7 @@ func (f *FS) read(ctx context.Context, call *toolsdk.Call, a ReadArgs) (toolsdk.
 	if limit == 0 || limit > ReadLimit {
 		limit = ReadLimit
 	}
-	t, err := f.conf.ResolveCall(call, a.FilePath, false)
-	if err != nil {
-		return toolsdk.Result{}, err
-	}
-	file, err := t.open()
+	t, file, err := f.conf.OpenRead(call, a.FilePath)
 	if err != nil {
 		return toolsdk.Result{}, err
 	}
@@ -113,23 +109,20 @@ func (f *FS) read(ctx context.Context, call *toolsdk.Call, a ReadArgs) (toolsdk.
 
 	// One allocation for the text: sized up front, numbers appended without
 	// fmt (a Fprintf per line was 5 % of the toolhost's CPU on reads).
-	size := len(t.Display) + 160
-	for _, line := range w.lines {
-		size += len(line) + 12
-	}
+	size := len(t.Display) + 160 + len(w.text) + 12*len(w.ends)
 	var b strings.Builder
 	b.Grow(size)
 	b.WriteString("<path>")
 	b.WriteString(t.Display)
 	b.WriteString("</path>\n<type>file</type>\n<content>\n")
 	var num [20]byte
-	for i, line := range w.lines {
+	for i := range w.ends {
 		b.Write(strconv.AppendInt(num[:0], int64(offset+i), 10))
 		b.WriteString(": ")
-		b.WriteString(line)
+		b.Write(w.line(i))
 		b.WriteByte('\n')
 	}
-	last := offset + len(w.lines) - 1
+	last := offset + len(w.ends) - 1
 	switch {
 	case w.capped:
 		fmt.Fprintf(&b, "\n(Output capped at 50 KB. Showing lines %d-%d. Use offset=%d to continue.)\n", offset, last, last+1)
@@ -149,11 +142,25 @@ var errBinary = errors.New("binary file")
 // readers recycles the 64 KiB line readers of readWindow.
 var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
 
+// window is the kept lines of a file: line i is text[ends[i-1]:ends[i]]
+// (from 0 for the first), its ending stripped and repaired (appendLine).
+// The lines stay in the one buffer they were read into: the result's text
+// is built from it directly, with no string per line or for the whole.
 type window struct {
-	lines   []string
+	text    []byte
+	ends    []int
 	total   int
 	capped  bool
 	version Version
+}
+
+// line is the window's i-th line.
+func (w *window) line(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = w.ends[i-1]
+	}
+	return w.text[start:w.ends[i]]
 }
 
 // readWindow streams r once: it hashes every byte (the version), counts
@@ -173,13 +180,14 @@ func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, er
 	bytesOut := 0
 	lineNo := 0
 	var cur []byte
-	// The window's lines are appended to one arena and cut from one string
-	// at the end: one allocation for the text instead of one per line.
+	// The window's lines are appended to one arena, their ends noted: one
+	// allocation for the text instead of one per line, none for strings.
 	var arena []byte
-	if offset == 1 { // the window starts at the top: its text is about the head's size
-		arena = make([]byte, 0, len(head))
-	}
 	var ends []int
+	if offset == 1 { // the window starts at the top: its text and lines are about the head's
+		arena = make([]byte, 0, len(head))
+		ends = make([]int, 0, min(bytes.Count(head, []byte("\n"))+1, limit))
+	}
 	truncated, pending := false, false
 	inWindow := func() bool { return lineNo+1 >= offset && len(ends) < limit && !w.capped }
 	for {
@@ -223,14 +231,7 @@ func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, er
 			return w, err
 		}
 	}
-	w.total = lineNo
-	if len(ends) > 0 {
-		text, start := string(arena), 0
-		w.lines = make([]string, len(ends))
-		for i, end := range ends {
-			w.lines[i], start = text[start:end], end
-		}
-	}
+	w.total, w.text, w.ends = lineNo, arena, ends
 	w.version = Version(hex.EncodeToString(h.Sum(nil)[:16]))
 	return w, nil
 }

@@ -54,11 +54,11 @@ func FuzzReadWindow(f *testing.F) {
 		if w.version != versionOf(content) {
 			t.Fatal("version is not the content hash")
 		}
-		if !w.capped && strings.Join(w.lines, "\n") != strings.Join(want, "\n") {
-			t.Fatalf("lines %q, want %q", w.lines, want)
+		if !w.capped && strings.Join(w.lines(), "\n") != strings.Join(want, "\n") {
+			t.Fatalf("lines %q, want %q", w.lines(), want)
 		}
-		if w.capped && (len(w.lines) == 0 || strings.Join(w.lines, "\n") != strings.Join(want[:len(w.lines)], "\n")) {
-			t.Fatalf("capped lines %q are not a prefix of %q", w.lines, want)
+		if w.capped && (len(w.ends) == 0 || strings.Join(w.lines(), "\n") != strings.Join(want[:len(w.ends)], "\n")) {
+			t.Fatalf("capped lines %q are not a prefix of %q", w.lines(), want)
 		}
 	})
 }
@@ -76,4 +76,13 @@ func abs(i int) int {
 // formatLine is appendLine into a new string.
 func formatLine(b []byte, cut bool) string {
 	return string(appendLine(nil, b, cut))
+}
+
+// lines is the window's lines as strings.
+func (w *window) lines() []string {
+	out := make([]string, len(w.ends))
+	for i := range w.ends {
+		out[i] = string(w.line(i))
+	}
+	return out
 }

@@ -98,7 +98,39 @@ func (r *Reader) readFile(path string, confined bool) ([]byte, error) {
 	// in it (a link swapped in after this is refused), and the
 	// deployment's own skill homes may well be reached through links.
 	confined = confined && !r.cfg.Unconfined
-	real, err := filepath.EvalSymlinks(path)
+	f, err := r.open(path, confined)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("cannot stat: %w", err)
+	case !fi.Mode().IsRegular():
+		return nil, errors.New("not a regular file")
+	case fi.Size() > r.cfg.MaxReadBytes:
+		return nil, fmt.Errorf("%d bytes is more than the %d bytes read at most", fi.Size(), r.cfg.MaxReadBytes)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, r.cfg.MaxReadBytes))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read: %w", err)
+	}
+	return b, nil
+}
+
+// open opens path for readFile. A path with no symbolic link in it —
+// lexically inside the workspace's real root when confined — opens in one
+// openat2 refusing links (fileopen.NoLinksFile): it is its own resolution,
+// inside the root, and that open is the one Beneath would make. Anything
+// else is resolved first and opened beneath the root, as before.
+func (r *Reader) open(path string, confined bool) (*os.File, error) {
+	if !confined || within(path, r.realRoot) {
+		if f, ok := fileopen.NoLinksFile(path); ok {
+			return f, nil
+		}
+	}
+	real, err := fileopen.EvalSymlinks(path)
 	switch {
 	case err != nil && confined: // as inside: what does not resolve is not inside
 		return nil, errOutside
@@ -118,21 +150,7 @@ func (r *Reader) readFile(path string, confined bool) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot open: %w", err)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("cannot stat: %w", err)
-	case !fi.Mode().IsRegular():
-		return nil, errors.New("not a regular file")
-	case fi.Size() > r.cfg.MaxReadBytes:
-		return nil, fmt.Errorf("%d bytes is more than the %d bytes read at most", fi.Size(), r.cfg.MaxReadBytes)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, r.cfg.MaxReadBytes))
-	if err != nil {
-		return nil, fmt.Errorf("cannot read: %w", err)
-	}
-	return b, nil
+	return f, nil
 }
 
 // cutUTF8 cuts s to at most n bytes without splitting a code point.

@@ -148,7 +148,7 @@ func (r *Reader) checkSkillRoot(root skillRoot) (real string, ok bool) {
 	if !root.project {
 		return root.dir, true
 	}
-	real, err := filepath.EvalSymlinks(root.dir)
+	real, err := fileopen.EvalSymlinks(root.dir)
 	if err != nil || (!r.cfg.Unconfined && !within(real, r.realRoot)) {
 		return "", false
 	}

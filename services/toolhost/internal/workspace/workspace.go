@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/fileopen"
 )
 
 // Defaults of the caps.
@@ -117,7 +118,7 @@ func (r *Reader) checkCwd(cwd string) (string, error) {
 	if err != nil || !fi.IsDir() {
 		return "", fmt.Errorf("%w: %s is not a directory", ErrOutside, cwd)
 	}
-	if real, err := filepath.EvalSymlinks(cwd); err != nil || (!r.cfg.Unconfined && !within(real, r.realRoot)) {
+	if real, err := fileopen.EvalSymlinks(cwd); err != nil || (!r.cfg.Unconfined && !within(real, r.realRoot)) {
 		return "", fmt.Errorf("%w: %s resolves outside %s", ErrOutside, cwd, r.cfg.Root)
 	}
 	return cwd, nil

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/cputime"
 	"github.com/dsh-dev/dsh/services/toolhost/internal/workspace"
 )
 
@@ -362,9 +363,13 @@ func BenchmarkContext(b *testing.B) {
 		b.Fatal(err)
 	}
 	cwd := filepath.Join(root, "a", "b")
+	b.ReportAllocs()
+	start, n := cputime.Process(), 0
 	for b.Loop() {
 		if _, err := r.Context(cwd); err != nil {
 			b.Fatal(err)
 		}
+		n++
 	}
+	b.ReportMetric(float64((cputime.Process()-start).Nanoseconds())/float64(n), "cpu-ns/op")
 }
