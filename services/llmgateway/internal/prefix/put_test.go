@@ -71,8 +71,7 @@ func TestIDIsTheDocumentedHash(t *testing.T) {
 			t.Fatalf("%s whole: id %s, want %s", tc.name, whole.ID(), want)
 		}
 		var e *Entry
-		for n := 1; n <= len(conv); n += 3 {
-			n = min(n, len(conv))
+		for _, n := range []int{1, 4, 7, len(conv)} { // the last step adds the long message's successor
 			from := 0
 			if e != nil {
 				from = len(e.Messages)
@@ -90,7 +89,9 @@ func TestIDIsTheDocumentedHash(t *testing.T) {
 
 // BenchmarkPut is one model step's remember: a conversation continued by
 // the assistant's tool call and its 1.5 KB result, the system prompt and
-// the tools the same (as the agent sends a step).
+// the tools the same (as the agent sends a step). Each iteration continues
+// the entry the previous one made, as a session's steps do (a new entry
+// each time, the previous one removed).
 func BenchmarkPut(b *testing.B) {
 	c := New(1<<30, 0)
 	sys := "system prompt"
@@ -108,11 +109,10 @@ func BenchmarkPut(b *testing.B) {
 	start, n := cputime.Process(), 0
 	for b.Loop() {
 		n++
-		// Each iteration continues the same remembered entry afresh (a
-		// retried step keeps the old entry: the work is the same).
-		if _, err := c.Put("t", prev, Request{Messages: all, Added: step, System: &sys, SameSystem: true}); err != nil {
+		if prev, err = c.Put("t", prev, Request{Messages: all, Added: step, System: &sys, SameSystem: true}); err != nil {
 			b.Fatal(err)
 		}
+		all = append(all, step...)
 	}
 	b.ReportMetric(float64((cputime.Process()-start).Nanoseconds())/float64(n), "cpu-ns/op")
 }

@@ -165,8 +165,8 @@ func (w *window) line(i int) []byte {
 
 // readWindow streams r once: it hashes every byte (the version), counts
 // lines, and keeps the requested window within the line and byte caps. Lines
-// of any length are handled without holding more than ReadMaxLineLength
-// bytes of each.
+// of any length are handled without holding more than
+// ReadMaxLineLength*utf8.UTFMax bytes of each (cut before any repair).
 func readWindow(ctx context.Context, r io.Reader, offset, limit int) (window, error) {
 	var w window
 	h := sha256.New()
