@@ -138,3 +138,12 @@ func TestAdviseBacksNewHeapWithHugePages(t *testing.T) {
 	}
 	End() // a second End is harmless
 }
+
+// BenchmarkAdvise is what one call costs a start (the runtime's metrics
+// read and one madvise over the heap's arenas).
+func BenchmarkAdvise(b *testing.B) {
+	for b.Loop() {
+		Advise()
+	}
+	End()
+}
