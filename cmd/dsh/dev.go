@@ -20,6 +20,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/internal/hugeheap"
 	"github.com/dsh-dev/dsh/internal/natstest"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 	"github.com/dsh-dev/dsh/services/agent"
@@ -85,8 +86,14 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	if _, err := agent.ParseSandbox(f.sandboxMode, f.sandboxNetwork); err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
+	// While the stack starts, the heap it grows is backed by huge pages
+	// where the kernel allows (internal/hugeheap: ~1,000 page faults on the
+	// way to the first model request otherwise) and collected less often;
+	// both settings end with the start.
 	restoreGC := startHeapGoal(e.getenv)
-	defer restoreGC()
+	startOver := func() { restoreGC(); hugeheap.End() }
+	defer startOver()
+	hugeheap.Advise()
 	st, err := startStack(ctx, e, f)
 	if err != nil {
 		return err
@@ -111,9 +118,9 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		// In one-shot mode NATS starts once the model has begun answering,
 		// so its start-up does not compete for the CPU with the first
 		// request; its events are published as soon as it is up.
-		return printTurn(ctx, e, c, s, f.prompt, f.asJSON, func() { restoreGC(); st.startNATS() })
+		return printTurn(ctx, e, c, s, f.prompt, f.asJSON, func() { startOver(); st.startNATS() })
 	}
-	restoreGC() // the start is over (input piped in is sent at once, under the default setting)
+	startOver() // the start is over (input piped in is sent at once, under the default settings)
 	return chatLoop(ctx, e, c, s, mode)
 }
 
@@ -320,6 +327,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	}
 	agConn.Connect()
 	phase("agent started")
+	hugeheap.Advise() // the heap maps new memory as it grows: mark it too
 
 	// Gateway.
 	gwCfg := llmgateway.ConfigFromEnv(e.getenv)
@@ -340,6 +348,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	}
 	cleanups = append(cleanups, thStop)
 	phase("toolhost built")
+	hugeheap.Advise()
 	summary := workspaceSummary(th, cwd, logFile.Name(), logger)
 	fmt.Fprintln(e.stderr, summary)
 	logger.Info(summary)
@@ -349,6 +358,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	cleanups = append(cleanups, ag.stop, func() { agConn.Close() })
 	agentRegistered = true
 	warmFirstRequests()
+	hugeheap.Advise()
 	select {
 	case <-ag.ready:
 		phase("agent serving")

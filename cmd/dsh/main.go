@@ -23,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/dsh-dev/dsh/internal/buildinfo"
+	"github.com/dsh-dev/dsh/internal/hugeheap"
 )
 
 // exitError carries a process exit code; its message, when non-empty, is
@@ -106,6 +107,11 @@ func run(ctx context.Context, e *env) error {
 		return nil
 	}
 	name := e.args[0]
+	if name != "dev" {
+		// Only dev's start keeps the heap's huge-page mark this package's
+		// import set (internal/hugeheap); it ends with the start.
+		hugeheap.End()
+	}
 	if name == "-h" || name == "--help" || name == "help" {
 		usage(e.stdout)
 		return nil

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package hugeheap
+
+// Advise does nothing here: transparent huge pages are Linux's.
+func Advise() {}
+
+// End does nothing here.
+func End() {}
