@@ -12,8 +12,11 @@
 // MADV_HUGEPAGE, so a 2 MiB region of it that the heap has not touched yet
 // is faulted in once, as one huge page.
 //
+// It acts only where the machine's mode is "madvise" (read once, at init):
+// under "always" the heap has huge pages without it, and End's
+// MADV_NOHUGEPAGE would take them away; under "never" nothing changes.
 // It is a hint and never changes what memory holds: the kernel may decline
-// it (THP mode "never", no free huge page), a region already partly touched
+// it (no free huge page), a region already partly touched
 // keeps its small pages, and memory the runtime maps after a call is a new
 // mapping without the mark — so a start calls Advise again as it goes. End
 // marks the same ranges MADV_NOHUGEPAGE, so that in a process that keeps

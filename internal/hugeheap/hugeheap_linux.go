@@ -3,6 +3,8 @@
 package hugeheap
 
 import (
+	"bytes"
+	"os"
 	"runtime/metrics"
 	"slices"
 	"sync"
@@ -23,14 +25,27 @@ type mark struct{ base, n uintptr }
 var (
 	mu     sync.Mutex
 	marked []mark // marked MADV_HUGEPAGE and not taken back
+	// madviseMode is whether the machine's transparent-huge-page mode is
+	// "madvise", the one mode where a mark changes anything: under
+	// "always" the heap gets huge pages anyway (and End's
+	// MADV_NOHUGEPAGE would take them away from a long-running process),
+	// under "never" nothing does. Read once, at init.
+	madviseMode bool
 )
 
-func init() { Advise() }
+func init() {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	madviseMode = err == nil && bytes.Contains(b, []byte("[madvise]"))
+	Advise()
+}
 
 // Advise marks the heap MADV_HUGEPAGE: from the arena holding a fresh
 // allocation upward, as far as all the memory the runtime has mapped and
 // one arena more reach (the heap grows upward into the next arena).
 func Advise() {
+	if !madviseMode {
+		return
+	}
 	base := uintptr(unsafe.Pointer(fresh())) &^ (arenaBytes - 1)
 	sample := []metrics.Sample{{Name: "/memory/classes/total:bytes"}}
 	metrics.Read(sample)
