@@ -120,6 +120,10 @@ func (s *Service) checkNewCwd(ctx context.Context, cwd string, opts *sessionv1.S
 		return "", invalidf("options.workspace_root %q must be an absolute path", r)
 	} else if r != "" && slices.Contains(strings.Split(r, "/"), "..") {
 		return "", invalidf("options.workspace_root %q must not contain \"..\" (name the directory itself)", r)
+	} else if rel, err := filepath.Rel(filepath.Clean(r), filepath.Clean(cwd)); r != "" && cwd != "" && (err != nil || rel == ".." || strings.HasPrefix(rel, "../")) {
+		// Its toolhosts refuse every call of such a session, and its
+		// workspace context would be another tree's.
+		return "", invalidf("cwd %s is outside options.workspace_root %s: give a cwd inside the session's workspace root", cwd, r)
 	}
 	if err := s.checkCwd(ctx, cwd, opts.GetToolhosts()); err != nil {
 		return "", err

@@ -274,6 +274,17 @@ func TestBadInput(t *testing.T) {
 			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m", WorkspaceRoot: "/ws/a/../b"}})
 			return err
 		}, codes.InvalidArgument},
+		{"cwd outside the workspace root", func() error {
+			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Cwd: "/ws/b", Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m", WorkspaceRoot: "/ws/a"}})
+			if err != nil && !strings.Contains(status.Convert(err).Message(), "outside options.workspace_root /ws/a") {
+				return fmt.Errorf("%v (want the cwd named outside the root)", err)
+			}
+			return err
+		}, codes.InvalidArgument},
+		{"default cwd outside the workspace root", func() error {
+			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m", WorkspaceRoot: "/work/a"}})
+			return err
+		}, codes.InvalidArgument},
 		{"unknown sandbox mode", func() error {
 			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m", Sandbox: &toolsv1.SandboxPolicy{Mode: 42}}})
 			return err

@@ -201,7 +201,9 @@ func (s *Service) endSession(_ context.Context, sessionID string) (int, error) {
 // lexically or once symlinks are resolved: a session may narrow its
 // confinement, never widen it. The checked resolution is what the call
 // carries (toolsdk.Call.Vetted) and what effective confines it to: one
-// resolution per call, and the one checked is the one used.
+// resolution per call, and the one checked is the one used. It also
+// refuses a cwd outside that root (sessionCwd): the skill tool reads its
+// cwd's catalog confined only to the host's root.
 func (s *Service) vetContext(tc *toolsv1.ToolContext) (any, error) {
 	wr := tc.GetWorkspaceRoot()
 	if wr == "" || s.unconfined {
@@ -212,7 +214,29 @@ func (s *Service) vetContext(tc *toolsv1.ToolContext) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := sessionCwd(filepath.Clean(tc.GetCwd()), wr, real); err != nil {
+		return nil, err
+	}
 	return &vettedRoot{root: wr, real: real}, nil
+}
+
+// sessionCwd refuses a cwd outside the session's workspace root wr (real:
+// its resolution), lexically or once resolved: a session of ws/a working
+// in ws/b (or in a link of ws/a to it) would have the skill tool load
+// ws/b's skills. The usual cwd, the root itself, costs nothing; another
+// one resolution. A cwd that does not resolve (missing) is left to the
+// tools, which refuse it on their own (nothing is there to read).
+func sessionCwd(cwd, wr, real string) error {
+	if cwd == wr {
+		return nil
+	}
+	if !isWithin(cwd, wr) {
+		return fmt.Errorf("execution.context.cwd %s is outside execution.context.workspace_root %s: send a cwd inside the session's workspace root", cwd, wr)
+	}
+	if rc, err := fileopen.EvalSymlinks(cwd); err == nil && rc != real && !isWithin(rc, real) {
+		return fmt.Errorf("execution.context.cwd %s resolves to %s, which is outside execution.context.workspace_root %s: send a cwd inside the session's workspace root", cwd, rc, wr)
+	}
+	return nil
 }
 
 // vettedRoot is a call's workspace root as vetContext resolved and checked

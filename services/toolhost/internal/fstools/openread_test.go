@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dsh-dev/dsh/internal/fileopen"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 )
 
@@ -15,7 +16,11 @@ import (
 // for a path with no link in it — to give what ResolveCall followed by
 // Target.open gives, for every kind of path a read can name: the same
 // target, the same bytes or the same error code, and never a file outside
-// the scope's roots (links out, "..", absolute paths outside).
+// the scope's roots (links out, "..", absolute paths outside). The paths
+// with no link in them (shortcut), from a cwd in the root or outside it,
+// must meet the shortcut's conditions — lexically in a root, opened by one
+// fileopen.NoLinksFile — and get the shortcut's target, so the table
+// tests the one-openat2 path and not only the long way.
 func TestOpenReadAgreesWithResolve(t *testing.T) {
 	root, spill, outside := realTemp(t), realTemp(t), realTemp(t)
 	write := func(p, s string) {
@@ -48,16 +53,48 @@ func TestOpenReadAgreesWithResolve(t *testing.T) {
 		"read-only":       {Mode: "read-only", ReadOnly: true, Root: root, Read: []string{spill}},
 		"unconfined":      {Mode: "danger-full-access", Unconfined: true},
 	}
-	paths := []string{
-		"f", "d/g", "./d/../f", filepath.Join(root, "f"), "d", "missing", "d/missing/x", "f/x",
-		"out-file", "out-dir/secret", "../" + filepath.Base(outside) + "/secret", filepath.Join(outside, "secret"),
-		"in-dir/g", "in-file", "dangling", filepath.Join(spill, "out"), "",
+	type readCase struct {
+		p, cwd   string // cwd "" is the root
+		shortcut bool   // no link in it: OpenRead's one openat2 answers
+	}
+	paths := []readCase{
+		{p: "f", shortcut: true}, {p: "d/g", shortcut: true}, {p: "./d/../f", shortcut: true},
+		{p: filepath.Join(root, "f"), shortcut: true}, {p: filepath.Join(spill, "out"), shortcut: true},
+		{p: "../" + filepath.Base(root) + "/f", cwd: outside, shortcut: true},
+		{p: "d"}, {p: "missing"}, {p: "d/missing/x"}, {p: "f/x"},
+		{p: "out-file"}, {p: "out-dir/secret"}, {p: "../" + filepath.Base(outside) + "/secret"}, {p: filepath.Join(outside, "secret")},
+		{p: "secret", cwd: outside}, {p: "in-dir/g"}, {p: "in-file"}, {p: "dangling"}, {p: ""},
 	}
 	for name, sc := range modes {
 		c := &Confiner{Scope: func(*toolsdk.Call) (Scope, error) { return sc, nil }}
-		for _, p := range paths {
-			t.Run(name+"/"+p, func(t *testing.T) {
-				call := &toolsdk.Call{Cwd: root, WorkspaceRoot: root}
+		for _, rc := range paths {
+			p, cwd := rc.p, rc.cwd
+			if cwd == "" {
+				cwd = root
+			}
+			t.Run(name+"/"+p+" from "+filepath.Base(cwd), func(t *testing.T) {
+				call := &toolsdk.Call{Cwd: cwd, WorkspaceRoot: root}
+				if rc.shortcut && !sc.Unconfined {
+					abs := p
+					if !filepath.IsAbs(abs) {
+						abs = filepath.Join(cwd, p)
+					}
+					abs = filepath.Clean(abs)
+					r, in := lexicalRoot(abs, sc)
+					f, ok := fileopen.NoLinksFile(abs)
+					if !in || !ok {
+						t.Fatalf("%s: lexically in a root %v, opened by NoLinksFile %v: OpenRead's shortcut is not taken", abs, in, ok)
+					}
+					f.Close()
+					gotT, f, err := c.OpenRead(call, p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					f.Close()
+					if want := (Target{Display: abs, Real: abs, Root: r, denied: CodeSandboxDenied}); gotT != want {
+						t.Fatalf("OpenRead: %+v, want the shortcut's %+v", gotT, want)
+					}
+				}
 				wantT, wantErr := c.ResolveCall(call, p, false)
 				var want string
 				if wantErr == nil {

@@ -256,8 +256,16 @@ func walk(ctx context.Context, tr *tree, root fstools.Target, keep func(rel stri
 var errCollected = errors.New("collected enough")
 
 // stopDir is the outermost directory whose .gitignore applies: the real
-// workspace root of the call.
+// workspace root of the call. Under a scope that is the scope's root — the
+// root the host vetted for the call, or its own real root when the call
+// sends none — not resolved again; without one (or if it fails) the root
+// is resolved here.
 func (s *Search) stopDir(call *toolsdk.Call) string {
+	if s.conf.Scope != nil {
+		if sc, err := s.conf.Scope(call); err == nil && sc.Root != "" {
+			return sc.Root
+		}
+	}
 	r := call.WorkspaceRoot
 	if r == "" {
 		r = s.conf.Root

@@ -130,7 +130,8 @@ func (r *Reader) open(path string, confined bool) (*os.File, error) {
 			return f, nil
 		}
 	}
-	real, err := fileopen.EvalSymlinks(path)
+	// Here the one openat2 failed or path is outside: no shortcut is left.
+	real, err := filepath.EvalSymlinks(path)
 	switch {
 	case err != nil && confined: // as inside: what does not resolve is not inside
 		return nil, errOutside
