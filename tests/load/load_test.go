@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -46,7 +47,6 @@ import (
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
-	"github.com/dsh-dev/dsh/internal/natstest"
 	"github.com/dsh-dev/dsh/internal/proctest"
 )
 
@@ -82,7 +82,11 @@ func TestMain(m *testing.M) {
 	}
 	err = build("github.com/dsh-dev/dsh/services/llmgateway/cmd/llmgateway",
 		"github.com/dsh-dev/dsh/services/toolhost/cmd/toolhost",
-		"github.com/dsh-dev/dsh/services/agent/cmd/agent")
+		"github.com/dsh-dev/dsh/services/agent/cmd/agent",
+		// The event fan-out's server, the same nats-server the embedded one
+		// is, as a process of its own: its CPU is measured apart from the
+		// driver's.
+		"github.com/nats-io/nats-server/v2")
 	if err == nil {
 		// As make build: with cgo, the launcher's C first stage.
 		err = proctest.BuildLauncher(filepath.Join(dir, "dsh-sandbox-launcher"), true)
@@ -116,7 +120,7 @@ type result struct {
 	p50, p99   time.Duration  // harness-added step time
 	wall       time.Duration  // first Send to last turn end
 	cpu        map[string]cpu // per process, over the measured window
-	driver     time.Duration  // this process's CPU (driver, fake upstream, NATS) over the window
+	driver     time.Duration  // this process's CPU (driver, fake upstream) over the window
 	busy       float64        // the machine's busy share of all its cores over the window
 	rss        map[string]int64
 	// The event fan-out at the window's end: events stored, events in
@@ -167,8 +171,8 @@ func (r result) harnessCPUPerStep() time.Duration {
 		return 0
 	}
 	var sum time.Duration
-	for _, c := range r.cpu {
-		sum += c.self
+	for _, name := range procNames {
+		sum += r.cpu[name].self
 	}
 	return sum / time.Duration(r.stepsTaken)
 }
@@ -199,15 +203,15 @@ func (r result) row() string {
 		}
 		return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000/float64(r.stepsTaken))
 	}
-	return fmt.Sprintf("| %s | %d | %v | %d | %s | %.1f | %.1f | %s / %s / %s (+%s tools) | %.2f | %s | %.0f %% | %d / %d / %d |",
+	return fmt.Sprintf("| %s | %d | %v | %d | %s | %.1f | %.1f | %s / %s / %s (+%s tools) | %.2f | %s | %s | %.0f %% | %d / %d / %d |",
 		r.tool, r.sessions, r.ramp, r.stepsTaken, r.errorText(),
 		float64(r.p50.Microseconds())/1000, float64(r.p99.Microseconds())/1000,
 		perStep(r.cpu["agent"].self), perStep(r.cpu["llmgateway"].self), perStep(r.cpu["toolhost"].self), perStep(r.cpu["toolhost"].children),
-		float64(r.harnessCPUPerStep().Microseconds())/1000, perStep(r.driver), 100*r.busy,
+		float64(r.harnessCPUPerStep().Microseconds())/1000, perStep(r.cpu["nats"].self), perStep(r.driver), 100*r.busy,
 		r.rss["agent"]/1024, r.rss["llmgateway"]/1024, r.rss["toolhost"]/1024)
 }
 
-const tableHead = "| tool | sessions | ramp | steps | errors | step p50 ms | step p99 ms | CPU ms/step agent / gateway / toolhost (+tools) | harness CPU ms/step | driver + upstream + NATS CPU ms/step | machine busy | peak RSS MiB agent / gateway / toolhost |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+const tableHead = "| tool | sessions | ramp | steps | errors | step p50 ms | step p99 ms | CPU ms/step agent / gateway / toolhost (+tools) | harness CPU ms/step | NATS CPU ms/step | driver + upstream CPU ms/step | machine busy | peak RSS MiB agent / gateway / toolhost |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 // BenchmarkLoad runs the ladder of -load.sessions once each (use
 // -benchtime 1x) and prints the table.
@@ -280,6 +284,11 @@ func TestLoadSmoke(t *testing.T) {
 			if r.p99 <= 0 || r.cpu["agent"].self < 0 || r.rss["agent"] <= 0 || r.busy <= 0 || r.busy > 1 || r.driver < 0 || r.cpu["agent"].faults <= 0 {
 				t.Fatalf("implausible measurement: p99 %v, agent CPU %v, RSS %d KiB, machine busy %.3f, driver CPU %v", r.p99, r.cpu["agent"], r.rss["agent"], r.busy, r.driver)
 			}
+			// The fan-out's server is a process of its own, and it stored
+			// the window's events: its CPU is measured apart.
+			if r.cpu["nats"].self <= 0 || r.stored == 0 {
+				t.Fatalf("NATS CPU %v over a window that stored %d events", r.cpu["nats"], r.stored)
+			}
 			t.Log(r.row())
 			t.Log(r.fanoutRow())
 			t.Log(r.faultsRow())
@@ -319,6 +328,35 @@ func startProc(tb testing.TB, name string, env []string, args ...string) *proc {
 	return p
 }
 
+// startNATS starts nats-server with JetStream, its store in a temporary
+// directory, on a free loopback port, and waits until it takes a client.
+func startNATS(ctx context.Context, tb testing.TB) (*proc, string) {
+	tb.Helper()
+	addr := proctest.FreeAddr(tb)
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := startProc(tb, "nats-server", cleanEnv(), "-js", "-sd", tb.TempDir(), "-a", host, "-p", port)
+	url := "nats://" + addr
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		nc, err := nats.Connect(url)
+		if err == nil {
+			nc.Close()
+			return p, url
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("nats-server on %s: %v\n%s", addr, err, p.out.String())
+		case <-p.done:
+			tb.Fatalf("nats-server exited:\n%s", p.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // cleanEnv is the environment without provider keys and dsh settings.
 func cleanEnv(extra ...string) []string {
 	var out []string
@@ -355,7 +393,7 @@ func runLevel(tb testing.TB, lv level) result {
 		tb.Fatal(err)
 	}
 	defer stopUp()
-	nats := natstest.Start(tb)
+	natsProc, natsURL := startNATS(ctx, tb)
 	ws, data := tb.TempDir(), tb.TempDir()
 	if err := os.WriteFile(filepath.Join(ws, "notes.txt"), []byte(strings.Repeat("a line of notes for the load benchmark\n", 40)), 0o644); err != nil {
 		tb.Fatal(err)
@@ -368,13 +406,14 @@ func runLevel(tb testing.TB, lv level) result {
 		}
 	}
 	procs := map[string]*proc{
+		"nats":       natsProc,
 		"llmgateway": startProc(tb, "llmgateway", cleanEnv("OPENAI_API_KEY=load", "OPENAI_BASE_URL="+url, "OPENAI_MODEL=load"), append(append([]string{"--listen", gwAddr}, debug["llmgateway"]...), lv.gatewayArgs...)...),
 		"toolhost":   startProc(tb, "toolhost", cleanEnv(), append([]string{"--listen", thAddr, "--workspace", ws}, debug["toolhost"]...)...),
 	}
 	dial(ctx, tb, gwAddr)
 	dial(ctx, tb, thAddr)
 	procs["agent"] = startProc(tb, "agent", cleanEnv(), append(append([]string{"--listen", agAddr, "--gateway", gwAddr,
-		"--toolhost", "builtin=" + thAddr, "--data", data, "--nats", nats.URL(),
+		"--toolhost", "builtin=" + thAddr, "--data", data, "--nats", natsURL,
 		"--approval-rule", "*=allow", "--no-titles"}, debug["agent"]...), lv.agentArgs...)...)
 	// A few client connections, as several frontends would hold.
 	var clients []agentv1.AgentServiceClient
@@ -482,7 +521,7 @@ func runLevel(tb testing.TB, lv level) result {
 			tb.Fatal(err)
 		}
 	}
-	measureDrain(tb, &r, nats.URL(), filepath.Join(data, "sessions.db"), procs["agent"].cmd.Process.Pid, before["agent"])
+	measureDrain(tb, &r, natsURL, filepath.Join(data, "sessions.db"), procs["agent"].cmd.Process.Pid, before["agent"])
 	gaps := up.gaps()
 	r.stepsTaken, r.requests, r.conns = len(gaps), up.requests(), up.conns.Load()
 	r.p50, r.p99 = percentile(gaps, 0.50), percentile(gaps, 0.99)
