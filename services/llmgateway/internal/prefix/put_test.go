@@ -47,8 +47,8 @@ func referenceID(t testing.TB, tenant string, msgs []*llmv1.Message, system *str
 	return hex.EncodeToString(id[:])
 }
 
-// TestIDIsTheDocumentedHash checks Put's ids, made with one reused digest
-// and a recycled encoding buffer per Put, against the definition computed
+// TestIDIsTheDocumentedHash checks Put's ids, made with a recycled
+// encoding buffer per Put, against the definition computed
 // afresh, whole and step by step, with and without a system prompt and
 // tools, across Puts of different sizes sharing the buffers.
 func TestIDIsTheDocumentedHash(t *testing.T) {
