@@ -1,6 +1,7 @@
 package session
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -70,13 +71,7 @@ func TestFastPathMatchesGeneralPath(t *testing.T) {
 			if !proto.Equal(clone, tt.ev) {
 				t.Fatalf("clone differs:\n%v\n%v", clone, tt.ev)
 			}
-			var cloned, orig []*llmv1.StreamChunk
-			for c := range Chunks(clone.GetAssistantChunk()) {
-				cloned = append(cloned, c)
-			}
-			for c := range Chunks(tt.ev.GetAssistantChunk()) {
-				orig = append(orig, c)
-			}
+			cloned, orig := slices.Collect(Chunks(clone.GetAssistantChunk())), slices.Collect(Chunks(tt.ev.GetAssistantChunk()))
 			shared := clone == tt.ev || clone.GetAssistantChunk() == tt.ev.GetAssistantChunk() || len(cloned) != len(orig)
 			for i := range min(len(cloned), len(orig)) {
 				shared = shared || cloned[i] == orig[i]

@@ -2,7 +2,8 @@
 // services — the agent (SQLite store, default settings), the LLM gateway
 // and the built-in toolhost, each its own process built once by TestMain —
 // against an OpenAI-compatible fake upstream that answers after a
-// configurable delay, with real NATS JetStream (the embedded server).
+// configurable delay, with real NATS JetStream (a nats-server process of
+// its own, which TestMain builds with the services).
 //
 // Each session runs its turns of -load.steps tool calls of -load.tool
 // (`read` or `bash`) and a final answer. The benchmark reports, per ladder
@@ -284,10 +285,11 @@ func TestLoadSmoke(t *testing.T) {
 			if r.p99 <= 0 || r.cpu["agent"].self < 0 || r.rss["agent"] <= 0 || r.busy <= 0 || r.busy > 1 || r.driver < 0 || r.cpu["agent"].faults <= 0 {
 				t.Fatalf("implausible measurement: p99 %v, agent CPU %v, RSS %d KiB, machine busy %.3f, driver CPU %v", r.p99, r.cpu["agent"], r.rss["agent"], r.busy, r.driver)
 			}
-			// The fan-out's server is a process of its own, and it stored
-			// the window's events: its CPU is measured apart.
-			if r.cpu["nats"].self <= 0 || r.stored == 0 {
-				t.Fatalf("NATS CPU %v over a window that stored %d events", r.cpu["nats"], r.stored)
+			// The fan-out's server is a process of its own, measured apart
+			// (its CPU over six steps may be under one 10 ms tick), and the
+			// events stored reached it.
+			if c, ok := r.cpu["nats"]; !ok || c.self < 0 || r.stored == 0 || !r.drained {
+				t.Fatalf("NATS measured %v (%v), %d events stored, all in its stream: %v", ok, c, r.stored, r.drained)
 			}
 			t.Log(r.row())
 			t.Log(r.fanoutRow())

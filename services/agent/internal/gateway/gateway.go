@@ -153,8 +153,11 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 		}
 	}
 	finished, got := false, false
-	// One response wrapper for the whole stream: each RecvMsg resets it,
-	// and the chunks it held (yielded, now the log's) are left alone.
+	// One response wrapper for the whole stream: each RecvMsg resets it
+	// (proto.Unmarshal's Reset replaces the chunks slice, never reuses
+	// it), so the chunks it held and the batch slice itself (yielded, now
+	// the log's: AssistantChunk.chunks) are left alone. A codec that
+	// pooled or merged into the old slice would overwrite logged events.
 	resp := &llmv1.GenerateResponse{}
 	for {
 		err := stream.RecvMsg(resp)

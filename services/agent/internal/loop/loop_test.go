@@ -141,7 +141,7 @@ func (h *harness) violate(s string) {
 // when the request is dispatched.
 type checkedLLM struct {
 	h     *harness
-	inner loop.LLM
+	inner loop.BatchLLM
 }
 
 func (c *checkedLLM) Generate(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[*llmv1.StreamChunk, error] {
@@ -153,7 +153,7 @@ func (c *checkedLLM) Generate(ctx context.Context, req *llmv1.GenerateRequest) i
 // gateway client (loop.BatchLLM: one event per response).
 func (c *checkedLLM) GenerateBatches(ctx context.Context, req *llmv1.GenerateRequest) iter.Seq2[[]*llmv1.StreamChunk, error] {
 	c.checkDurable()
-	return c.inner.(loop.BatchLLM).GenerateBatches(ctx, req)
+	return c.inner.GenerateBatches(ctx, req)
 }
 
 func (c *checkedLLM) checkDurable() {
