@@ -210,12 +210,21 @@ func (s *Service) vetContext(tc *toolsv1.ToolContext) (any, error) {
 	if wr == "" || s.unconfined {
 		return nil, nil
 	}
-	wr = filepath.Clean(wr)
+	wr, cwd := filepath.Clean(wr), filepath.Clean(tc.GetCwd())
+	if cwd != wr && filepath.IsAbs(cwd) && isWithin(cwd, wr) && isWithin(wr, s.root) && fileopen.NoLinks(cwd) {
+		// No component of cwd is a link, so none of wr's, its ancestor:
+		// both are their own resolution, cwd inside wr — one openat2
+		// where sessionRoot and sessionCwd take one each.
+		if err := s.realInside(wr, wr); err != nil {
+			return nil, err
+		}
+		return &vettedRoot{root: wr, real: wr}, nil
+	}
 	real, err := s.sessionRoot(wr)
 	if err != nil {
 		return nil, err
 	}
-	if err := sessionCwd(filepath.Clean(tc.GetCwd()), wr, real); err != nil {
+	if err := sessionCwd(cwd, wr, real); err != nil {
 		return nil, err
 	}
 	return &vettedRoot{root: wr, real: real}, nil
@@ -268,10 +277,16 @@ func (s *Service) sessionRoot(wr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("execution.context.workspace_root %s: %v", wr, err)
 	}
+	return real, s.realInside(wr, real)
+}
+
+// realInside refuses a session root wr whose resolution real lies outside
+// the host's real root.
+func (s *Service) realInside(wr, real string) error {
 	if real != s.realRoot && !isWithin(real, s.realRoot) {
-		return "", fmt.Errorf("execution.context.workspace_root %s resolves to %s, outside this host's workspace %s", wr, real, s.realRoot)
+		return fmt.Errorf("execution.context.workspace_root %s resolves to %s, outside this host's workspace %s", wr, real, s.realRoot)
 	}
-	return real, nil
+	return nil
 }
 
 // support is what the host declares: it enforces every policy it is sent
