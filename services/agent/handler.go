@@ -110,8 +110,9 @@ func (s *Service) createNew(ctx context.Context, req *agentv1.CreateSessionReque
 // checkNewCwd is a new session's cwd (the default unless given), checked
 // here and by its toolhosts.
 func (s *Service) checkNewCwd(ctx context.Context, cwd string, opts *sessionv1.SessionOptions) (string, error) {
+	defaulted := ""
 	if cwd == "" {
-		cwd = s.cfg.DefaultCwd
+		cwd, defaulted = s.cfg.DefaultCwd, " (the agent's default cwd, as the request sent none)"
 	}
 	if cwd != "" && !filepath.IsAbs(cwd) {
 		return "", invalidf("cwd %q must be an absolute path", cwd)
@@ -122,8 +123,10 @@ func (s *Service) checkNewCwd(ctx context.Context, cwd string, opts *sessionv1.S
 		return "", invalidf("options.workspace_root %q must not contain \"..\" (name the directory itself)", r)
 	} else if rel, err := filepath.Rel(filepath.Clean(r), filepath.Clean(cwd)); r != "" && cwd != "" && (err != nil || rel == ".." || strings.HasPrefix(rel, "../")) {
 		// Its toolhosts refuse every call of such a session, and its
-		// workspace context would be another tree's.
-		return "", invalidf("cwd %s is outside options.workspace_root %s: give a cwd inside the session's workspace root", cwd, r)
+		// workspace context would be another tree's. The check is
+		// lexical: a link in the cwd is resolved by the toolhosts, which
+		// refuse every call whose cwd resolves outside its root.
+		return "", invalidf("cwd %q%s is outside options.workspace_root %q: send a cwd inside the session's workspace root", cwd, defaulted, r)
 	}
 	if err := s.checkCwd(ctx, cwd, opts.GetToolhosts()); err != nil {
 		return "", err

@@ -276,13 +276,23 @@ func TestBadInput(t *testing.T) {
 		}, codes.InvalidArgument},
 		{"cwd outside the workspace root", func() error {
 			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Cwd: "/ws/b", Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m", WorkspaceRoot: "/ws/a"}})
-			if err != nil && !strings.Contains(status.Convert(err).Message(), "outside options.workspace_root /ws/a") {
+			if err != nil && !strings.Contains(status.Convert(err).Message(), `outside options.workspace_root "/ws/a"`) {
+				return fmt.Errorf("%v (want the cwd named outside the root)", err)
+			}
+			return err
+		}, codes.InvalidArgument},
+		{"cwd sharing the workspace root's name as a prefix", func() error {
+			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Cwd: "/ws/ab", Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m", WorkspaceRoot: "/ws/a"}})
+			if err != nil && !strings.Contains(status.Convert(err).Message(), `cwd "/ws/ab" is outside options.workspace_root "/ws/a"`) {
 				return fmt.Errorf("%v (want the cwd named outside the root)", err)
 			}
 			return err
 		}, codes.InvalidArgument},
 		{"default cwd outside the workspace root", func() error {
 			_, err := e.client.CreateSession(ctx, &agentv1.CreateSessionRequest{Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m", WorkspaceRoot: "/work/a"}})
+			if err != nil && !strings.Contains(status.Convert(err).Message(), "the agent's default cwd") {
+				return fmt.Errorf("%v (want the cwd said to be the default)", err)
+			}
 			return err
 		}, codes.InvalidArgument},
 		{"unknown sandbox mode", func() error {

@@ -17,8 +17,9 @@ import (
 
 // TestCwdOutsideTheSessionRoot attacks a session's confinement through
 // its cwd: a call whose workspace root is ws/a and whose cwd is ws/b — a
-// sibling inside the host's workspace, by name or through a link in ws/a
-// — asks for ws/b's skill, its AGENTS.md and its files. The skill tool
+// sibling inside the host's workspace, by name or through a link in ws/a,
+// or ws/ab, which shares ws/a's name as a prefix — asks for ws/b's skill,
+// its AGENTS.md and its files. The skill tool
 // reads the cwd's catalog and the workspace reader is confined only to the
 // host's root, so the host refuses the call itself: INVALID_ARGUMENT
 // naming the cwd and the root, and no ws/b content in any answer.
@@ -30,11 +31,16 @@ func TestCwdOutsideTheSessionRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := filepath.Join(ws, "a"), filepath.Join(ws, "b")
+	a, b, ab := filepath.Join(ws, "a"), filepath.Join(ws, "b"), filepath.Join(ws, "ab")
 	writeFile(t, filepath.Join(a, "AGENTS.md"), "session a\n")
 	writeFile(t, filepath.Join(b, "AGENTS.md"), canary+"\n")
 	writeFile(t, filepath.Join(b, ".agents", "skills", "leak.md"), "---\ndescription: Leak.\n---\n"+canary+"\n")
+	writeFile(t, filepath.Join(ab, "AGENTS.md"), canary+"\n")
+	writeFile(t, filepath.Join(ab, ".agents", "skills", "leak.md"), "---\ndescription: Leak.\n---\n"+canary+"\n")
 	if err := os.Symlink(b, filepath.Join(a, "to-b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(b, "AGENTS.md"), filepath.Join(a, "to-file")); err != nil {
 		t.Fatal(err)
 	}
 	calls := map[string]string{
@@ -43,7 +49,14 @@ func TestCwdOutsideTheSessionRoot(t *testing.T) {
 		"grep":  args(map[string]any{"pattern": "CANARY"}),
 		"bash":  args(map[string]any{"command": "cat AGENTS.md", "description": "read the cwd's AGENTS.md"}),
 	}
-	for _, cwd := range []string{b, filepath.Join(a, "to-b"), filepath.Join(a, "..", "b"), ws} {
+	// ab shares a's name as a prefix: outside a all the same. A cwd that
+	// fails to resolve other than by a missing component (through a link
+	// to a file) is refused too, not left to the tools.
+	for _, cwd := range []string{b, filepath.Join(a, "to-b"), filepath.Join(a, "..", "b"), ws, ab, filepath.Join(a, "to-file", "x")} {
+		want := "outside execution.context.workspace_root"
+		if strings.Contains(cwd, "to-file") {
+			want = "cannot be resolved inside execution.context.workspace_root"
+		}
 		for tool, ar := range calls {
 			tc := &toolsv1.ToolContext{SessionId: "s", Cwd: cwd, WorkspaceRoot: a,
 				Sandbox: &toolsv1.SandboxPolicy{Mode: toolsv1.SandboxMode_SANDBOX_MODE_WORKSPACE_WRITE}}
@@ -53,9 +66,25 @@ func TestCwdOutsideTheSessionRoot(t *testing.T) {
 				t.Errorf("%s with cwd %s crossed out of the session root %s: %s", tool, cwd, a, text(r))
 			case status.Code(err) != codes.InvalidArgument:
 				t.Errorf("%s with cwd %s: %v %q, want INVALID_ARGUMENT", tool, cwd, err, text(r))
-			case !strings.Contains(status.Convert(err).Message(), "outside execution.context.workspace_root"):
-				t.Errorf("%s with cwd %s: refusal does not name the root: %v", tool, cwd, err)
+			case !strings.Contains(status.Convert(err).Message(), want) || !strings.Contains(status.Convert(err).Message(), "create a new session"):
+				t.Errorf("%s with cwd %s: refusal does not say %q and what to do: %v", tool, cwd, want, err)
 			}
+		}
+	}
+	// A missing cwd below a link out (a/to-b/missing) passes the host's
+	// check — nothing is there — and is left to the tools, which confine
+	// what they resolve against it to the session root: neither the skill
+	// tool (its catalog) nor read (../AGENTS.md, which is b's) reaches b.
+	missing := filepath.Join(a, "to-b", "missing")
+	for tool, ar := range map[string]string{"skill": calls["skill"], "read": args(map[string]any{"file_path": "../AGENTS.md"})} {
+		tc := &toolsv1.ToolContext{SessionId: "s", Cwd: missing, WorkspaceRoot: a,
+			Sandbox: &toolsv1.SandboxPolicy{Mode: toolsv1.SandboxMode_SANDBOX_MODE_WORKSPACE_WRITE}}
+		_, r, err := h.ExecuteCall(t.Context(), &toolsv1.ToolExecution{CallId: "c", Name: tool, Arguments: ar, Context: tc})
+		switch {
+		case strings.Contains(text(r), canary):
+			t.Errorf("%s with cwd %s crossed out of the session root %s: %s", tool, missing, a, text(r))
+		case err == nil && !r.GetIsError():
+			t.Errorf("%s with cwd %s answered %q, want a refusal", tool, missing, text(r))
 		}
 	}
 	// A cwd inside the session root is served: the skill tool and read see

@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -170,7 +171,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	if s.workspace, err = workspace.New(wcfg); err != nil {
 		return nil, fmt.Errorf("toolhost: %w", err)
 	}
-	tools = append(tools, s.workspace.Tool())
+	tools = append(tools, s.workspace.Tool(s.skillBounds))
 	s.host, err = toolsdk.NewHost(toolsdk.HostConfig{
 		Logger:           logger,
 		MaxArgumentBytes: cfg.MaxArgumentBytes,
@@ -202,19 +203,28 @@ func (s *Service) endSession(_ context.Context, sessionID string) (int, error) {
 // confinement, never widen it. The checked resolution is what the call
 // carries (toolsdk.Call.Vetted) and what effective confines it to: one
 // resolution per call, and the one checked is the one used. It also
-// refuses a cwd outside that root (sessionCwd): the skill tool reads its
-// cwd's catalog confined only to the host's root.
+// refuses a cwd outside that root (sessionCwd), a first layer: the skill
+// tool reads its cwd's catalog confined to the same root (skillBounds).
 func (s *Service) vetContext(tc *toolsv1.ToolContext) (any, error) {
 	wr := tc.GetWorkspaceRoot()
 	if wr == "" || s.unconfined {
 		return nil, nil
 	}
-	wr = filepath.Clean(wr)
+	wr, cwd := filepath.Clean(wr), filepath.Clean(tc.GetCwd())
+	if cwd != wr && filepath.IsAbs(cwd) && isWithin(cwd, wr) && isWithin(wr, s.root) && fileopen.NoLinks(cwd) {
+		// No component of cwd is a link, so none of wr's, its ancestor:
+		// both are their own resolution, cwd inside wr — one openat2
+		// where sessionRoot and sessionCwd take one each.
+		if err := s.realInside(wr, wr); err != nil {
+			return nil, err
+		}
+		return &vettedRoot{root: wr, real: wr}, nil
+	}
 	real, err := s.sessionRoot(wr)
 	if err != nil {
 		return nil, err
 	}
-	if err := sessionCwd(filepath.Clean(tc.GetCwd()), wr, real); err != nil {
+	if err := sessionCwd(cwd, wr, real); err != nil {
 		return nil, err
 	}
 	return &vettedRoot{root: wr, real: real}, nil
@@ -224,20 +234,29 @@ func (s *Service) vetContext(tc *toolsv1.ToolContext) (any, error) {
 // its resolution), lexically or once resolved: a session of ws/a working
 // in ws/b (or in a link of ws/a to it) would have the skill tool load
 // ws/b's skills. The usual cwd, the root itself, costs nothing; another
-// one resolution. A cwd that does not resolve (missing) is left to the
-// tools, which refuse it on their own (nothing is there to read).
+// one resolution. A missing cwd (it or an ancestor does not exist) is left
+// to the tools, which confine every path they resolve against it to the
+// session's root on their own; any other failure to resolve it (a file
+// on the way, a link loop, no permission) is refused.
 func sessionCwd(cwd, wr, real string) error {
 	if cwd == wr {
 		return nil
 	}
 	if !isWithin(cwd, wr) {
-		return fmt.Errorf("execution.context.cwd %s is outside execution.context.workspace_root %s: send a cwd inside the session's workspace root", cwd, wr)
+		return fmt.Errorf("execution.context.cwd %s is outside execution.context.workspace_root %s: %s", cwd, wr, cwdFix)
 	}
-	if rc, err := fileopen.EvalSymlinks(cwd); err == nil && rc != real && !isWithin(rc, real) {
-		return fmt.Errorf("execution.context.cwd %s resolves to %s, which is outside execution.context.workspace_root %s: send a cwd inside the session's workspace root", cwd, rc, wr)
+	rc, err := fileopen.EvalSymlinks(cwd)
+	switch {
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("execution.context.cwd %s cannot be resolved inside execution.context.workspace_root %s: %v; %s", cwd, wr, err, cwdFix)
+	case err == nil && rc != real && !isWithin(rc, real):
+		return fmt.Errorf("execution.context.cwd %s resolves to %s, which is outside execution.context.workspace_root %s: %s", cwd, rc, wr, cwdFix)
 	}
 	return nil
 }
+
+// cwdFix is what the caller of a refused cwd can do about it.
+const cwdFix = "a session's cwd must be a directory inside its workspace root and cannot be changed; create a new session with a cwd inside its workspace root"
 
 // vettedRoot is a call's workspace root as vetContext resolved and checked
 // it.
@@ -258,10 +277,16 @@ func (s *Service) sessionRoot(wr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("execution.context.workspace_root %s: %v", wr, err)
 	}
+	return real, s.realInside(wr, real)
+}
+
+// realInside refuses a session root wr whose resolution real lies outside
+// the host's real root.
+func (s *Service) realInside(wr, real string) error {
 	if real != s.realRoot && !isWithin(real, s.realRoot) {
-		return "", fmt.Errorf("execution.context.workspace_root %s resolves to %s, outside this host's workspace %s", wr, real, s.realRoot)
+		return fmt.Errorf("execution.context.workspace_root %s resolves to %s, outside this host's workspace %s", wr, real, s.realRoot)
 	}
-	return real, nil
+	return nil
 }
 
 // support is what the host declares: it enforces every policy it is sent
@@ -331,6 +356,25 @@ func resolveRoot(root string) (string, error) {
 		return "", fmt.Errorf("%s is not a directory", real)
 	}
 	return real, nil
+}
+
+// skillBounds is the skill tool's confinement: the call's real workspace
+// root as effective resolves it for the file tools (vetted once per call;
+// the host's own root when the call sends none). The cwd, its project root
+// (the .git search stops there) and the project's skill roots must all lie
+// inside it: vetContext's cwd check is the first layer, this the one at
+// the point of use, which a cwd swapped for a link after the vetting
+// cannot get past.
+func (s *Service) skillBounds(call *toolsdk.Call) (workspace.Bounds, error) {
+	eff, err := s.effective(call)
+	if err != nil {
+		return workspace.Bounds{}, err
+	}
+	wr := s.root
+	if call.WorkspaceRoot != "" {
+		wr = filepath.Clean(call.WorkspaceRoot)
+	}
+	return workspace.Bounds{Root: wr, Real: eff.Root}, nil
 }
 
 // scope is the file tools' view of a call's confinement.

@@ -21,7 +21,8 @@ import (
 // the call) and using that answer for the whole call (Call.Vetted): the
 // session root, or an ancestor, is swapped for a link to a directory
 // outside the host's workspace holding a file of the same name right after
-// the vetting, deterministically, and read, grep, glob and bash then run
+// the vetting, deterministically, and read, grep, glob, write and bash (when
+// the sandbox works here) then run
 // through the tool path Execute takes with the stale vetted root. Every
 // call must be refused — the file tools and the sandbox's rules open that
 // root with links refused — and nothing outside may be read or written.
@@ -56,30 +57,38 @@ func TestRootSwappedAfterVetting(t *testing.T) {
 			}
 			swaptest.Swap(t, swapped, swapped+"-alt", outside)
 			calls := map[string]map[string]any{
-				"read": {"file_path": "f.txt"},
-				"grep": {"pattern": "CANARY"},
-				"glob": {"pattern": "*.txt"},
-				"bash": {"command": "cat f.txt; echo w > w.txt", "description": "read and write through the root"},
+				"read":  {"file_path": "f.txt"},
+				"grep":  {"pattern": "CANARY"},
+				"glob":  {"pattern": "*.txt"},
+				"write": {"file_path": "w.txt", "content": "x"},
+				"bash":  {"command": "cat f.txt; echo w > w.txt", "description": "read and write through the root"},
 			}
 			for name, a := range calls {
-				tool, ok := s.host.Tool(name)
-				if !ok {
-					t.Fatalf("no %s tool", name)
-				}
-				b, _ := json.Marshal(a)
-				call := toolsdk.NewCall(&toolsv1.ToolExecution{CallId: "c-" + name, Name: name, Arguments: string(b), Context: tcx}, nil)
-				call.Vetted = vetted
-				r, err := tool.Run(t.Context(), call)
-				got := toolsdk.ResultText(r.Content)
-				if err != nil {
-					got += err.Error()
-				}
-				if strings.Contains(got, canary) {
-					t.Errorf("%s read the outside file through the stale vetted root: %s", name, got)
-				}
-				if err == nil {
-					t.Errorf("%s with the stale vetted root answered %q, want a refusal", name, got)
-				}
+				t.Run(name, func(t *testing.T) {
+					if name == "bash" && s.Sandbox().Unavailable != nil {
+						// Without a sandbox bash refuses every confined call:
+						// its refusal here would prove nothing about the window.
+						t.Skipf("the sandbox is unavailable here: %v", s.Sandbox().Unavailable)
+					}
+					tool, ok := s.host.Tool(name)
+					if !ok {
+						t.Fatalf("no %s tool", name)
+					}
+					b, _ := json.Marshal(a)
+					call := toolsdk.NewCall(&toolsv1.ToolExecution{CallId: "c-" + name, Name: name, Arguments: string(b), Context: tcx}, nil)
+					call.Vetted = vetted
+					r, err := tool.Run(t.Context(), call)
+					got := toolsdk.ResultText(r.Content)
+					if err != nil {
+						got += err.Error()
+					}
+					if strings.Contains(got, canary) {
+						t.Errorf("%s read the outside file through the stale vetted root: %s", name, got)
+					}
+					if err == nil {
+						t.Errorf("%s with the stale vetted root answered %q, want a refusal", name, got)
+					}
+				})
 			}
 			if after := tree(t, outside); after != before {
 				t.Errorf("a tool wrote outside the workspace through the swapped root: %s, was %s", after, before)

@@ -256,11 +256,15 @@ func walk(ctx context.Context, tr *tree, root fstools.Target, keep func(rel stri
 var errCollected = errors.New("collected enough")
 
 // stopDir is the outermost directory whose .gitignore applies: the real
-// workspace root of the call. Under a scope that is the scope's root — the
-// root the host vetted for the call, or its own real root when the call
-// sends none — not resolved again; without one (or if it fails) the root
-// is resolved here.
-func (s *Search) stopDir(call *toolsdk.Call) string {
+// root the search's target t was confined to (the root the host vetted for
+// the call, its own real root when the call sends none, or the spill
+// directory for a path in it), with no second look-up. An unconfined
+// target has none: then the scope's root, else the call's root resolved
+// here.
+func (s *Search) stopDir(call *toolsdk.Call, t fstools.Target) string {
+	if t.Root != "" {
+		return t.Root
+	}
 	if s.conf.Scope != nil {
 		if sc, err := s.conf.Scope(call); err == nil && sc.Root != "" {
 			return sc.Root
@@ -370,7 +374,7 @@ func (s *Search) grep(ctx context.Context, call *toolsdk.Call, a GrepArgs) (tool
 		return toolsdk.Result{}, err
 	}
 	defer tr.Close()
-	files, err := walk(ctx, tr, root, keep, newIgnoreSet(tr.openFile), s.stopDir(call))
+	files, err := walk(ctx, tr, root, keep, newIgnoreSet(tr.openFile), s.stopDir(call, root))
 	if err != nil {
 		return toolsdk.Result{}, searchErr(ctx, err)
 	}

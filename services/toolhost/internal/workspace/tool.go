@@ -27,11 +27,27 @@ const (
 )
 
 // Tool returns the skill tool: it loads a skill of the calling session's cwd
-// and returns its instructions in the §7.8 format.
-func (r *Reader) Tool() toolsdk.Tool {
+// and returns its instructions in the §7.8 format. bounds is the call's
+// confinement (nil: the host's root): the cwd, its project root and the
+// project's skills must all lie inside it.
+func (r *Reader) Tool(bounds func(*toolsdk.Call) (Bounds, error)) toolsdk.Tool {
+	run := func(_ context.Context, call *toolsdk.Call, a SkillArgs) (toolsdk.Result, error) {
+		var b Bounds
+		if bounds != nil {
+			var err error
+			if b, err = bounds(call); err != nil {
+				return toolsdk.Result{}, err
+			}
+		}
+		s, err := r.LoadSkill(b, call.Cwd, a.Name)
+		if err != nil {
+			return toolsdk.Result{}, err
+		}
+		return toolsdk.Text(FormatSkill(s)), nil
+	}
 	return toolsdk.Define(SkillToolName,
 		"Load a skill from the skill catalog by name: returns the skill's instructions and where its resources live. Use it when a task matches a skill's description.",
-		r.runSkill,
+		run,
 		toolsdk.AlwaysConcurrencySafe(),
 		toolsdk.PresentCall(func(a SkillArgs) *toolsv1.ToolCallView {
 			return &toolsv1.ToolCallView{Card: &toolsv1.ToolCallView_Generic{Generic: &toolsv1.GenericCallView{
@@ -41,18 +57,14 @@ func (r *Reader) Tool() toolsdk.Tool {
 	)
 }
 
-func (r *Reader) runSkill(_ context.Context, call *toolsdk.Call, a SkillArgs) (toolsdk.Result, error) {
-	s, err := r.LoadSkill(call.Cwd, a.Name)
-	if err != nil {
-		return toolsdk.Result{}, err
+// LoadSkill returns the named skill of cwd's catalog, confined to b (empty:
+// the host's root), refusing unknown skills and those that disable model
+// invocation.
+func (r *Reader) LoadSkill(b Bounds, cwd, name string) (*Skill, error) {
+	r, err := r.confinedTo(b)
+	if err == nil {
+		cwd, err = r.checkCwd(cwd)
 	}
-	return toolsdk.Text(FormatSkill(s)), nil
-}
-
-// LoadSkill returns the named skill of cwd's catalog, refusing unknown
-// skills and those that disable model invocation.
-func (r *Reader) LoadSkill(cwd, name string) (*Skill, error) {
-	cwd, err := r.checkCwd(cwd)
 	if err != nil {
 		if errors.Is(err, ErrOutside) {
 			return nil, toolsdk.Errorf(CodeBadCwd, "%v", err)

@@ -24,7 +24,7 @@ func TestSkillTool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := toolsdk.NewHost(toolsdk.HostConfig{}, r.Tool())
+	h, err := toolsdk.NewHost(toolsdk.HostConfig{}, r.Tool(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

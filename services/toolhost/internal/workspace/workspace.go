@@ -90,7 +90,34 @@ func New(cfg Config) (*Reader, error) {
 	return &Reader{cfg: cfg, realRoot: real}, nil
 }
 
-// Context reads the instruction files and the skill catalog of cwd.
+// Bounds are what one call of the skill tool is confined to: Root, the
+// clean absolute root as the call names it (its cwd must lie inside it
+// lexically), and Real, Root's resolution (the cwd, the project root and
+// every project file must resolve inside it). A toolhost passes a
+// session's vetted workspace root, so a session of ws/a reads nothing of
+// ws/b or of ws itself even on a host whose root is ws.
+type Bounds struct{ Root, Real string }
+
+// confinedTo returns a Reader confined to b instead of the host's root, or
+// ErrOutside when b is not inside the host's root (lexically and
+// resolved). An empty b is the host's root.
+func (r *Reader) confinedTo(b Bounds) (*Reader, error) {
+	if b.Root == "" {
+		return r, nil
+	}
+	if !filepath.IsAbs(b.Root) || filepath.Clean(b.Root) != b.Root || !filepath.IsAbs(b.Real) || filepath.Clean(b.Real) != b.Real {
+		return nil, fmt.Errorf("%w: the session root %q (resolved %q) is not a clean absolute path", ErrOutside, b.Root, b.Real)
+	}
+	if !r.cfg.Unconfined && (!within(b.Root, r.cfg.Root) || !within(b.Real, r.realRoot)) {
+		return nil, fmt.Errorf("%w: the session root %s is not inside %s", ErrOutside, b.Root, r.cfg.Root)
+	}
+	c := *r
+	c.cfg.Root, c.realRoot = b.Root, b.Real
+	return &c, nil
+}
+
+// Context reads the instruction files and the skill catalog of cwd,
+// confined to the host's root (GetWorkspaceContext carries only a cwd).
 func (r *Reader) Context(cwd string) (*toolsv1.GetWorkspaceContextResponse, error) {
 	cwd, err := r.checkCwd(cwd)
 	if err != nil {

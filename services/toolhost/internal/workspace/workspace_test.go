@@ -306,7 +306,7 @@ func TestSkillRootSymlinkOut(t *testing.T) {
 	if len(resp.GetSkills()) != 0 || len(resp.GetSkillErrors()) != 1 || !strings.Contains(resp.GetSkillErrors()[0].GetMessage(), "resolves outside the workspace") {
 		t.Errorf("context %v", resp)
 	}
-	if _, err := r.LoadSkill(filepath.Join(outer, "ws"), "leak"); err == nil {
+	if _, err := r.LoadSkill(workspace.Bounds{}, filepath.Join(outer, "ws"), "leak"); err == nil {
 		t.Error("the skill tool loaded a skill from outside the workspace")
 	}
 }
@@ -372,4 +372,50 @@ func BenchmarkContext(b *testing.B) {
 		n++
 	}
 	b.ReportMetric(float64((cputime.Process()-start).Nanoseconds())/float64(n), "cpu-ns/op")
+}
+
+// TestSkillBounds: LoadSkill confined to a session's root inside the
+// host's reads that root's skills only — not those of the host root's
+// project (its .git lies above the session root), not those of a sibling
+// reached through a link in the session root — and refuses bounds that are
+// not inside the host's root at all.
+func TestSkillBounds(t *testing.T) {
+	t.Parallel()
+	outer := tree(t, map[string]string{
+		"ws/.git/HEAD":               "x",
+		"ws/.agents/skills/host.md":  "---\ndescription: host\n---\nHOST-CANARY",
+		"ws/a/.agents/skills/own.md": "---\ndescription: own\n---\nown",
+		"ws/a/to-b":                  "->$ROOT/ws/b",
+		"ws/b/.git/HEAD":             "x",
+		"ws/b/.agents/skills/sib.md": "---\ndescription: sib\n---\nSIB-CANARY",
+		"elsewhere/.git/HEAD":        "x",
+	})
+	ws, err := filepath.EvalSymlinks(filepath.Join(outer, "ws"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := workspace.New(workspace.Config{Root: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := workspace.Bounds{Root: filepath.Join(ws, "a"), Real: filepath.Join(ws, "a")}
+	if s, err := r.LoadSkill(a, a.Root, "own"); err != nil || s.Body != "own" {
+		t.Errorf("own skill in the session root: %v %v", s, err)
+	}
+	if s, err := r.LoadSkill(workspace.Bounds{}, a.Root, "host"); err != nil || s.Body != "HOST-CANARY" {
+		t.Errorf("the host root's bounds: %v %v (want the host project's skill)", s, err)
+	}
+	for _, c := range []struct {
+		b         workspace.Bounds
+		cwd, name string
+	}{
+		{a, a.Root, "host"},
+		{a, filepath.Join(a.Root, "to-b"), "sib"},
+		{workspace.Bounds{Root: filepath.Join(outer, "elsewhere"), Real: filepath.Join(outer, "elsewhere")}, filepath.Join(outer, "elsewhere"), "x"},
+	} {
+		s, err := r.LoadSkill(c.b, c.cwd, c.name)
+		if err == nil {
+			t.Errorf("bounds %v, cwd %s: loaded %q, want a refusal", c.b, c.cwd, s.Body)
+		}
+	}
 }
