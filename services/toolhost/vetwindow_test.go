@@ -4,6 +4,7 @@ package toolhost
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -14,6 +15,7 @@ import (
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/internal/fileopen/swaptest"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
+	"github.com/dsh-dev/dsh/services/toolhost/internal/fstools"
 )
 
 // TestRootSwappedAfterVetting attacks the window the host opens by
@@ -87,6 +89,13 @@ func TestRootSwappedAfterVetting(t *testing.T) {
 					}
 					if err == nil {
 						t.Errorf("%s with the stale vetted root answered %q, want a refusal", name, got)
+					}
+					// The file tools refuse it as the link it is, not for any
+					// other reason (a tool broken to fail always would pass
+					// the checks above).
+					var te *toolsdk.Error
+					if name != "bash" && (!errors.As(err, &te) || te.Code() != fstools.CodeSandboxDenied) {
+						t.Errorf("%s refused with %v, want %s", name, err, fstools.CodeSandboxDenied)
 					}
 				})
 			}
