@@ -128,7 +128,7 @@ func (s *Service) checkNewCwd(ctx context.Context, cwd string, opts *sessionv1.S
 		// refuse every call whose cwd resolves outside its root.
 		return "", invalidf("cwd %q%s is outside options.workspace_root %q: send a cwd inside the session's workspace root", cwd, defaulted, r)
 	}
-	if err := s.checkCwd(ctx, cwd, opts.GetToolhosts()); err != nil {
+	if err := s.checkCwd(ctx, cwd, opts); err != nil {
 		return "", err
 	}
 	return cwd, nil
@@ -636,20 +636,21 @@ func checkJSON(field string, s *string) error {
 }
 
 // cwdChecker is a workspace source that can tell, before a session exists,
-// whether its toolhosts accept its cwd (prompt.Workspaces).
+// whether its toolhosts accept its cwd within its workspace root
+// (prompt.Workspaces).
 type cwdChecker interface {
-	CheckCwd(ctx context.Context, cwd string, hosts []string) error
+	CheckCwd(ctx context.Context, cwd, root string, hosts []string) error
 }
 
 // checkCwd refuses a new session whose cwd a visible toolhost refuses (in a
 // cluster: a client's local path, or an agent default outside the
 // toolhost's workspace volume), as INVALID_ARGUMENT at creation.
-func (s *Service) checkCwd(ctx context.Context, cwd string, hosts []string) error {
+func (s *Service) checkCwd(ctx context.Context, cwd string, opts *sessionv1.SessionOptions) error {
 	c, ok := s.deps.Workspace.(cwdChecker)
 	if !ok || cwd == "" {
 		return nil
 	}
-	if err := c.CheckCwd(ctx, cwd, hosts); err != nil {
+	if err := c.CheckCwd(ctx, cwd, opts.GetWorkspaceRoot(), opts.GetToolhosts()); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

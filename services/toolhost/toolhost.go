@@ -210,21 +210,37 @@ func (s *Service) vetContext(tc *toolsv1.ToolContext) (any, error) {
 	if wr == "" || s.unconfined {
 		return nil, nil
 	}
-	wr, cwd := filepath.Clean(wr), filepath.Clean(tc.GetCwd())
+	return s.vetRoot(callFields, filepath.Clean(wr), filepath.Clean(tc.GetCwd()))
+}
+
+// fields names a request's session root and cwd in refusals.
+type fields struct{ root, cwd string }
+
+var (
+	// callFields are an Execute's (vetContext, effective).
+	callFields = fields{"execution.context.workspace_root", "execution.context.cwd"}
+	// contextFields are a GetWorkspaceContextRequest's.
+	contextFields = fields{"workspace_root", "cwd"}
+)
+
+// vetRoot is vetContext's check of a clean session root wr and cwd (f
+// names them in a refusal): wr inside the host's root and cwd inside wr,
+// lexically and resolved.
+func (s *Service) vetRoot(f fields, wr, cwd string) (*vettedRoot, error) {
 	if cwd != wr && filepath.IsAbs(cwd) && isWithin(cwd, wr) && isWithin(wr, s.root) && fileopen.NoLinks(cwd) {
 		// No component of cwd is a link, so none of wr's, its ancestor:
 		// both are their own resolution, cwd inside wr — one openat2
 		// where sessionRoot and sessionCwd take one each.
-		if err := s.realInside(wr, wr); err != nil {
+		if err := s.realInside(f, wr, wr); err != nil {
 			return nil, err
 		}
 		return &vettedRoot{root: wr, real: wr}, nil
 	}
-	real, err := s.sessionRoot(wr)
+	real, err := s.sessionRoot(f, wr)
 	if err != nil {
 		return nil, err
 	}
-	if err := sessionCwd(cwd, wr, real); err != nil {
+	if err := sessionCwd(f, cwd, wr, real); err != nil {
 		return nil, err
 	}
 	return &vettedRoot{root: wr, real: real}, nil
@@ -238,19 +254,19 @@ func (s *Service) vetContext(tc *toolsv1.ToolContext) (any, error) {
 // to the tools, which confine every path they resolve against it to the
 // session's root on their own; any other failure to resolve it (a file
 // on the way, a link loop, no permission) is refused.
-func sessionCwd(cwd, wr, real string) error {
+func sessionCwd(f fields, cwd, wr, real string) error {
 	if cwd == wr {
 		return nil
 	}
 	if !isWithin(cwd, wr) {
-		return fmt.Errorf("execution.context.cwd %s is outside execution.context.workspace_root %s: %s", cwd, wr, cwdFix)
+		return fmt.Errorf("%s %s is outside %s %s: %s", f.cwd, cwd, f.root, wr, cwdFix)
 	}
 	rc, err := fileopen.EvalSymlinks(cwd)
 	switch {
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("execution.context.cwd %s cannot be resolved inside execution.context.workspace_root %s: %v; %s", cwd, wr, err, cwdFix)
+		return fmt.Errorf("%s %s cannot be resolved inside %s %s: %v; %s", f.cwd, cwd, f.root, wr, err, cwdFix)
 	case err == nil && rc != real && !isWithin(rc, real):
-		return fmt.Errorf("execution.context.cwd %s resolves to %s, which is outside execution.context.workspace_root %s: %s", cwd, rc, wr, cwdFix)
+		return fmt.Errorf("%s %s resolves to %s, which is outside %s %s: %s", f.cwd, cwd, rc, f.root, wr, cwdFix)
 	}
 	return nil
 }
@@ -269,22 +285,22 @@ type vettedRoot struct{ root, real string }
 // root swapped for a link after that (by whoever can write its parent) is
 // caught where the root is used: the file tools and the sandbox's rules
 // open it with links refused (fileopen), failing closed.
-func (s *Service) sessionRoot(wr string) (string, error) {
+func (s *Service) sessionRoot(f fields, wr string) (string, error) {
 	if wr != s.root && !isWithin(wr, s.root) {
-		return "", fmt.Errorf("execution.context.workspace_root %s is outside this host's workspace %s", wr, s.root)
+		return "", fmt.Errorf("%s %s is outside this host's workspace %s", f.root, wr, s.root)
 	}
 	real, err := resolveRoot(wr)
 	if err != nil {
-		return "", fmt.Errorf("execution.context.workspace_root %s: %v", wr, err)
+		return "", fmt.Errorf("%s %s: %v", f.root, wr, err)
 	}
-	return real, s.realInside(wr, real)
+	return real, s.realInside(f, wr, real)
 }
 
 // realInside refuses a session root wr whose resolution real lies outside
 // the host's real root.
-func (s *Service) realInside(wr, real string) error {
+func (s *Service) realInside(f fields, wr, real string) error {
 	if real != s.realRoot && !isWithin(real, s.realRoot) {
-		return fmt.Errorf("execution.context.workspace_root %s resolves to %s, outside this host's workspace %s", wr, real, s.realRoot)
+		return fmt.Errorf("%s %s resolves to %s, outside this host's workspace %s", f.root, wr, real, s.realRoot)
 	}
 	return nil
 }
@@ -317,7 +333,7 @@ func (s *Service) effective(call *toolsdk.Call) (sandbox.Effective, error) {
 			real = v.real
 			break
 		}
-		real, err = s.sessionRoot(wr)
+		real, err = s.sessionRoot(callFields, wr)
 	case call.WorkspaceRoot != "":
 		real, err = resolveRoot(wr)
 	default:
@@ -397,20 +413,52 @@ func isWithin(p, root string) bool {
 	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../")
 }
 
-// workspaceContext answers GetWorkspaceContext; a cwd outside the
-// workspace is INVALID_ARGUMENT.
-func (s *Service) workspaceContext(_ context.Context, cwd string) (*toolsv1.GetWorkspaceContextResponse, error) {
-	resp, err := s.workspace.Context(cwd)
+// workspaceContext answers GetWorkspaceContext, read within the session's
+// root wr when the request names one (contextBounds), else the host's. A
+// root outside the host's, or a cwd outside the root or the workspace, is
+// INVALID_ARGUMENT.
+func (s *Service) workspaceContext(_ context.Context, cwd, wr string) (*toolsv1.GetWorkspaceContextResponse, error) {
+	b, err := s.contextBounds(cwd, wr)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	resp, err := s.workspace.Context(b, cwd)
 	if errors.Is(err, workspace.ErrOutside) {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return resp, err
 }
 
-// WorkspaceContext is the workspace context of cwd, as GetWorkspaceContext
-// answers it (errors.Is(err, workspace.ErrOutside) for a cwd outside).
+// contextBounds vets a GetWorkspaceContext's session root wr (clean, or
+// empty: the host's root) and its cwd as vetContext vets a call's, and
+// returns the bounds its context is read in: a session of ws/a on a host
+// of ws reads no AGENTS.md or skill of ws/b (through a link in ws/a) or
+// of ws (a .git above ws/a). The reader checks every file against them
+// again where it opens it. An unconfined host resolves the root only, as
+// effective does for its calls.
+func (s *Service) contextBounds(cwd, wr string) (workspace.Bounds, error) {
+	if wr == "" {
+		return workspace.Bounds{}, nil
+	}
+	if s.unconfined {
+		real, err := resolveRoot(wr)
+		if err != nil {
+			return workspace.Bounds{}, fmt.Errorf("%s %s: %v", contextFields.root, wr, err)
+		}
+		return workspace.Bounds{Root: wr, Real: real}, nil
+	}
+	v, err := s.vetRoot(contextFields, wr, cwd)
+	if err != nil {
+		return workspace.Bounds{}, err
+	}
+	return workspace.Bounds{Root: v.root, Real: v.real}, nil
+}
+
+// WorkspaceContext is the workspace context of cwd within the host's root,
+// as GetWorkspaceContext answers it without a session root
+// (errors.Is(err, workspace.ErrOutside) for a cwd outside).
 func (s *Service) WorkspaceContext(cwd string) (*toolsv1.GetWorkspaceContextResponse, error) {
-	return s.workspace.Context(cwd)
+	return s.workspace.Context(workspace.Bounds{}, cwd)
 }
 
 // Register registers the ToolHost service on a gRPC server.

@@ -12,16 +12,22 @@ import (
 
 // GetWorkspaceContext answers with HostConfig.WorkspaceContext, or with an
 // empty context (owns_workspace false) when the host owns no workspace. A
-// missing or relative cwd is INVALID_ARGUMENT either way.
+// missing or relative cwd, or a relative workspace_root, is
+// INVALID_ARGUMENT either way.
 func (h *Host) GetWorkspaceContext(ctx context.Context, req *toolsv1.GetWorkspaceContextRequest) (*toolsv1.GetWorkspaceContextResponse, error) {
-	cwd := req.GetCwd()
+	cwd, root := req.GetCwd(), req.GetWorkspaceRoot()
 	if cwd == "" || !filepath.IsAbs(cwd) {
 		return nil, status.Errorf(codes.InvalidArgument, "cwd %q must be an absolute path", cwd)
+	}
+	if root != "" && !filepath.IsAbs(root) {
+		return nil, status.Errorf(codes.InvalidArgument, "workspace_root %q must be an absolute path (or empty for the host's root)", root)
+	} else if root != "" {
+		root = filepath.Clean(root)
 	}
 	if h.cfg.WorkspaceContext == nil {
 		return &toolsv1.GetWorkspaceContextResponse{}, nil
 	}
-	resp, err := h.cfg.WorkspaceContext(ctx, filepath.Clean(cwd))
+	resp, err := h.cfg.WorkspaceContext(ctx, filepath.Clean(cwd), root)
 	if err != nil {
 		if _, ok := status.FromError(err); ok {
 			return nil, err

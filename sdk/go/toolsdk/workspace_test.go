@@ -18,10 +18,11 @@ func TestGetWorkspaceContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owning, err := toolsdk.NewHost(toolsdk.HostConfig{WorkspaceContext: func(_ context.Context, cwd string) (*toolsv1.GetWorkspaceContextResponse, error) {
+	owning, err := toolsdk.NewHost(toolsdk.HostConfig{WorkspaceContext: func(_ context.Context, cwd, root string) (*toolsv1.GetWorkspaceContextResponse, error) {
 		switch cwd {
 		case "/ws":
-			return &toolsv1.GetWorkspaceContextResponse{OwnsWorkspace: true, ProjectRoot: cwd}, nil
+			// The version echoes the session root the hook was given.
+			return &toolsv1.GetWorkspaceContextResponse{OwnsWorkspace: true, ProjectRoot: cwd, Version: root}, nil
 		case "/outside":
 			return nil, status.Error(codes.InvalidArgument, "outside")
 		}
@@ -34,25 +35,33 @@ func TestGetWorkspaceContext(t *testing.T) {
 		name string
 		h    *toolsdk.Host
 		cwd  string
+		wr   string // the request's workspace_root
 		root string
+		seen string // the workspace root the hook saw
 		code codes.Code
 	}{
-		{"no workspace answers empty", plain, "/anything", "", codes.OK},
-		{"relative cwd", plain, "rel", "", codes.InvalidArgument},
-		{"empty cwd", owning, "", "", codes.InvalidArgument},
-		{"hook answers (cwd cleaned)", owning, "/ws/./", "/ws", codes.OK},
-		{"hook status passes through", owning, "/outside", "", codes.InvalidArgument},
-		{"other errors are internal", owning, "/boom", "", codes.Internal},
+		{"no workspace answers empty", plain, "/anything", "", "", "", codes.OK},
+		{"relative cwd", plain, "rel", "", "", "", codes.InvalidArgument},
+		{"empty cwd", owning, "", "", "", "", codes.InvalidArgument},
+		{"hook answers (cwd cleaned)", owning, "/ws/./", "", "/ws", "", codes.OK},
+		{"hook gets the session root, cleaned", owning, "/ws", "/ws/./", "/ws", "/ws", codes.OK},
+		{"relative workspace_root", owning, "/ws", "ws", "", "", codes.InvalidArgument},
+		{"relative workspace_root, no workspace", plain, "/ws", "ws", "", "", codes.InvalidArgument},
+		{"hook status passes through", owning, "/outside", "", "", "", codes.InvalidArgument},
+		{"other errors are internal", owning, "/boom", "", "", "", codes.Internal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			resp, err := tt.h.GetWorkspaceContext(t.Context(), &toolsv1.GetWorkspaceContextRequest{Cwd: tt.cwd})
+			resp, err := tt.h.GetWorkspaceContext(t.Context(), &toolsv1.GetWorkspaceContextRequest{Cwd: tt.cwd, WorkspaceRoot: tt.wr})
 			if status.Code(err) != tt.code {
 				t.Fatalf("err %v, want %v", err, tt.code)
 			}
 			if err == nil && resp.GetProjectRoot() != tt.root {
 				t.Errorf("project root %q, want %q", resp.GetProjectRoot(), tt.root)
+			}
+			if err == nil && resp.GetVersion() != tt.seen {
+				t.Errorf("the hook saw workspace root %q, want %q", resp.GetVersion(), tt.seen)
 			}
 		})
 	}

@@ -49,10 +49,11 @@ type SystemPrompt interface {
 	Assemble(in prompt.Input) (prompt.Assembly, error)
 }
 
-// Workspace reads the workspace context of a session's cwd from its
-// toolhosts (the version tells a changed context).
+// Workspace reads the workspace context of a session's cwd, within its
+// workspace root (empty: each host's), from its toolhosts (the version
+// tells a changed context).
 type Workspace interface {
-	Context(ctx context.Context, cwd string, hosts []string) (*toolsv1.GetWorkspaceContextResponse, error)
+	Context(ctx context.Context, cwd, root string, hosts []string) (*toolsv1.GetWorkspaceContextResponse, error)
 }
 
 // Config configures an Agent.

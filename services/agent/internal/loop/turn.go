@@ -457,7 +457,7 @@ func (a *Agent) refreshWorkspace(ctx context.Context) error {
 	if a.cfg.Workspace == nil {
 		return nil
 	}
-	ws, err := a.cfg.Workspace.Context(ctx, a.h.GetCwd(), a.visibleHosts())
+	ws, err := a.cfg.Workspace.Context(ctx, a.h.GetCwd(), a.h.GetOptions().GetWorkspaceRoot(), a.visibleHosts())
 	if err != nil {
 		if cerr := checkpoint(ctx); cerr != nil {
 			return cerr

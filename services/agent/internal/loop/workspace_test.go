@@ -21,7 +21,7 @@ type scriptedWorkspace struct {
 	n       int
 }
 
-func (w *scriptedWorkspace) Context(context.Context, string, []string) (*toolsv1.GetWorkspaceContextResponse, error) {
+func (w *scriptedWorkspace) Context(context.Context, string, string, []string) (*toolsv1.GetWorkspaceContextResponse, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	a := w.answers[min(w.n, len(w.answers)-1)]

@@ -10,7 +10,8 @@ import (
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 )
 
-// reads coalesces concurrent workspace reads of one (host, cwd): many
+// reads coalesces concurrent workspace reads of one (host, cwd, workspace
+// root): many
 // sessions starting turns at once (or being created in one directory)
 // share GetWorkspaceContext calls instead of each making its own.
 //
@@ -24,7 +25,9 @@ type reads struct {
 	pending map[readKey]*readState
 }
 
-type readKey struct{ host, cwd string }
+// readKey is what a read asks: a context read within one root is not
+// another root's.
+type readKey struct{ host, cwd, root string }
 
 // readState is one key's reads: the one in flight and the one its late
 // callers wait for.
@@ -50,14 +53,13 @@ type share struct {
 	deadline time.Time
 }
 
-// join returns the read of h for cwd that the caller shares: one that
+// join returns the read k of h that the caller shares: one that
 // starts after this call. The caller waits for it as long as the call
 // itself may take (timeout) from when it starts — for a read queued behind
 // the one in flight, that is after the running one's own timeout at the
 // latest.
-func (r *reads) join(ctx context.Context, h Host, cwd string, timeout time.Duration) share {
+func (r *reads) join(ctx context.Context, h Host, k readKey, timeout time.Duration) share {
 	now := time.Now()
-	k := readKey{h.Name, cwd}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.pending == nil {
@@ -70,7 +72,7 @@ func (r *reads) join(ctx context.Context, h Host, cwd string, timeout time.Durat
 		f = newFlight(ctx)
 		f.started = now
 		r.pending[k] = &readState{running: f}
-		go r.run(k, h, cwd, timeout, f)
+		go r.run(k, h, timeout, f)
 		return r.joined(f, now.Add(timeout))
 	case st.next != nil:
 		f = st.next
@@ -118,10 +120,10 @@ func newFlight(ctx context.Context) *flight {
 
 // run makes f's call, then starts the read its late callers joined, if
 // any, or forgets the key.
-func (r *reads) run(k readKey, h Host, cwd string, timeout time.Duration, f *flight) {
+func (r *reads) run(k readKey, h Host, timeout time.Duration, f *flight) {
 	for f != nil {
 		cctx, cancel := context.WithTimeout(f.ctx, timeout)
-		f.resp, f.err = h.Client.GetWorkspaceContext(cctx, &toolsv1.GetWorkspaceContextRequest{Cwd: cwd})
+		f.resp, f.err = h.Client.GetWorkspaceContext(cctx, &toolsv1.GetWorkspaceContextRequest{Cwd: k.cwd, WorkspaceRoot: k.root})
 		cancel()
 		close(f.done)
 		r.mu.Lock()

@@ -20,7 +20,8 @@ import (
 )
 
 // gatedHost answers each GetWorkspaceContext with what "disk" held when the
-// call started, and holds every call until the test releases it.
+// call started (its project root: the workspace root it was asked within),
+// and holds every call until the test releases it.
 type gatedHost struct {
 	disk    atomic.Value // string
 	calls   atomic.Int32
@@ -42,7 +43,7 @@ func (g *gatedHost) GetWorkspaceContext(ctx context.Context, in *toolsv1.GetWork
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return &toolsv1.GetWorkspaceContextResponse{OwnsWorkspace: true, Version: content,
+	return &toolsv1.GetWorkspaceContextResponse{OwnsWorkspace: true, Version: content, ProjectRoot: in.GetWorkspaceRoot(),
 		Instructions: []*toolsv1.InstructionFile{{Path: in.GetCwd() + "/AGENTS.md", Content: content}}}, nil
 }
 
@@ -52,7 +53,7 @@ func waitCallers(w *Workspaces, host, cwd string, n int) {
 	for {
 		w.reads.mu.Lock()
 		joined := 0
-		if st := w.reads.pending[readKey{host, cwd}]; st != nil {
+		if st := w.reads.pending[readKey{host, cwd, ""}]; st != nil {
 			for _, f := range []*flight{st.running, st.next} {
 				if f != nil {
 					joined += f.callers
@@ -76,7 +77,7 @@ func TestWorkspaceReadsNeverStale(t *testing.T) {
 	w := &Workspaces{Hosts: []Host{{"h", g}}}
 	first := make(chan *toolsv1.GetWorkspaceContextResponse, 1)
 	go func() {
-		r, err := w.Context(t.Context(), "/w", nil)
+		r, err := w.Context(t.Context(), "/w", "", nil)
 		if err != nil {
 			t.Error(err)
 		}
@@ -92,7 +93,7 @@ func TestWorkspaceReadsNeverStale(t *testing.T) {
 	got := make([]string, late)
 	for i := range late {
 		wg.Go(func() {
-			r, err := w.Context(t.Context(), "/w", nil)
+			r, err := w.Context(t.Context(), "/w", "", nil)
 			if err != nil {
 				t.Error(err)
 				return
@@ -131,13 +132,13 @@ func TestWorkspaceReadCallerCancels(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	gone := make(chan error, 1)
 	go func() {
-		_, err := w.Context(ctx, "/w", nil)
+		_, err := w.Context(ctx, "/w", "", nil)
 		gone <- err
 	}()
 	<-g.started
 	stays := make(chan *toolsv1.GetWorkspaceContextResponse, 1)
 	go func() {
-		r, err := w.Context(t.Context(), "/w", nil)
+		r, err := w.Context(t.Context(), "/w", "", nil)
 		if err != nil {
 			t.Error(err)
 		}
@@ -184,7 +185,7 @@ func TestWorkspaceReadsSeeEdits(t *testing.T) {
 				cwd = filepath.Join(h.Workspace, "sub")
 			}
 			wg.Go(func() {
-				r, err := w.Context(t.Context(), cwd, nil)
+				r, err := w.Context(t.Context(), cwd, "", nil)
 				if err != nil {
 					t.Error(err)
 					return
@@ -206,6 +207,40 @@ func TestWorkspaceReadsSeeEdits(t *testing.T) {
 	}
 }
 
+// TestWorkspaceReadsKeyOnTheRoot: reads of one cwd within different
+// session roots are never shared: each is its own call, sent with its root,
+// and each caller gets the answer read within its own root (sharing by
+// cwd alone would hand a session of ws/a the context of the host's root).
+func TestWorkspaceReadsKeyOnTheRoot(t *testing.T) {
+	t.Parallel()
+	g := newGatedHost("x")
+	w := &Workspaces{Hosts: []Host{{"h", g}}}
+	roots := []string{"", "/w", "/w/a"}
+	got := make(chan [2]string, len(roots))
+	for _, root := range roots {
+		go func() {
+			r, err := w.Context(t.Context(), "/w/a", root, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- [2]string{root, r.GetProjectRoot()}
+		}()
+	}
+	for range roots {
+		select {
+		case <-g.started:
+		case <-time.After(30 * time.Second): // a failure bound, not a synchronisation
+			t.Fatal("reads within different roots were not each their own call")
+		}
+	}
+	close(g.release)
+	for range roots {
+		if r := <-got; r[0] != r[1] {
+			t.Errorf("a read within root %q got the answer read within %q", r[0], r[1])
+		}
+	}
+}
+
 // TestWorkspaceHostsReadTogether: a turn start asks every visible host at
 // once (it waits for the slowest, not the sum) and still merges in host
 // order whichever answers first.
@@ -215,7 +250,7 @@ func TestWorkspaceHostsReadTogether(t *testing.T) {
 	w := &Workspaces{Hosts: []Host{{"a", a}, {"b", b}}}
 	got := make(chan *toolsv1.GetWorkspaceContextResponse, 1)
 	go func() {
-		r, err := w.Context(t.Context(), "/w", nil)
+		r, err := w.Context(t.Context(), "/w", "", nil)
 		if err != nil {
 			t.Error(err)
 		}
@@ -260,7 +295,7 @@ func TestWorkspaceReadWaitBounded(t *testing.T) {
 	done := make(chan *toolsv1.GetWorkspaceContextResponse, 2)
 	for range 2 {
 		go func() {
-			r, err := w.Context(t.Context(), "/w", nil)
+			r, err := w.Context(t.Context(), "/w", "", nil)
 			if err != nil {
 				t.Error(err)
 			}
@@ -303,9 +338,9 @@ func TestWorkspaceReadSlowHostLateCaller(t *testing.T) {
 	h := &slowHost{delay: 700 * time.Millisecond, started: make(chan struct{}, 2)}
 	w := &Workspaces{Hosts: []Host{{"slow", h}}, Timeout: time.Second}
 	first := make(chan error, 1)
-	go func() { _, err := w.Context(t.Context(), "/w", nil); first <- err }()
+	go func() { _, err := w.Context(t.Context(), "/w", "", nil); first <- err }()
 	<-h.started // the first read is in flight: the next caller queues behind it
-	r, err := w.Context(t.Context(), "/w", nil)
+	r, err := w.Context(t.Context(), "/w", "", nil)
 	if err != nil || len(r.GetNotices()) != 0 {
 		t.Errorf("the late caller: %v, notices %v; want the host's answer", err, r.GetNotices())
 	}

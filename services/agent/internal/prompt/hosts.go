@@ -31,6 +31,12 @@ type Host struct {
 // nothing; a host that fails adds a notice and is retried next time, so a
 // broken host never fails a turn. Concurrent reads of one host and cwd
 // share calls (see reads); a Workspaces must not be copied after first use.
+//
+// Every read names the session's workspace root (options.workspace_root;
+// empty: each host's own root), so a host reads the context within it: a
+// session of ws/a gets nothing of ws/b or ws on a host rooted at ws. A host
+// that predates GetWorkspaceContextRequest.workspace_root ignores it and
+// answers within its own root, as before.
 type Workspaces struct {
 	Hosts []Host
 	// Timeout bounds each host's answer; zero means 10 s.
@@ -44,8 +50,9 @@ type Workspaces struct {
 // order: instruction files concatenated (also those of hosts that own no
 // workspace, such as the MCP bridge's server instructions), skills by name with the first
 // host winning, notices prefixed with the host's name. The version joins
-// the hosts' versions, so it changes when any of them does.
-func (w *Workspaces) Context(ctx context.Context, cwd string, hosts []string) (*toolsv1.GetWorkspaceContextResponse, error) {
+// the hosts' versions, so it changes when any of them does. root is the
+// session's workspace root (empty: each host's own).
+func (w *Workspaces) Context(ctx context.Context, cwd, root string, hosts []string) (*toolsv1.GetWorkspaceContextResponse, error) {
 	timeout := w.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -58,7 +65,7 @@ func (w *Workspaces) Context(ctx context.Context, cwd string, hosts []string) (*
 	var asks []hostRead
 	for _, h := range w.Hosts {
 		if len(hosts) == 0 || slices.Contains(hosts, h.Name) {
-			asks = append(asks, hostRead{h, w.reads.join(ctx, h, cwd, timeout)})
+			asks = append(asks, hostRead{h, w.reads.join(ctx, h, readKey{h.Name, cwd, root}, timeout)})
 		}
 	}
 	out := &toolsv1.GetWorkspaceContextResponse{}
@@ -124,12 +131,13 @@ func (w *Workspaces) Context(ctx context.Context, cwd string, hosts []string) (*
 }
 
 // CheckCwd asks the visible hosts (hosts empty = all) whether a session may
-// work in cwd, before the session exists: a host that refuses it
-// (INVALID_ARGUMENT: outside its workspace, or missing) makes it an error
+// work in cwd within its workspace root (empty: the host's), before the
+// session exists: a host that refuses it (INVALID_ARGUMENT: outside its
+// workspace or the root, or missing; a root outside its workspace) makes it an error
 // naming the host, so a mismatch fails at creation instead of in every tool
 // call. A host that does not answer (down, or predating the RPC) is not a
 // refusal: the turn's own read reports it as a notice.
-func (w *Workspaces) CheckCwd(ctx context.Context, cwd string, hosts []string) error {
+func (w *Workspaces) CheckCwd(ctx context.Context, cwd, root string, hosts []string) error {
 	timeout := w.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -138,7 +146,7 @@ func (w *Workspaces) CheckCwd(ctx context.Context, cwd string, hosts []string) e
 		if len(hosts) > 0 && !slices.Contains(hosts, h.Name) {
 			continue
 		}
-		_, err := w.reads.join(ctx, h, cwd, timeout).wait(ctx)
+		_, err := w.reads.join(ctx, h, readKey{h.Name, cwd, root}, timeout).wait(ctx)
 		switch {
 		case err == nil, status.Code(err) == codes.Unimplemented:
 		case status.Code(err) == codes.InvalidArgument:

@@ -301,7 +301,7 @@ func TestWorkspacesMerge(t *testing.T) {
 	broken := &fakeHost{err: status.Error(codes.Unavailable, "connection refused")}
 	hidden := &fakeHost{resp: &toolsv1.GetWorkspaceContextResponse{OwnsWorkspace: true, Instructions: []*toolsv1.InstructionFile{{Content: "never"}}}}
 	w := &prompt.Workspaces{Hosts: []prompt.Host{{"a", a}, {"none", none}, {"mcp", mcp}, {"old", old}, {"broken", broken}, {"b", b}, {"hidden", hidden}}}
-	got, err := w.Context(t.Context(), "/r", []string{"a", "none", "mcp", "old", "broken", "b"})
+	got, err := w.Context(t.Context(), "/r", "", []string{"a", "none", "mcp", "old", "broken", "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func TestWorkspacesMerge(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := w.Context(ctx, "/r", nil); !errors.Is(err, context.Canceled) {
+	if _, err := w.Context(ctx, "/r", "", nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled read: %v", err)
 	}
 }
@@ -400,7 +400,7 @@ func TestCheckCwd(t *testing.T) {
 		{"only the refusing host is visible", all, []string{"ws"}, "toolhost ws refuses"},
 	} {
 		w := &prompt.Workspaces{Hosts: tc.hosts}
-		err := w.CheckCwd(t.Context(), "/home/me", tc.visible)
+		err := w.CheckCwd(t.Context(), "/home/me", "", tc.visible)
 		if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.wantErr)
 		}

@@ -57,7 +57,7 @@ func BenchmarkReadCall(b *testing.B) {
 		{"execute", execute},
 		{"step", func(b *testing.B) { prepare(b); execute(b) }},
 		{"workspace", func(b *testing.B) {
-			wc, err := ws.Context(b.Context(), h.Workspace, nil)
+			wc, err := ws.Context(b.Context(), h.Workspace, "", nil)
 			if err != nil || len(wc.GetInstructions()) == 0 {
 				b.Fatal(err, wc)
 			}
@@ -81,7 +81,7 @@ func BenchmarkReadCall(b *testing.B) {
 		start := cputime.Process()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := ws.Context(b.Context(), h.Workspace, nil); err != nil {
+				if _, err := ws.Context(b.Context(), h.Workspace, "", nil); err != nil {
 					b.Error(err)
 					return
 				}

@@ -61,10 +61,7 @@ func (r *Reader) Tool(bounds func(*toolsdk.Call) (Bounds, error)) toolsdk.Tool {
 // the host's root), refusing unknown skills and those that disable model
 // invocation.
 func (r *Reader) LoadSkill(b Bounds, cwd, name string) (*Skill, error) {
-	r, err := r.confinedTo(b)
-	if err == nil {
-		cwd, err = r.checkCwd(cwd)
-	}
+	r, cwd, err := r.at(b, cwd)
 	if err != nil {
 		if errors.Is(err, ErrOutside) {
 			return nil, toolsdk.Errorf(CodeBadCwd, "%v", err)

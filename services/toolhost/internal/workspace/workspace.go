@@ -90,7 +90,8 @@ func New(cfg Config) (*Reader, error) {
 	return &Reader{cfg: cfg, realRoot: real}, nil
 }
 
-// Bounds are what one call of the skill tool is confined to: Root, the
+// Bounds are what one call of the skill tool, or one workspace context, is
+// confined to: Root, the
 // clean absolute root as the call names it (its cwd must lie inside it
 // lexically), and Real, Root's resolution (the cwd, the project root and
 // every project file must resolve inside it). A toolhost passes a
@@ -116,10 +117,24 @@ func (r *Reader) confinedTo(b Bounds) (*Reader, error) {
 	return &c, nil
 }
 
+// at returns the Reader confined to b (empty: the host's root) and cwd
+// checked inside it (clean), or ErrOutside.
+func (r *Reader) at(b Bounds, cwd string) (*Reader, string, error) {
+	r, err := r.confinedTo(b)
+	if err != nil {
+		return nil, "", err
+	}
+	cwd, err = r.checkCwd(cwd)
+	return r, cwd, err
+}
+
 // Context reads the instruction files and the skill catalog of cwd,
-// confined to the host's root (GetWorkspaceContext carries only a cwd).
-func (r *Reader) Context(cwd string) (*toolsv1.GetWorkspaceContextResponse, error) {
-	cwd, err := r.checkCwd(cwd)
+// confined to b: a GetWorkspaceContext's session root, vetted by the
+// toolhost (empty: the host's root). The project-root search stops at
+// b.Root, and every instruction file and project skill must resolve
+// inside b.Real.
+func (r *Reader) Context(b Bounds, cwd string) (*toolsv1.GetWorkspaceContextResponse, error) {
+	r, cwd, err := r.at(b, cwd)
 	if err != nil {
 		return nil, err
 	}

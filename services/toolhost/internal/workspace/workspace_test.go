@@ -162,7 +162,7 @@ func TestContextGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp, err := r.Context(filepath.Join(root, tt.cwd))
+			resp, err := r.Context(workspace.Bounds{}, filepath.Join(root, tt.cwd))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -189,11 +189,11 @@ func TestCwdOutsideRefused(t *testing.T) {
 		"relative/path",
 		"/",
 	} {
-		if _, err := r.Context(cwd); !errors.Is(err, workspace.ErrOutside) {
+		if _, err := r.Context(workspace.Bounds{}, cwd); !errors.Is(err, workspace.ErrOutside) {
 			t.Errorf("Context(%s) = %v, want ErrOutside", cwd, err)
 		}
 	}
-	if _, err := r.Context(filepath.Join(outer, "ws")); err != nil {
+	if _, err := r.Context(workspace.Bounds{}, filepath.Join(outer, "ws")); err != nil {
 		t.Errorf("the root itself: %v", err)
 	}
 }
@@ -206,7 +206,7 @@ func TestVersionTracksContent(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := func() string {
-		resp, err := r.Context(root)
+		resp, err := r.Context(workspace.Bounds{}, root)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +299,7 @@ func TestSkillRootSymlinkOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := r.Context(filepath.Join(outer, "ws"))
+	resp, err := r.Context(workspace.Bounds{}, filepath.Join(outer, "ws"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func TestSkillHomeThroughLinks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := r.Context(filepath.Join(outer, "ws"))
+		resp, err := r.Context(workspace.Bounds{}, filepath.Join(outer, "ws"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -366,7 +366,7 @@ func BenchmarkContext(b *testing.B) {
 	b.ReportAllocs()
 	start, n := cputime.Process(), 0
 	for b.Loop() {
-		if _, err := r.Context(cwd); err != nil {
+		if _, err := r.Context(workspace.Bounds{}, cwd); err != nil {
 			b.Fatal(err)
 		}
 		n++

@@ -2921,8 +2921,15 @@ func (x *PostExecuteResponse) GetDecision() *PostToolDecision {
 type GetWorkspaceContextRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Absolute working directory of the session (required); it must lie inside
-	// the host's workspace root.
-	Cwd           string `protobuf:"bytes,1,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// the host's workspace root, and inside workspace_root when that is set.
+	Cwd string `protobuf:"bytes,1,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// The session's workspace root (ToolContext.workspace_root) when it is
+	// narrower than the host's: the context is then read within it (the
+	// project-root search stops there; instruction files and skills must
+	// resolve inside it), and a root outside the host's is INVALID_ARGUMENT.
+	// Empty means the host's root, as before. Hosts that predate the field
+	// ignore it.
+	WorkspaceRoot string `protobuf:"bytes,2,opt,name=workspace_root,json=workspaceRoot,proto3" json:"workspace_root,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2960,6 +2967,13 @@ func (*GetWorkspaceContextRequest) Descriptor() ([]byte, []int) {
 func (x *GetWorkspaceContextRequest) GetCwd() string {
 	if x != nil {
 		return x.Cwd
+	}
+	return ""
+}
+
+func (x *GetWorkspaceContextRequest) GetWorkspaceRoot() string {
+	if x != nil {
+		return x.WorkspaceRoot
 	}
 	return ""
 }
@@ -3666,9 +3680,10 @@ const file_dsh_tools_v1_tools_proto_rawDesc = "" +
 	"\texecution\x18\x01 \x01(\v2\x1b.dsh.tools.v1.ToolExecutionR\texecution\x129\n" +
 	"\x06result\x18\x02 \x01(\v2!.dsh.tools.v1.ToolExecutionResultR\x06result\"Q\n" +
 	"\x13PostExecuteResponse\x12:\n" +
-	"\bdecision\x18\x01 \x01(\v2\x1e.dsh.tools.v1.PostToolDecisionR\bdecision\".\n" +
+	"\bdecision\x18\x01 \x01(\v2\x1e.dsh.tools.v1.PostToolDecisionR\bdecision\"U\n" +
 	"\x1aGetWorkspaceContextRequest\x12\x10\n" +
-	"\x03cwd\x18\x01 \x01(\tR\x03cwd\"|\n" +
+	"\x03cwd\x18\x01 \x01(\tR\x03cwd\x12%\n" +
+	"\x0eworkspace_root\x18\x02 \x01(\tR\rworkspaceRoot\"|\n" +
 	"\x0fInstructionFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x1c\n" +

@@ -1228,11 +1228,23 @@ export declare const PostExecuteResponseSchema: GenMessage<PostExecuteResponse>;
 export declare type GetWorkspaceContextRequest = Message<"dsh.tools.v1.GetWorkspaceContextRequest"> & {
   /**
    * Absolute working directory of the session (required); it must lie inside
-   * the host's workspace root.
+   * the host's workspace root, and inside workspace_root when that is set.
    *
    * @generated from field: string cwd = 1;
    */
   cwd: string;
+
+  /**
+   * The session's workspace root (ToolContext.workspace_root) when it is
+   * narrower than the host's: the context is then read within it (the
+   * project-root search stops there; instruction files and skills must
+   * resolve inside it), and a root outside the host's is INVALID_ARGUMENT.
+   * Empty means the host's root, as before. Hosts that predate the field
+   * ignore it.
+   *
+   * @generated from field: string workspace_root = 2;
+   */
+  workspaceRoot: string;
 };
 
 /**
