@@ -163,7 +163,7 @@ const maxInstructions = 16 << 10
 // initialize instructions as instruction files named "mcp://<server>"; the
 // bridge owns no workspace. The agent puts them in the system prompt's
 // workspace section beside AGENTS.md (services/agent/internal/prompt).
-func (b *Bridge) workspaceContext(context.Context, string, string) (*toolsv1.GetWorkspaceContextResponse, error) {
+func (b *Bridge) workspaceContext(context.Context, string) (*toolsv1.GetWorkspaceContextResponse, error) {
 	out := &toolsv1.GetWorkspaceContextResponse{}
 	h := sha256.New()
 	for _, s := range b.servers {

@@ -178,9 +178,9 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		VetContext:       s.vetContext,
 		// Asked per ListTools/WatchTools: the sandbox probe runs in the
 		// background and the answer waits for it.
-		SandboxSupportFunc: s.support,
-		WorkspaceContext:   s.workspaceContext,
-		EndSession:         s.endSession,
+		SandboxSupportFunc:     s.support,
+		WorkspaceContextWithin: s.workspaceContext,
+		EndSession:             s.endSession,
 	}, tools...)
 	if err != nil {
 		return nil, fmt.Errorf("toolhost: %w", err)

@@ -53,12 +53,19 @@ type HostConfig struct {
 	// probed answers when it is known instead of holding up its start.
 	SandboxSupportFunc func() toolsv1.SandboxSupport
 	// WorkspaceContext answers GetWorkspaceContext for a host that owns a
-	// workspace; the cwd it sees is absolute and clean, and so is
-	// workspaceRoot, the session's own root when the request names one
-	// (the context must then be read within it), else empty. A returned
-	// gRPC status error is passed through, any other error is INTERNAL.
-	// nil: the host owns no workspace and answers an empty context.
-	WorkspaceContext func(ctx context.Context, cwd, workspaceRoot string) (*toolsv1.GetWorkspaceContextResponse, error)
+	// workspace; the cwd it sees is absolute and clean. It never sees the
+	// request's workspace_root: a host that reads within a session's own
+	// root sets WorkspaceContextWithin instead, which wins when both are
+	// set. A returned gRPC status error is passed through, any other
+	// error is INTERNAL. Both nil: the host owns no workspace and answers
+	// an empty context.
+	WorkspaceContext func(ctx context.Context, cwd string) (*toolsv1.GetWorkspaceContextResponse, error)
+	// WorkspaceContextWithin is WorkspaceContext with the request's
+	// workspace_root, absolute and clean: the session's own root when the
+	// request names one (the context must then be read within it, so that
+	// a session cannot read another's files through its context), else
+	// empty (the host's root).
+	WorkspaceContextWithin func(ctx context.Context, cwd, workspaceRoot string) (*toolsv1.GetWorkspaceContextResponse, error)
 	// EndSession, when set, releases what the host's tools hold for a
 	// session that has left the agent (background tasks above all) and
 	// returns how many tasks it stopped. Nil makes EndSession a no-op.

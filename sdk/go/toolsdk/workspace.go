@@ -10,8 +10,9 @@ import (
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 )
 
-// GetWorkspaceContext answers with HostConfig.WorkspaceContext, or with an
-// empty context (owns_workspace false) when the host owns no workspace. A
+// GetWorkspaceContext answers with HostConfig.WorkspaceContextWithin, else
+// HostConfig.WorkspaceContext, or with an empty context (owns_workspace
+// false) when the host owns no workspace. A
 // missing or relative cwd, or a relative workspace_root, is
 // INVALID_ARGUMENT either way.
 func (h *Host) GetWorkspaceContext(ctx context.Context, req *toolsv1.GetWorkspaceContextRequest) (*toolsv1.GetWorkspaceContextResponse, error) {
@@ -24,10 +25,16 @@ func (h *Host) GetWorkspaceContext(ctx context.Context, req *toolsv1.GetWorkspac
 	} else if root != "" {
 		root = filepath.Clean(root)
 	}
-	if h.cfg.WorkspaceContext == nil {
+	answer := h.cfg.WorkspaceContextWithin
+	if answer == nil && h.cfg.WorkspaceContext != nil {
+		answer = func(ctx context.Context, cwd, _ string) (*toolsv1.GetWorkspaceContextResponse, error) {
+			return h.cfg.WorkspaceContext(ctx, cwd)
+		}
+	}
+	if answer == nil {
 		return &toolsv1.GetWorkspaceContextResponse{}, nil
 	}
-	resp, err := h.cfg.WorkspaceContext(ctx, filepath.Clean(cwd), root)
+	resp, err := answer(ctx, filepath.Clean(cwd), root)
 	if err != nil {
 		if _, ok := status.FromError(err); ok {
 			return nil, err

@@ -18,7 +18,7 @@ func TestGetWorkspaceContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owning, err := toolsdk.NewHost(toolsdk.HostConfig{WorkspaceContext: func(_ context.Context, cwd, root string) (*toolsv1.GetWorkspaceContextResponse, error) {
+	owning, err := toolsdk.NewHost(toolsdk.HostConfig{WorkspaceContextWithin: func(_ context.Context, cwd, root string) (*toolsv1.GetWorkspaceContextResponse, error) {
 		switch cwd {
 		case "/ws":
 			// The version echoes the session root the hook was given.
@@ -27,6 +27,14 @@ func TestGetWorkspaceContext(t *testing.T) {
 			return nil, status.Error(codes.InvalidArgument, "outside")
 		}
 		return nil, errors.New("disk on fire")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A host written before workspace_root (the cwd-only hook) still
+	// answers, as a host that predates the field: within its own root.
+	older, err := toolsdk.NewHost(toolsdk.HostConfig{WorkspaceContext: func(_ context.Context, cwd string) (*toolsv1.GetWorkspaceContextResponse, error) {
+		return &toolsv1.GetWorkspaceContextResponse{OwnsWorkspace: true, ProjectRoot: cwd}, nil
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +57,8 @@ func TestGetWorkspaceContext(t *testing.T) {
 		{"relative workspace_root, no workspace", plain, "/ws", "ws", "", "", codes.InvalidArgument},
 		{"hook status passes through", owning, "/outside", "", "", "", codes.InvalidArgument},
 		{"other errors are internal", owning, "/boom", "", "", "", codes.Internal},
+		{"a cwd-only hook answers, root or not", older, "/ws/./", "/ws", "/ws", "", codes.OK},
+		{"a cwd-only hook: relative workspace_root", older, "/ws", "ws", "", "", codes.InvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
