@@ -279,9 +279,11 @@ const cwdFix = "a session's cwd must be a directory inside its workspace root an
 type vettedRoot struct{ root, real string }
 
 // sessionRoot resolves a session's clean workspace root and refuses one
-// outside the host's, lexically or once resolved. It runs once per call:
-// vetContext's answer, checked, is the one effective confines the call to
-// (a call run without it — Host.Run, another root — resolves afresh). A
+// outside the host's, lexically or once resolved. It runs once per call
+// that sends a workspace_root: vetContext's answer, checked, is the one
+// effective confines the call to (a call run without it — Host.Run,
+// another root — resolves afresh, and a call that sends none resolves the
+// host's root in each effective). A
 // root swapped for a link after that (by whoever can write its parent) is
 // caught where the root is used: the file tools and the sandbox's rules
 // open it with links refused (fileopen), failing closed.

@@ -94,9 +94,10 @@ var errOutside = errors.New("it is a symlink that resolves outside the workspace
 // of it; no open blocks on a FIFO. A file that grew since its stat is cut,
 // never read unbounded.
 func (r *Reader) readFile(path string, confined bool) ([]byte, error) {
-	// Resolved first either way: Beneath then opens a path with no link
-	// in it (a link swapped in after this is refused), and the
-	// deployment's own skill homes may well be reached through links.
+	// open tries the one-openat2 open first and otherwise resolves the
+	// path and opens it beneath the root (a link swapped in after that is
+	// refused); unconfined paths (the deployment's own skill homes, which
+	// may well be reached through links) are resolved, never refused.
 	confined = confined && !r.cfg.Unconfined
 	f, err := r.open(path, confined)
 	if err != nil {
