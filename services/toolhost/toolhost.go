@@ -280,7 +280,8 @@ type vettedRoot struct{ root, real string }
 
 // sessionRoot resolves a session's clean workspace root and refuses one
 // outside the host's, lexically or once resolved. It runs once per call
-// that sends a workspace_root: vetContext's answer, checked, is the one
+// that sends a workspace_root (and once per GetWorkspaceContext that names
+// one, contextBounds): vetContext's answer, checked, is the one
 // effective confines the call to (a call run without it — Host.Run,
 // another root — resolves afresh, and a call that sends none resolves the
 // host's root in each effective). A

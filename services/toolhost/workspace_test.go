@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/services/toolhost"
 	"github.com/dsh-dev/dsh/services/toolhost/toolhosttest"
 )
 
@@ -148,5 +149,37 @@ func TestGetWorkspaceContextSessionRoot(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {
 			t.Errorf("%s (cwd %s, workspace_root %s): %v, want INVALID_ARGUMENT saying %q", tc.name, tc.cwd, tc.root, err, tc.want)
 		}
+	}
+}
+
+// TestGetWorkspaceContextSessionRootUnconfined: an --unconfined host still
+// bounds a session's context by its workspace_root (the .git search stops
+// there, so the host project's AGENTS.md stays out), and refuses a root
+// that does not resolve.
+func TestGetWorkspaceContextSessionRootUnconfined(t *testing.T) {
+	t.Parallel()
+	const hostCanary = "HOST-ROOT-AGENTS-CANARY-unconfined"
+	outer, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(outer, "ws")
+	a := filepath.Join(ws, "a")
+	writeTree(t, outer, map[string]string{
+		"ws/.git/HEAD":  "ref: refs/heads/main\n",
+		"ws/AGENTS.md":  hostCanary,
+		"ws/a/notes.md": "a file",
+	})
+	h := toolhosttest.Start(t, toolhosttest.WithWorkspace(ws), toolhosttest.WithConfig(func(c *toolhost.Config) { c.Unconfined = true }))
+	resp, err := h.Client.GetWorkspaceContext(t.Context(), &toolsv1.GetWorkspaceContextRequest{Cwd: a, WorkspaceRoot: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetProjectRoot() != a || strings.Contains(resp.String(), hostCanary) {
+		t.Errorf("unconfined, workspace_root %s: project root %s, context %v; want %s and no host AGENTS.md", a, resp.GetProjectRoot(), resp, a)
+	}
+	missing := filepath.Join(ws, "missing")
+	if _, err := h.Client.GetWorkspaceContext(t.Context(), &toolsv1.GetWorkspaceContextRequest{Cwd: missing, WorkspaceRoot: missing}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("unconfined, a workspace_root that does not resolve: %v, want INVALID_ARGUMENT", err)
 	}
 }

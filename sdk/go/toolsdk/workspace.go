@@ -25,16 +25,18 @@ func (h *Host) GetWorkspaceContext(ctx context.Context, req *toolsv1.GetWorkspac
 	} else if root != "" {
 		root = filepath.Clean(root)
 	}
-	answer := h.cfg.WorkspaceContextWithin
-	if answer == nil && h.cfg.WorkspaceContext != nil {
-		answer = func(ctx context.Context, cwd, _ string) (*toolsv1.GetWorkspaceContextResponse, error) {
-			return h.cfg.WorkspaceContext(ctx, cwd)
-		}
-	}
-	if answer == nil {
+	var (
+		resp *toolsv1.GetWorkspaceContextResponse
+		err  error
+	)
+	switch cwd = filepath.Clean(cwd); {
+	case h.cfg.WorkspaceContextWithin != nil:
+		resp, err = h.cfg.WorkspaceContextWithin(ctx, cwd, root)
+	case h.cfg.WorkspaceContext != nil:
+		resp, err = h.cfg.WorkspaceContext(ctx, cwd)
+	default:
 		return &toolsv1.GetWorkspaceContextResponse{}, nil
 	}
-	resp, err := answer(ctx, filepath.Clean(cwd), root)
 	if err != nil {
 		if _, ok := status.FromError(err); ok {
 			return nil, err

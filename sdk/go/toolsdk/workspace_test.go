@@ -39,6 +39,18 @@ func TestGetWorkspaceContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Both hooks: the root-aware one answers.
+	both, err := toolsdk.NewHost(toolsdk.HostConfig{
+		WorkspaceContext: func(_ context.Context, cwd string) (*toolsv1.GetWorkspaceContextResponse, error) {
+			return &toolsv1.GetWorkspaceContextResponse{OwnsWorkspace: true, ProjectRoot: "/the-cwd-only-hook"}, nil
+		},
+		WorkspaceContextWithin: func(_ context.Context, cwd, root string) (*toolsv1.GetWorkspaceContextResponse, error) {
+			return &toolsv1.GetWorkspaceContextResponse{OwnsWorkspace: true, ProjectRoot: cwd, Version: root}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		h    *toolsdk.Host
@@ -58,6 +70,7 @@ func TestGetWorkspaceContext(t *testing.T) {
 		{"hook status passes through", owning, "/outside", "", "", "", codes.InvalidArgument},
 		{"other errors are internal", owning, "/boom", "", "", "", codes.Internal},
 		{"a cwd-only hook answers, root or not", older, "/ws/./", "/ws", "/ws", "", codes.OK},
+		{"with both hooks the root-aware one answers", both, "/ws", "/ws/a", "/ws", "/ws/a", codes.OK},
 		{"a cwd-only hook: relative workspace_root", older, "/ws", "ws", "", "", codes.InvalidArgument},
 	}
 	for _, tt := range tests {

@@ -149,6 +149,8 @@ func (w *Workspaces) CheckCwd(ctx context.Context, cwd, root string, hosts []str
 		_, err := w.reads.join(ctx, h, readKey{h.Name, cwd, root}, timeout).wait(ctx)
 		switch {
 		case err == nil, status.Code(err) == codes.Unimplemented:
+		case status.Code(err) == codes.InvalidArgument && root != "":
+			return fmt.Errorf("toolhost %s refuses cwd %s within options.workspace_root %s: %s", h.Name, cwd, root, status.Convert(err).Message())
 		case status.Code(err) == codes.InvalidArgument:
 			return fmt.Errorf("toolhost %s refuses cwd %s: %s", h.Name, cwd, status.Convert(err).Message())
 		case ctx.Err() != nil:
