@@ -30,6 +30,7 @@ remaining RPCs are cancelled (their tools see ``ctx.cancelled``).
 
 from __future__ import annotations
 
+import inspect
 import ipaddress
 import json
 import logging
@@ -57,6 +58,20 @@ _INTERCEPTOR_SERVICE = "dsh.tools.v1.ToolInterceptor"
 _HEALTH_SERVICE = "grpc.health.v1.Health"
 
 
+def _takes_root(hook) -> bool:
+    """Whether a workspace_context hook takes the session root as well as
+    the cwd: a second positional parameter, or *args."""
+    if hook is None:
+        return False
+    try:
+        params = list(inspect.signature(hook).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return True
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 2
+
+
 class ToolHost(tools_pb2_grpc.ToolHostServicer):
     """A live set of tools served over gRPC. Safe for concurrent use; tools may
     be added or removed while serving (watchers get a new snapshot)."""
@@ -68,10 +83,15 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
         unless they really do. ``workspace_context(cwd) ->
         GetWorkspaceContextResponse`` answers GetWorkspaceContext for a host
         that owns a workspace; without it the host owns none and answers an
-        empty context."""
+        empty context. A hook that also takes ``workspace_root``
+        (``workspace_context(cwd, workspace_root)``) gets the request's
+        session root, normalised ("" for the host's root), and should read
+        the context within it, so that a session cannot read another's files
+        through its context."""
         self.max_argument_bytes = max_argument_bytes
         self.sandbox_support = tools_pb2.SANDBOX_SUPPORT_ENFORCED if enforce_sandbox else tools_pb2.SANDBOX_SUPPORT_UNSPECIFIED
         self.workspace_context = workspace_context
+        self._context_takes_root = _takes_root(workspace_context)
         self._lock = threading.Condition()
         self._tools: dict[str, Tool] = {}
         self._revision = 1
@@ -144,8 +164,14 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
         cwd = request.cwd
         if not cwd or not os.path.isabs(cwd):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cwd {json.dumps(cwd)} must be an absolute path")
+        root = request.workspace_root
+        if root and not os.path.isabs(root):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"workspace_root {json.dumps(root)} must be an absolute path (or empty for the host's root)")
         if self.workspace_context is None:
             return tools_pb2.GetWorkspaceContextResponse()
+        if self._context_takes_root:
+            return self.workspace_context(os.path.normpath(cwd), os.path.normpath(root) if root else "")
         return self.workspace_context(os.path.normpath(cwd))
 
     def EndSession(self, request, context):

@@ -302,6 +302,24 @@ class WorkspaceContextTest(unittest.TestCase):
         stub = self.serve(ToolHost(workspace_context=ctx))
         r = stub.GetWorkspaceContext(tools_pb2.GetWorkspaceContextRequest(cwd="/w/./a/"))
         self.assertEqual((r.owns_workspace, r.project_root, seen), (True, "/w/a", ["/w/a"]))
+        # A cwd-only hook still answers when the request names a session root.
+        r = stub.GetWorkspaceContext(tools_pb2.GetWorkspaceContextRequest(cwd="/w/a", workspace_root="/w/a"))
+        self.assertEqual(r.project_root, "/w/a")
+
+    def test_hook_gets_the_session_root(self):
+        seen = []
+
+        def ctx(cwd, workspace_root):
+            seen.append((cwd, workspace_root))
+            return tools_pb2.GetWorkspaceContextResponse(owns_workspace=True, project_root=workspace_root or cwd)
+        stub = self.serve(ToolHost(workspace_context=ctx))
+        r = stub.GetWorkspaceContext(tools_pb2.GetWorkspaceContextRequest(cwd="/w/a/sub", workspace_root="/w/./a/"))
+        self.assertEqual(r.project_root, "/w/a")
+        stub.GetWorkspaceContext(tools_pb2.GetWorkspaceContextRequest(cwd="/w/a"))
+        self.assertEqual(seen, [("/w/a/sub", "/w/a"), ("/w/a", "")])
+        with self.assertRaises(grpc.RpcError) as e:
+            stub.GetWorkspaceContext(tools_pb2.GetWorkspaceContextRequest(cwd="/w/a", workspace_root="rel"))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
 
 
 class ServeProcessTest(unittest.TestCase):

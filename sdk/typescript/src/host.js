@@ -57,9 +57,12 @@ export class ToolHost {
    * enforcesSandbox declares that these tools confine every call to its
    * context.sandbox policy (SANDBOX_SUPPORT_ENFORCED); leave it off unless
    * they really do: agents then refuse confined calls on this host.
-   * workspaceContext(cwd) → GetWorkspaceContextResponse (or a promise of it)
-   * answers GetWorkspaceContext for a host that owns a workspace; without it
-   * the host owns none and answers an empty context. logger.error(msg)
+   * workspaceContext(cwd, workspaceRoot) → GetWorkspaceContextResponse (or a
+   * promise of it) answers GetWorkspaceContext for a host that owns a
+   * workspace; without it the host owns none and answers an empty context.
+   * workspaceRoot is the request's session root, cleaned ('' for the host's
+   * root): read the context within it, so that a session cannot read
+   * another's files through its context (a one-argument hook ignores it). logger.error(msg)
    * receives a tool's unexpected throw with its stack (default: stderr).
    */
   constructor(tools = [], { maxArgumentBytes = 1 << 20, enforcesSandbox = false, workspaceContext, logger = stderrLogger } = {}) {
@@ -146,9 +149,14 @@ export class ToolHost {
           cb({ code: grpc.status.INVALID_ARGUMENT, details: `cwd ${JSON.stringify(cwd)} must be an absolute path` })
           return
         }
+        const root = call.request.workspaceRoot ?? ''
+        if (root && !path.isAbsolute(root)) {
+          cb({ code: grpc.status.INVALID_ARGUMENT, details: `workspace_root ${JSON.stringify(root)} must be an absolute path (or empty for the host's root)` })
+          return
+        }
         if (!this.workspaceContext) return cb(null, {})
         Promise.resolve()
-          .then(() => this.workspaceContext(cleanPath(cwd)))
+          .then(() => this.workspaceContext(cleanPath(cwd), root ? cleanPath(root) : ''))
           .then((resp) => cb(null, resp), (e) => cb({ code: grpc.status.INTERNAL, details: `workspace context: ${e instanceof Error ? e.message : String(e)}` }))
       },
       PrepareCalls: (call, cb) => {

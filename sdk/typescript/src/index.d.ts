@@ -142,7 +142,7 @@ export interface Logger {
 }
 
 export class ToolHost {
-  constructor(tools?: ToolDefinition<any>[], opts?: { maxArgumentBytes?: number; enforcesSandbox?: boolean; workspaceContext?: (cwd: string) => any; logger?: Logger })
+  constructor(tools?: ToolDefinition<any>[], opts?: { maxArgumentBytes?: number; enforcesSandbox?: boolean; workspaceContext?: (cwd: string, workspaceRoot: string) => any; logger?: Logger })
   /** SANDBOX_SUPPORT_ENFORCED when constructed with enforcesSandbox, else SANDBOX_SUPPORT_UNSPECIFIED. */
   readonly sandboxSupport: string
   add(tool: ToolDefinition<any>): void

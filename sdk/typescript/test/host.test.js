@@ -263,12 +263,17 @@ test('GetWorkspaceContext: empty without a workspace, the hook answers otherwise
   assert.equal((await unary('GetWorkspaceContext', { cwd: '/w' })).ownsWorkspace, false)
   await assert.rejects(unary('GetWorkspaceContext', { cwd: 'rel' }), (e) => e.code === grpc.status.INVALID_ARGUMENT)
   const seen = []
-  const owning = new Server({ host: new ToolHost([], { workspaceContext: async (cwd) => (seen.push(cwd), { ownsWorkspace: true, projectRoot: cwd }) }) })
+  const owning = new Server({ host: new ToolHost([], { workspaceContext: async (cwd, root) => (seen.push(root ? `${cwd} in ${root}` : cwd), { ownsWorkspace: true, projectRoot: cwd }) }) })
   const addr = await owning.listen('127.0.0.1:0')
   const c = new protos.tools.ToolHost(addr, grpc.credentials.createInsecure())
   try {
-    const r = await new Promise((resolve, reject) => c.GetWorkspaceContext({ cwd: '/w/./a/' }, (e, x) => (e ? reject(e) : resolve(x))))
+    const ask = (req) => new Promise((resolve, reject) => c.GetWorkspaceContext(req, (e, x) => (e ? reject(e) : resolve(x))))
+    const r = await ask({ cwd: '/w/./a/' })
     assert.deepEqual([r.ownsWorkspace, r.projectRoot, seen], [true, '/w/a', ['/w/a']])
+    // The hook gets the session root (cleaned); a relative one is refused.
+    await ask({ cwd: '/w/a/sub', workspaceRoot: '/w/./a/' })
+    assert.deepEqual(seen, ['/w/a', '/w/a/sub in /w/a'])
+    await assert.rejects(ask({ cwd: '/w/a', workspaceRoot: 'rel' }), (e) => e.code === grpc.status.INVALID_ARGUMENT)
   } finally {
     c.close()
     await owning.stop(200)
