@@ -23,6 +23,7 @@ import (
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/internal/fileopen"
 	"github.com/dsh-dev/dsh/internal/persistence"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent/internal/loop"
@@ -121,7 +122,7 @@ func (s *Service) checkNewCwd(ctx context.Context, cwd string, opts *sessionv1.S
 		return "", invalidf("options.workspace_root %q must be an absolute path", r)
 	} else if r != "" && slices.Contains(strings.Split(r, "/"), "..") {
 		return "", invalidf("options.workspace_root %q must not contain \"..\" (name the directory itself)", r)
-	} else if rel, err := filepath.Rel(filepath.Clean(r), filepath.Clean(cwd)); r != "" && cwd != "" && (err != nil || rel == ".." || strings.HasPrefix(rel, "../")) {
+	} else if r != "" && cwd != "" && !fileopen.Within(cwd, r) {
 		// Its toolhosts refuse every call of such a session, and its
 		// workspace context would be another tree's. The check is
 		// lexical: a link in the cwd is resolved by the toolhosts, which

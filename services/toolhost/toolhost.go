@@ -227,7 +227,7 @@ var (
 // names them in a refusal): wr inside the host's root and cwd inside wr,
 // lexically and resolved.
 func (s *Service) vetRoot(f fields, wr, cwd string) (*vettedRoot, error) {
-	if cwd != wr && filepath.IsAbs(cwd) && isWithin(cwd, wr) && isWithin(wr, s.root) && fileopen.NoLinks(cwd) {
+	if cwd != wr && filepath.IsAbs(cwd) && fileopen.Within(cwd, wr) && fileopen.Within(wr, s.root) && fileopen.NoLinks(cwd) {
 		// No component of cwd is a link, so none of wr's, its ancestor:
 		// both are their own resolution, cwd inside wr — one openat2
 		// where sessionRoot and sessionCwd take one each.
@@ -258,14 +258,14 @@ func sessionCwd(f fields, cwd, wr, real string) error {
 	if cwd == wr {
 		return nil
 	}
-	if !isWithin(cwd, wr) {
+	if !fileopen.Within(cwd, wr) {
 		return fmt.Errorf("%s %s is outside %s %s: %s", f.cwd, cwd, f.root, wr, cwdFix)
 	}
 	rc, err := fileopen.EvalSymlinks(cwd)
 	switch {
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%s %s cannot be resolved inside %s %s: %v; %s", f.cwd, cwd, f.root, wr, err, cwdFix)
-	case err == nil && rc != real && !isWithin(rc, real):
+	case err == nil && rc != real && !fileopen.Within(rc, real):
 		return fmt.Errorf("%s %s resolves to %s, which is outside %s %s: %s", f.cwd, cwd, rc, f.root, wr, cwdFix)
 	}
 	return nil
@@ -289,7 +289,7 @@ type vettedRoot struct{ root, real string }
 // caught where the root is used: the file tools and the sandbox's rules
 // open it with links refused (fileopen), failing closed.
 func (s *Service) sessionRoot(f fields, wr string) (string, error) {
-	if wr != s.root && !isWithin(wr, s.root) {
+	if wr != s.root && !fileopen.Within(wr, s.root) {
 		return "", fmt.Errorf("%s %s is outside this host's workspace %s", f.root, wr, s.root)
 	}
 	real, err := resolveRoot(wr)
@@ -302,7 +302,7 @@ func (s *Service) sessionRoot(f fields, wr string) (string, error) {
 // realInside refuses a session root wr whose resolution real lies outside
 // the host's real root.
 func (s *Service) realInside(f fields, wr, real string) error {
-	if real != s.realRoot && !isWithin(real, s.realRoot) {
+	if real != s.realRoot && !fileopen.Within(real, s.realRoot) {
 		return fmt.Errorf("%s %s resolves to %s, outside this host's workspace %s", f.root, wr, real, s.realRoot)
 	}
 	return nil
@@ -410,11 +410,6 @@ func (s *Service) scope(call *toolsdk.Call) (fstools.Scope, error) {
 
 // Sandbox reports what the machine offers (for banners and tests).
 func (s *Service) Sandbox() sandbox.Support { return s.sandbox.Support() }
-
-func isWithin(p, root string) bool {
-	rel, err := filepath.Rel(root, p)
-	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../")
-}
 
 // workspaceContext answers GetWorkspaceContext, read within the session's
 // root wr when the request names one (contextBounds), else the host's. A

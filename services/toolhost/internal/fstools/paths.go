@@ -112,11 +112,11 @@ func (c *Confiner) OpenRead(call *toolsdk.Call, p string) (Target, *os.File, err
 // lexicalRoot is the first of sc's readable roots abs lies in, lexically:
 // the root ResolveCall confines abs to when abs is its own resolution.
 func lexicalRoot(abs string, sc Scope) (string, bool) {
-	if within(abs, sc.Root) {
+	if fileopen.Within(abs, sc.Root) {
 		return sc.Root, true
 	}
 	for _, r := range sc.Read {
-		if within(abs, r) {
+		if fileopen.Within(abs, r) {
 			return r, true
 		}
 	}
@@ -149,12 +149,12 @@ func resolveScoped(cwd string, sc Scope, p string, write bool) (Target, error) {
 		roots = append(roots, sc.Read...)
 	}
 	for _, r := range roots {
-		if within(t.Real, r) {
+		if fileopen.Within(t.Real, r) {
 			t.Root = r
 			return t, nil
 		}
 	}
-	if within(t.Display, sc.Root) {
+	if fileopen.Within(t.Display, sc.Root) {
 		return Target{}, fsError(CodeSandboxDenied, "%s resolves through a symlink to %s, outside the workspace %s (%s mode)", t.Display, t.Real, sc.Root, sc.Mode)
 	}
 	return Target{}, fsError(CodeSandboxDenied, "%s is outside the workspace %s (%s mode)", t.Display, sc.Root, sc.Mode)
@@ -214,10 +214,10 @@ func (c *Confiner) Resolve(cwd, root, p string, write bool) (Target, error) {
 		if err != nil {
 			continue
 		}
-		if within(abs, r) || within(abs, rr) {
+		if fileopen.Within(abs, r) || fileopen.Within(abs, rr) {
 			lexical = true
 		}
-		if within(real, rr) {
+		if fileopen.Within(real, rr) {
 			t.Root = rr
 			return t, nil
 		}
@@ -226,16 +226,6 @@ func (c *Confiner) Resolve(cwd, root, p string, write bool) (Target, error) {
 		return Target{}, fsError(CodePermissionDenied, "%s resolves through a symlink to %s, outside the workspace %s", abs, real, root)
 	}
 	return Target{}, fsError(CodePermissionDenied, "%s is outside the workspace %s", abs, root)
-}
-
-func within(p, root string) bool {
-	if p == root {
-		return true
-	}
-	if !strings.HasSuffix(root, string(filepath.Separator)) {
-		root += string(filepath.Separator)
-	}
-	return strings.HasPrefix(p, root)
 }
 
 // realPath resolves every symlink in an absolute clean path, including a

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dsh-dev/dsh/internal/fileopen"
 )
 
 // listOutside lists what read access to the whole filesystem except the
@@ -124,7 +126,7 @@ func isHidden(p string, hidden []string) bool {
 // leadsToHidden reports whether some hidden root lies strictly below p.
 func leadsToHidden(p string, hidden []string) bool {
 	for _, h := range hidden {
-		if h != p && within(h, p) {
+		if h != p && fileopen.Within(h, p) {
 			return true
 		}
 	}

@@ -27,8 +27,6 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strings"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 )
@@ -115,14 +113,6 @@ func (p Policy) String() string {
 // ErrUnavailable is the fail-closed refusal: the policy is confined and no
 // usable backend can enforce it.
 var ErrUnavailable = errors.New("sandbox unavailable")
-
-// within reports whether p is root or lies under it (both clean, absolute).
-func within(p, root string) bool {
-	if p == root || root == "/" {
-		return true
-	}
-	return strings.HasPrefix(p, root+string(filepath.Separator))
-}
 
 // Effective is one call's resolved confinement.
 type Effective struct {

@@ -189,7 +189,7 @@ func walk(ctx context.Context, tr *tree, root fstools.Target, keep func(rel stri
 	}
 	if ign != nil {
 		var chain []string
-		for d := filepath.Dir(root.Real); within(d, stop) && d != root.Real; d = filepath.Dir(d) {
+		for d := filepath.Dir(root.Real); fileopen.Within(d, stop) && d != root.Real; d = filepath.Dir(d) {
 			chain = append(chain, d)
 			if d == stop || d == filepath.Dir(d) {
 				break
@@ -278,10 +278,6 @@ func (s *Search) stopDir(call *toolsdk.Call, t fstools.Target) string {
 		return real
 	}
 	return r
-}
-
-func within(p, root string) bool {
-	return p == root || strings.HasPrefix(p, strings.TrimSuffix(root, string(filepath.Separator))+string(filepath.Separator))
 }
 
 func (s *Search) root(call *toolsdk.Call, p string) (fstools.Target, error) {

@@ -126,7 +126,7 @@ func (r *Reader) readFile(path string, confined bool) ([]byte, error) {
 // inside the root, and that open is the one Beneath would make. Anything
 // else is resolved first and opened beneath the root, as before.
 func (r *Reader) open(path string, confined bool) (*os.File, error) {
-	if !confined || within(path, r.realRoot) {
+	if !confined || fileopen.Within(path, r.realRoot) {
 		if f, ok := fileopen.NoLinksFile(path); ok {
 			return f, nil
 		}
@@ -138,7 +138,7 @@ func (r *Reader) open(path string, confined bool) (*os.File, error) {
 		return nil, errOutside
 	case err != nil:
 		return nil, fmt.Errorf("cannot resolve: %w", err)
-	case confined && !within(real, r.realRoot):
+	case confined && !fileopen.Within(real, r.realRoot):
 		return nil, errOutside
 	}
 	root := ""

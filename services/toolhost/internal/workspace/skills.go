@@ -149,7 +149,7 @@ func (r *Reader) checkSkillRoot(root skillRoot) (real string, ok bool) {
 		return root.dir, true
 	}
 	real, err := fileopen.EvalSymlinks(root.dir)
-	if err != nil || (!r.cfg.Unconfined && !within(real, r.realRoot)) {
+	if err != nil || (!r.cfg.Unconfined && !fileopen.Within(real, r.realRoot)) {
 		return "", false
 	}
 	return real, true

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -109,7 +108,7 @@ func (r *Reader) confinedTo(b Bounds) (*Reader, error) {
 	if !filepath.IsAbs(b.Root) || filepath.Clean(b.Root) != b.Root || !filepath.IsAbs(b.Real) || filepath.Clean(b.Real) != b.Real {
 		return nil, fmt.Errorf("%w: the session root %q (resolved %q) is not a clean absolute path", ErrOutside, b.Root, b.Real)
 	}
-	if !r.cfg.Unconfined && (!within(b.Root, r.cfg.Root) || !within(b.Real, r.realRoot)) {
+	if !r.cfg.Unconfined && (!fileopen.Within(b.Root, r.cfg.Root) || !fileopen.Within(b.Real, r.realRoot)) {
 		return nil, fmt.Errorf("%w: the session root %s is not inside %s", ErrOutside, b.Root, r.cfg.Root)
 	}
 	c := *r
@@ -153,14 +152,14 @@ func (r *Reader) checkCwd(cwd string) (string, error) {
 		return "", fmt.Errorf("%w: %q is not an absolute path", ErrOutside, cwd)
 	}
 	cwd = filepath.Clean(cwd)
-	if !r.cfg.Unconfined && !within(cwd, r.cfg.Root) {
+	if !r.cfg.Unconfined && !fileopen.Within(cwd, r.cfg.Root) {
 		return "", fmt.Errorf("%w: %s is not inside %s", ErrOutside, cwd, r.cfg.Root)
 	}
 	fi, err := os.Stat(cwd)
 	if err != nil || !fi.IsDir() {
 		return "", fmt.Errorf("%w: %s is not a directory", ErrOutside, cwd)
 	}
-	if real, err := fileopen.EvalSymlinks(cwd); err != nil || (!r.cfg.Unconfined && !within(real, r.realRoot)) {
+	if real, err := fileopen.EvalSymlinks(cwd); err != nil || (!r.cfg.Unconfined && !fileopen.Within(real, r.realRoot)) {
 		return "", fmt.Errorf("%w: %s resolves outside %s", ErrOutside, cwd, r.cfg.Root)
 	}
 	return cwd, nil
@@ -173,19 +172,10 @@ func (r *Reader) projectRoot(cwd string) string {
 		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
 			return d
 		}
-		if d == r.cfg.Root || d == filepath.Dir(d) || (!r.cfg.Unconfined && !within(filepath.Dir(d), r.cfg.Root)) {
+		if d == r.cfg.Root || d == filepath.Dir(d) || (!r.cfg.Unconfined && !fileopen.Within(filepath.Dir(d), r.cfg.Root)) {
 			return cwd
 		}
 	}
-}
-
-// within reports whether p is root or below it (both clean).
-func within(p, root string) bool {
-	if p == root {
-		return true
-	}
-	rel, err := filepath.Rel(root, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
 }
 
 // version is a digest of everything a context says.
