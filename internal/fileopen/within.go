@@ -18,6 +18,12 @@ func Within(path, root string) bool {
 	if filepath.IsAbs(path) != filepath.IsAbs(root) {
 		return false
 	}
+	if !filepath.IsAbs(root) {
+		// Relative paths may climb ("..") or name the current directory
+		// ("."): read them as filepath.Rel does.
+		rel, err := filepath.Rel(root, path)
+		return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+	}
 	if root == string(filepath.Separator) {
 		return true
 	}

@@ -59,17 +59,23 @@ _HEALTH_SERVICE = "grpc.health.v1.Health"
 
 
 def _takes_root(hook) -> bool:
-    """Whether a workspace_context hook takes the session root as well as
-    the cwd: a second positional parameter, or *args."""
+    """Whether a workspace_context hook takes the session root: it has a
+    parameter named ``workspace_root`` (any kind but *args/**kwargs), which
+    it is then given by name."""
     if hook is None:
         return False
     try:
-        params = list(inspect.signature(hook).parameters.values())
+        params = inspect.signature(hook).parameters
     except (TypeError, ValueError):
         return False
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return True
-    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 2
+    p = params.get("workspace_root")
+    return p is not None and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+
+
+def _clean_abs(path: str) -> str:
+    """An absolute path normalised as Go's filepath.Clean does (os.path.normpath
+    keeps a leading "//")."""
+    return "/" + os.path.normpath(path).lstrip("/")
 
 
 class ToolHost(tools_pb2_grpc.ToolHostServicer):
@@ -83,11 +89,11 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
         unless they really do. ``workspace_context(cwd) ->
         GetWorkspaceContextResponse`` answers GetWorkspaceContext for a host
         that owns a workspace; without it the host owns none and answers an
-        empty context. A hook that also takes ``workspace_root``
-        (``workspace_context(cwd, workspace_root)``) gets the request's
-        session root, normalised ("" for the host's root), and should read
-        the context within it, so that a session cannot read another's files
-        through its context."""
+        empty context. A hook with a ``workspace_root`` parameter
+        (``workspace_context(cwd, workspace_root)``, or keyword-only) gets the
+        request's session root by name, normalised ("" for the host's root),
+        and should read the context within it, so that a session cannot read
+        another's files through its context."""
         self.max_argument_bytes = max_argument_bytes
         self.sandbox_support = tools_pb2.SANDBOX_SUPPORT_ENFORCED if enforce_sandbox else tools_pb2.SANDBOX_SUPPORT_UNSPECIFIED
         self.workspace_context = workspace_context
@@ -171,8 +177,8 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
         if self.workspace_context is None:
             return tools_pb2.GetWorkspaceContextResponse()
         if self._context_takes_root:
-            return self.workspace_context(os.path.normpath(cwd), os.path.normpath(root) if root else "")
-        return self.workspace_context(os.path.normpath(cwd))
+            return self.workspace_context(_clean_abs(cwd), workspace_root=_clean_abs(root) if root else "")
+        return self.workspace_context(_clean_abs(cwd))
 
     def EndSession(self, request, context):
         """This host holds nothing per session: ending one is a no-op once

@@ -313,10 +313,25 @@ class WorkspaceContextTest(unittest.TestCase):
             seen.append((cwd, workspace_root))
             return tools_pb2.GetWorkspaceContextResponse(owns_workspace=True, project_root=workspace_root or cwd)
         stub = self.serve(ToolHost(workspace_context=ctx))
-        r = stub.GetWorkspaceContext(tools_pb2.GetWorkspaceContextRequest(cwd="/w/a/sub", workspace_root="/w/./a/"))
+        r = stub.GetWorkspaceContext(tools_pb2.GetWorkspaceContextRequest(cwd="/w/a/sub", workspace_root="//w/./a/"))
         self.assertEqual(r.project_root, "/w/a")
         stub.GetWorkspaceContext(tools_pb2.GetWorkspaceContextRequest(cwd="/w/a"))
         self.assertEqual(seen, [("/w/a/sub", "/w/a"), ("/w/a", "")])
+        # Keyword-only is named the same way; a hook whose second parameter
+        # is something else (with a default) keeps getting the cwd only.
+        kw, other = [], []
+
+        def kw_ctx(cwd, *, workspace_root):
+            kw.append(workspace_root)
+            return tools_pb2.GetWorkspaceContextResponse(owns_workspace=True)
+
+        def other_ctx(cwd, verbose=False):
+            other.append(verbose)
+            return tools_pb2.GetWorkspaceContextResponse(owns_workspace=True)
+        for hook in (kw_ctx, other_ctx):
+            self.serve(ToolHost(workspace_context=hook)).GetWorkspaceContext(
+                tools_pb2.GetWorkspaceContextRequest(cwd="/w/a", workspace_root="/w/a"))
+        self.assertEqual((kw, other), (["/w/a"], [False]))
         with self.assertRaises(grpc.RpcError) as e:
             stub.GetWorkspaceContext(tools_pb2.GetWorkspaceContextRequest(cwd="/w/a", workspace_root="rel"))
         self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)

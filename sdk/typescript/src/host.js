@@ -62,7 +62,8 @@ export class ToolHost {
    * workspace; without it the host owns none and answers an empty context.
    * workspaceRoot is the request's session root, cleaned ('' for the host's
    * root): read the context within it, so that a session cannot read
-   * another's files through its context (a one-argument hook ignores it). logger.error(msg)
+   * another's files through its context. It is passed only to a hook
+   * declaring two parameters (`(cwd, opts = {})` has one, Function.length). logger.error(msg)
    * receives a tool's unexpected throw with its stack (default: stderr).
    */
   constructor(tools = [], { maxArgumentBytes = 1 << 20, enforcesSandbox = false, workspaceContext, logger = stderrLogger } = {}) {
@@ -156,7 +157,9 @@ export class ToolHost {
         }
         if (!this.workspaceContext) return cb(null, {})
         Promise.resolve()
-          .then(() => this.workspaceContext(cleanPath(cwd), root ? cleanPath(root) : ''))
+          // A one-parameter hook (fn.length counts the parameters before
+          // the first default) is called with the cwd only.
+          .then(() => (this.workspaceContext.length >= 2 ? this.workspaceContext(cleanPath(cwd), root ? cleanPath(root) : '') : this.workspaceContext(cleanPath(cwd))))
           .then((resp) => cb(null, resp), (e) => cb({ code: grpc.status.INTERNAL, details: `workspace context: ${e instanceof Error ? e.message : String(e)}` }))
       },
       PrepareCalls: (call, cb) => {

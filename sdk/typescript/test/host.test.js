@@ -274,6 +274,18 @@ test('GetWorkspaceContext: empty without a workspace, the hook answers otherwise
     await ask({ cwd: '/w/a/sub', workspaceRoot: '/w/./a/' })
     assert.deepEqual(seen, ['/w/a', '/w/a/sub in /w/a'])
     await assert.rejects(ask({ cwd: '/w/a', workspaceRoot: 'rel' }), (e) => e.code === grpc.status.INVALID_ARGUMENT)
+    // A hook whose second parameter has a default keeps getting the cwd only.
+    const optsSeen = []
+    const withOpts = new Server({ host: new ToolHost([], { workspaceContext: async (cwd, opts = { defaulted: true }) => (optsSeen.push(opts), { ownsWorkspace: true }) }) })
+    const addr2 = await withOpts.listen('127.0.0.1:0')
+    const c2 = new protos.tools.ToolHost(addr2, grpc.credentials.createInsecure())
+    try {
+      await new Promise((resolve, reject) => c2.GetWorkspaceContext({ cwd: '/w/a', workspaceRoot: '/w/a' }, (e, x) => (e ? reject(e) : resolve(x))))
+      assert.deepEqual(optsSeen, [{ defaulted: true }])
+    } finally {
+      c2.close()
+      await withOpts.stop(200)
+    }
   } finally {
     c.close()
     await owning.stop(200)
