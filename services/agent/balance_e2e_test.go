@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -48,12 +47,7 @@ func startGatewayReplicas(t *testing.T, n int) (*gatewayReplicas, *manual.Resolv
 	g := &gatewayReplicas{reached: map[string][]int{}}
 	var addrs []resolver.Address
 	for i := range n {
-		gw, err := llmgateway.New(llmgateway.Config{Routes: []llmgateway.RouteConfig{{Name: "scripted", Kind: "scripted",
-			Script: fmt.Sprintf(`{"steps": [{"text": "gateway %d"}]}`, i)}}}, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(gw.Close)
+		gw := scriptedGateway(t, fmt.Sprintf(`{"steps": [{"text": "gateway %d"}]}`, i))
 		record := grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			if !strings.HasSuffix(info.FullMethod, "/Generate") {
 				return h(srv, ss)

@@ -23,7 +23,6 @@ import (
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
-	"github.com/dsh-dev/dsh/services/llmgateway"
 )
 
 // startCompactAgent runs agent.Run in process on loopback against gwAddr and
@@ -101,12 +100,7 @@ var produce = fakes.Tool{Name: "produce", Run: func(_ context.Context, ex *tools
 func TestLongRunSmallWindow(t *testing.T) {
 	t.Parallel()
 	const steps, window = 300, 4000
-	gw, err := llmgateway.New(llmgateway.Config{Routes: []llmgateway.RouteConfig{{Name: "scripted", Kind: "scripted",
-		Script: longRunScript(steps, window)}}}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
+	gw := scriptedGateway(t, longRunScript(steps, window))
 	c := startCompactAgent(t, fakes.Serve(t, gw.Register), produce)
 	ctx := t.Context()
 	created, err := c.CreateSession(ctx, &agentv1.CreateSessionRequest{Cwd: t.TempDir(), Options: &sessionv1.SessionOptions{Provider: "scripted", Model: "small"}})

@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
-	"github.com/dsh-dev/dsh/services/llmgateway"
 	"github.com/dsh-dev/dsh/services/toolhost/toolhosttest"
 )
 
@@ -31,13 +29,9 @@ func TestSessionCwdInCluster(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(ws, "proj"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	gw, err := llmgateway.New(llmgateway.Config{Routes: []llmgateway.RouteConfig{{Name: "scripted", Kind: "scripted", Script: `{"steps": [
+	gw := scriptedGateway(t, `{"steps": [
  {"tool_calls": [{"id": "b1", "name": "bash", "arguments": {"command": "pwd && echo hi > made-here && ls", "description": "where"}}]},
- {"text": "done"}]}`}}}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
+ {"text": "done"}]}`)
 	host := toolhosttest.Start(t, toolhosttest.WithWorkspace(ws))
 	appr, err := agent.ParseApprovalFlags("on-request", []string{"*=allow"}, 0)
 	if err != nil {

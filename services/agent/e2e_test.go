@@ -245,12 +245,7 @@ const e2eScript = `{"turns": [
 // route) and the real built-in toolhost (bash in a temp workspace).
 func TestE2EWithRealServices(t *testing.T) {
 	t.Parallel()
-	gw, err := llmgateway.New(llmgateway.Config{Routes: []llmgateway.RouteConfig{{Name: "scripted", Kind: "scripted", Script: e2eScript}}},
-		slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
+	gw := scriptedGateway(t, e2eScript)
 	host := toolhosttest.Start(t)
 	runDoneWhen(t, backend{
 		gwAddr:   fakes.Serve(t, gw.Register),
@@ -299,4 +294,18 @@ func TestMalformedArgumentsReachTheTool(t *testing.T) {
 	if end := evs[len(evs)-1].GetTurnEnd(); end.GetReason().GetCompleted() == nil {
 		t.Errorf("turn ended %v", evs[len(evs)-1])
 	}
+}
+
+// scriptedGateway is a real gateway in this process whose one route,
+// "scripted", plays script; it closes when the test ends. Register it on a
+// server (fakes.Serve(t, gw.Register)).
+func scriptedGateway(t *testing.T, script string) *llmgateway.Service {
+	t.Helper()
+	gw, err := llmgateway.New(llmgateway.Config{Routes: []llmgateway.RouteConfig{{Name: "scripted", Kind: "scripted", Script: script}}},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	return gw
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,7 +18,6 @@ import (
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
-	"github.com/dsh-dev/dsh/services/llmgateway"
 	"github.com/dsh-dev/dsh/services/toolhost/toolhosttest"
 )
 
@@ -96,11 +94,7 @@ func TestPrefixGatewayRestartMidTurn(t *testing.T) {
  {"text": "done"}]]}`
 	rg := &restartingGateway{after: 2}
 	for i := range rg.gws {
-		gw, err := llmgateway.New(llmgateway.Config{Routes: []llmgateway.RouteConfig{{Name: "scripted", Kind: "scripted", Script: script}}}, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(gw.Close)
+		gw := scriptedGateway(t, script)
 		conn, err := grpcserver.Dial(fakes.Serve(t, gw.Register))
 		if err != nil {
 			t.Fatal(err)

@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
-	"github.com/dsh-dev/dsh/services/llmgateway"
 	"github.com/dsh-dev/dsh/services/toolhost/toolhosttest"
 )
 
@@ -52,12 +50,7 @@ func TestWorkspaceContextE2E(t *testing.T) {
 	write(".agents/skills/release/SKILL.md", "---\ndescription: Cut a release of this repository.\n---\n1. Tag.\n2. Push.\n")
 	cwd := filepath.Join(repo, "svc")
 
-	gw, err := llmgateway.New(llmgateway.Config{Routes: []llmgateway.RouteConfig{{Name: "scripted", Kind: "scripted", Script: workspaceScript}}},
-		slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
+	gw := scriptedGateway(t, workspaceScript)
 	host := toolhosttest.Start(t, toolhosttest.WithWorkspace(repo))
 	p := startAgent(t, backend{gwAddr: fakes.Serve(t, gw.Register), thAddr: host.Addr, titles: true}, t.TempDir())
 	ctx := t.Context()

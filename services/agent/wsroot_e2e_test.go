@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
-	"github.com/dsh-dev/dsh/services/llmgateway"
 	"github.com/dsh-dev/dsh/services/toolhost/toolhosttest"
 )
 
@@ -54,12 +52,7 @@ func TestWorkspaceContextWithinSessionRoot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	gw, err := llmgateway.New(llmgateway.Config{Routes: []llmgateway.RouteConfig{{Name: "scripted", Kind: "scripted",
-		Script: `{"steps": [{"text": "ok"}]}`}}}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
+	gw := scriptedGateway(t, `{"steps": [{"text": "ok"}]}`)
 	host := toolhosttest.Start(t, toolhosttest.WithWorkspace(ws))
 	p := startAgent(t, backend{gwAddr: fakes.Serve(t, gw.Register), thAddr: host.Addr}, t.TempDir())
 	ctx := t.Context()

@@ -49,6 +49,13 @@ func TestCwdOutsideTheSessionRoot(t *testing.T) {
 		"grep":  args(map[string]any{"pattern": "CANARY"}),
 		"bash":  args(map[string]any{"command": "cat AGENTS.md", "description": "read the cwd's AGENTS.md"}),
 	}
+	// run executes tool in a session rooted at a, its cwd cwd, workspace-write.
+	run := func(tool, cwd, ar string) (string, bool, error) {
+		tc := &toolsv1.ToolContext{SessionId: "s", Cwd: cwd, WorkspaceRoot: a,
+			Sandbox: &toolsv1.SandboxPolicy{Mode: toolsv1.SandboxMode_SANDBOX_MODE_WORKSPACE_WRITE}}
+		_, r, err := h.ExecuteCall(t.Context(), &toolsv1.ToolExecution{CallId: "c", Name: tool, Arguments: ar, Context: tc})
+		return text(r), r.GetIsError(), err
+	}
 	// ab shares a's name as a prefix: outside a all the same. A cwd that
 	// fails to resolve other than by a missing component (through a link
 	// to a file) is refused too, not left to the tools.
@@ -58,14 +65,12 @@ func TestCwdOutsideTheSessionRoot(t *testing.T) {
 			want = "cannot be resolved inside execution.context.workspace_root"
 		}
 		for tool, ar := range calls {
-			tc := &toolsv1.ToolContext{SessionId: "s", Cwd: cwd, WorkspaceRoot: a,
-				Sandbox: &toolsv1.SandboxPolicy{Mode: toolsv1.SandboxMode_SANDBOX_MODE_WORKSPACE_WRITE}}
-			_, r, err := h.ExecuteCall(t.Context(), &toolsv1.ToolExecution{CallId: "c", Name: tool, Arguments: ar, Context: tc})
+			out, _, err := run(tool, cwd, ar)
 			switch {
-			case strings.Contains(text(r), canary):
-				t.Errorf("%s with cwd %s crossed out of the session root %s: %s", tool, cwd, a, text(r))
+			case strings.Contains(out, canary):
+				t.Errorf("%s with cwd %s crossed out of the session root %s: %s", tool, cwd, a, out)
 			case status.Code(err) != codes.InvalidArgument:
-				t.Errorf("%s with cwd %s: %v %q, want INVALID_ARGUMENT", tool, cwd, err, text(r))
+				t.Errorf("%s with cwd %s: %v %q, want INVALID_ARGUMENT", tool, cwd, err, out)
 			case !strings.Contains(status.Convert(err).Message(), want) || !strings.Contains(status.Convert(err).Message(), "create a new session"):
 				t.Errorf("%s with cwd %s: refusal does not say %q and what to do: %v", tool, cwd, want, err)
 			}
@@ -77,14 +82,12 @@ func TestCwdOutsideTheSessionRoot(t *testing.T) {
 	// tool (its catalog) nor read (../AGENTS.md, which is b's) reaches b.
 	missing := filepath.Join(a, "to-b", "missing")
 	for tool, ar := range map[string]string{"skill": calls["skill"], "read": args(map[string]any{"file_path": "../AGENTS.md"})} {
-		tc := &toolsv1.ToolContext{SessionId: "s", Cwd: missing, WorkspaceRoot: a,
-			Sandbox: &toolsv1.SandboxPolicy{Mode: toolsv1.SandboxMode_SANDBOX_MODE_WORKSPACE_WRITE}}
-		_, r, err := h.ExecuteCall(t.Context(), &toolsv1.ToolExecution{CallId: "c", Name: tool, Arguments: ar, Context: tc})
+		out, isErr, err := run(tool, missing, ar)
 		switch {
-		case strings.Contains(text(r), canary):
-			t.Errorf("%s with cwd %s crossed out of the session root %s: %s", tool, missing, a, text(r))
-		case err == nil && !r.GetIsError():
-			t.Errorf("%s with cwd %s answered %q, want a refusal", tool, missing, text(r))
+		case strings.Contains(out, canary):
+			t.Errorf("%s with cwd %s crossed out of the session root %s: %s", tool, missing, a, out)
+		case err == nil && !isErr:
+			t.Errorf("%s with cwd %s answered %q, want a refusal", tool, missing, out)
 		}
 	}
 	// A cwd inside the session root is served: the skill tool and read see
