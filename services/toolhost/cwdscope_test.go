@@ -80,6 +80,7 @@ func TestCwdOutsideTheSessionRoot(t *testing.T) {
 	// check — nothing is there — and is left to the tools, which confine
 	// what they resolve against it to the session root: neither the skill
 	// tool (its catalog) nor read (../AGENTS.md, which is b's) reaches b.
+	// A guard: this passed before the host's cwd check existed.
 	missing := filepath.Join(a, "to-b", "missing")
 	for tool, ar := range map[string]string{"skill": calls["skill"], "read": args(map[string]any{"file_path": "../AGENTS.md"})} {
 		out, isErr, err := run(tool, missing, ar)

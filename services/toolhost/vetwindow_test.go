@@ -28,6 +28,8 @@ import (
 // through the tool path Execute takes with the stale vetted root. Every
 // call must be refused — the file tools and the sandbox's rules open that
 // root with links refused — and nothing outside may be read or written.
+// A guard: the double resolution before Call.Vetted refused these swaps
+// too; this pins that the single resolution still does.
 func TestRootSwappedAfterVetting(t *testing.T) {
 	t.Parallel()
 	const canary = "VETTED-WINDOW-CANARY-5e07"
