@@ -1,15 +1,16 @@
 package load
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -63,11 +64,58 @@ func (u *upstream) serve() (url string, stop func(), err error) {
 	return "http://" + l.Addr().String() + "/v1", func() { _ = srv.Close() }, nil
 }
 
+// bodies recycles the request bodies' buffers: the upstream stands in for
+// a provider on another machine, so its own work is kept small to leave
+// the two cores to what is measured.
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 type chatRequest struct {
 	Messages []struct {
 		Role    string          `json:"role"`
 		Content json.RawMessage `json:"content"`
 	} `json:"messages"`
+}
+
+var (
+	userRole    = []byte(`{"role":"user","content":`)
+	toolRole    = []byte(`{"role":"tool",`)
+	messagesKey = []byte(`"messages":[`)
+)
+
+// turnOf returns a chat-completions request's conversation key (the raw
+// JSON of its last user message's content) and the number of tool
+// results after that message; key is "" if the body has none.
+//
+// It reads the gateway's compact encoding (a message's role first, the
+// user message's content next) without decoding the whole body: a
+// quotation mark inside a JSON string is escaped, so the markers match
+// only a message's own members. Any other shape takes a full decode.
+func turnOf(body []byte) (key string, tools int) {
+	if i := bytes.LastIndex(body, userRole); i >= 0 && bytes.Count(body, messagesKey) == 1 {
+		rest := body[i+len(userRole):]
+		var raw json.RawMessage
+		if err := json.NewDecoder(bytes.NewReader(rest)).Decode(&raw); err == nil {
+			return string(raw), bytes.Count(rest, toolRole)
+		}
+	}
+	return turnOfDecoded(body)
+}
+
+// turnOfDecoded is turnOf by a whole decode of body.
+func turnOfDecoded(body []byte) (key string, tools int) {
+	var req chatRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return "", 0
+	}
+	for _, m := range req.Messages {
+		switch m.Role {
+		case "user":
+			key, tools = string(m.Content), 0
+		case "tool":
+			tools++
+		}
+	}
+	return key, tools
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -76,19 +124,11 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"object":"list","data":[{"id":"load","object":"model"}]}`)
 		return
 	}
-	body, _ := io.ReadAll(r.Body)
-	var req chatRequest
-	key, tools := "", 0
-	if err := json.Unmarshal(body, &req); err == nil {
-		for _, m := range req.Messages {
-			switch m.Role {
-			case "user":
-				key, tools = string(m.Content), 0
-			case "tool":
-				tools++
-			}
-		}
-	}
+	buf := bodies.Get().(*bytes.Buffer)
+	buf.Reset()
+	_, _ = buf.ReadFrom(r.Body)
+	key, tools := turnOf(buf.Bytes())
+	bodies.Put(buf)
 	if key == "" {
 		u.mu.Lock()
 		u.bad++
@@ -193,4 +233,33 @@ func percentile(d []time.Duration, p float64) time.Duration {
 	}
 	i := int(float64(len(d))*p+0.999999) - 1
 	return d[max(0, min(i, len(d)-1))]
+}
+
+// TestTurnOf checks the upstream's lean reading of a request against a
+// whole decode, on bodies in the gateway's encoding and on others.
+func TestTurnOf(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, key string
+		tools           int
+	}{
+		{"first step", `{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"load 1 turn 0"}],"stream":true}`, `"load 1 turn 0"`, 0},
+		{"third step", `{"model":"m","messages":[{"role":"user","content":"load 1 turn 0"},{"role":"assistant","content":"Step.","tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":"{}"}}]},{"role":"tool","content":"x","tool_call_id":"c1"},{"role":"assistant","content":null},{"role":"tool","content":"y","tool_call_id":"c2"}],"tools":[{"type":"function","function":{"name":"read"}}]}`, `"load 1 turn 0"`, 2},
+		{"second turn", `{"messages":[{"role":"user","content":"load 1 turn 0"},{"role":"tool","content":"x"},{"role":"user","content":"load 1 turn 1"},{"role":"tool","content":"y"}]}`, `"load 1 turn 1"`, 1},
+		{"content parts", `{"messages":[{"role":"user","content":[{"type":"text","text":"load 2 turn 0"}]}]}`, `[{"type":"text","text":"load 2 turn 0"}]`, 0},
+		{"markers inside strings", `{"messages":[{"role":"user","content":"say {\"role\":\"tool\", and {\"role\":\"user\",\"content\":\"no\"}"},{"role":"tool","content":"{\"role\":\"tool\","}]}`, `"say {\"role\":\"tool\", and {\"role\":\"user\",\"content\":\"no\"}"`, 1},
+		{"other member order", `{"messages":[{"content":"load 3 turn 0","role":"user"},{"role":"tool","content":"x"}]}`, `"load 3 turn 0"`, 1},
+		{"spaced", `{"messages": [{"role": "user", "content": "load 4 turn 0"}]}`, `"load 4 turn 0"`, 0},
+		{"no user message", `{"messages":[{"role":"system","content":"s"}]}`, "", 0},
+		{"not JSON", `nope`, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key, tools := turnOf([]byte(tc.body))
+			if key != tc.key || tools != tc.tools {
+				t.Fatalf("turnOf = %q, %d; want %q, %d", key, tools, tc.key, tc.tools)
+			}
+			if fk, ft := turnOfDecoded([]byte(tc.body)); fk != key || ft != tools {
+				t.Fatalf("turnOf = %q, %d; the whole decode reads %q, %d", key, tools, fk, ft)
+			}
+		})
+	}
 }
