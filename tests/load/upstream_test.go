@@ -77,9 +77,8 @@ type chatRequest struct {
 }
 
 var (
-	userRole    = []byte(`{"role":"user","content":`)
-	toolRole    = []byte(`{"role":"tool",`)
-	messagesKey = []byte(`"messages":[`)
+	userRole = []byte(`{"role":"user","content":`)
+	toolRole = []byte(`{"role":"tool",`)
 )
 
 // turnOf returns a chat-completions request's conversation key (the raw
@@ -91,8 +90,19 @@ var (
 // quotation mark inside a JSON string is escaped, so the markers match
 // only a message's own members. Any other shape takes a full decode.
 func turnOf(body []byte) (key string, tools int) {
-	if i := bytes.LastIndex(body, userRole); i >= 0 && bytes.Count(body, messagesKey) == 1 {
-		rest := body[i+len(userRole):]
+	// The last user message, found forwards: bytes.Index is vectorised,
+	// bytes.LastIndex is not.
+	last := -1
+	for i := 0; ; {
+		j := bytes.Index(body[i:], userRole)
+		if j < 0 {
+			break
+		}
+		last = i + j
+		i = last + len(userRole)
+	}
+	if last >= 0 {
+		rest := body[last+len(userRole):]
 		var raw json.RawMessage
 		if err := json.NewDecoder(bytes.NewReader(rest)).Decode(&raw); err == nil {
 			return string(raw), bytes.Count(rest, toolRole)
@@ -262,4 +272,40 @@ func TestTurnOf(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkTurnOf reads a 5-step request of about the load's size (a
+// long system prompt, five calls and results, a tool list) both ways.
+func BenchmarkTurnOf(b *testing.B) {
+	var body bytes.Buffer
+	body.WriteString(`{"model":"load","messages":[{"role":"system","content":` + jsonString(strings.Repeat("You are a coding agent. ", 400)) + `},{"role":"user","content":"load 7 turn 1"}`)
+	for i := range 5 {
+		fmt.Fprintf(&body, `,{"role":"assistant","content":"Step.","tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read","arguments":"{\"file_path\":\"notes.txt\"}"}}]},{"role":"tool","content":%s,"tool_call_id":"call_%d"}`, i, jsonString(strings.Repeat("line of the notes file\n", 60)), i)
+	}
+	body.WriteString(`],"tools":[`)
+	for i := range 17 {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		fmt.Fprintf(&body, `{"type":"function","function":{"name":"tool%d","description":%s,"parameters":{"type":"object","properties":{"file_path":{"type":"string"}}}}}`, i, jsonString(strings.Repeat("Reads a file. ", 20)))
+	}
+	body.WriteString(`],"stream":true}`)
+	for _, bc := range []struct {
+		name string
+		fn   func([]byte) (string, int)
+	}{{"lean", turnOf}, {"decoded", turnOfDecoded}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(body.Len()))
+			for b.Loop() {
+				if key, tools := bc.fn(body.Bytes()); key != `"load 7 turn 1"` || tools != 5 {
+					b.Fatalf("read %q, %d", key, tools)
+				}
+			}
+		})
+	}
+}
+
+func jsonString(s string) string {
+	q, _ := json.Marshal(s)
+	return string(q)
 }
