@@ -703,12 +703,7 @@ func stripToolCalls(m *llmv1.Message) (*llmv1.Message, bool) {
 }
 
 func assistantEvent(turn, step int32, content []*llmv1.ContentBlock, prov *llmv1.AssistantProvenance, usage *llmv1.TokenUsage, seqs []int64) *sessionv1.SessionEvent {
-	return &sessionv1.SessionEvent{
-		SurfaceOp:       session.AppendOp(),
-		SourceEventSeqs: session.Seqs(seqs...),
-		Payload: &sessionv1.SessionEvent_AssistantMessage{AssistantMessage: &sessionv1.AssistantMessage{
-			Turn: turn, Step: step, Content: content, Provenance: prov, Usage: usage}},
-	}
+	return session.AssistantMessageEvent(turn, step, content, prov, usage, seqs)
 }
 
 // logHeader appends request/header per the logging rule of §3.7. The log
