@@ -202,7 +202,20 @@ func newHistoryCodec() *historyCodec {
 // Name is "proto": the wire format is plain protobuf.
 func (c *historyCodec) Name() string { return "proto" }
 
-func (c *historyCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.base.Unmarshal(data, v) }
+// Unmarshal decodes a GenerateResponse with decodeResponse (each chunk one
+// allocation), anything else, and a response decodeResponse declines,
+// with proto.
+func (c *historyCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if resp, ok := v.(*llmv1.GenerateResponse); ok {
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		done := decodeResponse(buf.ReadOnlyData(), resp)
+		buf.Free()
+		if done {
+			return nil
+		}
+	}
+	return c.base.Unmarshal(data, v)
+}
 
 func (c *historyCodec) forget(sessionID string) {
 	c.mu.Lock()
