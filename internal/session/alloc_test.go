@@ -20,7 +20,7 @@ func TestOneAllocationConstructors(t *testing.T) {
 	usage := &llmv1.TokenUsage{InputTokens: 3, OutputTokens: 4}
 	view := &toolsv1.ToolCallView{}
 	errInfo := &toolsv1.ToolErrorInfo{Code: "X"}
-	seqs := []int64{4, 5}
+	seqs, one := []int64{4, 5}, []int64{7}
 	resultEv := ToolResultEvent(1, 2, "c1", content, true, errInfo, 9)
 	for _, tc := range []struct {
 		name string
@@ -47,6 +47,11 @@ func TestOneAllocationConstructors(t *testing.T) {
 				SourceEventSeqs: &sessionv1.EventSeqs{Seqs: seqs},
 				Payload: &sessionv1.SessionEvent_AssistantMessage{AssistantMessage: &sessionv1.AssistantMessage{
 					Turn: 1, Step: 2, Content: content, Provenance: prov, Usage: usage}}}},
+		{"assistant/message of one response", func() proto.Message { return AssistantMessageEvent(1, 2, content, prov, usage, one) },
+			&sessionv1.SessionEvent{SurfaceOp: &sessionv1.SurfaceOp{Op: &sessionv1.SurfaceOp_Append{Append: &sessionv1.SurfaceAppend{}}},
+				SourceEventSeqs: &sessionv1.EventSeqs{Seqs: []int64{7}},
+				Payload: &sessionv1.SessionEvent_AssistantMessage{AssistantMessage: &sessionv1.AssistantMessage{
+					Turn: 1, Step: 2, Content: content, Provenance: prov, Usage: usage}}}},
 		{"a tool result's message", func() proto.Message { return deriveEventMessage(resultEv) },
 			&llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{{Block: &llmv1.ContentBlock_ToolResult{
 				ToolResult: &llmv1.ToolResultBlock{ToolCallId: "c1", Content: content, IsError: true}}}}}},
@@ -59,5 +64,10 @@ func TestOneAllocationConstructors(t *testing.T) {
 				t.Errorf("%v allocations, want 1", n)
 			}
 		})
+	}
+	// One seq is copied in: the caller's slice (the loop's, with room for
+	// a streamed step's many responses) is not kept by the event.
+	if got := AssistantMessageEvent(1, 2, nil, nil, nil, one).GetSourceEventSeqs().GetSeqs(); &got[0] == &one[0] {
+		t.Error("the event keeps the caller's seqs slice")
 	}
 }

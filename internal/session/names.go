@@ -335,8 +335,10 @@ func ToolResultEvent(turn, step int32, callID string, content []*llmv1.ContentBl
 
 // AssistantMessageEvent returns an assistant/message event appended to the
 // surface, naming its chunk events in source_event_seqs (none: no sources);
-// content, provenance, usage and seqs become the event's. It is one
-// allocation.
+// content, provenance, usage and seqs become the event's (one seq, a step
+// answered in one gateway response, is copied in: the event is then one
+// allocation, and the caller's slice, often larger than its length, is not
+// kept).
 func AssistantMessageEvent(turn, step int32, content []*llmv1.ContentBlock, prov *llmv1.AssistantProvenance, usage *llmv1.TokenUsage, seqs []int64) *sessionv1.SessionEvent {
 	e := &struct {
 		ev  sessionv1.SessionEvent
@@ -344,10 +346,15 @@ func AssistantMessageEvent(turn, step int32, content []*llmv1.ContentBlock, prov
 		p   sessionv1.SessionEvent_AssistantMessage
 		m   sessionv1.AssistantMessage
 		src sessionv1.EventSeqs
+		one [1]int64
 	}{}
 	e.m.Turn, e.m.Step, e.m.Content, e.m.Provenance, e.m.Usage = turn, step, content, prov, usage
 	e.p.AssistantMessage = &e.m
 	e.src.Seqs = seqs
+	if len(seqs) == 1 {
+		e.one[0] = seqs[0]
+		e.src.Seqs = e.one[:]
+	}
 	e.ev.SurfaceOp, e.ev.SourceEventSeqs, e.ev.Payload = e.op.init(), &e.src, &e.p
 	return &e.ev
 }

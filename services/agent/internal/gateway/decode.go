@@ -180,12 +180,21 @@ type (
 		m      llmv1.FinishChunk
 		r      llmv1.FinishReason
 		replay string
-		ws     llmv1.FinishReason_Stop
-		s      llmv1.FinishStop
-		wt     llmv1.FinishReason_ToolCalls
-		t      llmv1.FinishToolCalls
-		wm     llmv1.FinishReason_MaxTokens
-		mt     llmv1.FinishMaxTokens
+	}
+	finishStopChunk struct {
+		finishChunk
+		w llmv1.FinishReason_Stop
+		k llmv1.FinishStop
+	}
+	finishToolCallsChunk struct {
+		finishChunk
+		w llmv1.FinishReason_ToolCalls
+		k llmv1.FinishToolCalls
+	}
+	finishMaxTokensChunk struct {
+		finishChunk
+		w llmv1.FinishReason_MaxTokens
+		k llmv1.FinishMaxTokens
 	}
 )
 
@@ -396,42 +405,57 @@ func (d *decoder) usage(i, j int) *llmv1.StreamChunk {
 
 // finish decodes the FinishChunk in b[i:j] into a chunk, or returns nil.
 func (d *decoder) finish(i, j int) *llmv1.StreamChunk {
-	e := &finishChunk{}
-	var reason field
-	hasReason := false
+	var replay, reason field
+	hasReplay, hasReason := false, false
 	if !d.fields(i, j, 0, func(f field) bool {
-		var ok bool
 		switch f.num {
 		case 1:
-			reason, hasReason, ok = f, true, f.typ == protowire.BytesType
+			reason, hasReason = f, true
 		case 2:
-			e.replay, ok = d.str(f)
-			e.m.ReplayState = &e.replay
+			replay, hasReplay = f, true
+		default:
+			return false
 		}
-		return ok
+		return f.typ == protowire.BytesType
 	}) {
 		return nil
 	}
-	if hasReason {
-		// One kind at most, and only the empty ones.
-		if !d.fields(reason.start, reason.end, 0, func(f field) bool {
-			if f.typ != protowire.BytesType || f.start != f.end || e.r.Kind != nil {
-				return false
-			}
-			switch f.num {
-			case 1:
-				e.ws.Stop, e.r.Kind = &e.s, &e.ws
-			case 2:
-				e.wt.ToolCalls, e.r.Kind = &e.t, &e.wt
-			case 3:
-				e.wm.MaxTokens, e.r.Kind = &e.mt, &e.wm
-			default:
-				return false
-			}
-			return true
-		}) {
+	// The reason's kind: none, or one of the empty ones.
+	var kind protowire.Number
+	if hasReason && !d.fields(reason.start, reason.end, 0, func(f field) bool {
+		if f.typ != protowire.BytesType || f.start != f.end || kind != 0 || f.num < 1 || f.num > 3 {
+			return false
+		}
+		kind = f.num
+		return true
+	}) {
+		return nil
+	}
+	var e *finishChunk
+	switch kind {
+	case 0:
+		e = &finishChunk{}
+	case 1:
+		x := &finishStopChunk{}
+		x.w.Stop, x.r.Kind = &x.k, &x.w
+		e = &x.finishChunk
+	case 2:
+		x := &finishToolCallsChunk{}
+		x.w.ToolCalls, x.r.Kind = &x.k, &x.w
+		e = &x.finishChunk
+	default:
+		x := &finishMaxTokensChunk{}
+		x.w.MaxTokens, x.r.Kind = &x.k, &x.w
+		e = &x.finishChunk
+	}
+	if hasReplay {
+		var ok bool
+		if e.replay, ok = d.str(replay); !ok {
 			return nil
 		}
+		e.m.ReplayState = &e.replay
+	}
+	if hasReason {
 		e.m.Reason = &e.r
 	}
 	e.w.Finish, e.c.Chunk = &e.m, &e.w
