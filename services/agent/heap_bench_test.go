@@ -19,6 +19,7 @@ import (
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/cputime"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
@@ -47,8 +48,9 @@ const readArgs = `{"file_path":"notes.txt"}`
 // of five `read` steps (the ladder's model and result sizes) and a final
 // text step, and stay loaded. It reports the live heap plus goroutine
 // stacks per session (B/session) and the live heap objects per session
-// (objects/session), both after a collection; -agent.heapprofile writes
-// the heap profile taken at that point.
+// (objects/session), both after a collection, and per step (client,
+// agent and fakes, all in this process) the CPU, allocations and bytes
+// allocated; -agent.heapprofile writes the heap profile taken at the end.
 func BenchmarkActiveSessionHeap(b *testing.B) {
 	if *heapProfile != "" {
 		defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
@@ -97,16 +99,21 @@ func BenchmarkActiveSessionHeap(b *testing.B) {
 		}
 	}
 	run("warm") // warm pools and caches
-	var bytes, objects float64
+	var bytes, objects, cpu, allocs, allocBytes float64
+	const steps = n * 2 * 6 // two turns of five tool steps and a text step
 	for i := 0; b.Loop(); i++ {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
+		cpu0 := cputime.Process()
 		run(fmt.Sprintf("s%d", i))
+		cpu = float64((cputime.Process() - cpu0).Microseconds()) / 1000 / steps
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		bytes = (float64(after.HeapAlloc+after.StackInuse) - float64(before.HeapAlloc+before.StackInuse)) / n
 		objects = (float64(after.HeapObjects) - float64(before.HeapObjects)) / n
+		allocs = float64(after.Mallocs-before.Mallocs) / steps
+		allocBytes = float64(after.TotalAlloc-before.TotalAlloc) / steps
 		if *heapProfile != "" {
 			f, err := os.Create(*heapProfile)
 			if err != nil {
@@ -120,4 +127,7 @@ func BenchmarkActiveSessionHeap(b *testing.B) {
 	}
 	b.ReportMetric(bytes, "B/session")
 	b.ReportMetric(objects, "objects/session")
+	b.ReportMetric(cpu, "cpu-ms/step")
+	b.ReportMetric(allocs, "allocs/step")
+	b.ReportMetric(allocBytes, "alloc-B/step")
 }
