@@ -34,7 +34,18 @@ type partial struct {
 // block closed, and otherwise appends; a tool-call delta sets the call id
 // (last wins) and the name when present; the first block-end of an index
 // wins and its block is authoritative; usage and finish overwrite.
+//
+// By default the assembler copies what it keeps of a pushed chunk (a
+// block-end's block, usage, the finish reason) and hands out fresh copies.
+// With Shared set, the caller promises that the chunks it pushes are
+// never mutated and outlive what the assembler returns (the agent's loop:
+// the chunks are logged, immutable, before they are pushed): the assembler
+// then keeps those messages by reference and returns them as they are, so
+// an assembled message shares its closed blocks and usage with the logged
+// chunks instead of holding a second copy of them. Neither may be mutated.
 type Assembler struct {
+	Shared bool
+
 	parts       []*partial // in first-seen order
 	last        int        // position of the last partial touched, a lookup cache
 	usage       *llmv1.TokenUsage
@@ -104,12 +115,18 @@ func (a *Assembler) Push(c *llmv1.StreamChunk) {
 		}
 		p.closed = true
 		if e.GetBlock() != nil {
-			p.block = proto.CloneOf(e.GetBlock())
+			p.block = a.keep(e.GetBlock()).(*llmv1.ContentBlock)
 		}
 	case *llmv1.StreamChunk_Usage:
-		a.usage = proto.CloneOf(v.Usage.GetUsage())
+		a.usage = v.Usage.GetUsage()
+		if a.usage != nil {
+			a.usage = a.keep(a.usage).(*llmv1.TokenUsage)
+		}
 	case *llmv1.StreamChunk_Finish:
-		a.finish = proto.CloneOf(v.Finish.GetReason())
+		a.finish = v.Finish.GetReason()
+		if a.finish != nil {
+			a.finish = a.keep(a.finish).(*llmv1.FinishReason)
+		}
 		if v.Finish.ReplayState != nil {
 			s := v.Finish.GetReplayState()
 			a.replayState = &s
@@ -117,6 +134,15 @@ func (a *Assembler) Push(c *llmv1.StreamChunk) {
 			a.replayState = nil
 		}
 	}
+}
+
+// keep is what the assembler keeps of a pushed message m: m itself when
+// Shared, else a copy.
+func (a *Assembler) keep(m proto.Message) proto.Message {
+	if a.Shared {
+		return m
+	}
+	return proto.Clone(m)
 }
 
 // BlockTypeOf returns the stream block type of a content block and, for an
@@ -158,12 +184,13 @@ func (e *UnclosedBlockError) Code() string { return "UNCLOSED_BLOCK" }
 // block's authoritative block, otherwise the block built from its deltas
 // (a tool call without an id gets "call-<index>"). It fails with an
 // [*UnclosedBlockError] for an unclosed block of any other type. The blocks
-// are fresh; Blocks may be called repeatedly and between pushes.
+// are fresh (with Shared, a closed block is the pushed one); Blocks may be
+// called repeatedly and between pushes.
 func (a *Assembler) Blocks() ([]*llmv1.ContentBlock, error) {
 	out := make([]*llmv1.ContentBlock, 0, len(a.parts))
 	for _, p := range a.parts {
 		if p.closed && p.block != nil {
-			out = append(out, proto.CloneOf(p.block))
+			out = append(out, a.keep(p.block).(*llmv1.ContentBlock))
 			continue
 		}
 		switch p.typ {
@@ -198,11 +225,11 @@ func (a *Assembler) Message() (*llmv1.Message, error) {
 	return &llmv1.Message{Role: llmv1.Role_ROLE_ASSISTANT, Content: blocks}, nil
 }
 
-// Finish returns the stored finish reason, or "stop" when the stream ended
-// without one.
+// Finish returns the stored finish reason (a copy, unless Shared), or
+// "stop" when the stream ended without one.
 func (a *Assembler) Finish() *llmv1.FinishReason {
 	if a.finish != nil {
-		return proto.CloneOf(a.finish)
+		return a.keep(a.finish).(*llmv1.FinishReason)
 	}
 	return &llmv1.FinishReason{Kind: &llmv1.FinishReason_Stop{Stop: &llmv1.FinishStop{}}}
 }
@@ -219,13 +246,13 @@ func (a *Assembler) ReplayState() *string {
 	return &s
 }
 
-// Usage returns the last usage seen, or nil.
+// Usage returns the last usage seen (a copy, unless Shared), or nil.
 func (a *Assembler) Usage() *llmv1.TokenUsage {
 	if a.usage == nil {
 		return nil
 	}
-	return proto.CloneOf(a.usage)
+	return a.keep(a.usage).(*llmv1.TokenUsage)
 }
 
-// Reset empties the assembler for reuse.
-func (a *Assembler) Reset() { *a = Assembler{} }
+// Reset empties the assembler for reuse (Shared stays as it was).
+func (a *Assembler) Reset() { *a = Assembler{Shared: a.Shared} }

@@ -190,6 +190,36 @@ func TestAssemblerDoesNotAliasChunks(t *testing.T) {
 	}
 }
 
+// TestAssemblerShared: a Shared assembler keeps and returns the pushed
+// block, usage and finish reason themselves (the loop's chunks are logged
+// and immutable: the assembled message shares them instead of copying),
+// and still builds a block that only deltas made afresh.
+func TestAssemblerShared(t *testing.T) {
+	t.Parallel()
+	a := Assembler{Shared: true}
+	b := textBlock("x")
+	u := &llmv1.TokenUsage{InputTokens: 3, OutputTokens: 4}
+	f := &llmv1.FinishReason{Kind: &llmv1.FinishReason_Stop{Stop: &llmv1.FinishStop{}}}
+	a.Push(end(0, b))
+	a.Push(&llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_TextDelta{TextDelta: &llmv1.TextDelta{Index: 1, Text: "y"}}})
+	a.Push(&llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_Usage{Usage: &llmv1.UsageChunk{Usage: u}}})
+	a.Push(&llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_Finish{Finish: &llmv1.FinishChunk{Reason: f}}})
+	got, err := a.Blocks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != b || got[1].GetText().GetText() != "y" {
+		t.Fatalf("blocks %v: want the pushed block itself, then the deltas' block", got)
+	}
+	if a.Usage() != u || a.Finish() != f {
+		t.Fatalf("usage %p finish %p: want the pushed %p and %p", a.Usage(), a.Finish(), u, f)
+	}
+	a.Reset()
+	if !a.Shared || a.Usage() != nil || a.Finished() {
+		t.Fatal("Reset dropped Shared or kept state")
+	}
+}
+
 func FuzzAssembler(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{2, 0, 3, 'a', 'b', 'c', 2, 0, 1, 'd', 6, 0, 1, 'x'})

@@ -212,11 +212,19 @@ func AgentSource(sessionID string) *llmv1.MessageSource {
 // AppendOp returns the surface op "append".
 func AppendOp() *sessionv1.SurfaceOp {
 	// Its three messages in one allocation (every surface event has one).
-	o := &struct {
-		op sessionv1.SurfaceOp
-		w  sessionv1.SurfaceOp_Append
-		a  sessionv1.SurfaceAppend
-	}{}
+	return new(appendOp).init()
+}
+
+// appendOp is the three messages of an append surface op, for one
+// allocation; a constructor that makes its event in one allocation
+// embeds it.
+type appendOp struct {
+	op sessionv1.SurfaceOp
+	w  sessionv1.SurfaceOp_Append
+	a  sessionv1.SurfaceAppend
+}
+
+func (o *appendOp) init() *sessionv1.SurfaceOp {
 	o.w.Append = &o.a
 	o.op.Op = &o.w
 	return &o.op
@@ -255,13 +263,34 @@ func TurnEndEvent(turn int32, reason *sessionv1.TurnEndReason) *sessionv1.Sessio
 }
 
 // StepStartEvent returns a step/start event (seq and time unset).
+// The event, its payload wrapper and the StepStart are made in one
+// allocation (as for the other events every step logs: a session's
+// events stay in memory while it is loaded, and each object of them is
+// one more for the collector to mark).
 func StepStartEvent(turn, step int32) *sessionv1.SessionEvent {
-	return &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_StepStart{StepStart: &sessionv1.StepStart{Turn: turn, Step: step}}}
+	e := &struct {
+		ev sessionv1.SessionEvent
+		p  sessionv1.SessionEvent_StepStart
+		s  sessionv1.StepStart
+	}{}
+	e.s.Turn, e.s.Step = turn, step
+	e.p.StepStart = &e.s
+	e.ev.Payload = &e.p
+	return &e.ev
 }
 
 // StepEndEvent returns a step/end event (seq and time unset).
+// Like StepStartEvent, it is one allocation.
 func StepEndEvent(turn, step int32) *sessionv1.SessionEvent {
-	return &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_StepEnd{StepEnd: &sessionv1.StepEnd{Turn: turn, Step: step}}}
+	e := &struct {
+		ev sessionv1.SessionEvent
+		p  sessionv1.SessionEvent_StepEnd
+		s  sessionv1.StepEnd
+	}{}
+	e.s.Turn, e.s.Step = turn, step
+	e.p.StepEnd = &e.s
+	e.ev.Payload = &e.p
+	return &e.ev
 }
 
 // UserMessageEvent returns a user/message event appended to the surface.
@@ -283,16 +312,65 @@ func ContextMessageEvent(content []*llmv1.ContentBlock, src *llmv1.MessageSource
 // ToolResultEvent returns a tool/result event appended to the surface; when
 // callSeq >= 0 it becomes the single source event seq (the tool/call's seq).
 func ToolResultEvent(turn, step int32, callID string, content []*llmv1.ContentBlock, isError bool, errInfo *toolsv1.ToolErrorInfo, callSeq int64) *sessionv1.SessionEvent {
-	ev := &sessionv1.SessionEvent{
-		SurfaceOp: AppendOp(),
-		Payload: &sessionv1.SessionEvent_ToolResult{ToolResult: &sessionv1.ToolResult{
-			Turn: turn, Step: step, CallId: callID, Content: content, IsError: isError, Error: errInfo,
-		}},
-	}
+	// The event with its surface op, payload and source seqs in one
+	// allocation.
+	e := &struct {
+		ev   sessionv1.SessionEvent
+		op   appendOp
+		p    sessionv1.SessionEvent_ToolResult
+		r    sessionv1.ToolResult
+		src  sessionv1.EventSeqs
+		seqs [1]int64
+	}{}
+	e.r.Turn, e.r.Step, e.r.CallId, e.r.Content, e.r.IsError, e.r.Error = turn, step, callID, content, isError, errInfo
+	e.p.ToolResult = &e.r
+	e.ev.SurfaceOp, e.ev.Payload = e.op.init(), &e.p
 	if callSeq >= 0 {
-		ev.SourceEventSeqs = Seqs(callSeq)
+		e.seqs[0] = callSeq
+		e.src.Seqs = e.seqs[:]
+		e.ev.SourceEventSeqs = &e.src
 	}
-	return ev
+	return &e.ev
+}
+
+// AssistantMessageEvent returns an assistant/message event appended to the
+// surface, naming its chunk events in source_event_seqs (none: no sources);
+// content, provenance, usage and seqs become the event's (one seq, a step
+// answered in one gateway response, is copied in: the event is then one
+// allocation, and the caller's slice, often larger than its length, is not
+// kept).
+func AssistantMessageEvent(turn, step int32, content []*llmv1.ContentBlock, prov *llmv1.AssistantProvenance, usage *llmv1.TokenUsage, seqs []int64) *sessionv1.SessionEvent {
+	e := &struct {
+		ev  sessionv1.SessionEvent
+		op  appendOp
+		p   sessionv1.SessionEvent_AssistantMessage
+		m   sessionv1.AssistantMessage
+		src sessionv1.EventSeqs
+		one [1]int64
+	}{}
+	e.m.Turn, e.m.Step, e.m.Content, e.m.Provenance, e.m.Usage = turn, step, content, prov, usage
+	e.p.AssistantMessage = &e.m
+	e.src.Seqs = seqs
+	if len(seqs) == 1 {
+		e.one[0] = seqs[0]
+		e.src.Seqs = e.one[:]
+	}
+	e.ev.SurfaceOp, e.ev.SourceEventSeqs, e.ev.Payload = e.op.init(), &e.src, &e.p
+	return &e.ev
+}
+
+// ToolCallEvent returns a tool/call event (seq and time unset); view may be
+// nil. It is one allocation.
+func ToolCallEvent(turn, step int32, callID, name, args string, view *toolsv1.ToolCallView) *sessionv1.SessionEvent {
+	e := &struct {
+		ev sessionv1.SessionEvent
+		p  sessionv1.SessionEvent_ToolCall
+		c  sessionv1.ToolCall
+	}{}
+	e.c.Turn, e.c.Step, e.c.CallId, e.c.Name, e.c.Arguments, e.c.View = turn, step, callID, name, args, view
+	e.p.ToolCall = &e.c
+	e.ev.Payload = &e.p
+	return &e.ev
 }
 
 // ExtensionEvent returns a plugin (log-only) event of the given type whose

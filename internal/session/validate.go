@@ -319,9 +319,22 @@ func deriveEventMessage(ev *sessionv1.SessionEvent) *llmv1.Message {
 		}
 		return &llmv1.Message{Role: llmv1.Role_ROLE_ASSISTANT, Content: p.AssistantMessage.GetContent(), Provenance: p.AssistantMessage.GetProvenance()}
 	case *sessionv1.SessionEvent_ToolResult:
+		// The message, its one block and the block's parts in one
+		// allocation: a loaded session keeps one per tool result.
 		tr := p.ToolResult
-		return &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{{Block: &llmv1.ContentBlock_ToolResult{
-			ToolResult: &llmv1.ToolResultBlock{ToolCallId: tr.GetCallId(), Content: tr.GetContent(), IsError: tr.GetIsError()}}}}}
+		m := &struct {
+			m   llmv1.Message
+			arr [1]*llmv1.ContentBlock
+			b   llmv1.ContentBlock
+			w   llmv1.ContentBlock_ToolResult
+			r   llmv1.ToolResultBlock
+		}{}
+		m.r.ToolCallId, m.r.Content, m.r.IsError = tr.GetCallId(), tr.GetContent(), tr.GetIsError()
+		m.w.ToolResult = &m.r
+		m.b.Block = &m.w
+		m.arr[0] = &m.b
+		m.m.Role, m.m.Content = llmv1.Role_ROLE_USER, m.arr[:]
+		return &m.m
 	}
 	return nil
 }

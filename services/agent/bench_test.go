@@ -111,6 +111,15 @@ func BenchmarkStepNATS(b *testing.B) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
+// BenchmarkStepRemembered is BenchmarkStep at 100 steps (SQLite NORMAL)
+// against a gateway that holds each step's conversation, as the real one
+// does: every step is sent as a reference plus the messages after it (the
+// load ladder's requests), not as the whole history.
+func BenchmarkStepRemembered(b *testing.B) {
+	benchStepsOn(b, 100, true, nil, agent.ServerConfig{DataDir: b.TempDir(), Synchronous: "NORMAL"},
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
 // BenchmarkStepStores is BenchmarkStep at 100 steps on the durable stores
 // in the same run: SQLite (synchronous FULL, a local file) and PostgreSQL
 // (a replica's fenced store: every checkpoint is one dsh_append round trip
@@ -139,7 +148,12 @@ func BenchmarkStepStores(b *testing.B) {
 // served with srvOpts, and dials it with creds.
 func stepHarness(b *testing.B, budget *atomic.Int64, srvOpts []grpc.ServerOption, sc agent.ServerConfig, creds grpc.DialOption) (agentv1.AgentServiceClient, func()) {
 	b.Helper()
-	gw := budgetGateway(budget)
+	return stepHarnessOn(b, budgetGateway(budget), srvOpts, sc, creds)
+}
+
+// stepHarnessOn is stepHarness with the gateway gw.
+func stepHarnessOn(b *testing.B, gw *fakes.Gateway, srvOpts []grpc.ServerOption, sc agent.ServerConfig, creds grpc.DialOption) (agentv1.AgentServiceClient, func()) {
+	b.Helper()
 	host := fakes.NewToolHost(fakes.Tool{Name: "noop", Run: func(context.Context, *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
 		return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{session.Text("ok")}}
 	}})
@@ -160,8 +174,19 @@ func reportCPUPerOp(b *testing.B, cpu time.Duration, n int) {
 // dialed with creds.
 func benchSteps(b *testing.B, at int, srvOpts []grpc.ServerOption, sc agent.ServerConfig, creds grpc.DialOption) {
 	b.Helper()
+	benchStepsOn(b, at, false, srvOpts, sc, creds)
+}
+
+// benchStepsOn is benchSteps; with remember the fake gateway says it holds
+// every step's conversation, as the real one does, so every step after the
+// first goes out as a reference plus the new messages (the load ladder's
+// requests).
+func benchStepsOn(b *testing.B, at int, remember bool, srvOpts []grpc.ServerOption, sc agent.ServerConfig, creds grpc.DialOption) {
+	b.Helper()
 	var budget atomic.Int64
-	c, stop := stepHarness(b, &budget, srvOpts, sc, creds)
+	gw := budgetGateway(&budget)
+	gw.Remember = remember
+	c, stop := stepHarnessOn(b, gw, srvOpts, sc, creds)
 	defer stop()
 	if _, err := c.CreateSession(context.Background(), &agentv1.CreateSessionRequest{SessionId: "bench",
 		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {

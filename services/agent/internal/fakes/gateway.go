@@ -7,12 +7,15 @@ package fakes
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -45,7 +48,16 @@ type Gateway struct {
 	Providers []string
 	// Default answers calls past the end of the script.
 	Default func(req *llmv1.GenerateRequest) Response
+	// Forget keeps no requests (Requests returns none): for a benchmark
+	// that measures what the agent holds in the same heap.
+	Forget bool
+	// Remember answers every request that asks to be remembered as the
+	// gateway does when it holds the conversation (the dsh-prefix-id
+	// header, a fresh id each), so the client sends the next step as a
+	// reference plus the new messages; the fake accepts any reference.
+	Remember bool
 
+	ids      atomic.Int64
 	mu       sync.Mutex
 	script   []Response
 	requests []*llmv1.GenerateRequest
@@ -68,7 +80,9 @@ func (g *Gateway) Requests() []*llmv1.GenerateRequest {
 // Generate replays the next scripted response.
 func (g *Gateway) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreamingServer[llmv1.GenerateResponse]) error {
 	g.mu.Lock()
-	g.requests = append(g.requests, req)
+	if !g.Forget {
+		g.requests = append(g.requests, req)
+	}
 	var r Response
 	switch {
 	case len(g.script) > 0:
@@ -81,6 +95,11 @@ func (g *Gateway) Generate(req *llmv1.GenerateRequest, stream grpc.ServerStreami
 	}
 	g.mu.Unlock()
 	ctx := stream.Context()
+	if g.Remember && req.GetRememberPrefix() {
+		if err := stream.SendHeader(metadata.Pairs("dsh-prefix-id", fmt.Sprintf("p%d", g.ids.Add(1)))); err != nil {
+			return err
+		}
+	}
 	if r.Wait != nil {
 		select {
 		case <-r.Wait:

@@ -31,6 +31,15 @@ import (
 // Forget drops a session's entry (the service calls it when the session
 // unloads).
 //
+// The cache serves a gateway that does not hold the conversation. Once the
+// gateway says it holds a request's messages (held), the session's next
+// step goes out as a reference plus the messages after it, encoded straight
+// into the request's continued fields, and nothing reads the cached
+// encodings again unless the reference is refused: held drops them, so a
+// loaded session does not keep a second, encoded copy of its whole
+// history (it was ~20 % of a `read` session's live heap in the load
+// ladder). A refused reference is resent whole, encoded afresh once.
+//
 // The tool schemas get the same treatment across sessions: the loop hands
 // every step of every session the same shared schema list until a host's
 // tools change, so their encoding (the largest part of a request's head,
@@ -59,9 +68,15 @@ type sessionEnc struct {
 	ref     string
 	refMsgs []*llmv1.Message
 	// refSystem and refTools are the system prompt and tools of the
-	// request the gateway remembered as ref.
+	// request the gateway remembered as ref; refBytes is the size of
+	// refMsgs as encoded message fields (what a reference saves).
 	refSystem *string
 	refTools  []*llmv1.ToolSchema
+	refBytes  int
+	// sent is the last request marshalled and sentBytes the size of its
+	// messages as encoded fields (held's refBytes when it is that one).
+	sent      *llmv1.GenerateRequest
+	sentBytes int
 }
 
 // held records what the gateway answered to a conversation request of a
@@ -75,10 +90,47 @@ func (c *historyCodec) held(req *llmv1.GenerateRequest, id string) {
 	}
 	se.mu.Lock()
 	defer se.mu.Unlock()
-	se.ref, se.refMsgs, se.refSystem, se.refTools = id, nil, nil, nil
+	se.ref, se.refMsgs, se.refSystem, se.refTools, se.refBytes = id, nil, nil, nil, 0
 	if id != "" {
 		se.refMsgs, se.refSystem, se.refTools = slices.Clone(req.GetMessages()), req.System, slices.Clone(req.GetTools())
+		if se.sent == req {
+			se.refBytes = se.sentBytes
+		} else { // another request of the session was marshalled since (a title call)
+			for _, m := range se.refMsgs {
+				se.refBytes += fieldSize(proto.Size(m))
+			}
+		}
+		// The next step refers to these messages: their encodings are
+		// not read again (a refused reference re-encodes), so they go.
+		se.msgs, se.ends, se.buf = nil, nil, nil
 	}
+}
+
+// fieldSize is the size of an encoded message field (history messages and
+// continued ones alike: one-byte tags) whose message is n bytes.
+func fieldSize(n int) int {
+	return protowire.SizeTag(messagesField) + protowire.SizeVarint(uint64(n)) + n
+}
+
+// appendField appends m as field num (tag, length, bytes) to b, encoded in
+// place after its tag and length (proto.Size leaves the sizes of the
+// message's parts cached for MarshalAppend): no separate encoding to copy
+// in. On an error b is returned as it was.
+func appendField(b []byte, num protowire.Number, m *llmv1.Message) ([]byte, error) {
+	n := proto.Size(m)
+	mark := len(b)
+	b = slices.Grow(b, fieldSize(n))
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(n))
+	start := len(b)
+	out, err := (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, m)
+	if err != nil {
+		return b[:mark], err
+	}
+	if got := len(out) - start; got != n {
+		return b[:mark], fmt.Errorf("%d bytes, sized %d (changed while encoded)", got, n)
+	}
+	return out, nil
 }
 
 // sameSystem reports whether two optional system prompts are the same.
@@ -150,7 +202,20 @@ func newHistoryCodec() *historyCodec {
 // Name is "proto": the wire format is plain protobuf.
 func (c *historyCodec) Name() string { return "proto" }
 
-func (c *historyCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.base.Unmarshal(data, v) }
+// Unmarshal decodes a GenerateResponse with decodeResponse (each chunk one
+// allocation), anything else, and a response decodeResponse declines,
+// with proto.
+func (c *historyCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if resp, ok := v.(*llmv1.GenerateResponse); ok {
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		done := decodeResponse(buf.ReadOnlyData(), resp)
+		buf.Free()
+		if done {
+			return nil
+		}
+	}
+	return c.base.Unmarshal(data, v)
+}
 
 func (c *historyCodec) forget(sessionID string) {
 	c.mu.Lock()
@@ -213,6 +278,61 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, error) 
 	se.mu.Lock()
 	defer se.mu.Unlock()
 	msgs := req.GetMessages()
+	se.sent = req
+	var hist, tail []byte // the history bytes sent: the cached messages fields, or the continued ones after a reference
+	if !full && req.Prefix == nil && conversation(req) && se.ref != "" && len(se.refMsgs) > 0 && len(se.refMsgs) <= len(msgs) && slices.Equal(se.refMsgs, msgs[:len(se.refMsgs)]) {
+		// The gateway holds msgs[:len(refMsgs)]: only the messages after
+		// them are encoded, as continued fields, and nothing is cached.
+		se.msgs, se.ends, se.buf = nil, nil, nil
+		ref := &llmv1.PrefixRef{Id: se.ref, Count: uint32(len(se.refMsgs))}
+		referred := se.refBytes
+		if sameSystem(se.refSystem, req.System) {
+			ref.SameSystem, head.System = true, nil
+		}
+		if len(tools) > 0 && slices.Equal(se.refTools, req.Tools) { // the same schema pointers in the same order
+			ref.SameTools, referred, tools = true, referred+len(tools), nil
+		}
+		head.Prefix = ref
+		c.referred.Add(int64(referred))
+		tail = []byte{}
+		for i := len(se.refMsgs); i < len(msgs); i++ {
+			if tail, err = appendField(tail, continuedField, msgs[i]); err != nil {
+				return nil, false, fmt.Errorf("marshal history message %d: %w", i, err)
+			}
+		}
+		c.encoded.Add(int64(len(tail)))
+		se.sentBytes = se.refBytes + len(tail)
+		hist = tail
+	} else {
+		if err := c.encode(se, msgs); err != nil {
+			return nil, false, err
+		}
+		if req.Prefix != nil {
+			head.Prefix, head.Continued = req.Prefix, req.Continued
+		}
+		n := len(se.buf)
+		se.sentBytes, hist = n, se.buf[:n:n]
+	}
+	out, err := proto.Marshal(head)
+	if err != nil {
+		return nil, false, fmt.Errorf("marshal request: %w", err)
+	}
+	bs := mem.BufferSlice{mem.SliceBuffer(out)}
+	if len(tools) > 0 {
+		bs = append(bs, mem.SliceBuffer(tools))
+	}
+	if len(hist) > 0 {
+		bs = append(bs, mem.SliceBuffer(hist))
+	}
+	return bs, tail != nil, nil
+}
+
+// encode brings the cache to msgs: the longest leading run of messages that
+// are the very same as the cached ones keeps its bytes, the rest is encoded
+// after it (into a new buffer when a cached message changed: bytes handed
+// out are never written again). It counts the bytes encoded and reused.
+// se.mu must be held.
+func (c *historyCodec) encode(se *sessionEnc, msgs []*llmv1.Message) error {
 	k := 0
 	for k < len(msgs) && k < len(se.msgs) && se.msgs[k] == msgs[k] {
 		k++
@@ -227,78 +347,15 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, error) 
 		se.buf = se.buf[:end:end]
 		se.msgs, se.ends = se.msgs[:k], se.ends[:k]
 	}
+	reused := len(se.buf)
 	for i := k; i < len(msgs); i++ {
-		// Encoded in place after its tag and length (proto.Size leaves
-		// the sizes of the message's parts cached for MarshalAppend): no
-		// separate encoding to copy in.
-		n := proto.Size(msgs[i])
-		mark := len(se.buf)
-		se.buf = slices.Grow(se.buf, protowire.SizeTag(messagesField)+protowire.SizeVarint(uint64(n))+n)
-		se.buf = protowire.AppendTag(se.buf, messagesField, protowire.BytesType)
-		se.buf = protowire.AppendVarint(se.buf, uint64(n))
-		start := len(se.buf)
-		out, err := (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(se.buf, msgs[i])
-		if err != nil {
-			se.buf = se.buf[:mark] // no partial message left for the next request to extend
-			return nil, false, fmt.Errorf("marshal history message %d: %w", i, err)
+		var err error
+		if se.buf, err = appendField(se.buf, messagesField, msgs[i]); err != nil {
+			return fmt.Errorf("marshal history message %d: %w", i, err)
 		}
-		if got := len(out) - start; got != n {
-			se.buf = se.buf[:mark]
-			return nil, false, fmt.Errorf("marshal history message %d: %d bytes, sized %d (changed while encoded)", i, got, n)
-		}
-		se.buf = out
 		se.msgs, se.ends = append(se.msgs, msgs[i]), append(se.ends, len(se.buf))
 	}
-	fresh := 0
-	if k < len(se.ends) {
-		fresh = len(se.buf)
-		if k > 0 {
-			fresh -= se.ends[k-1]
-		}
-	}
-	c.encoded.Add(int64(fresh))
-	c.reused.Add(int64(len(se.buf) - fresh))
-	from := 0       // the history bytes sent: buf[from:]
-	var tail []byte // the messages after a reference, as continued fields
-	if !full && req.Prefix == nil && conversation(req) && se.ref != "" && len(se.refMsgs) > 0 && len(se.refMsgs) <= len(msgs) && slices.Equal(se.refMsgs, msgs[:len(se.refMsgs)]) {
-		ref := &llmv1.PrefixRef{Id: se.ref, Count: uint32(len(se.refMsgs))}
-		from = se.ends[len(se.refMsgs)-1]
-		referred := from
-		if sameSystem(se.refSystem, req.System) {
-			ref.SameSystem, head.System = true, nil
-		}
-		if len(tools) > 0 && slices.Equal(se.refTools, req.Tools) { // the same schema pointers in the same order
-			ref.SameTools, referred, tools = true, referred+len(tools), nil
-		}
-		head.Prefix = ref
-		c.referred.Add(int64(referred))
-		// The same encodings under the continued field number (a copy:
-		// the tail is only what is new since the last step).
-		tail = make([]byte, 0, len(se.buf)-from+len(msgs)-len(se.refMsgs))
-		for i := len(se.refMsgs); i < len(msgs); i++ {
-			start := se.ends[i-1]
-			_, _, n := protowire.ConsumeTag(se.buf[start:])
-			tail = protowire.AppendTag(tail, continuedField, protowire.BytesType)
-			tail = append(tail, se.buf[start+n:se.ends[i]]...)
-		}
-	} else if req.Prefix != nil {
-		head.Prefix, head.Continued = req.Prefix, req.Continued
-	}
-	out, err := proto.Marshal(head)
-	if err != nil {
-		return nil, false, fmt.Errorf("marshal request: %w", err)
-	}
-	bs := mem.BufferSlice{mem.SliceBuffer(out)}
-	if len(tools) > 0 {
-		bs = append(bs, mem.SliceBuffer(tools))
-	}
-	switch n := len(se.buf); {
-	case tail != nil:
-		if len(tail) > 0 {
-			bs = append(bs, mem.SliceBuffer(tail))
-		}
-	case n > from:
-		bs = append(bs, mem.SliceBuffer(se.buf[from:n:n]))
-	}
-	return bs, tail != nil, nil
+	c.encoded.Add(int64(len(se.buf) - reused))
+	c.reused.Add(int64(reused))
+	return nil
 }

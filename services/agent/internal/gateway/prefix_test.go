@@ -198,8 +198,28 @@ func TestPrefixConversation(t *testing.T) {
 			}
 		case now <= referred:
 			t.Errorf("step %d sent the whole conversation (referred %d bytes so far)", step, now)
+		default:
+			// What the reference saved is exactly the previous step's
+			// messages and the tools, as they would have been encoded.
+			want := int64(len(c.codec.tools.buf))
+			for _, m := range conv[:1+2*(step-1)] {
+				want += int64(fieldSize(proto.Size(m)))
+			}
+			if now-referred != want {
+				t.Errorf("step %d referred %d bytes, want %d", step, now-referred, want)
+			}
 		}
 		referred = now
+		// The gateway holds this step: the client keeps no encoded copy
+		// of the history for the session (the next step refers to it).
+		c.codec.mu.Lock()
+		se := c.codec.sessions["s1"]
+		c.codec.mu.Unlock()
+		se.mu.Lock()
+		if len(se.buf) != 0 || len(se.msgs) != 0 || se.ref == "" {
+			t.Errorf("step %d: held as %q, still caching %d messages in %d bytes", step, se.ref, len(se.msgs), len(se.buf))
+		}
+		se.mu.Unlock()
 	}
 	if m := c.PrefixMisses(); m != 1 {
 		t.Errorf("misses = %d, want 1 (the restart)", m)

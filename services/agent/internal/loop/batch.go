@@ -196,8 +196,7 @@ func (a *Agent) commit(ctx context.Context, turn, step int32, c *batchCall) erro
 }
 
 func toolCallEvent(turn, step int32, ex *toolsv1.ToolExecution, view *toolsv1.ToolCallView) *sessionv1.SessionEvent {
-	return &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_ToolCall{ToolCall: &sessionv1.ToolCall{
-		Turn: turn, Step: step, CallId: ex.GetCallId(), Name: ex.GetName(), Arguments: ex.GetArguments(), View: view}}}
+	return session.ToolCallEvent(turn, step, ex.GetCallId(), ex.GetName(), ex.GetArguments(), view)
 }
 
 func toolResultEvent(turn, step int32, callID string, res *toolsv1.ToolExecutionResult, callSeq int64) *sessionv1.SessionEvent {

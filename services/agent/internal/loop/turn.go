@@ -571,7 +571,7 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 	prov := &llmv1.AssistantProvenance{Provider: cfg.GetProvider(), Model: cfg.GetModel()}
 	usage := asm.Usage()
 	// A hook gets its own copy (it may change or keep it); with none the
-	// result is the assembled message itself (the assembler's copy).
+	// result is the assembled message itself.
 	in := &hooks.StepResult{Subject: a.subj, Turn: turn, Step: step, Message: assembled}
 	if a.hk.StepResult.Len() > 0 {
 		in.Message = proto.CloneOf(assembled)
@@ -604,9 +604,10 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 			}
 		}
 	}
-	// With no hook the content is the assembler's own copy, which nothing
-	// else keeps (the batch below only reads the calls' strings): the log
-	// takes it without copying it again.
+	// With no hook the content is the assembler's: blocks built from
+	// deltas, and closed blocks shared with the logged chunk events, which
+	// nothing mutates either (the batch below only reads the calls'
+	// strings): the log takes it without copying it.
 	add := a.log.Append
 	if res == assembled {
 		add = a.log.AppendOwned
@@ -642,7 +643,10 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 
 // stream runs one model call, appending every chunk, under a model-call span.
 func (a *Agent) stream(ctx context.Context, turn, step int32, req *llmv1.GenerateRequest) (asm *llmstream.Assembler, seqs []int64, err error) {
-	asm, seqs = &llmstream.Assembler{}, make([]int64, 0, 16)
+	// Shared: the chunks are logged (immutable) before they are pushed, so
+	// the assembled message keeps their closed blocks and usage rather
+	// than a second copy of each for as long as the session is loaded.
+	asm, seqs = &llmstream.Assembler{Shared: true}, make([]int64, 0, 16)
 	mctx, span := telemetry.StartModelCall(ctx, a.ID(), req.GetProvider(), req.GetModel())
 	defer func() {
 		finish := asm.Finish()
@@ -665,8 +669,9 @@ func (a *Agent) stream(ctx context.Context, turn, step int32, req *llmv1.Generat
 			return asm, seqs, errCancelled
 		}
 		// The chunks received together are one event. They are this
-		// call's own (LLM: never mutated once yielded), and the
-		// assembler copies what it keeps: the log takes them as they are.
+		// call's own (LLM: never mutated once yielded): the log takes
+		// them as they are, and the assembler shares what it keeps of
+		// them (a block-end's block, the usage, the finish reason).
 		ev, err := a.appendOwned(session.ChunkEvent(turn, step, batch))
 		if err != nil {
 			return asm, seqs, err
@@ -698,12 +703,7 @@ func stripToolCalls(m *llmv1.Message) (*llmv1.Message, bool) {
 }
 
 func assistantEvent(turn, step int32, content []*llmv1.ContentBlock, prov *llmv1.AssistantProvenance, usage *llmv1.TokenUsage, seqs []int64) *sessionv1.SessionEvent {
-	return &sessionv1.SessionEvent{
-		SurfaceOp:       session.AppendOp(),
-		SourceEventSeqs: session.Seqs(seqs...),
-		Payload: &sessionv1.SessionEvent_AssistantMessage{AssistantMessage: &sessionv1.AssistantMessage{
-			Turn: turn, Step: step, Content: content, Provenance: prov, Usage: usage}},
-	}
+	return session.AssistantMessageEvent(turn, step, content, prov, usage, seqs)
 }
 
 // logHeader appends request/header per the logging rule of §3.7. The log
