@@ -38,7 +38,9 @@ import (
 // encodings again unless the reference is refused: held drops them, so a
 // loaded session does not keep a second, encoded copy of its whole
 // history (it was ~20 % of a `read` session's live heap in the load
-// ladder). A refused reference is resent whole, encoded afresh once.
+// ladder). A refused reference is resent whole, encoded afresh once; while
+// the client then sends every step whole (refusedBackoff), held keeps them,
+// so each of those steps encodes only its new messages.
 //
 // The tool schemas get the same treatment across sessions: the loop hands
 // every step of every session the same shared schema list until a host's
@@ -73,15 +75,15 @@ type sessionEnc struct {
 	refSystem *string
 	refTools  []*llmv1.ToolSchema
 	refBytes  int
-	// sent is the last request marshalled and sentBytes the size of its
-	// messages as encoded fields (held's refBytes when it is that one).
-	sent      *llmv1.GenerateRequest
-	sentBytes int
 }
 
 // held records what the gateway answered to a conversation request of a
-// session: the id it remembered req under, or none ("").
-func (c *historyCodec) held(req *llmv1.GenerateRequest, id string) {
+// session: the id it remembered req under, or none (""); n is the size of
+// req's messages as encoded fields (what a reference to them saves, as the
+// call's codec marshalled them). Unless keep (the client sends every step
+// whole for a while, so the next step reads the cached encodings again),
+// the cached encodings go once the gateway holds the conversation.
+func (c *historyCodec) held(req *llmv1.GenerateRequest, id string, n int, keep bool) {
 	c.mu.Lock()
 	se := c.sessions[req.GetSessionId()]
 	c.mu.Unlock()
@@ -92,17 +94,13 @@ func (c *historyCodec) held(req *llmv1.GenerateRequest, id string) {
 	defer se.mu.Unlock()
 	se.ref, se.refMsgs, se.refSystem, se.refTools, se.refBytes = id, nil, nil, nil, 0
 	if id != "" {
-		se.refMsgs, se.refSystem, se.refTools = slices.Clone(req.GetMessages()), req.System, slices.Clone(req.GetTools())
-		if se.sent == req {
-			se.refBytes = se.sentBytes
-		} else { // another request of the session was marshalled since (a title call)
-			for _, m := range se.refMsgs {
-				se.refBytes += fieldSize(proto.Size(m))
-			}
+		se.refMsgs, se.refSystem, se.refTools, se.refBytes = slices.Clone(req.GetMessages()), req.System, slices.Clone(req.GetTools()), n
+		if !keep {
+			// The next step refers to these messages: their encodings
+			// are not read again (a refused reference re-encodes), so
+			// they go.
+			se.msgs, se.ends, se.buf = nil, nil, nil
 		}
-		// The next step refers to these messages: their encodings are
-		// not read again (a refused reference re-encodes), so they go.
-		se.msgs, se.ends, se.buf = nil, nil, nil
 	}
 }
 
@@ -149,18 +147,21 @@ func conversation(req *llmv1.GenerateRequest) bool {
 // callCodec is the codec of one Generate call: full sends the whole
 // conversation even when the gateway is believed to hold its beginning
 // (the resend after a refused reference); referenced reports whether the
-// request went out as a reference.
+// request went out as a reference, and histBytes the size of its messages
+// as encoded fields (referred or sent: held's n).
 type callCodec struct {
 	*historyCodec
 	full       bool
 	referenced atomic.Bool
+	histBytes  atomic.Int64
 }
 
 func (c *callCodec) Marshal(v any) (mem.BufferSlice, error) {
-	bs, ref, err := c.marshal(v, c.full)
+	bs, ref, n, err := c.marshal(v, c.full)
 	if ref {
 		c.referenced.Store(true)
 	}
+	c.histBytes.Store(int64(n))
 	return bs, err
 }
 
@@ -224,7 +225,7 @@ func (c *historyCodec) forget(sessionID string) {
 }
 
 func (c *historyCodec) Marshal(v any) (mem.BufferSlice, error) {
-	bs, _, err := c.marshal(v, true)
+	bs, _, _, err := c.marshal(v, true)
 	return bs, err
 }
 
@@ -246,19 +247,21 @@ var batchField = protowire.AppendVarint(protowire.AppendTag(nil, 15, protowire.V
 // conversation the gateway holds plus the messages after it (in
 // `continued`, `messages` left empty: a gateway that predates references
 // refuses it instead of answering the tail alone), unless full. It reports
-// whether the request went out as a reference.
-func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, error) {
+// whether the request went out as a reference, and the size of its
+// messages as encoded fields (those referred to and those sent; 0 for a
+// request that is not a session's).
+func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, int, error) {
 	req, ok := v.(*llmv1.GenerateRequest)
 	if !ok {
 		bs, err := c.base.Marshal(v)
-		return bs, false, err
+		return bs, false, 0, err
 	}
 	if req.GetSessionId() == "" {
 		bs, err := c.base.Marshal(v)
 		if err == nil && !req.GetBatchChunks() {
 			bs = append(bs, mem.SliceBuffer(batchField))
 		}
-		return bs, false, err
+		return bs, false, 0, err
 	}
 	c.mu.Lock()
 	se := c.sessions[req.GetSessionId()]
@@ -273,13 +276,15 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, error) 
 		Tenant: req.Tenant, RememberPrefix: req.RememberPrefix, BatchChunks: true}
 	tools, err := c.tools.encode(req.Tools)
 	if err != nil {
-		return nil, false, err
+		return nil, false, 0, err
 	}
 	se.mu.Lock()
 	defer se.mu.Unlock()
 	msgs := req.GetMessages()
-	se.sent = req
-	var hist, tail []byte // the history bytes sent: the cached messages fields, or the continued ones after a reference
+	var (
+		hist, tail []byte // the history bytes sent: the cached messages fields, or the continued ones after a reference
+		size       int    // the size of msgs as encoded fields
+	)
 	if !full && req.Prefix == nil && conversation(req) && se.ref != "" && len(se.refMsgs) > 0 && len(se.refMsgs) <= len(msgs) && slices.Equal(se.refMsgs, msgs[:len(se.refMsgs)]) {
 		// The gateway holds msgs[:len(refMsgs)]: only the messages after
 		// them are encoded, as continued fields, and nothing is cached.
@@ -297,25 +302,25 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, error) 
 		tail = []byte{}
 		for i := len(se.refMsgs); i < len(msgs); i++ {
 			if tail, err = appendField(tail, continuedField, msgs[i]); err != nil {
-				return nil, false, fmt.Errorf("marshal history message %d: %w", i, err)
+				return nil, false, 0, fmt.Errorf("marshal history message %d: %w", i, err)
 			}
 		}
 		c.encoded.Add(int64(len(tail)))
-		se.sentBytes = se.refBytes + len(tail)
+		size = se.refBytes + len(tail)
 		hist = tail
 	} else {
 		if err := c.encode(se, msgs); err != nil {
-			return nil, false, err
+			return nil, false, 0, err
 		}
 		if req.Prefix != nil {
 			head.Prefix, head.Continued = req.Prefix, req.Continued
 		}
 		n := len(se.buf)
-		se.sentBytes, hist = n, se.buf[:n:n]
+		size, hist = n, se.buf[:n:n]
 	}
 	out, err := proto.Marshal(head)
 	if err != nil {
-		return nil, false, fmt.Errorf("marshal request: %w", err)
+		return nil, false, 0, fmt.Errorf("marshal request: %w", err)
 	}
 	bs := mem.BufferSlice{mem.SliceBuffer(out)}
 	if len(tools) > 0 {
@@ -324,7 +329,7 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, error) 
 	if len(hist) > 0 {
 		bs = append(bs, mem.SliceBuffer(hist))
 	}
-	return bs, tail != nil, nil
+	return bs, tail != nil, size, nil
 }
 
 // encode brings the cache to msgs: the longest leading run of messages that

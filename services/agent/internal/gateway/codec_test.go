@@ -267,7 +267,7 @@ func BenchmarkHistoryCodecStep(b *testing.B) {
 		if step%50 != 0 && !cc.referenced.Load() {
 			b.Fatal("not sent as a reference")
 		}
-		c.held(req, fmt.Sprint("id-", step))
+		c.held(req, fmt.Sprint("id-", step), int(cc.histBytes.Load()), false)
 		step++
 	}
 	b.ReportMetric(float64(cputime.Process()-c0)/float64(b.N), "cpu-ns/op")

@@ -149,7 +149,7 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 			if v := md.Get(prefixHeader); len(v) == 1 {
 				id = v[0]
 			}
-			c.codec.held(req, id)
+			c.codec.held(req, id, int(cc.histBytes.Load()), c.now().UnixNano() < c.wholeUntil.Load())
 		}
 	}
 	finished, got := false, false
@@ -171,7 +171,7 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 		if err != nil {
 			invalid := !got && status.Code(err) == codes.InvalidArgument
 			if referenced && !got && (invalid || prefixMiss(err)) {
-				c.codec.held(req, "")
+				c.codec.held(req, "", 0, false)
 				c.misses.Add(1)
 				if invalid {
 					return refused

@@ -478,3 +478,54 @@ func TestWholeRequestRefusedOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefixWholeKeepsEncoding: while the client sends every step whole
+// (the while after a refused reference), a step the gateway holds keeps
+// the session's cached encodings, since the next step goes whole too and
+// reads them: it encodes only the messages after the previous step's, not
+// the whole history again. After the while, held drops them (the next
+// step refers to the held conversation).
+func TestPrefixWholeKeepsEncoding(t *testing.T) {
+	t.Parallel()
+	c := dialGateway(t, serveGateway(t, serveUpstream(t).URL))
+	clock := time.Unix(1_000_000, 0)
+	c.now = func() time.Time { return clock }
+	c.wholeUntil.Store(clock.Add(refusedBackoff).UnixNano())
+	conv := steps(4)
+	size := func(ms []*llmv1.Message) (n int64) {
+		for _, m := range ms {
+			n += int64(fieldSize(proto.Size(m)))
+		}
+		return n
+	}
+	prev := 0
+	for step := range 4 {
+		if step == 3 {
+			clock = clock.Add(refusedBackoff) // the while is over
+		}
+		msgs := conv[:1+2*step]
+		enc0, reused0 := c.EncodeStats()
+		collect(t, c, &llmv1.GenerateRequest{Provider: "p", Model: "m", Messages: msgs, SessionId: "s", Tenant: "t", RememberPrefix: true})
+		enc, reused := c.EncodeStats()
+		wantReused := size(msgs[:prev])
+		if step == 3 {
+			wantReused = 0 // a reference: the tail alone, as continued fields
+		}
+		if want := size(msgs[prev:]); enc-enc0 != want || reused-reused0 != wantReused {
+			t.Errorf("step %d: encoded %d and reused %d history bytes; want %d and %d (the cache dropped while sending whole?)",
+				step, enc-enc0, reused-reused0, want, wantReused)
+		}
+		prev = len(msgs)
+	}
+	if c.ReferredBytes() != size(conv[:5]) {
+		t.Errorf("referred %d bytes, want %d (the step after the while refers to the one before)", c.ReferredBytes(), size(conv[:5]))
+	}
+	c.codec.mu.Lock()
+	se := c.codec.sessions["s"]
+	c.codec.mu.Unlock()
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	if se.ref == "" || se.buf != nil || se.msgs != nil {
+		t.Errorf("after the while: ref %q, %d cached bytes of %d messages; want a reference and no cache", se.ref, len(se.buf), len(se.msgs))
+	}
+}
