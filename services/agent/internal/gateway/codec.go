@@ -204,18 +204,22 @@ func newHistoryCodec() *historyCodec {
 func (c *historyCodec) Name() string { return "proto" }
 
 // Unmarshal decodes a GenerateResponse with decodeResponse (each chunk one
-// allocation), anything else, and a response decodeResponse declines,
-// with proto.
+// allocation), and one it declines with proto.Unmarshal from the same
+// materialised bytes (neither keeps them: decodeResponse's strings are
+// substrings of its own copy, proto.Unmarshal copies what it keeps, so the
+// pooled buffer is freed after); anything else with gRPC's proto codec.
 func (c *historyCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if resp, ok := v.(*llmv1.GenerateResponse); ok {
-		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-		done := decodeResponse(buf.ReadOnlyData(), resp)
-		buf.Free()
-		if done {
-			return nil
-		}
+	resp, ok := v.(*llmv1.GenerateResponse)
+	if !ok {
+		return c.base.Unmarshal(data, v)
 	}
-	return c.base.Unmarshal(data, v)
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	b := buf.ReadOnlyData()
+	if decodeResponse(b, resp) {
+		return nil
+	}
+	return proto.Unmarshal(b, resp)
 }
 
 func (c *historyCodec) forget(sessionID string) {

@@ -72,44 +72,63 @@ func TestDecodeResponse(t *testing.T) {
 			}
 		})
 	}
-	text, err := proto.Marshal(&llmv1.GenerateResponse{Chunk: fakes.Text("x")[1]})
-	if err != nil {
-		t.Fatal(err)
+	for name, b := range declinedCases(t) {
+		var got llmv1.GenerateResponse
+		if decodeResponse(b, &got) {
+			t.Errorf("%s: decoded (%v)", name, &got)
+		}
 	}
+}
+
+// declinedCases are encoded responses decodeResponse declines (proto.Unmarshal
+// decodes them, or refuses them).
+func declinedCases(t testing.TB) map[string][]byte {
+	t.Helper()
+	marshal := func(resp *llmv1.GenerateResponse) []byte {
+		b, err := proto.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	text := marshal(&llmv1.GenerateResponse{Chunk: fakes.Text("x")[1]})
 	unknown := protowire.AppendBytes(protowire.AppendTag(nil, 9, protowire.BytesType), nil)
-	wrapChunk := func(chunk []byte) []byte {
-		return protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), chunk)
+	bytesField := func(num protowire.Number, b []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), b)
 	}
+	wrapChunk := func(chunk []byte) []byte { return bytesField(1, chunk) }
 	delta := func(fields []byte) []byte { // a StreamChunk's text delta with these fields
-		return wrapChunk(protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), fields))
+		return wrapChunk(bytesField(2, fields))
 	}
 	textField := func(s string) []byte {
 		return protowire.AppendString(protowire.AppendTag(nil, 2, protowire.BytesType), s)
 	}
-	extension, err := proto.Marshal(&llmv1.GenerateResponse{Chunk: &llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_BlockEnd{BlockEnd: &llmv1.BlockEnd{
-		Block: &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Extension{Extension: &llmv1.Extension{Type: "x"}}}}}}})
-	if err != nil {
-		t.Fatal(err)
+	stopWith := func(fields []byte) []byte { // a finish chunk whose reason is a FinishStop with these fields
+		return wrapChunk(bytesField(7, bytesField(1, bytesField(1, fields))))
 	}
-	failure, err := proto.Marshal(&llmv1.GenerateResponse{Chunk: fakes.Failure("X", "boom", 0)[0]})
-	if err != nil {
-		t.Fatal(err)
+	usageWith := func(fields []byte) []byte { // a usage chunk whose TokenUsage has these fields
+		return wrapChunk(bytesField(6, bytesField(1, fields)))
 	}
-	for name, b := range map[string][]byte{
+	return map[string][]byte{
 		"an unknown field":              append(text, unknown...),
 		"chunk twice":                   append(text, text...),
 		"a field of a delta twice":      delta(append(textField("a"), textField("b")...)),
 		"invalid UTF-8":                 delta(textField("\xff")),
 		"a wire type that does not fit": delta(protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), 1)),
-		"two kinds in a chunk":          wrapChunk(append(protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), nil), protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), nil)...)),
-		"an extension block":            extension,
-		"a failure":                     failure,
-		"truncated":                     text[:len(text)-1],
-	} {
-		var got llmv1.GenerateResponse
-		if decodeResponse(b, &got) {
-			t.Errorf("%s: decoded (%v)", name, &got)
-		}
+		"two kinds in a chunk":          wrapChunk(append(bytesField(2, nil), bytesField(3, nil)...)),
+		"an extension block": marshal(&llmv1.GenerateResponse{Chunk: &llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_BlockEnd{BlockEnd: &llmv1.BlockEnd{
+			Block: &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Extension{Extension: &llmv1.Extension{Type: "x"}}}}}}}),
+		"a failure":               marshal(&llmv1.GenerateResponse{Chunk: fakes.Failure("X", "boom", 0)[0]}),
+		"truncated":               text[:len(text)-1],
+		"a field number above 63": delta(append(textField("a"), protowire.AppendVarint(protowire.AppendTag(nil, 64, protowire.VarintType), 1)...)),
+		"a group": delta(append(textField("a"),
+			protowire.AppendTag(protowire.AppendTag(nil, 9, protowire.StartGroupType), 9, protowire.EndGroupType)...)),
+		"a fixed32": delta(append(textField("a"), protowire.AppendFixed32(protowire.AppendTag(nil, 9, protowire.Fixed32Type), 1)...)),
+		"a block with annotations": marshal(&llmv1.GenerateResponse{Chunk: &llmv1.StreamChunk{Chunk: &llmv1.StreamChunk_BlockEnd{BlockEnd: &llmv1.BlockEnd{
+			Block: &llmv1.ContentBlock{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: "x"}},
+				Annotations: &llmv1.ContentAnnotations{Audience: []string{"user"}}}}}}}),
+		"a non-empty stop":       stopWith(protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 1)),
+		"an unknown usage field": usageWith(protowire.AppendVarint(protowire.AppendTag(nil, 6, protowire.VarintType), 1)),
 	}
 }
 
@@ -121,6 +140,9 @@ func FuzzDecodeResponse(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
+		f.Add(b)
+	}
+	for _, b := range declinedCases(f) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
