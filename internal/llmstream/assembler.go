@@ -114,19 +114,11 @@ func (a *Assembler) Push(c *llmv1.StreamChunk) {
 			return
 		}
 		p.closed = true
-		if e.GetBlock() != nil {
-			p.block = a.keep(e.GetBlock()).(*llmv1.ContentBlock)
-		}
+		p.block = keep(a, e.GetBlock())
 	case *llmv1.StreamChunk_Usage:
-		a.usage = v.Usage.GetUsage()
-		if a.usage != nil {
-			a.usage = a.keep(a.usage).(*llmv1.TokenUsage)
-		}
+		a.usage = keep(a, v.Usage.GetUsage())
 	case *llmv1.StreamChunk_Finish:
-		a.finish = v.Finish.GetReason()
-		if a.finish != nil {
-			a.finish = a.keep(a.finish).(*llmv1.FinishReason)
-		}
+		a.finish = keep(a, v.Finish.GetReason())
 		if v.Finish.ReplayState != nil {
 			s := v.Finish.GetReplayState()
 			a.replayState = &s
@@ -136,13 +128,13 @@ func (a *Assembler) Push(c *llmv1.StreamChunk) {
 	}
 }
 
-// keep is what the assembler keeps of a pushed message m: m itself when
-// Shared, else a copy.
-func (a *Assembler) keep(m proto.Message) proto.Message {
+// keep is what the assembler a keeps of a pushed message m: m itself when
+// Shared, else a copy (nil for a nil m either way).
+func keep[M proto.Message](a *Assembler, m M) M {
 	if a.Shared {
 		return m
 	}
-	return proto.Clone(m)
+	return proto.CloneOf(m)
 }
 
 // BlockTypeOf returns the stream block type of a content block and, for an
@@ -190,7 +182,7 @@ func (a *Assembler) Blocks() ([]*llmv1.ContentBlock, error) {
 	out := make([]*llmv1.ContentBlock, 0, len(a.parts))
 	for _, p := range a.parts {
 		if p.closed && p.block != nil {
-			out = append(out, a.keep(p.block).(*llmv1.ContentBlock))
+			out = append(out, keep(a, p.block))
 			continue
 		}
 		switch p.typ {
@@ -229,7 +221,7 @@ func (a *Assembler) Message() (*llmv1.Message, error) {
 // "stop" when the stream ended without one.
 func (a *Assembler) Finish() *llmv1.FinishReason {
 	if a.finish != nil {
-		return a.keep(a.finish).(*llmv1.FinishReason)
+		return keep(a, a.finish)
 	}
 	return &llmv1.FinishReason{Kind: &llmv1.FinishReason_Stop{Stop: &llmv1.FinishStop{}}}
 }
@@ -248,10 +240,7 @@ func (a *Assembler) ReplayState() *string {
 
 // Usage returns the last usage seen (a copy, unless Shared), or nil.
 func (a *Assembler) Usage() *llmv1.TokenUsage {
-	if a.usage == nil {
-		return nil
-	}
-	return a.keep(a.usage).(*llmv1.TokenUsage)
+	return keep(a, a.usage)
 }
 
 // Reset empties the assembler for reuse (Shared stays as it was).
