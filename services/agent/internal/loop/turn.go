@@ -72,7 +72,7 @@ func (a *Agent) runTurn(ctx context.Context, cancel context.CancelCauseFunc, tur
 	cancel(nil)
 	endTurnSpan(span, reason)
 	if st.stepOpen {
-		if _, aerr := a.append(session.StepEndEvent(turn, st.step)); aerr != nil {
+		if _, aerr := a.appendOwned(session.StepEndEvent(turn, st.step)); aerr != nil {
 			a.reportError(turn, st.step, aerr)
 		}
 	}
@@ -237,7 +237,7 @@ func (a *Agent) turnBody(ctx context.Context, turn int32, item Item, st *turnSta
 			if !isRequest {
 				return err
 			}
-			if _, err := a.append(session.StepEndEvent(turn, step)); err != nil {
+			if _, err := a.appendOwned(session.StepEndEvent(turn, step)); err != nil {
 				return err
 			}
 			st.stepOpen = false
@@ -579,8 +579,9 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 	res, err := a.hk.StepResult.Run(ctx, in,
 		func(_ context.Context, in *hooks.StepResult) (*llmv1.Message, error) { return in.Message, nil })
 	if err != nil || ctx.Err() != nil {
-		// Every successful provider call leaves exactly one assistant/message.
-		if _, aerr := a.append(assistantEvent(turn, step, nil, prov, usage, seqs)); aerr != nil {
+		// Every successful provider call leaves exactly one assistant/message
+		// (built here, no hook saw it: the log takes it as it is).
+		if _, aerr := a.appendOwned(session.AssistantMessageEvent(turn, step, nil, prov, usage, seqs)); aerr != nil {
 			return stepOutcome{}, aerr
 		}
 		if err != nil {
@@ -613,7 +614,7 @@ func (a *Agent) runStep(ctx context.Context, turn, step int32, boundary []*llmv1
 		add = a.log.AppendOwned
 	}
 	a.mu.Lock()
-	_, err = a.appendLockedHow(assistantEvent(turn, step, res.GetContent(), prov, usage, seqs), add)
+	_, err = a.appendLockedHow(session.AssistantMessageEvent(turn, step, res.GetContent(), prov, usage, seqs), add)
 	if err == nil && len(calls) > 0 {
 		a.inBatch = true
 	}
@@ -700,10 +701,6 @@ func stripToolCalls(m *llmv1.Message) (*llmv1.Message, bool) {
 		out.Content = append(out.Content, b)
 	}
 	return out, len(out.Content) != len(m.GetContent())
-}
-
-func assistantEvent(turn, step int32, content []*llmv1.ContentBlock, prov *llmv1.AssistantProvenance, usage *llmv1.TokenUsage, seqs []int64) *sessionv1.SessionEvent {
-	return session.AssistantMessageEvent(turn, step, content, prov, usage, seqs)
 }
 
 // logHeader appends request/header per the logging rule of §3.7. The log
