@@ -1,9 +1,11 @@
 package loop_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"iter"
 	"os"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -56,6 +59,11 @@ type harness struct {
 	agent   *loop.Agent
 	durable atomic.Int64
 	flushes atomic.Int64
+	// marshalled holds each durable event deterministically marshalled
+	// when it became durable (guarded by mu): finish marshals them again,
+	// and any difference is an event changed after it was logged (the log
+	// shares a logged chunk's blocks with the assistant message).
+	marshalled [][]byte
 
 	release chan struct{} // closed by a scenario to let a gate tool finish
 
@@ -110,7 +118,9 @@ func newHarnessFrom(t *testing.T, seed []*sessionv1.SessionEvent, tools []fakes.
 		Prompt: mustPrompt(t, prompt.Config{}),
 		Flush: func(context.Context) error {
 			h.flushes.Add(1)
-			h.durable.Store(log.Len())
+			evs := log.Events()
+			h.recordDurable(evs)
+			h.durable.Store(int64(len(evs)))
 			return nil
 		},
 		Debug:   true,
@@ -130,6 +140,22 @@ func newHarnessFrom(t *testing.T, seed []*sessionv1.SessionEvent, tools []fakes.
 	})
 	return h
 }
+
+// recordDurable marshals the events of evs not yet recorded (they are
+// durable now).
+func (h *harness) recordDurable(evs []*sessionv1.SessionEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ev := range evs[min(len(h.marshalled), len(evs)):] {
+		b, err := deterministic.Marshal(ev)
+		if err != nil {
+			h.violations = append(h.violations, fmt.Sprintf("marshal %s: %v", session.TypeName(ev), err))
+		}
+		h.marshalled = append(h.marshalled, b)
+	}
+}
+
+var deterministic = proto.MarshalOptions{Deterministic: true}
 
 func (h *harness) violate(s string) {
 	h.mu.Lock()
@@ -238,6 +264,11 @@ func (h *harness) finish(name string) {
 		h.t.Errorf("durable %d of %d events after the last turn/end", h.durable.Load(), h.log.Len())
 	}
 	h.mu.Lock()
+	for i, was := range h.marshalled[:min(len(h.marshalled), len(events))] {
+		if now, err := deterministic.Marshal(events[i]); err != nil || !bytes.Equal(now, was) {
+			h.t.Errorf("event %d (%s) changed after it was durable (%v):\nnow %v", i, session.TypeName(events[i]), err, events[i])
+		}
+	}
 	for _, v := range h.violations {
 		h.t.Errorf("durability: %s", v)
 	}
@@ -318,6 +349,7 @@ func TestLoopScenarios(t *testing.T) {
 				if len(reqs) != 3 || len(reqs[2].GetMessages()) != 6 {
 					t.Errorf("want 3 requests, the last with 6 messages; got %d", len(reqs))
 				}
+				checkSharedBlocks(t, h.log.Events())
 			},
 		},
 		{
@@ -676,4 +708,40 @@ func mustPrompt(t testing.TB, cfg prompt.Config) *prompt.Assembler {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// checkSharedBlocks asserts that each block of a tool step's assistant
+// message is the very block of its block-end chunk in the logged chunk
+// events (llmstream.Assembler.Shared, no hook: the log keeps one copy).
+func checkSharedBlocks(t *testing.T, events []*sessionv1.SessionEvent) {
+	t.Helper()
+	bySeq := map[int64]*sessionv1.SessionEvent{}
+	for _, ev := range events {
+		bySeq[ev.GetSeq()] = ev
+	}
+	checked := 0
+	for _, ev := range events {
+		m := ev.GetAssistantMessage()
+		if m == nil || len(m.GetContent()) == 0 || m.GetContent()[len(m.GetContent())-1].GetToolCall() == nil {
+			continue
+		}
+		ends := map[uint32]*llmv1.ContentBlock{}
+		for _, seq := range ev.GetSourceEventSeqs().GetSeqs() {
+			c := bySeq[seq].GetAssistantChunk()
+			for _, ch := range append([]*llmv1.StreamChunk{c.GetChunk()}, c.GetChunks()...) {
+				if e := ch.GetBlockEnd(); e != nil {
+					ends[e.GetIndex()] = e.GetBlock()
+				}
+			}
+		}
+		for i, b := range m.GetContent() {
+			if ends[uint32(i)] != b {
+				t.Errorf("assistant/message %d: block %d is not its logged block-end's block (a copy)", ev.GetSeq(), i)
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Error("no tool step's assistant/message found")
+	}
 }
