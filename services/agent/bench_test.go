@@ -387,16 +387,38 @@ func benchIdleSessionMemory(b *testing.B, unload bool) {
 	run("warm") // warm pools and caches
 	var per, goroutines float64
 	for i := 0; b.Loop(); i++ {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		g0 := runtime.NumGoroutine()
-		run(fmt.Sprintf("s%d", i))
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		goroutines = float64(runtime.NumGoroutine()-g0) / n
-		per = (float64(after.HeapAlloc+after.StackInuse) - float64(before.HeapAlloc+before.StackInuse)) / n
+		d := measureRun(func() { run(fmt.Sprintf("s%d", i)) })
+		goroutines = float64(d.goroutines) / n
+		per = d.live() / n
 	}
 	b.ReportMetric(per, "B/session")
 	b.ReportMetric(goroutines, "goroutines/session")
+}
+
+// runDelta is what one run of a benchmark's workload cost and left behind,
+// between two full collections.
+type runDelta struct {
+	before, after runtime.MemStats
+	cpu           time.Duration // process CPU during the run (before the second collection)
+	goroutines    int           // goroutines the run left running
+}
+
+// measureRun runs run between two full collections and reports its delta.
+func measureRun(run func()) runDelta {
+	var d runDelta
+	runtime.GC()
+	runtime.ReadMemStats(&d.before)
+	g0 := runtime.NumGoroutine()
+	cpu0 := cputime.Process()
+	run()
+	d.cpu = cputime.Process() - cpu0
+	runtime.GC()
+	runtime.ReadMemStats(&d.after)
+	d.goroutines = runtime.NumGoroutine() - g0
+	return d
+}
+
+// live is the heap and stack bytes the run left live.
+func (d runDelta) live() float64 {
+	return float64(d.after.HeapAlloc+d.after.StackInuse) - float64(d.before.HeapAlloc+d.before.StackInuse)
 }

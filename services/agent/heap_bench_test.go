@@ -19,7 +19,6 @@ import (
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
-	"github.com/dsh-dev/dsh/internal/cputime"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
@@ -102,18 +101,12 @@ func BenchmarkActiveSessionHeap(b *testing.B) {
 	var bytes, objects, cpu, allocs, allocBytes float64
 	const steps = n * 2 * 6 // two turns of five tool steps and a text step
 	for i := 0; b.Loop(); i++ {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		cpu0 := cputime.Process()
-		run(fmt.Sprintf("s%d", i))
-		cpu = float64((cputime.Process() - cpu0).Microseconds()) / 1000 / steps
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		bytes = (float64(after.HeapAlloc+after.StackInuse) - float64(before.HeapAlloc+before.StackInuse)) / n
-		objects = (float64(after.HeapObjects) - float64(before.HeapObjects)) / n
-		allocs = float64(after.Mallocs-before.Mallocs) / steps
-		allocBytes = float64(after.TotalAlloc-before.TotalAlloc) / steps
+		d := measureRun(func() { run(fmt.Sprintf("s%d", i)) })
+		cpu = float64(d.cpu.Microseconds()) / 1000 / steps
+		bytes = d.live() / n
+		objects = (float64(d.after.HeapObjects) - float64(d.before.HeapObjects)) / n
+		allocs = float64(d.after.Mallocs-d.before.Mallocs) / steps
+		allocBytes = float64(d.after.TotalAlloc-d.before.TotalAlloc) / steps
 		if *heapProfile != "" {
 			f, err := os.Create(*heapProfile)
 			if err != nil {
