@@ -359,9 +359,13 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	agentRegistered = true
 	warmFirstRequests()
 	hugeheap.Advise()
+	// The agent accepts calls before its start is over (its store
+	// opening, its tools being listed): the CLI's first calls are made
+	// now and wait in the agent until it has started (a failed start
+	// answers them with its error), so their transport overlaps the start.
 	select {
-	case <-ag.ready:
-		phase("agent serving")
+	case <-ag.accepting:
+		phase("agent accepting")
 		if f.prompt == "" {
 			startNATS()
 		}
@@ -401,7 +405,7 @@ func warmFirstRequests() {
 
 // runningAgent is the agent service started by startAgent.
 type runningAgent struct {
-	ready chan string // its address, once it serves
+	accepting chan string // its address, once it accepts calls
 	done  chan error  // agent.Run's result
 	stop  func()      // cancels it and waits for it to end
 }
@@ -409,8 +413,8 @@ type runningAgent struct {
 // startAgent runs the agent service in the background.
 func startAgent(ctx context.Context, sc agent.ServerConfig, logger *slog.Logger) *runningAgent {
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a := &runningAgent{ready: make(chan string, 1), done: make(chan error, 1)}
-	sc.Ready = func(addr string) { a.ready <- addr }
+	a := &runningAgent{accepting: make(chan string, 1), done: make(chan error, 1)}
+	sc.Accepting = func(addr string) { a.accepting <- addr }
 	go func() { a.done <- agent.Run(actx, sc, logger) }()
 	var once sync.Once
 	a.stop = func() {

@@ -51,6 +51,7 @@ type depHealth struct {
 	status   map[string]bool
 	out      statusSetter
 	draining bool // shutting down: the agent as a whole stays NOT_SERVING
+	starting bool // accepting calls before the start is over: likewise
 }
 
 func newDepHealth(store any, log *slog.Logger) *depHealth {
@@ -70,13 +71,36 @@ func (d *depHealth) setProbe(store any) {
 func (d *depHealth) set(name string, up bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.draining && (name == "" || name == HealthService) {
+	if (d.draining || d.starting) && (name == "" || name == HealthService) {
 		up = false
 	}
 	d.status[name] = up
 	if d.out != nil {
 		d.out.SetStatus(name, up)
 	}
+}
+
+// hold makes the agent as a whole NOT_SERVING until release: it accepts
+// calls while it starts (startGate), and they wait until its store is open
+// and its tools are listed, so it is not ready before that whatever the
+// store's first probe finds.
+func (d *depHealth) hold() {
+	d.mu.Lock()
+	d.starting = true
+	d.mu.Unlock()
+	d.set("", false)
+	d.set(HealthService, false)
+}
+
+// release ends hold: the agent as a whole reports what the store's last
+// probe found (unless it is draining).
+func (d *depHealth) release() {
+	d.mu.Lock()
+	d.starting = false
+	up := d.status[HealthStore]
+	d.mu.Unlock()
+	d.set("", up)
+	d.set(HealthService, up)
 }
 
 // attach forwards the recorded statuses to out, and every later change.

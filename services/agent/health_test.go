@@ -47,6 +47,21 @@ func TestToolhostHealth(t *testing.T) {
 	}
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
+	// The agent accepts calls while it starts and is not ready until its
+	// store is open and its tools are listed: wait for that first.
+	ready, err := hc.Watch(t.Context(), &healthpb.HealthCheckRequest{Service: ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := ready.Recv()
+		if err != nil {
+			t.Fatalf("watch: %v", err)
+		}
+		if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+	}
 	watch, err := hc.Watch(t.Context(), &healthpb.HealthCheckRequest{Service: agent.HealthToolhost("fake")})
 	if err != nil {
 		t.Fatal(err)

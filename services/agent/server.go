@@ -174,6 +174,11 @@ type ServerConfig struct {
 	ShutdownTimeout time.Duration
 	// Ready, when set, receives the bound address once serving.
 	Ready func(addr string)
+	// Accepting, when set, receives the bound address as soon as the
+	// server accepts calls, before Ready (not on the postgres store, where
+	// it is called with Ready): calls made then wait until the agent has
+	// started, and fail UNAVAILABLE with the reason if its start fails.
+	Accepting func(addr string)
 	// AllowUnenforcedHosts lets confined sessions call tools on hosts that
 	// declare they do not enforce sandbox policies.
 	AllowUnenforcedHosts bool
@@ -210,7 +215,7 @@ func buildPrompt(sc ServerConfig) (*prompt.Assembler, error) {
 // hooks, service, gRPC server) and serves until ctx ends, then shuts down:
 // the service closes first (turns finish or are disposed, sessions flush,
 // streams end), then the gRPC server drains.
-func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
+func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -248,6 +253,37 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 			opening.store.Close()
 		}
 	}()
+
+	// Outside the postgres store (whose forwarding to other replicas is
+	// set up with the lease manager its open makes) the server accepts
+	// calls at once: they wait at the gate until the service is built, so
+	// the clients' connection handshakes and first requests overlap the
+	// store's open and the toolhosts' listing (docs/arch/throughput.md
+	// §33). Until then the agent as a whole reports NOT_SERVING and Ready
+	// is not called; a start that fails answers the waiting calls
+	// UNAVAILABLE with its error before the server stops.
+	var (
+		as   *agentServer
+		gate *startGate
+	)
+	if sc.Store != "postgres" {
+		gate = newStartGate()
+		health.hold()
+		if as, err = startServer(ctx, sc, nil, health, logger, gate.register); err != nil {
+			return err
+		}
+		defer func() {
+			if gate.svc == nil {
+				gate.fail(runErr)
+				as.stop()
+				<-as.errc
+				as.close()
+			}
+		}()
+		if sc.Accepting != nil {
+			sc.Accepting(as.lis.Addr().String())
+		}
+	}
 
 	// Session-affine: a session's model calls all reach the gateway
 	// replica that remembers its conversation (every other connection
@@ -432,44 +468,20 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		rep.svc.Store(svc)
 	}
 	svc.sub, sub.Sessions = sub, delegation{svc}
-	lis := sc.Listener
-	if lis == nil {
-		lis, err = net.Listen("tcp", sc.Listen)
-		if err != nil {
-			return fmt.Errorf("listen %s: %w", sc.Listen, err)
+	if as == nil {
+		if as, err = startServer(ctx, sc, rep, health, logger, svc.Register); err != nil {
+			return err
 		}
+	} else {
+		gate.open(svc)
+		health.release()
 	}
-	authn := sc.Auth
-	if authn == nil {
-		authn = auth.None{}
-	}
-	edge := auth.NewEdge(auth.EdgeConfig{Authn: authn, Authz: sc.Authz, Logger: logger})
-	if rep != nil && sc.Advertise == "" {
-		rep.mgr.SetAddress(lis.Addr().String())
-	}
-	// Authenticate and authorize first; a call for a session another
-	// replica owns is then forwarded with its metadata (the owner checks
-	// the principal again, tenancy included).
-	opts := append(slices.Clone(sc.ServerOptions), edge.ServerOptions()...)
-	if rep != nil {
-		peerOpts := slices.Clone(sc.DialOptions)
-		if sc.PeerAuthority != "" {
-			peerOpts = append(peerOpts, grpc.WithAuthority(sc.PeerAuthority))
-		}
-		fwd := cluster.NewForwarder(func(addr string) (*grpc.ClientConn, error) { return grpcserver.Dial(addr, peerOpts...) }, logger)
-		defer fwd.Close()
-		opts = append(opts, grpc.ChainUnaryInterceptor(fwd.Unary()), grpc.ChainStreamInterceptor(fwd.Stream()))
-	}
-	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: opts})
-	svc.Register(srv.Server)
-	health.attach(srv)
+	defer as.close()
+	srv, lis, errc, srvCtx, stopSrv := as.srv, as.lis, as.errc, as.ctx, as.stop
 	var probes sync.WaitGroup
 	defer probes.Wait() // after stopSrv (deferred below) ended them
-	srvCtx, stopSrv := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSrv()
 	probes.Go(func() { health.run(srvCtx, interval) })
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(srvCtx, lis) }()
 	hlis := sc.HealthListener
 	if hlis == nil && sc.HealthListen != "" {
 		if hlis, err = net.Listen("tcp", sc.HealthListen); err != nil {
@@ -489,6 +501,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		if sc.SweepInterval > 0 {
 			go rep.sweep(srvCtx, sc.SweepInterval)
 		}
+	}
+	if gate == nil && sc.Accepting != nil {
+		sc.Accepting(lis.Addr().String())
 	}
 	if sc.Ready != nil {
 		sc.Ready(lis.Addr().String())
@@ -525,6 +540,64 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		serveErr = <-errc
 	}
 	return errors.Join(serveErr, closeErr)
+}
+
+// agentServer is the agent's gRPC server, serving on lis until stop.
+type agentServer struct {
+	srv  *grpcserver.Server
+	lis  net.Listener
+	errc chan error // Serve's result
+	ctx  context.Context
+	stop context.CancelFunc
+	fwd  *cluster.Forwarder // nil unless on the shared postgres store
+}
+
+// close releases what the server used besides its listener (after stop).
+func (a *agentServer) close() {
+	if a.fwd != nil {
+		a.fwd.Close()
+	}
+}
+
+// startServer listens (unless sc.Listener is set), builds the agent's gRPC
+// server with the edge's authentication and authorization (and, for a
+// replica, the forwarding of calls for sessions another replica owns),
+// registers the service with register, attaches the health and serves.
+func startServer(ctx context.Context, sc ServerConfig, rep *replica, health *depHealth, logger *slog.Logger, register func(*grpc.Server)) (*agentServer, error) {
+	lis := sc.Listener
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", sc.Listen); err != nil {
+			return nil, fmt.Errorf("listen %s: %w", sc.Listen, err)
+		}
+	}
+	authn := sc.Auth
+	if authn == nil {
+		authn = auth.None{}
+	}
+	edge := auth.NewEdge(auth.EdgeConfig{Authn: authn, Authz: sc.Authz, Logger: logger})
+	if rep != nil && sc.Advertise == "" {
+		rep.mgr.SetAddress(lis.Addr().String())
+	}
+	// Authenticate and authorize first; a call for a session another
+	// replica owns is then forwarded with its metadata (the owner checks
+	// the principal again, tenancy included).
+	a := &agentServer{lis: lis, errc: make(chan error, 1)}
+	opts := append(slices.Clone(sc.ServerOptions), edge.ServerOptions()...)
+	if rep != nil {
+		peerOpts := slices.Clone(sc.DialOptions)
+		if sc.PeerAuthority != "" {
+			peerOpts = append(peerOpts, grpc.WithAuthority(sc.PeerAuthority))
+		}
+		a.fwd = cluster.NewForwarder(func(addr string) (*grpc.ClientConn, error) { return grpcserver.Dial(addr, peerOpts...) }, logger)
+		opts = append(opts, grpc.ChainUnaryInterceptor(a.fwd.Unary()), grpc.ChainStreamInterceptor(a.fwd.Stream()))
+	}
+	a.srv = grpcserver.New(grpcserver.Config{Logger: logger, Options: opts})
+	register(a.srv.Server)
+	health.attach(a.srv)
+	a.ctx, a.stop = context.WithCancel(context.WithoutCancel(ctx))
+	go func() { a.errc <- a.srv.Serve(a.ctx, lis) }()
+	return a, nil
 }
 
 // openedStore is the configured store being opened; its fields are set
