@@ -406,8 +406,8 @@ func warmFirstRequests() {
 // runningAgent is the agent service started by startAgent.
 type runningAgent struct {
 	accepting chan string // its address, once it accepts calls
-	done  chan error  // agent.Run's result
-	stop  func()      // cancels it and waits for it to end
+	done      chan error  // agent.Run's result
+	stop      func()      // cancels it and waits for it to end
 }
 
 // startAgent runs the agent service in the background.

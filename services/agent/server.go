@@ -229,14 +229,16 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	)
 	// One health monitor: the store's Ping, or for a replica the database
 	// and its lease renewal (NOT_SERVING while either fails). Its first
-	// probe runs as soon as the store is open, beside the listing: the
-	// probe opens the store's first reader connection, ~1 ms that was on
-	// the path to serving (docs/arch/throughput.md §28).
+	// probe runs as soon as the store is open, beside the listing and the
+	// service's construction: the probe opens the store's first reader
+	// connection, ~1 ms that was on the path to serving
+	// (docs/arch/throughput.md §28, §33).
 	health := newDepHealth(nil, logger)
-	opening := &openedStore{done: make(chan struct{})}
+	opening := &openedStore{opened: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(opening.done)
 		opening.open(ctx, sc, logger)
+		close(opening.opened)
 		if opening.err == nil {
 			var probe any = opening.store
 			if opening.rep != nil {
@@ -389,7 +391,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	startCtx, endStart := context.WithCancel(ctx)
 	go func() {
 		select {
-		case <-opening.done:
+		case <-opening.opened:
 			if opening.err != nil {
 				endStart()
 			}
@@ -398,7 +400,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	}()
 	err = pipe.Start(startCtx)
 	endStart()
-	<-opening.done
+	<-opening.opened
 	if opening.err != nil {
 		return opening.err
 	}
@@ -406,10 +408,17 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	if err != nil {
 		return fmt.Errorf("toolhosts: %w", err)
 	}
-	if time.Since(opening.probed) > time.Second {
-		// The listing outlasted the first probe (a slow toolhost): what
-		// the agent reports when it starts serving is probed afresh.
-		health.probeStore(ctx)
+	// probed waits for the store's first probe; what the agent reports
+	// when it starts serving is never older than a second (a slow
+	// toolhost's listing may have outlasted it).
+	probed := func() {
+		<-opening.done
+		if time.Since(opening.probed) > time.Second {
+			health.probeStore(ctx)
+		}
+	}
+	if gate == nil {
+		probed() // the replica serves only once its health is known
 	}
 	interval := cmp.Or(sc.HealthInterval, defaultHealthInterval)
 	if rep != nil {
@@ -431,7 +440,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 		(&hooks.Remote{Name: r.Name, Client: agentv1.NewAgentHooksClient(conn), Timeout: r.Timeout, FailOpen: r.FailOpen, Logger: logger}).Install(hk)
 	}
 
-	var pub *events.Publisher
+	var (
+		pub      *events.Publisher
+		caughtUp chan struct{} // closed when the catch-up's listing is handed over
+	)
 	if sc.NATS.URL != "" && sc.Service.Sink == nil {
 		if sc.NATS.Name == "" {
 			sc.NATS.Name = "dsh-agent"
@@ -443,8 +455,22 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 		sc.Service.Sink = pub
 		if rep != nil {
 			rep.pub.Store(pub) // a replica catches a session up when it claims it
-		} else if hs, err := store.List(ctx); err == nil {
-			pub.CatchUp(hs...)
+		} else {
+			// The sessions a previous run left unpublished, beside the
+			// rest of the start (after the first probe, whose reader
+			// connection the listing then reuses): a catch-up only
+			// publishes the stored events past each session's durable
+			// cursor, so a session of this run it also finds is
+			// published once all the same.
+			caughtUp = make(chan struct{})
+			go func() {
+				defer close(caughtUp)
+				<-opening.done
+				if hs, err := store.List(ctx); err == nil {
+					pub.CatchUp(hs...)
+				}
+			}()
+			defer func() { <-caughtUp }() // a start that fails: not after Run
 		}
 	}
 
@@ -474,6 +500,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 		}
 	} else {
 		gate.open(svc)
+		probed()
 		health.release()
 	}
 	defer as.close()
@@ -527,6 +554,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 		closeErr = errors.Join(closeErr, rep.mgr.Close(cctx))
 	}
 	if pub != nil {
+		if caughtUp != nil {
+			<-caughtUp
+		}
 		pctx := cctx
 		if sc.PublishOnClose > 0 {
 			var pcancel context.CancelFunc
@@ -600,10 +630,11 @@ func startServer(ctx context.Context, sc ServerConfig, rep *replica, health *dep
 	return a, nil
 }
 
-// openedStore is the configured store being opened; its fields are set
-// when done is closed.
+// openedStore is the configured store being opened; store, rep and err
+// are set when opened is closed, probed when done is.
 type openedStore struct {
-	done   chan struct{}
+	opened chan struct{}
+	done   chan struct{} // the open and the health monitor's first probe ended
 	store  persistence.Store
 	rep    *replica // nil unless on the shared postgres store
 	err    error
