@@ -108,11 +108,11 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr, "--yes: every tool call runs without asking")
 	}
 	if sf.id, err = resume.sessionID(ctx, c, cwd); err != nil {
-		return err
+		return st.agent.explain(ctx, err)
 	}
 	s, err := openSession(ctx, c, sf)
 	if err != nil {
-		return err
+		return st.agent.explain(ctx, err)
 	}
 	if f.prompt != "" {
 		// In one-shot mode NATS starts once the model has begun answering,
@@ -156,6 +156,9 @@ type stack struct {
 	agentConn *grpc.ClientConn
 	// startNATS starts the embedded NATS server (once).
 	startNATS func()
+	// agent is the agent service: its start may still be under way
+	// when the stack is returned (it accepts calls before).
+	agent *runningAgent
 }
 
 // listen binds addr; when addr is the default and busy, it binds a free
@@ -377,7 +380,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	}
 
 	st := &stack{agentAddr: agLis.Addr().String(), gatewayAddr: gwLis.Addr().String(), toolhostAddr: thLis.Addr().String(),
-		natsURL: natsURL, stop: stop, startNATS: startNATS, agentConn: agConn}
+		natsURL: natsURL, stop: stop, startNATS: startNATS, agentConn: agConn, agent: ag}
 	st.sandbox, st.sandboxWarn = sandboxLine(f, th)
 	if err := pickModel(ctx, st, f, gwCfg); err != nil {
 		return nil, err
@@ -406,6 +409,7 @@ func warmFirstRequests() {
 // runningAgent is the agent service started by startAgent.
 type runningAgent struct {
 	accepting chan string // its address, once it accepts calls
+	ready     chan string // its address, once its start is over
 	done      chan error  // agent.Run's result
 	stop      func()      // cancels it and waits for it to end
 }
@@ -413,8 +417,9 @@ type runningAgent struct {
 // startAgent runs the agent service in the background.
 func startAgent(ctx context.Context, sc agent.ServerConfig, logger *slog.Logger) *runningAgent {
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a := &runningAgent{accepting: make(chan string, 1), done: make(chan error, 1)}
+	a := &runningAgent{accepting: make(chan string, 1), ready: make(chan string, 1), done: make(chan error, 1)}
 	sc.Accepting = func(addr string) { a.accepting <- addr }
+	sc.Ready = func(addr string) { a.ready <- addr }
 	go func() { a.done <- agent.Run(actx, sc, logger) }()
 	var once sync.Once
 	a.stop = func() {
@@ -429,6 +434,25 @@ func startAgent(ctx context.Context, sc agent.ServerConfig, logger *slog.Logger)
 		})
 	}
 	return a
+}
+
+// explain returns err, the failure of one of the CLI's first calls, or the
+// agent's own error when its start failed: the agent accepts calls before
+// its start is over, and a failed start answers the calls waiting then
+// with its error, but a call that reached it after its server stopped
+// sees only a closed connection. It waits for the start's outcome.
+func (a *runningAgent) explain(ctx context.Context, err error) error {
+	select {
+	case addr := <-a.ready:
+		a.ready <- addr
+	case aerr := <-a.done:
+		a.done <- aerr // for stop
+		if aerr != nil {
+			return fmt.Errorf("agent: %w", aerr)
+		}
+	case <-ctx.Done():
+	}
+	return err
 }
 
 // serve runs a gRPC server until the returned stop is called.
