@@ -311,6 +311,14 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 		PromptSections:       f.promptSections,
 		// Say which toolhost is down (issue 14).
 		OnToolhost: toolhostNotice(e.stderr),
+		// NATS starts once the agent serves (with -p, once the model
+		// answers: printTurn).
+		Ready: func(string) {
+			phase("agent serving")
+			if f.prompt == "" {
+				startNATS()
+			}
+		},
 	}, logger)
 	// Until the agent's stop is in its place below (it drains before the
 	// toolhost and the gateway stop), a failed start stops it first.
@@ -369,9 +377,6 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	select {
 	case <-ag.accepting:
 		phase("agent accepting")
-		if f.prompt == "" {
-			startNATS()
-		}
 	case err := <-ag.done:
 		ag.done <- err
 		return nil, fmt.Errorf("agent: %w", err)
@@ -414,12 +419,19 @@ type runningAgent struct {
 	stop      func()      // cancels it and waits for it to end
 }
 
-// startAgent runs the agent service in the background.
+// startAgent runs the agent service in the background (sc.Ready, when set,
+// is called before the runningAgent learns it is ready).
 func startAgent(ctx context.Context, sc agent.ServerConfig, logger *slog.Logger) *runningAgent {
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a := &runningAgent{accepting: make(chan string, 1), ready: make(chan string, 1), done: make(chan error, 1)}
 	sc.Accepting = func(addr string) { a.accepting <- addr }
-	sc.Ready = func(addr string) { a.ready <- addr }
+	onReady := sc.Ready
+	sc.Ready = func(addr string) {
+		if onReady != nil {
+			onReady(addr)
+		}
+		a.ready <- addr
+	}
 	go func() { a.done <- agent.Run(actx, sc, logger) }()
 	var once sync.Once
 	a.stop = func() {
