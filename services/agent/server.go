@@ -544,7 +544,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	if timeout <= 0 {
 		timeout = DefaultDrainTimeout
 	}
-	health.drain()
+	health.hold() // draining: for good
 	logger.Info("draining: new turns are refused, readiness is NOT_SERVING; running turns may finish", "budget", timeout, "turns_until", timeout-DrainReserve(timeout))
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
