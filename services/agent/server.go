@@ -321,8 +321,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	}
 	// The agent-side tools are one more host of the same registry.
 	var svc *Service
-	// The delegation tools reach the service once it exists (no call can
-	// arrive before: the gRPC server starts after).
+	// The delegation tools reach the service once it exists: calls may
+	// arrive before, but they wait at the start gate and first see svc
+	// after gate.open (on the postgres store the server starts after).
 	sub := subagent.NewHost(nil, subagentDepth(sc.Service.MaxSubagentDepth))
 	hosts := []toolpipe.Host{{Name: agenttools.HostName, Local: &agenttools.Host{Askers: func(id string) agenttools.Asker {
 		if svc == nil {
@@ -417,9 +418,6 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 			health.probeStore(ctx)
 		}
 	}
-	if gate == nil {
-		probed() // the replica serves only once its health is known
-	}
 	interval := cmp.Or(sc.HealthInterval, defaultHealthInterval)
 	if rep != nil {
 		interval = cmp.Or(sc.HealthPeriod, DefaultHealthPeriod)
@@ -495,6 +493,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	}
 	svc.sub, sub.Sessions = sub, delegation{svc}
 	if as == nil {
+		probed() // the replica serves only once its health is known
 		if as, err = startServer(ctx, sc, rep, health, logger, svc.Register); err != nil {
 			return err
 		}
