@@ -108,11 +108,11 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr, "--yes: every tool call runs without asking")
 	}
 	if sf.id, err = resume.sessionID(ctx, c, cwd); err != nil {
-		return err
+		return st.agent.explain(ctx, err)
 	}
 	s, err := openSession(ctx, c, sf)
 	if err != nil {
-		return err
+		return st.agent.explain(ctx, err)
 	}
 	if f.prompt != "" {
 		// In one-shot mode NATS starts once the model has begun answering,
@@ -156,6 +156,9 @@ type stack struct {
 	agentConn *grpc.ClientConn
 	// startNATS starts the embedded NATS server (once).
 	startNATS func()
+	// agent is the agent service: its start may still be under way
+	// when the stack is returned (it accepts calls before).
+	agent *runningAgent
 }
 
 // listen binds addr; when addr is the default and busy, it binds a free
@@ -308,6 +311,14 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 		PromptSections:       f.promptSections,
 		// Say which toolhost is down (issue 14).
 		OnToolhost: toolhostNotice(e.stderr),
+		// NATS starts once the agent serves (with -p, once the model
+		// answers: printTurn).
+		Ready: func(string) {
+			phase("agent serving")
+			if f.prompt == "" {
+				startNATS()
+			}
+		},
 	}, logger)
 	// Until the agent's stop is in its place below (it drains before the
 	// toolhost and the gateway stop), a failed start stops it first.
@@ -359,12 +370,13 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	agentRegistered = true
 	warmFirstRequests()
 	hugeheap.Advise()
+	// The agent accepts calls before its start is over (its store
+	// opening, its tools being listed): the CLI's first calls are made
+	// now and wait in the agent until it has started (a failed start
+	// answers them with its error), so their transport overlaps the start.
 	select {
-	case <-ag.ready:
-		phase("agent serving")
-		if f.prompt == "" {
-			startNATS()
-		}
+	case <-ag.accepting:
+		phase("agent accepting")
 	case err := <-ag.done:
 		ag.done <- err
 		return nil, fmt.Errorf("agent: %w", err)
@@ -373,7 +385,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	}
 
 	st := &stack{agentAddr: agLis.Addr().String(), gatewayAddr: gwLis.Addr().String(), toolhostAddr: thLis.Addr().String(),
-		natsURL: natsURL, stop: stop, startNATS: startNATS, agentConn: agConn}
+		natsURL: natsURL, stop: stop, startNATS: startNATS, agentConn: agConn, agent: ag}
 	st.sandbox, st.sandboxWarn = sandboxLine(f, th)
 	if err := pickModel(ctx, st, f, gwCfg); err != nil {
 		return nil, err
@@ -401,16 +413,25 @@ func warmFirstRequests() {
 
 // runningAgent is the agent service started by startAgent.
 type runningAgent struct {
-	ready chan string // its address, once it serves
-	done  chan error  // agent.Run's result
-	stop  func()      // cancels it and waits for it to end
+	accepting chan string // its address, once it accepts calls
+	ready     chan string // its address, once its start is over
+	done      chan error  // agent.Run's result
+	stop      func()      // cancels it and waits for it to end
 }
 
-// startAgent runs the agent service in the background.
+// startAgent runs the agent service in the background (sc.Ready, when set,
+// is called before the runningAgent learns it is ready).
 func startAgent(ctx context.Context, sc agent.ServerConfig, logger *slog.Logger) *runningAgent {
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a := &runningAgent{ready: make(chan string, 1), done: make(chan error, 1)}
-	sc.Ready = func(addr string) { a.ready <- addr }
+	a := &runningAgent{accepting: make(chan string, 1), ready: make(chan string, 1), done: make(chan error, 1)}
+	sc.Accepting = func(addr string) { a.accepting <- addr }
+	onReady := sc.Ready
+	sc.Ready = func(addr string) {
+		if onReady != nil {
+			onReady(addr)
+		}
+		a.ready <- addr
+	}
 	go func() { a.done <- agent.Run(actx, sc, logger) }()
 	var once sync.Once
 	a.stop = func() {
@@ -425,6 +446,25 @@ func startAgent(ctx context.Context, sc agent.ServerConfig, logger *slog.Logger)
 		})
 	}
 	return a
+}
+
+// explain returns err, the failure of one of the CLI's first calls, or the
+// agent's own error when its start failed: the agent accepts calls before
+// its start is over, and a failed start answers the calls waiting then
+// with its error, but a call that reached it after its server stopped
+// sees only a closed connection. It waits for the start's outcome.
+func (a *runningAgent) explain(ctx context.Context, err error) error {
+	select {
+	case addr := <-a.ready:
+		a.ready <- addr
+	case aerr := <-a.done:
+		a.done <- aerr // for stop
+		if aerr != nil {
+			return fmt.Errorf("agent: %w", aerr)
+		}
+	case <-ctx.Done():
+	}
+	return err
 }
 
 // serve runs a gRPC server until the returned stop is called.

@@ -98,6 +98,24 @@ func TestTokenNeedsTLSBeyondLoopback(t *testing.T) {
 	}
 }
 
+// TestDevAgentStartErrorIsReported: the agent accepts calls before its
+// start is over and the CLI sends its first call then; when the start
+// fails (here the store: an unknown kind) the error dsh dev reports is the
+// agent's, whether the call was waiting when it failed (answered
+// UNAVAILABLE with the start's error) or reached it after its server had
+// stopped (a closed connection).
+func TestDevAgentStartErrorIsReported(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	err := runDev(t.Context(), e, []string{"-p", "hello", "--store", "bogus", "--data", filepath.Join(dir, ".dsh"), "--agent-listen", "127.0.0.1:0",
+		"--gateway-listen", "127.0.0.1:0", "--toolhost-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0"})
+	if err == nil || !strings.Contains(err.Error(), `unknown store "bogus"`) {
+		t.Fatalf("runDev with --store bogus = %v, want the agent's store error", err)
+	}
+}
+
 // The agent starts before the gateway and the toolhost are built (issue 19):
 // a start that fails after it (here the gateway: its script file is
 // missing) stops it again and closes its port, rather than leaving it

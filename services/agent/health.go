@@ -47,10 +47,10 @@ type depHealth struct {
 	store pinger // nil: the store cannot be probed and counts as up
 	log   *slog.Logger
 
-	mu       sync.Mutex
-	status   map[string]bool
-	out      statusSetter
-	draining bool // shutting down: the agent as a whole stays NOT_SERVING
+	mu     sync.Mutex
+	status map[string]bool
+	out    statusSetter
+	down   bool // starting or draining: the agent as a whole stays NOT_SERVING
 }
 
 func newDepHealth(store any, log *slog.Logger) *depHealth {
@@ -70,13 +70,39 @@ func (d *depHealth) setProbe(store any) {
 func (d *depHealth) set(name string, up bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.draining && (name == "" || name == HealthService) {
+	if d.down && (name == "" || name == HealthService) {
 		up = false
 	}
 	d.status[name] = up
 	if d.out != nil {
 		d.out.SetStatus(name, up)
 	}
+}
+
+// hold makes the agent as a whole ("" and HealthService) NOT_SERVING,
+// whatever the probes find, until release. While it starts: it accepts
+// calls (startGate), and they wait until its store is open and its tools
+// are listed, so it is not ready before that whatever the store's first
+// probe finds. On shutdown (drain, after release), for good: readiness
+// fails at once so the Service stops routing new work here while running
+// turns finish.
+func (d *depHealth) hold() {
+	d.mu.Lock()
+	d.down = true
+	d.mu.Unlock()
+	d.set("", false)
+	d.set(HealthService, false)
+}
+
+// release ends hold: the agent as a whole reports what the store's last
+// probe found.
+func (d *depHealth) release() {
+	d.mu.Lock()
+	d.down = false
+	up := d.status[HealthStore]
+	d.mu.Unlock()
+	d.set("", up)
+	d.set(HealthService, up)
 }
 
 // attach forwards the recorded statuses to out, and every later change.
@@ -121,15 +147,4 @@ func (d *depHealth) probeStore(ctx context.Context) {
 // run probes the store every interval until ctx ends.
 func (d *depHealth) run(ctx context.Context, interval time.Duration) {
 	every(ctx, interval, func() { d.probeStore(ctx) })
-}
-
-// drain makes the agent as a whole ("" and HealthService) NOT_SERVING from
-// now on, whatever the probes find: on shutdown, readiness fails at once so
-// the Service stops routing new work here while running turns finish.
-func (d *depHealth) drain() {
-	d.mu.Lock()
-	d.draining = true
-	d.mu.Unlock()
-	d.set("", false)
-	d.set(HealthService, false)
 }

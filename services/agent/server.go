@@ -174,6 +174,11 @@ type ServerConfig struct {
 	ShutdownTimeout time.Duration
 	// Ready, when set, receives the bound address once serving.
 	Ready func(addr string)
+	// Accepting, when set, receives the bound address as soon as the
+	// server accepts calls, before Ready (not on the postgres store, where
+	// it is called with Ready): calls made then wait until the agent has
+	// started, and fail UNAVAILABLE with the reason if its start fails.
+	Accepting func(addr string)
 	// AllowUnenforcedHosts lets confined sessions call tools on hosts that
 	// declare they do not enforce sandbox policies.
 	AllowUnenforcedHosts bool
@@ -210,7 +215,7 @@ func buildPrompt(sc ServerConfig) (*prompt.Assembler, error) {
 // hooks, service, gRPC server) and serves until ctx ends, then shuts down:
 // the service closes first (turns finish or are disposed, sessions flush,
 // streams end), then the gRPC server drains.
-func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
+func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -224,14 +229,16 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	)
 	// One health monitor: the store's Ping, or for a replica the database
 	// and its lease renewal (NOT_SERVING while either fails). Its first
-	// probe runs as soon as the store is open, beside the listing: the
-	// probe opens the store's first reader connection, ~1 ms that was on
-	// the path to serving (docs/arch/throughput.md §28).
+	// probe runs as soon as the store is open, beside the listing and the
+	// service's construction: the probe opens the store's first reader
+	// connection, ~1 ms that was on the path to serving
+	// (docs/arch/throughput.md §28, §33).
 	health := newDepHealth(nil, logger)
-	opening := &openedStore{done: make(chan struct{})}
+	opening := &openedStore{opened: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(opening.done)
 		opening.open(ctx, sc, logger)
+		close(opening.opened)
 		if opening.err == nil {
 			var probe any = opening.store
 			if opening.rep != nil {
@@ -248,6 +255,37 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 			opening.store.Close()
 		}
 	}()
+
+	// Outside the postgres store (whose forwarding to other replicas is
+	// set up with the lease manager its open makes) the server accepts
+	// calls at once: they wait at the gate until the service is built, so
+	// the clients' connection handshakes and first requests overlap the
+	// store's open and the toolhosts' listing (docs/arch/throughput.md
+	// §33). Until then the agent as a whole reports NOT_SERVING and Ready
+	// is not called; a start that fails answers the waiting calls
+	// UNAVAILABLE with its error before the server stops.
+	var (
+		as   *agentServer
+		gate *startGate
+	)
+	if sc.Store != "postgres" {
+		gate = newStartGate()
+		health.hold()
+		if as, err = startServer(ctx, sc, nil, health, logger, gate.register); err != nil {
+			return err
+		}
+		defer func() {
+			if gate.svc == nil {
+				gate.fail(runErr)
+				as.stop()
+				<-as.errc
+				as.close()
+			}
+		}()
+		if sc.Accepting != nil {
+			sc.Accepting(as.lis.Addr().String())
+		}
+	}
 
 	// Session-affine: a session's model calls all reach the gateway
 	// replica that remembers its conversation (every other connection
@@ -283,8 +321,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	}
 	// The agent-side tools are one more host of the same registry.
 	var svc *Service
-	// The delegation tools reach the service once it exists (no call can
-	// arrive before: the gRPC server starts after).
+	// The delegation tools reach the service once it exists: calls may
+	// arrive before, but they wait at the start gate and first see svc
+	// after gate.open (on the postgres store the server starts after).
 	sub := subagent.NewHost(nil, subagentDepth(sc.Service.MaxSubagentDepth))
 	hosts := []toolpipe.Host{{Name: agenttools.HostName, Local: &agenttools.Host{Askers: func(id string) agenttools.Asker {
 		if svc == nil {
@@ -353,7 +392,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	startCtx, endStart := context.WithCancel(ctx)
 	go func() {
 		select {
-		case <-opening.done:
+		case <-opening.opened:
 			if opening.err != nil {
 				endStart()
 			}
@@ -362,7 +401,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	}()
 	err = pipe.Start(startCtx)
 	endStart()
-	<-opening.done
+	<-opening.opened
 	if opening.err != nil {
 		return opening.err
 	}
@@ -370,10 +409,14 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("toolhosts: %w", err)
 	}
-	if time.Since(opening.probed) > time.Second {
-		// The listing outlasted the first probe (a slow toolhost): what
-		// the agent reports when it starts serving is probed afresh.
-		health.probeStore(ctx)
+	// probed waits for the store's first probe; what the agent reports
+	// when it starts serving is never older than a second (a slow
+	// toolhost's listing may have outlasted it).
+	probed := func() {
+		<-opening.done
+		if time.Since(opening.probed) > time.Second {
+			health.probeStore(ctx)
+		}
 	}
 	interval := cmp.Or(sc.HealthInterval, defaultHealthInterval)
 	if rep != nil {
@@ -395,7 +438,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		(&hooks.Remote{Name: r.Name, Client: agentv1.NewAgentHooksClient(conn), Timeout: r.Timeout, FailOpen: r.FailOpen, Logger: logger}).Install(hk)
 	}
 
-	var pub *events.Publisher
+	var (
+		pub      *events.Publisher
+		caughtUp chan struct{} // closed when the catch-up's listing is handed over
+	)
 	if sc.NATS.URL != "" && sc.Service.Sink == nil {
 		if sc.NATS.Name == "" {
 			sc.NATS.Name = "dsh-agent"
@@ -407,8 +453,22 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		sc.Service.Sink = pub
 		if rep != nil {
 			rep.pub.Store(pub) // a replica catches a session up when it claims it
-		} else if hs, err := store.List(ctx); err == nil {
-			pub.CatchUp(hs...)
+		} else {
+			// The sessions a previous run left unpublished, beside the
+			// rest of the start (after the first probe, whose reader
+			// connection the listing then reuses): a catch-up only
+			// publishes the stored events past each session's durable
+			// cursor, so a session of this run it also finds is
+			// published once all the same.
+			caughtUp = make(chan struct{})
+			go func() {
+				defer close(caughtUp)
+				<-opening.done
+				if hs, err := store.List(ctx); err == nil {
+					pub.CatchUp(hs...)
+				}
+			}()
+			defer func() { <-caughtUp }() // a start that fails: not after Run
 		}
 	}
 
@@ -432,44 +492,22 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		rep.svc.Store(svc)
 	}
 	svc.sub, sub.Sessions = sub, delegation{svc}
-	lis := sc.Listener
-	if lis == nil {
-		lis, err = net.Listen("tcp", sc.Listen)
-		if err != nil {
-			return fmt.Errorf("listen %s: %w", sc.Listen, err)
+	if as == nil {
+		probed() // the replica serves only once its health is known
+		if as, err = startServer(ctx, sc, rep, health, logger, svc.Register); err != nil {
+			return err
 		}
+	} else {
+		gate.open(svc)
+		probed()
+		health.release()
 	}
-	authn := sc.Auth
-	if authn == nil {
-		authn = auth.None{}
-	}
-	edge := auth.NewEdge(auth.EdgeConfig{Authn: authn, Authz: sc.Authz, Logger: logger})
-	if rep != nil && sc.Advertise == "" {
-		rep.mgr.SetAddress(lis.Addr().String())
-	}
-	// Authenticate and authorize first; a call for a session another
-	// replica owns is then forwarded with its metadata (the owner checks
-	// the principal again, tenancy included).
-	opts := append(slices.Clone(sc.ServerOptions), edge.ServerOptions()...)
-	if rep != nil {
-		peerOpts := slices.Clone(sc.DialOptions)
-		if sc.PeerAuthority != "" {
-			peerOpts = append(peerOpts, grpc.WithAuthority(sc.PeerAuthority))
-		}
-		fwd := cluster.NewForwarder(func(addr string) (*grpc.ClientConn, error) { return grpcserver.Dial(addr, peerOpts...) }, logger)
-		defer fwd.Close()
-		opts = append(opts, grpc.ChainUnaryInterceptor(fwd.Unary()), grpc.ChainStreamInterceptor(fwd.Stream()))
-	}
-	srv := grpcserver.New(grpcserver.Config{Logger: logger, Options: opts})
-	svc.Register(srv.Server)
-	health.attach(srv)
+	defer as.close()
+	srv, lis, errc, srvCtx, stopSrv := as.srv, as.lis, as.errc, as.ctx, as.stop
 	var probes sync.WaitGroup
 	defer probes.Wait() // after stopSrv (deferred below) ended them
-	srvCtx, stopSrv := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSrv()
 	probes.Go(func() { health.run(srvCtx, interval) })
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(srvCtx, lis) }()
 	hlis := sc.HealthListener
 	if hlis == nil && sc.HealthListen != "" {
 		if hlis, err = net.Listen("tcp", sc.HealthListen); err != nil {
@@ -490,6 +528,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 			go rep.sweep(srvCtx, sc.SweepInterval)
 		}
 	}
+	if gate == nil && sc.Accepting != nil {
+		sc.Accepting(lis.Addr().String())
+	}
 	if sc.Ready != nil {
 		sc.Ready(lis.Addr().String())
 	}
@@ -502,7 +543,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	if timeout <= 0 {
 		timeout = DefaultDrainTimeout
 	}
-	health.drain()
+	health.hold() // draining: for good
 	logger.Info("draining: new turns are refused, readiness is NOT_SERVING; running turns may finish", "budget", timeout, "turns_until", timeout-DrainReserve(timeout))
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
@@ -512,6 +553,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 		closeErr = errors.Join(closeErr, rep.mgr.Close(cctx))
 	}
 	if pub != nil {
+		if caughtUp != nil {
+			<-caughtUp
+		}
 		pctx := cctx
 		if sc.PublishOnClose > 0 {
 			var pcancel context.CancelFunc
@@ -527,10 +571,69 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) error {
 	return errors.Join(serveErr, closeErr)
 }
 
-// openedStore is the configured store being opened; its fields are set
-// when done is closed.
+// agentServer is the agent's gRPC server, serving on lis until stop.
+type agentServer struct {
+	srv  *grpcserver.Server
+	lis  net.Listener
+	errc chan error // Serve's result
+	ctx  context.Context
+	stop context.CancelFunc
+	fwd  *cluster.Forwarder // nil unless on the shared postgres store
+}
+
+// close releases what the server used besides its listener (after stop).
+func (a *agentServer) close() {
+	if a.fwd != nil {
+		a.fwd.Close()
+	}
+}
+
+// startServer listens (unless sc.Listener is set), builds the agent's gRPC
+// server with the edge's authentication and authorization (and, for a
+// replica, the forwarding of calls for sessions another replica owns),
+// registers the service with register, attaches the health and serves.
+func startServer(ctx context.Context, sc ServerConfig, rep *replica, health *depHealth, logger *slog.Logger, register func(*grpc.Server)) (*agentServer, error) {
+	lis := sc.Listener
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", sc.Listen); err != nil {
+			return nil, fmt.Errorf("listen %s: %w", sc.Listen, err)
+		}
+	}
+	authn := sc.Auth
+	if authn == nil {
+		authn = auth.None{}
+	}
+	edge := auth.NewEdge(auth.EdgeConfig{Authn: authn, Authz: sc.Authz, Logger: logger})
+	if rep != nil && sc.Advertise == "" {
+		rep.mgr.SetAddress(lis.Addr().String())
+	}
+	// Authenticate and authorize first; a call for a session another
+	// replica owns is then forwarded with its metadata (the owner checks
+	// the principal again, tenancy included).
+	a := &agentServer{lis: lis, errc: make(chan error, 1)}
+	opts := append(slices.Clone(sc.ServerOptions), edge.ServerOptions()...)
+	if rep != nil {
+		peerOpts := slices.Clone(sc.DialOptions)
+		if sc.PeerAuthority != "" {
+			peerOpts = append(peerOpts, grpc.WithAuthority(sc.PeerAuthority))
+		}
+		a.fwd = cluster.NewForwarder(func(addr string) (*grpc.ClientConn, error) { return grpcserver.Dial(addr, peerOpts...) }, logger)
+		opts = append(opts, grpc.ChainUnaryInterceptor(a.fwd.Unary()), grpc.ChainStreamInterceptor(a.fwd.Stream()))
+	}
+	a.srv = grpcserver.New(grpcserver.Config{Logger: logger, Options: opts})
+	register(a.srv.Server)
+	health.attach(a.srv)
+	a.ctx, a.stop = context.WithCancel(context.WithoutCancel(ctx))
+	go func() { a.errc <- a.srv.Serve(a.ctx, lis) }()
+	return a, nil
+}
+
+// openedStore is the configured store being opened; store, rep and err
+// are set when opened is closed, probed when done is.
 type openedStore struct {
-	done   chan struct{}
+	opened chan struct{}
+	done   chan struct{} // the open and the health monitor's first probe ended
 	store  persistence.Store
 	rep    *replica // nil unless on the shared postgres store
 	err    error

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/services/agent"
 )
@@ -105,12 +102,7 @@ func TestGatewayConnectedAtStart(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer conn.Close()
-				hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
-				_, err = healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
-				hcancel()
-				if err != nil {
-					t.Fatalf("the agent never answered a health check: %v", err)
-				}
+				waitServing(t, conn)
 				wait = 300 * time.Millisecond
 			}
 			select {
