@@ -321,6 +321,13 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, int, er
 		}
 		n := len(se.buf)
 		size, hist = n, se.buf[:n:n]
+		if !conversation(req) && se.ref != "" {
+			// A one-off (a compaction or title call) of a session whose
+			// conversation the gateway holds: the next step refers to
+			// it, so these encodings are not read again (hist keeps its
+			// bytes: the buffer is clipped, never written again).
+			se.msgs, se.ends, se.buf = nil, nil, nil
+		}
 	}
 	out, err := proto.Marshal(head)
 	if err != nil {

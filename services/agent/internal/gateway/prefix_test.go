@@ -253,6 +253,50 @@ func TestPrefixOneOffs(t *testing.T) {
 	}
 }
 
+// TestPrefixOneOffDropsEncoding: a one-off of a session whose conversation
+// the gateway holds (here a compaction call: the history plus an
+// instruction, no RememberPrefix) is encoded whole, and the session keeps
+// no encoded copy of it after: the next step refers to the held
+// conversation, so an idle session after an end-of-turn compaction holds no
+// encoded history.
+func TestPrefixOneOffDropsEncoding(t *testing.T) {
+	t.Parallel()
+	c := dialGateway(t, serveGateway(t, serveUpstream(t).URL))
+	conv := steps(3)
+	cached := func() (ref string, msgs, n int) {
+		c.codec.mu.Lock()
+		se := c.codec.sessions["s"]
+		c.codec.mu.Unlock()
+		se.mu.Lock()
+		defer se.mu.Unlock()
+		return se.ref, len(se.msgs), len(se.buf)
+	}
+	collect(t, c, &llmv1.GenerateRequest{Provider: "p", Model: "m", Messages: conv[:3], SessionId: "s", Tenant: "t", RememberPrefix: true})
+	if ref, _, _ := cached(); ref == "" {
+		t.Fatal("the gateway did not hold the step")
+	}
+	compact := &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Tenant: "t", Purpose: llmv1.Purpose_PURPOSE_COMPACTION,
+		Messages: append(slices.Clip(conv[:3]), &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{
+			{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: "summarise"}}}}})}
+	r0 := c.ReferredBytes()
+	collect(t, c, compact)
+	if c.ReferredBytes() != r0 {
+		t.Error("a compaction call was sent by reference")
+	}
+	if ref, msgs, n := cached(); ref == "" || msgs != 0 || n != 0 {
+		t.Errorf("after the compaction call: ref %q, %d cached bytes of %d messages; want the reference and no cache", ref, n, msgs)
+	}
+	// The bytes sent are the whole request's (marshalRoundTrip decodes them
+	// after the cache they came from was dropped).
+	bs := marshalRoundTrip(t, c.codec, compact)
+	if got, want := bs.Materialize(), proto.Size(asSent(compact)); len(got) != want {
+		t.Errorf("the compaction call went out in %d bytes, want %d (the whole request)", len(got), want)
+	}
+	if _, msgs, n := cached(); msgs != 0 || n != 0 {
+		t.Errorf("after the compaction call's encoding: %d cached bytes of %d messages", n, msgs)
+	}
+}
+
 // mixedGateway stands for the replicas of a gateway in a rolling upgrade:
 // while old is set it behaves like a gateway that predates remembered
 // conversations (it drops GenerateRequest fields 11–14, which such a
