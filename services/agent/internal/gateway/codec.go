@@ -14,7 +14,8 @@ import (
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 )
 
-// historyCodec is the proto codec with one twist for GenerateRequest: it
+// historyCodec is the proto codec with one twist for GenerateRequest (and,
+// for GenerateResponse, a hand decoder: see Unmarshal and decodeResponse): it
 // keeps, per session, the wire bytes of the history messages of the previous
 // request, and reuses them for the longest leading run of messages that are
 // the very same (pointer-identical, hence unchanged: the log hands out
