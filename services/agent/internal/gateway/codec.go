@@ -105,10 +105,10 @@ func (c *historyCodec) held(req *llmv1.GenerateRequest, id string, n int, keep b
 	}
 }
 
-// fieldSize is the size of an encoded message field (history messages and
-// continued ones alike: one-byte tags) whose message is n bytes.
-func fieldSize(n int) int {
-	return protowire.SizeTag(messagesField) + protowire.SizeVarint(uint64(n)) + n
+// fieldSize is the size of an encoded message field num (tag, length,
+// bytes) whose message is n bytes.
+func fieldSize(num protowire.Number, n int) int {
+	return protowire.SizeTag(num) + protowire.SizeVarint(uint64(n)) + n
 }
 
 // appendField appends m as field num (tag, length, bytes) to b, encoded in
@@ -118,7 +118,7 @@ func fieldSize(n int) int {
 func appendField(b []byte, num protowire.Number, m *llmv1.Message) ([]byte, error) {
 	n := proto.Size(m)
 	mark := len(b)
-	b = slices.Grow(b, fieldSize(n))
+	b = slices.Grow(b, fieldSize(num, n))
 	b = protowire.AppendTag(b, num, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(n))
 	start := len(b)

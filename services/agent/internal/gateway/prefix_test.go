@@ -203,7 +203,7 @@ func TestPrefixConversation(t *testing.T) {
 			// messages and the tools, as they would have been encoded.
 			want := int64(len(c.codec.tools.buf))
 			for _, m := range conv[:1+2*(step-1)] {
-				want += int64(fieldSize(proto.Size(m)))
+				want += int64(fieldSize(messagesField, proto.Size(m)))
 			}
 			if now-referred != want {
 				t.Errorf("step %d referred %d bytes, want %d", step, now-referred, want)
@@ -538,7 +538,7 @@ func TestPrefixWholeKeepsEncoding(t *testing.T) {
 	conv := steps(4)
 	size := func(ms []*llmv1.Message) (n int64) {
 		for _, m := range ms {
-			n += int64(fieldSize(proto.Size(m)))
+			n += int64(fieldSize(messagesField, proto.Size(m)))
 		}
 		return n
 	}
