@@ -230,6 +230,20 @@ func (o *appendOp) init() *sessionv1.SurfaceOp {
 	return &o.op
 }
 
+// oneSeq is a source-seqs list of one seq with its backing array, for one
+// allocation; a constructor that makes its event in one allocation embeds
+// it.
+type oneSeq struct {
+	s   sessionv1.EventSeqs
+	one [1]int64
+}
+
+func (o *oneSeq) init(seq int64) *sessionv1.EventSeqs {
+	o.one[0] = seq
+	o.s.Seqs = o.one[:]
+	return &o.s
+}
+
 // ReplaceOp returns the surface op replacing the inclusive positional range
 // [start, end] of the current surface.
 func ReplaceOp(start, end int64) *sessionv1.SurfaceOp {
@@ -315,20 +329,17 @@ func ToolResultEvent(turn, step int32, callID string, content []*llmv1.ContentBl
 	// The event with its surface op, payload and source seqs in one
 	// allocation.
 	e := &struct {
-		ev   sessionv1.SessionEvent
-		op   appendOp
-		p    sessionv1.SessionEvent_ToolResult
-		r    sessionv1.ToolResult
-		src  sessionv1.EventSeqs
-		seqs [1]int64
+		ev  sessionv1.SessionEvent
+		op  appendOp
+		p   sessionv1.SessionEvent_ToolResult
+		r   sessionv1.ToolResult
+		src oneSeq
 	}{}
 	e.r.Turn, e.r.Step, e.r.CallId, e.r.Content, e.r.IsError, e.r.Error = turn, step, callID, content, isError, errInfo
 	e.p.ToolResult = &e.r
 	e.ev.SurfaceOp, e.ev.Payload = e.op.init(), &e.p
 	if callSeq >= 0 {
-		e.seqs[0] = callSeq
-		e.src.Seqs = e.seqs[:]
-		e.ev.SourceEventSeqs = &e.src
+		e.ev.SourceEventSeqs = e.src.init(callSeq)
 	}
 	return &e.ev
 }
@@ -345,17 +356,17 @@ func AssistantMessageEvent(turn, step int32, content []*llmv1.ContentBlock, prov
 		op  appendOp
 		p   sessionv1.SessionEvent_AssistantMessage
 		m   sessionv1.AssistantMessage
-		src sessionv1.EventSeqs
-		one [1]int64
+		src oneSeq
 	}{}
 	e.m.Turn, e.m.Step, e.m.Content, e.m.Provenance, e.m.Usage = turn, step, content, prov, usage
 	e.p.AssistantMessage = &e.m
-	e.src.Seqs = seqs
+	e.ev.SurfaceOp, e.ev.Payload = e.op.init(), &e.p
 	if len(seqs) == 1 {
-		e.one[0] = seqs[0]
-		e.src.Seqs = e.one[:]
+		e.ev.SourceEventSeqs = e.src.init(seqs[0])
+	} else {
+		e.src.s.Seqs = seqs
+		e.ev.SourceEventSeqs = &e.src.s
 	}
-	e.ev.SurfaceOp, e.ev.SourceEventSeqs, e.ev.Payload = e.op.init(), &e.src, &e.p
 	return &e.ev
 }
 

@@ -14,7 +14,8 @@ import (
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 )
 
-// historyCodec is the proto codec with one twist for GenerateRequest: it
+// historyCodec is the proto codec with one twist for GenerateRequest (and,
+// for GenerateResponse, a hand decoder: see Unmarshal and decodeResponse): it
 // keeps, per session, the wire bytes of the history messages of the previous
 // request, and reuses them for the longest leading run of messages that are
 // the very same (pointer-identical, hence unchanged: the log hands out
@@ -104,10 +105,10 @@ func (c *historyCodec) held(req *llmv1.GenerateRequest, id string, n int, keep b
 	}
 }
 
-// fieldSize is the size of an encoded message field (history messages and
-// continued ones alike: one-byte tags) whose message is n bytes.
-func fieldSize(n int) int {
-	return protowire.SizeTag(messagesField) + protowire.SizeVarint(uint64(n)) + n
+// fieldSize is the size of an encoded message field num (tag, length,
+// bytes) whose message is n bytes.
+func fieldSize(num protowire.Number, n int) int {
+	return protowire.SizeTag(num) + protowire.SizeVarint(uint64(n)) + n
 }
 
 // appendField appends m as field num (tag, length, bytes) to b, encoded in
@@ -117,7 +118,7 @@ func fieldSize(n int) int {
 func appendField(b []byte, num protowire.Number, m *llmv1.Message) ([]byte, error) {
 	n := proto.Size(m)
 	mark := len(b)
-	b = slices.Grow(b, fieldSize(n))
+	b = slices.Grow(b, fieldSize(num, n))
 	b = protowire.AppendTag(b, num, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(n))
 	start := len(b)
@@ -321,6 +322,13 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, int, er
 		}
 		n := len(se.buf)
 		size, hist = n, se.buf[:n:n]
+		if !conversation(req) && se.ref != "" {
+			// A one-off (a compaction or title call) of a session whose
+			// conversation the gateway holds: the next step refers to
+			// it, so these encodings are not read again (hist keeps its
+			// bytes: the buffer is clipped, never written again).
+			se.msgs, se.ends, se.buf = nil, nil, nil
+		}
 	}
 	out, err := proto.Marshal(head)
 	if err != nil {

@@ -198,14 +198,28 @@ type (
 	}
 )
 
+// oneKind reads the message in b[i:j] as a oneof of messages: at most one
+// field, length-delimited. It returns that field and whether one is set;
+// ok is false for anything else (a second field declines). Callers check
+// the field's number themselves.
+func (d *decoder) oneKind(i, j int) (f field, ok, set bool) {
+	ok = d.fields(i, j, 0, func(g field) bool {
+		if set || g.typ != protowire.BytesType {
+			return false
+		}
+		f, set = g, true
+		return true
+	})
+	return f, ok, set
+}
+
 // chunk decodes the StreamChunk in b[i:j], or returns nil.
 func (d *decoder) chunk(i, j int) *llmv1.StreamChunk {
-	var kind field
-	n := 0
-	if !d.fields(i, j, 0, func(f field) bool { kind, n = f, n+1; return f.typ == protowire.BytesType && n == 1 }) {
+	kind, ok, set := d.oneKind(i, j)
+	if !ok {
 		return nil
 	}
-	if n == 0 {
+	if !set {
 		return &llmv1.StreamChunk{}
 	}
 	i, j = kind.start, kind.end
@@ -312,16 +326,15 @@ func (d *decoder) blockEnd(i, j int) *llmv1.StreamChunk {
 		return nil
 	}
 	var kind field
-	n := 0
-	if hasBlock && !d.fields(block.start, block.end, 0, func(f field) bool {
-		kind, n = f, n+1
-		return f.typ == protowire.BytesType && n == 1 && f.num >= 1 && f.num <= 3
-	}) {
-		return nil
+	set := false
+	if hasBlock {
+		if kind, ok, set = d.oneKind(block.start, block.end); !ok || set && (kind.num < 1 || kind.num > 3) {
+			return nil
+		}
 	}
 	// The block's strings: text (text, reasoning) or id, name, arguments.
 	var s [3]string
-	if n == 1 {
+	if set {
 		last := protowire.Number(1)
 		if kind.num == 3 {
 			last = 3
@@ -338,7 +351,7 @@ func (d *decoder) blockEnd(i, j int) *llmv1.StreamChunk {
 	}
 	var e *endChunk
 	switch {
-	case n == 0:
+	case !set:
 		e = &endChunk{}
 	case kind.num == 1:
 		x := &endTextChunk{}
@@ -422,14 +435,12 @@ func (d *decoder) finish(i, j int) *llmv1.StreamChunk {
 	}
 	// The reason's kind: none, or one of the empty ones.
 	var kind protowire.Number
-	if hasReason && !d.fields(reason.start, reason.end, 0, func(f field) bool {
-		if f.typ != protowire.BytesType || f.start != f.end || kind != 0 || f.num < 1 || f.num > 3 {
-			return false
+	if hasReason {
+		k, ok, set := d.oneKind(reason.start, reason.end)
+		if !ok || set && (k.start != k.end || k.num < 1 || k.num > 3) {
+			return nil
 		}
-		kind = f.num
-		return true
-	}) {
-		return nil
+		kind = k.num // 0 when none is set
 	}
 	var e *finishChunk
 	switch kind {

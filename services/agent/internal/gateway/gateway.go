@@ -154,10 +154,12 @@ func (c *Client) attempt(ctx context.Context, req *llmv1.GenerateRequest, full b
 	}
 	finished, got := false, false
 	// One response wrapper for the whole stream: each RecvMsg resets it
-	// (proto.Unmarshal's Reset replaces the chunks slice, never reuses
-	// it), so the chunks it held and the batch slice itself (yielded, now
-	// the log's: AssistantChunk.chunks) are left alone. A codec that
-	// pooled or merged into the old slice would overwrite logged events.
+	// and gives it a new chunks slice, never reusing the old one
+	// (historyCodec.Unmarshal: decodeResponse and, for what it declines,
+	// proto.Unmarshal each Reset it and make a new chunks slice), so the
+	// chunks it held and the batch slice itself (yielded, now the log's:
+	// AssistantChunk.chunks) are left alone. A codec that pooled or merged
+	// into the old slice would overwrite logged events.
 	resp := &llmv1.GenerateResponse{}
 	for {
 		err := stream.RecvMsg(resp)

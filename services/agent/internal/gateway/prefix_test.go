@@ -203,7 +203,7 @@ func TestPrefixConversation(t *testing.T) {
 			// messages and the tools, as they would have been encoded.
 			want := int64(len(c.codec.tools.buf))
 			for _, m := range conv[:1+2*(step-1)] {
-				want += int64(fieldSize(proto.Size(m)))
+				want += int64(fieldSize(messagesField, proto.Size(m)))
 			}
 			if now-referred != want {
 				t.Errorf("step %d referred %d bytes, want %d", step, now-referred, want)
@@ -250,6 +250,50 @@ func TestPrefixOneOffs(t *testing.T) {
 	step(5)
 	if c.ReferredBytes() <= r0 || c.PrefixMisses() != 0 {
 		t.Errorf("the step after a title call: referred %d (before %d), misses %d", c.ReferredBytes(), r0, c.PrefixMisses())
+	}
+}
+
+// TestPrefixOneOffDropsEncoding: a one-off of a session whose conversation
+// the gateway holds (here a compaction call: the history plus an
+// instruction, no RememberPrefix) is encoded whole, and the session keeps
+// no encoded copy of it after: the next step refers to the held
+// conversation, so an idle session after an end-of-turn compaction holds no
+// encoded history.
+func TestPrefixOneOffDropsEncoding(t *testing.T) {
+	t.Parallel()
+	c := dialGateway(t, serveGateway(t, serveUpstream(t).URL))
+	conv := steps(3)
+	cached := func() (ref string, msgs, n int) {
+		c.codec.mu.Lock()
+		se := c.codec.sessions["s"]
+		c.codec.mu.Unlock()
+		se.mu.Lock()
+		defer se.mu.Unlock()
+		return se.ref, len(se.msgs), len(se.buf)
+	}
+	collect(t, c, &llmv1.GenerateRequest{Provider: "p", Model: "m", Messages: conv[:3], SessionId: "s", Tenant: "t", RememberPrefix: true})
+	if ref, _, _ := cached(); ref == "" {
+		t.Fatal("the gateway did not hold the step")
+	}
+	compact := &llmv1.GenerateRequest{Provider: "p", Model: "m", SessionId: "s", Tenant: "t", Purpose: llmv1.Purpose_PURPOSE_COMPACTION,
+		Messages: append(slices.Clip(conv[:3]), &llmv1.Message{Role: llmv1.Role_ROLE_USER, Content: []*llmv1.ContentBlock{
+			{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: "summarise"}}}}})}
+	r0 := c.ReferredBytes()
+	collect(t, c, compact)
+	if c.ReferredBytes() != r0 {
+		t.Error("a compaction call was sent by reference")
+	}
+	if ref, msgs, n := cached(); ref == "" || msgs != 0 || n != 0 {
+		t.Errorf("after the compaction call: ref %q, %d cached bytes of %d messages; want the reference and no cache", ref, n, msgs)
+	}
+	// The bytes sent are the whole request's (marshalRoundTrip decodes them
+	// after the cache they came from was dropped).
+	bs := marshalRoundTrip(t, c.codec, compact)
+	if got, want := bs.Materialize(), proto.Size(asSent(compact)); len(got) != want {
+		t.Errorf("the compaction call went out in %d bytes, want %d (the whole request)", len(got), want)
+	}
+	if _, msgs, n := cached(); msgs != 0 || n != 0 {
+		t.Errorf("after the compaction call's encoding: %d cached bytes of %d messages", n, msgs)
 	}
 }
 
@@ -494,7 +538,7 @@ func TestPrefixWholeKeepsEncoding(t *testing.T) {
 	conv := steps(4)
 	size := func(ms []*llmv1.Message) (n int64) {
 		for _, m := range ms {
-			n += int64(fieldSize(proto.Size(m)))
+			n += int64(fieldSize(messagesField, proto.Size(m)))
 		}
 		return n
 	}
