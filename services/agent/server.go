@@ -219,6 +219,22 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	// The health listener is bound first: a busy port fails the start
+	// before the server accepts a call (calls held at the start gate run
+	// as soon as it opens). Closed on every return before it serves.
+	hlis, healthServed := sc.HealthListener, false
+	if hlis == nil && sc.HealthListen != "" {
+		l, err := net.Listen("tcp", sc.HealthListen)
+		if err != nil {
+			return fmt.Errorf("health listen %s: %w", sc.HealthListen, err)
+		}
+		hlis = l
+		defer func() {
+			if !healthServed {
+				l.Close()
+			}
+		}()
+	}
 	// The store opens while the gateway and toolhosts are dialled and
 	// listed: a process's first SQLite open (the library's set-up, a fresh
 	// database's schema) costs as much as the whole rest of the start.
@@ -508,15 +524,8 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	defer probes.Wait() // after stopSrv (deferred below) ended them
 	defer stopSrv()
 	probes.Go(func() { health.run(srvCtx, interval) })
-	hlis := sc.HealthListener
-	if hlis == nil && sc.HealthListen != "" {
-		if hlis, err = net.Listen("tcp", sc.HealthListen); err != nil {
-			stopSrv()
-			<-errc
-			return fmt.Errorf("health listen %s: %w", sc.HealthListen, err)
-		}
-	}
 	if hlis != nil {
+		healthServed = true // ServeHealth closes it
 		go func() {
 			if err := srv.ServeHealth(srvCtx, hlis); err != nil {
 				logger.Error("health server", "err", err)

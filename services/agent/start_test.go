@@ -2,8 +2,12 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -58,6 +62,38 @@ func TestStoreErrorEndsTheToolhostListing(t *testing.T) {
 	}
 	if d := time.Since(start); d >= 4*time.Second {
 		t.Errorf("Run returned after %v: it waited for the silent toolhost's listing", d)
+	}
+}
+
+// TestHealthListenBusyFailsFirst: a --health-listen port already taken fails
+// the start before anything is started: the server never accepts a call
+// (calls held at the start gate would run as soon as it opened, and the
+// failed start would then pull the store from under them) and the store is
+// never opened.
+func TestHealthListenBusyFailsFirst(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	dir := t.TempDir()
+	var accepting, ready bool
+	err = agent.Run(t.Context(), agent.ServerConfig{Listener: lis, Gateway: busy.Addr().String(), Store: "sqlite", DataDir: dir,
+		HealthListen: busy.Addr().String(), Accepting: func(string) { accepting = true }, Ready: func(string) { ready = true }}, nil)
+	if err == nil || !strings.Contains(err.Error(), "health listen "+busy.Addr().String()) || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("Run = %v, want the health listener's bind error", err)
+	}
+	if accepting || ready {
+		t.Errorf("the server accepted calls (Accepting called: %v, Ready called: %v) before the health listener failed", accepting, ready)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sessions.db")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the store was opened before the health listener failed: stat sessions.db = %v", err)
 	}
 }
 
