@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/internal/proctest"
 	"github.com/dsh-dev/dsh/services/agent"
 )
 
@@ -138,7 +139,9 @@ func TestGatewayConnectedAtStart(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer conn.Close()
-				waitServing(t, conn)
+				sctx, endWait := context.WithTimeout(t.Context(), 20*time.Second)
+				defer endWait()
+				proctest.WaitServing(sctx, t, conn, "")
 				wait = 300 * time.Millisecond
 			}
 			select {
