@@ -172,7 +172,9 @@ type ServerConfig struct {
 	// before its end, the rest of it disposes and flushes. Default
 	// DefaultDrainTimeout.
 	ShutdownTimeout time.Duration
-	// Ready, when set, receives the bound address once serving.
+	// Ready, when set, receives the bound address once its start is over
+	// (after health is released: the agent as a whole reports its store's
+	// health).
 	Ready func(addr string)
 	// Accepting, when set, receives the bound address as soon as the
 	// server accepts calls, before Ready (not on the postgres store, where
