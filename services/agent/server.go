@@ -457,8 +457,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	}
 
 	var (
-		pub      *events.Publisher
-		caughtUp chan struct{} // closed when the catch-up's listing is handed over
+		pub            *events.Publisher
+		caughtUp       chan struct{} // closed when the catch-up's listing is handed over
+		servingReached bool          // the shutdown below closes pub
 	)
 	if sc.NATS.URL != "" && sc.Service.Sink == nil {
 		if sc.NATS.Name == "" {
@@ -468,6 +469,20 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}
+		// A start that fails from here closes the publisher (its NATS
+		// connection and goroutines, which the catch-up feeds) after the
+		// catch-up ended; what it leaves unpublished stays behind the
+		// durable cursor for the next start. Once serving, the shutdown
+		// closes it after the service.
+		defer func() {
+			if !servingReached {
+				pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failedStartPublish)
+				defer cancel()
+				if err := pub.Close(pctx); err != nil {
+					logger.Warn("nats: closing the publisher of a failed start", "err", err)
+				}
+			}
+		}()
 		sc.Service.Sink = pub
 		if rep != nil {
 			rep.pub.Store(pub) // a replica catches a session up when it claims it
@@ -545,6 +560,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	if sc.Ready != nil {
 		sc.Ready(lis.Addr().String())
 	}
+	servingReached = true
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -581,6 +597,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	}
 	return errors.Join(serveErr, closeErr)
 }
+
+// failedStartPublish bounds how long a start that fails after the NATS
+// publisher was made keeps publishing before closing it.
+const failedStartPublish = time.Second
 
 // agentServer is the agent's gRPC server, serving on lis until stop.
 type agentServer struct {

@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/internal/natstest"
 	"github.com/dsh-dev/dsh/internal/proctest"
 	"github.com/dsh-dev/dsh/services/agent"
 )
@@ -95,6 +98,40 @@ func TestHealthListenBusyFailsFirst(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "sessions.db")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the store was opened before the health listener failed: stat sessions.db = %v", err)
+	}
+}
+
+// TestFailedStartClosesThePublisher: a start that fails after the NATS
+// publisher connected (here the service's construction: a deployment
+// approval rule without a tool) closes the publisher: no NATS connection
+// outlives Run.
+func TestFailedStartClosesThePublisher(t *testing.T) {
+	t.Parallel()
+	ns := natstest.Start(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	err = agent.Run(t.Context(), agent.ServerConfig{Listener: lis, Gateway: lis.Addr().String(), Store: "jsonl", DataDir: t.TempDir(), NoTitles: true,
+		NATS: events.Conn{URL: ns.URL()}, Service: agent.Config{Approval: agent.ApprovalConfig{Rules: []*sessionv1.ApprovalRule{{Action: sessionv1.RuleAction_RULE_ACTION_ALLOW}}}}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "needs a tool name") {
+		t.Fatalf("Run = %v, want the approval rule's error", err)
+	}
+	if _, total := ns.Clients(); total == 0 {
+		t.Fatal("the publisher never connected to NATS: the start failed before it")
+	}
+	// The server notices a closed connection on its own goroutine.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		open, _ := ns.Clients()
+		if open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d NATS connections still open 10 s after Run returned", open)
+		}
+		time.Sleep(10 * time.Millisecond) // polling another server's state
 	}
 }
 
