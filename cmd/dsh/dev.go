@@ -413,24 +413,24 @@ func warmFirstRequests() {
 
 // runningAgent is the agent service started by startAgent.
 type runningAgent struct {
-	accepting chan string // its address, once it accepts calls
-	ready     chan string // its address, once its start is over
-	done      chan error  // agent.Run's result
-	stop      func()      // cancels it and waits for it to end
+	accepting chan struct{} // closed once it accepts calls
+	ready     chan struct{} // closed once its start is over
+	done      chan error    // agent.Run's result
+	stop      func()        // cancels it and waits for it to end
 }
 
 // startAgent runs the agent service in the background (sc.Ready, when set,
 // is called before the runningAgent learns it is ready).
 func startAgent(ctx context.Context, sc agent.ServerConfig, logger *slog.Logger) *runningAgent {
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a := &runningAgent{accepting: make(chan string, 1), ready: make(chan string, 1), done: make(chan error, 1)}
-	sc.Accepting = func(addr string) { a.accepting <- addr }
+	a := &runningAgent{accepting: make(chan struct{}), ready: make(chan struct{}), done: make(chan error, 1)}
+	sc.Accepting = func(string) { close(a.accepting) } // called once by Run
 	onReady := sc.Ready
 	sc.Ready = func(addr string) {
 		if onReady != nil {
 			onReady(addr)
 		}
-		a.ready <- addr
+		close(a.ready) // called once by Run
 	}
 	go func() { a.done <- agent.Run(actx, sc, logger) }()
 	var once sync.Once
@@ -455,8 +455,7 @@ func startAgent(ctx context.Context, sc agent.ServerConfig, logger *slog.Logger)
 // sees only a closed connection. It waits for the start's outcome.
 func (a *runningAgent) explain(ctx context.Context, err error) error {
 	select {
-	case addr := <-a.ready:
-		a.ready <- addr
+	case <-a.ready:
 	case aerr := <-a.done:
 		a.done <- aerr // for stop
 		if aerr != nil {

@@ -2,10 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"net"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestCommandLine(t *testing.T) {
@@ -113,6 +118,65 @@ func TestDevAgentStartErrorIsReported(t *testing.T) {
 		"--gateway-listen", "127.0.0.1:0", "--toolhost-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0"})
 	if err == nil || !strings.Contains(err.Error(), `unknown store "bogus"`) {
 		t.Fatalf("runDev with --store bogus = %v, want the agent's store error", err)
+	}
+}
+
+// TestRunningAgentExplain: explain turns the failure of one of the CLI's
+// first calls into the agent's own error when its start failed (the call
+// then saw only a refused or closed connection), leaving that error for
+// stop; once the agent has started, or when ctx ends first, the call's own
+// error is the one to report. Deterministic: TestDevAgentStartErrorIsReported
+// reaches explain only when its call lost the race with the failed start.
+func TestRunningAgentExplain(t *testing.T) {
+	t.Parallel()
+	refused := status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:7700: connect: connection refused"`)
+	startErr := errors.New("x")
+	tests := []struct {
+		name     string
+		failed   bool // done holds startErr
+		started  bool // ready closed
+		ctxEnded bool
+		want     string
+	}{
+		{name: "start failed", failed: true, want: "agent: x"},
+		{name: "started", started: true, want: refused.Error()},
+		{name: "ctx ended first", ctxEnded: true, want: refused.Error()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a := &runningAgent{accepting: make(chan struct{}), ready: make(chan struct{}), done: make(chan error, 1)}
+			if tt.failed {
+				a.done <- startErr
+			}
+			if tt.started {
+				close(a.ready)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			if tt.ctxEnded {
+				cancel()
+			}
+			got := a.explain(ctx, refused)
+			if got == nil || got.Error() != tt.want {
+				t.Fatalf("explain = %v, want %q", got, tt.want)
+			}
+			if tt.failed {
+				if !errors.Is(got, startErr) {
+					t.Errorf("explain = %v does not wrap the start's error", got)
+				}
+				select {
+				case err := <-a.done:
+					if err != startErr {
+						t.Errorf("done holds %v after explain, want the start's error back for stop", err)
+					}
+				default:
+					t.Error("explain took the start's error from done without putting it back for stop")
+				}
+			} else if !errors.Is(got, refused) {
+				t.Errorf("explain = %v, want the call's own error", got)
+			}
+		})
 	}
 }
 

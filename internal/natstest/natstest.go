@@ -158,6 +158,21 @@ func (s *Server) Running() bool {
 	return s.ns != nil
 }
 
+// Clients returns the number of client connections the server holds now
+// and how many it has accepted since it started (0, 0 when stopped).
+func (s *Server) Clients() (open int, total uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ns == nil {
+		return 0, 0
+	}
+	v, err := s.ns.Varz(nil)
+	if err != nil {
+		return 0, 0
+	}
+	return v.Connections, v.TotalConnections
+}
+
 // Stop shuts the server down and waits until it has stopped; the store is
 // kept, so Restart brings the same streams back.
 func (s *Server) Stop() {

@@ -9,8 +9,10 @@ import (
 
 // Health names the agent reports on the gRPC health service
 // (docs/API.md "Health"). The whole server ("") and HealthService are
-// SERVING only while the session store answers; each dependency has its own
-// name, so a probe can tell which one is down.
+// SERVING only while the session store answers, and NOT_SERVING whatever
+// the store while the agent starts (it accepts calls before its start is
+// over) and while it drains; each dependency has its own name, so a probe
+// can tell which one is down.
 const (
 	// HealthService is the agent as a whole: SERVING while its store is up.
 	HealthService = "dsh.agent.v1.AgentService"
@@ -83,9 +85,8 @@ func (d *depHealth) set(name string, up bool) {
 // whatever the probes find, until release. While it starts: it accepts
 // calls (startGate), and they wait until its store is open and its tools
 // are listed, so it is not ready before that whatever the store's first
-// probe finds. On shutdown (drain, after release), for good: readiness
-// fails at once so the Service stops routing new work here while running
-// turns finish.
+// probe finds. On shutdown (drain), for good: readiness fails at once so
+// the Service stops routing new work here while running turns finish.
 func (d *depHealth) hold() {
 	d.mu.Lock()
 	d.down = true

@@ -11,6 +11,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/internal/proctest"
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
 	"github.com/dsh-dev/dsh/services/agent/internal/toolpipe"
@@ -49,7 +50,9 @@ func TestToolhostHealth(t *testing.T) {
 	}
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
-	waitServing(t, conn)
+	sctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	proctest.WaitServing(sctx, t, conn, "")
 	watch, err := hc.Watch(t.Context(), &healthpb.HealthCheckRequest{Service: agent.HealthToolhost("fake")})
 	if err != nil {
 		t.Fatal(err)
@@ -93,27 +96,5 @@ func TestToolhostHealth(t *testing.T) {
 	}
 	if !strings.HasPrefix(got, toolpipe.CodeHostUnavailable) || !strings.Contains(got, "the host of tool echo") {
 		t.Fatalf("the model was told %q; want the host of tool echo unavailable", got)
-	}
-}
-
-// waitServing waits until the agent on conn reports SERVING as a whole: it
-// accepts calls (and answers health checks NOT_SERVING) while it starts,
-// and is ready only once its store is open and its tools are listed.
-func waitServing(t *testing.T, conn *grpc.ClientConn) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: ""}, grpc.WaitForReady(true))
-	if err != nil {
-		t.Fatalf("health watch: %v", err)
-	}
-	for {
-		resp, err := w.Recv()
-		if err != nil {
-			t.Fatalf("the agent never reported SERVING: %v", err)
-		}
-		if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
-		}
 	}
 }

@@ -172,7 +172,9 @@ type ServerConfig struct {
 	// before its end, the rest of it disposes and flushes. Default
 	// DefaultDrainTimeout.
 	ShutdownTimeout time.Duration
-	// Ready, when set, receives the bound address once serving.
+	// Ready, when set, receives the bound address once its start is over
+	// (after health is released: the agent as a whole reports its store's
+	// health).
 	Ready func(addr string)
 	// Accepting, when set, receives the bound address as soon as the
 	// server accepts calls, before Ready (not on the postgres store, where
@@ -218,6 +220,22 @@ func buildPrompt(sc ServerConfig) (*prompt.Assembler, error) {
 func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	// The health listener is bound first: a busy port fails the start
+	// before the server accepts a call (calls held at the start gate run
+	// as soon as it opens). Closed on every return before it serves.
+	hlis, healthServed := sc.HealthListener, false
+	if hlis == nil && sc.HealthListen != "" {
+		l, err := net.Listen("tcp", sc.HealthListen)
+		if err != nil {
+			return fmt.Errorf("health listen %s: %w", sc.HealthListen, err)
+		}
+		hlis = l
+		defer func() {
+			if !healthServed {
+				l.Close()
+			}
+		}()
 	}
 	// The store opens while the gateway and toolhosts are dialled and
 	// listed: a process's first SQLite open (the library's set-up, a fresh
@@ -439,8 +457,9 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	}
 
 	var (
-		pub      *events.Publisher
-		caughtUp chan struct{} // closed when the catch-up's listing is handed over
+		pub            *events.Publisher
+		caughtUp       chan struct{} // closed when the catch-up's listing is handed over
+		servingReached bool          // the shutdown below closes pub
 	)
 	if sc.NATS.URL != "" && sc.Service.Sink == nil {
 		if sc.NATS.Name == "" {
@@ -450,6 +469,20 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}
+		// A start that fails from here closes the publisher (its NATS
+		// connection and goroutines, which the catch-up feeds) after the
+		// catch-up ended; what it leaves unpublished stays behind the
+		// durable cursor for the next start. Once serving, the shutdown
+		// closes it after the service.
+		defer func() {
+			if !servingReached {
+				pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failedStartPublish)
+				defer cancel()
+				if err := pub.Close(pctx); err != nil {
+					logger.Warn("nats: closing the publisher of a failed start", "err", err)
+				}
+			}
+		}()
 		sc.Service.Sink = pub
 		if rep != nil {
 			rep.pub.Store(pub) // a replica catches a session up when it claims it
@@ -508,15 +541,8 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	defer probes.Wait() // after stopSrv (deferred below) ended them
 	defer stopSrv()
 	probes.Go(func() { health.run(srvCtx, interval) })
-	hlis := sc.HealthListener
-	if hlis == nil && sc.HealthListen != "" {
-		if hlis, err = net.Listen("tcp", sc.HealthListen); err != nil {
-			stopSrv()
-			<-errc
-			return fmt.Errorf("health listen %s: %w", sc.HealthListen, err)
-		}
-	}
 	if hlis != nil {
+		healthServed = true // ServeHealth closes it
 		go func() {
 			if err := srv.ServeHealth(srvCtx, hlis); err != nil {
 				logger.Error("health server", "err", err)
@@ -534,6 +560,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	if sc.Ready != nil {
 		sc.Ready(lis.Addr().String())
 	}
+	servingReached = true
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -570,6 +597,10 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	}
 	return errors.Join(serveErr, closeErr)
 }
+
+// failedStartPublish bounds how long a start that fails after the NATS
+// publisher was made keeps publishing before closing it.
+const failedStartPublish = time.Second
 
 // agentServer is the agent's gRPC server, serving on lis until stop.
 type agentServer struct {

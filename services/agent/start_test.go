@@ -2,14 +2,22 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/internal/natstest"
+	"github.com/dsh-dev/dsh/internal/proctest"
 	"github.com/dsh-dev/dsh/services/agent"
 )
 
@@ -61,6 +69,72 @@ func TestStoreErrorEndsTheToolhostListing(t *testing.T) {
 	}
 }
 
+// TestHealthListenBusyFailsFirst: a --health-listen port already taken fails
+// the start before anything is started: the server never accepts a call
+// (calls held at the start gate would run as soon as it opened, and the
+// failed start would then pull the store from under them) and the store is
+// never opened.
+func TestHealthListenBusyFailsFirst(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	dir := t.TempDir()
+	var accepting, ready bool
+	err = agent.Run(t.Context(), agent.ServerConfig{Listener: lis, Gateway: busy.Addr().String(), Store: "sqlite", DataDir: dir,
+		HealthListen: busy.Addr().String(), Accepting: func(string) { accepting = true }, Ready: func(string) { ready = true }}, nil)
+	if err == nil || !strings.Contains(err.Error(), "health listen "+busy.Addr().String()) || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("Run = %v, want the health listener's bind error", err)
+	}
+	if accepting || ready {
+		t.Errorf("the server accepted calls (Accepting called: %v, Ready called: %v) before the health listener failed", accepting, ready)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sessions.db")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the store was opened before the health listener failed: stat sessions.db = %v", err)
+	}
+}
+
+// TestFailedStartClosesThePublisher: a start that fails after the NATS
+// publisher connected (here the service's construction: a deployment
+// approval rule without a tool) closes the publisher: no NATS connection
+// outlives Run.
+func TestFailedStartClosesThePublisher(t *testing.T) {
+	t.Parallel()
+	ns := natstest.Start(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	err = agent.Run(t.Context(), agent.ServerConfig{Listener: lis, Gateway: lis.Addr().String(), Store: "jsonl", DataDir: t.TempDir(), NoTitles: true,
+		NATS: events.Conn{URL: ns.URL()}, Service: agent.Config{Approval: agent.ApprovalConfig{Rules: []*sessionv1.ApprovalRule{{Action: sessionv1.RuleAction_RULE_ACTION_ALLOW}}}}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "needs a tool name") {
+		t.Fatalf("Run = %v, want the approval rule's error", err)
+	}
+	if _, total := ns.Clients(); total == 0 {
+		t.Fatal("the publisher never connected to NATS: the start failed before it")
+	}
+	// The server notices a closed connection on its own goroutine.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		open, _ := ns.Clients()
+		if open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d NATS connections still open 10 s after Run returned", open)
+		}
+		time.Sleep(10 * time.Millisecond) // polling another server's state
+	}
+}
+
 // TestGatewayConnectedAtStart: the agent's gateway channel (ring_hash,
 // which dials only when a call picks a replica) is connected while the
 // agent starts when asked (dsh dev), not by the first session's
@@ -102,7 +176,9 @@ func TestGatewayConnectedAtStart(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer conn.Close()
-				waitServing(t, conn)
+				sctx, endWait := context.WithTimeout(t.Context(), 20*time.Second)
+				defer endWait()
+				proctest.WaitServing(sctx, t, conn, "")
 				wait = 300 * time.Millisecond
 			}
 			select {

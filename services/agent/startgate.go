@@ -20,9 +20,10 @@ import (
 // AgentService call the edge lets in (authenticated and authorized first)
 // waits at the gate until the service is built and runs on it then; a start
 // that fails answers the waiting calls, and every later one, UNAVAILABLE
-// with the start's error, telling clients not to retry. Nothing runs on a half-started
-// agent: a call sees the service only once its store is open and its tools
-// are listed, as when the server started serving after the start.
+// with the start's error, telling clients not to retry. Nothing runs on a
+// half-started agent: a call sees the service only once its store is open
+// and its tools are listed, as when the server started serving after the
+// start.
 type startGate struct {
 	done chan struct{} // closed by open or fail
 	svc  *Service      // set before done is closed, nil after fail
@@ -91,6 +92,10 @@ func (g *startGate) register(gs *grpc.Server) {
 	for i := range desc.Methods {
 		h := desc.Methods[i].Handler
 		desc.Methods[i].Handler = func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			// ic is nil only on a server without unary interceptors,
+			// never the agent's (grpcserver and the edge always chain
+			// theirs): defensive, the call then waits here, before its
+			// request is decoded.
 			if g.isOpen() || ic == nil {
 				svc, err := g.wait(ctx)
 				if err != nil {

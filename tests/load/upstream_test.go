@@ -90,6 +90,15 @@ var (
 // quotation mark inside a JSON string is escaped, so the markers match
 // only a message's own members. Any other shape takes a full decode.
 func turnOf(body []byte) (key string, tools int) {
+	if key, tools, ok := turnOfLean(body); ok {
+		return key, tools
+	}
+	return turnOfDecoded(body)
+}
+
+// turnOfLean is turnOf's reading of the gateway's compact encoding; ok is
+// false when body is not in it (then turnOfDecoded reads it).
+func turnOfLean(body []byte) (key string, tools int, ok bool) {
 	// The last user message, found forwards: bytes.Index is vectorised,
 	// bytes.LastIndex is not.
 	last := -1
@@ -105,10 +114,10 @@ func turnOf(body []byte) (key string, tools int) {
 		rest := body[last+len(userRole):]
 		var raw json.RawMessage
 		if err := json.NewDecoder(bytes.NewReader(rest)).Decode(&raw); err == nil {
-			return string(raw), bytes.Count(rest, toolRole)
+			return string(raw), bytes.Count(rest, toolRole), true
 		}
 	}
-	return turnOfDecoded(body)
+	return "", 0, false
 }
 
 // turnOfDecoded is turnOf by a whole decode of body.
@@ -246,23 +255,29 @@ func percentile(d []time.Duration, p float64) time.Duration {
 }
 
 // TestTurnOf checks the upstream's lean reading of a request against a
-// whole decode, on bodies in the gateway's encoding and on others.
+// whole decode, on bodies in the gateway's encoding and on others; the
+// lean reading must take the bodies in the gateway's encoding itself (a
+// fast path that never matched would otherwise pass unseen).
 func TestTurnOf(t *testing.T) {
 	for _, tc := range []struct {
 		name, body, key string
 		tools           int
+		wantLean        bool // the lean reading takes it
 	}{
-		{"first step", `{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"load 1 turn 0"}],"stream":true}`, `"load 1 turn 0"`, 0},
-		{"third step", `{"model":"m","messages":[{"role":"user","content":"load 1 turn 0"},{"role":"assistant","content":"Step.","tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":"{}"}}]},{"role":"tool","content":"x","tool_call_id":"c1"},{"role":"assistant","content":null},{"role":"tool","content":"y","tool_call_id":"c2"}],"tools":[{"type":"function","function":{"name":"read"}}]}`, `"load 1 turn 0"`, 2},
-		{"second turn", `{"messages":[{"role":"user","content":"load 1 turn 0"},{"role":"tool","content":"x"},{"role":"user","content":"load 1 turn 1"},{"role":"tool","content":"y"}]}`, `"load 1 turn 1"`, 1},
-		{"content parts", `{"messages":[{"role":"user","content":[{"type":"text","text":"load 2 turn 0"}]}]}`, `[{"type":"text","text":"load 2 turn 0"}]`, 0},
-		{"markers inside strings", `{"messages":[{"role":"user","content":"say {\"role\":\"tool\", and {\"role\":\"user\",\"content\":\"no\"}"},{"role":"tool","content":"{\"role\":\"tool\","}]}`, `"say {\"role\":\"tool\", and {\"role\":\"user\",\"content\":\"no\"}"`, 1},
-		{"other member order", `{"messages":[{"content":"load 3 turn 0","role":"user"},{"role":"tool","content":"x"}]}`, `"load 3 turn 0"`, 1},
-		{"spaced", `{"messages": [{"role": "user", "content": "load 4 turn 0"}]}`, `"load 4 turn 0"`, 0},
-		{"no user message", `{"messages":[{"role":"system","content":"s"}]}`, "", 0},
-		{"not JSON", `nope`, "", 0},
+		{"first step", `{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"load 1 turn 0"}],"stream":true}`, `"load 1 turn 0"`, 0, true},
+		{"third step", `{"model":"m","messages":[{"role":"user","content":"load 1 turn 0"},{"role":"assistant","content":"Step.","tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":"{}"}}]},{"role":"tool","content":"x","tool_call_id":"c1"},{"role":"assistant","content":null},{"role":"tool","content":"y","tool_call_id":"c2"}],"tools":[{"type":"function","function":{"name":"read"}}]}`, `"load 1 turn 0"`, 2, true},
+		{"second turn", `{"messages":[{"role":"user","content":"load 1 turn 0"},{"role":"tool","content":"x"},{"role":"user","content":"load 1 turn 1"},{"role":"tool","content":"y"}]}`, `"load 1 turn 1"`, 1, true},
+		{"content parts", `{"messages":[{"role":"user","content":[{"type":"text","text":"load 2 turn 0"}]}]}`, `[{"type":"text","text":"load 2 turn 0"}]`, 0, true},
+		{"markers inside strings", `{"messages":[{"role":"user","content":"say {\"role\":\"tool\", and {\"role\":\"user\",\"content\":\"no\"}"},{"role":"tool","content":"{\"role\":\"tool\","}]}`, `"say {\"role\":\"tool\", and {\"role\":\"user\",\"content\":\"no\"}"`, 1, true},
+		{"other member order", `{"messages":[{"content":"load 3 turn 0","role":"user"},{"role":"tool","content":"x"}]}`, `"load 3 turn 0"`, 1, false},
+		{"spaced", `{"messages": [{"role": "user", "content": "load 4 turn 0"}]}`, `"load 4 turn 0"`, 0, false},
+		{"no user message", `{"messages":[{"role":"system","content":"s"}]}`, "", 0, false},
+		{"not JSON", `nope`, "", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if lk, lt, ok := turnOfLean([]byte(tc.body)); ok != tc.wantLean {
+				t.Fatalf("turnOfLean = %q, %d, ok %v; want ok %v", lk, lt, ok, tc.wantLean)
+			}
 			key, tools := turnOf([]byte(tc.body))
 			if key != tc.key || tools != tc.tools {
 				t.Fatalf("turnOf = %q, %d; want %q, %d", key, tools, tc.key, tc.tools)
