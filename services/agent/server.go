@@ -120,13 +120,11 @@ type ServerConfig struct {
 	PostgresDSN, Advertise string
 	LeaseTTL               time.Duration
 	// HealthListen, when set, serves only the gRPC health service in
-	// plaintext there (kubelet's gRPC probes cannot do TLS); HealthListener
-	// overrides it. On the postgres store the health is NOT_SERVING while
+	// plaintext there (kubelet's gRPC probes cannot do TLS). On the postgres store the health is NOT_SERVING while
 	// the database does not answer or lease renewal fails, checked every
 	// HealthPeriod (default 2 s).
-	HealthListen   string
-	HealthListener net.Listener
-	HealthPeriod   time.Duration
+	HealthListen string
+	HealthPeriod time.Duration
 	// PeerAuthority, when set, is the :authority and TLS server name used
 	// when forwarding to another replica's advertised address (a pod IP
 	// has no name on the certificate; every replica presents the agent's
@@ -221,18 +219,22 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	// started is set once the start reaches serving: from there the
+	// health server owns the health listener and the shutdown closes the
+	// publisher; a start that fails before closes both itself.
+	started := false
 	// The health listener is bound first: a busy port fails the start
 	// before the server accepts a call (calls held at the start gate run
-	// as soon as it opens). Closed on every return before it serves.
-	hlis, healthServed := sc.HealthListener, false
-	if hlis == nil && sc.HealthListen != "" {
+	// as soon as it opens).
+	var hlis net.Listener
+	if sc.HealthListen != "" {
 		l, err := net.Listen("tcp", sc.HealthListen)
 		if err != nil {
 			return fmt.Errorf("health listen %s: %w", sc.HealthListen, err)
 		}
 		hlis = l
 		defer func() {
-			if !healthServed {
+			if !started {
 				l.Close()
 			}
 		}()
@@ -457,9 +459,8 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	}
 
 	var (
-		pub            *events.Publisher
-		caughtUp       chan struct{} // closed when the catch-up's listing is handed over
-		servingReached bool          // the shutdown below closes pub
+		pub      *events.Publisher
+		caughtUp chan struct{} // closed when the catch-up's listing is handed over
 	)
 	if sc.NATS.URL != "" && sc.Service.Sink == nil {
 		if sc.NATS.Name == "" {
@@ -475,7 +476,7 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 		// durable cursor for the next start. Once serving, the shutdown
 		// closes it after the service.
 		defer func() {
-			if !servingReached {
+			if !started {
 				pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failedStartPublish)
 				defer cancel()
 				if err := pub.Close(pctx); err != nil {
@@ -541,8 +542,8 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	defer probes.Wait() // after stopSrv (deferred below) ended them
 	defer stopSrv()
 	probes.Go(func() { health.run(srvCtx, interval) })
+	started = true // ServeHealth closes hlis; the shutdown below closes pub
 	if hlis != nil {
-		healthServed = true // ServeHealth closes it
 		go func() {
 			if err := srv.ServeHealth(srvCtx, hlis); err != nil {
 				logger.Error("health server", "err", err)
@@ -560,7 +561,6 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	if sc.Ready != nil {
 		sc.Ready(lis.Addr().String())
 	}
-	servingReached = true
 	var serveErr error
 	select {
 	case <-ctx.Done():

@@ -103,8 +103,8 @@ func TestHealthListenBusyFailsFirst(t *testing.T) {
 
 // TestFailedStartClosesThePublisher: a start that fails after the NATS
 // publisher connected (here the service's construction: a deployment
-// approval rule without a tool) closes the publisher: no NATS connection
-// outlives Run.
+// approval rule without a tool) closes the publisher and the health
+// listener it bound first: no NATS connection and no port outlives Run.
 func TestFailedStartClosesThePublisher(t *testing.T) {
 	t.Parallel()
 	ns := natstest.Start(t)
@@ -113,13 +113,20 @@ func TestFailedStartClosesThePublisher(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lis.Close() })
+	healthAddr := proctest.FreeAddr(t)
 	err = agent.Run(t.Context(), agent.ServerConfig{Listener: lis, Gateway: lis.Addr().String(), Store: "jsonl", DataDir: t.TempDir(), NoTitles: true,
-		NATS: events.Conn{URL: ns.URL()}, Service: agent.Config{Approval: agent.ApprovalConfig{Rules: []*sessionv1.ApprovalRule{{Action: sessionv1.RuleAction_RULE_ACTION_ALLOW}}}}}, nil)
+		HealthListen: healthAddr, NATS: events.Conn{URL: ns.URL()}, Service: agent.Config{Approval: agent.ApprovalConfig{Rules: []*sessionv1.ApprovalRule{{Action: sessionv1.RuleAction_RULE_ACTION_ALLOW}}}}}, nil)
 	if err == nil || !strings.Contains(err.Error(), "needs a tool name") {
 		t.Fatalf("Run = %v, want the approval rule's error", err)
 	}
 	if _, total := ns.Clients(); total == 0 {
 		t.Fatal("the publisher never connected to NATS: the start failed before it")
+	}
+	// The health port it bound first is free again.
+	if l, err := net.Listen("tcp", healthAddr); err != nil {
+		t.Fatalf("the health port is still held after a failed start: %v", err)
+	} else {
+		l.Close()
 	}
 	// The server notices a closed connection on its own goroutine.
 	deadline := time.Now().Add(10 * time.Second)

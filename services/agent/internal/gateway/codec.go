@@ -41,7 +41,9 @@ import (
 // history (it was ~20 % of a `read` session's live heap in the load
 // ladder). A refused reference is resent whole, encoded afresh once; while
 // the client then sends every step whole (refusedBackoff), held keeps them,
-// so each of those steps encodes only its new messages.
+// so each of those steps encodes only its new messages. A one-off of a
+// held session (a compaction or title call, sent whole) drops what it
+// encoded once its bytes are taken.
 //
 // The tool schemas get the same treatment across sessions: the loop hands
 // every step of every session the same shared schema list until a host's
@@ -325,8 +327,10 @@ func (c *historyCodec) marshal(v any, full bool) (mem.BufferSlice, bool, int, er
 		if !conversation(req) && se.ref != "" {
 			// A one-off (a compaction or title call) of a session whose
 			// conversation the gateway holds: the next step refers to
-			// it, so these encodings are not read again (hist keeps its
-			// bytes: the buffer is clipped, never written again).
+			// that conversation, or after a compaction that rewrote the
+			// history goes out whole with new messages, so these
+			// encodings are not read again (hist keeps its bytes: the
+			// buffer is clipped, never written again).
 			se.msgs, se.ends, se.buf = nil, nil, nil
 		}
 	}
