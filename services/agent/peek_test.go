@@ -29,21 +29,8 @@ func TestGetSessionDoesNotLoad(t *testing.T) {
 	gw := budgetGateway(&budget)
 	gwAddr := fakes.Serve(t, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
 	ctx := context.Background()
-	store, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "sessions.db"), Synchronous: "NORMAL"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	conn, err := grpc.NewClient(gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	svc, err := agent.New(agent.Config{}, agent.Deps{Store: store, LLM: gateway.New(conn)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close(ctx)
+	svc, closeAll := sqliteService(t, ctx, filepath.Join(t.TempDir(), "sessions.db"), gwAddr)
+	defer closeAll()
 	if _, err := svc.CreateSession(ctx, &agentv1.CreateSessionRequest{SessionId: "p", Cwd: "/work",
 		Options: &sessionv1.SessionOptions{Provider: "fake", Model: "m"}}); err != nil {
 		t.Fatal(err)
@@ -77,5 +64,32 @@ func TestGetSessionDoesNotLoad(t *testing.T) {
 	w, err := svc.WaitIdle(ctx, &agentv1.WaitIdleRequest{SessionId: "p"}) // a command loads it
 	if err != nil || w.GetSession().GetStatus() != agentv1.AgentStatus_AGENT_STATUS_IDLE {
 		t.Fatalf("WaitIdle after GetSession = %v %v, want the session loaded and IDLE", w, err)
+	}
+}
+
+// sqliteService builds a Service on a SQLite store (NORMAL) at path whose
+// LLM is the gateway at gwAddr; closeAll closes the service, the
+// connection and the store, in that order.
+func sqliteService(t *testing.T, ctx context.Context, path, gwAddr string) (svc *agent.Service, closeAll func()) {
+	t.Helper()
+	store, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: path, Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		store.Close()
+		t.Fatal(err)
+	}
+	svc, err = agent.New(agent.Config{}, agent.Deps{Store: store, LLM: gateway.New(conn)}, nil)
+	if err != nil {
+		conn.Close()
+		store.Close()
+		t.Fatal(err)
+	}
+	return svc, func() {
+		svc.Close(ctx)
+		conn.Close()
+		store.Close()
 	}
 }

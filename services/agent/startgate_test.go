@@ -24,11 +24,9 @@ import (
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/internal/auth"
-	"github.com/dsh-dev/dsh/internal/persistence/sqlitestore"
 	"github.com/dsh-dev/dsh/internal/session"
 	"github.com/dsh-dev/dsh/services/agent"
 	"github.com/dsh-dev/dsh/services/agent/internal/fakes"
-	"github.com/dsh-dev/dsh/services/agent/internal/gateway"
 )
 
 // arrivals signals each call's arrival at the server (its headers read),
@@ -288,21 +286,8 @@ func (o oneToken) Authenticate(_ context.Context, bearer string) (auth.Principal
 // seedSession stores a session id in the SQLite store at path.
 func seedSession(t *testing.T, ctx context.Context, path, gwAddr, id string) {
 	t.Helper()
-	store, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: path, Synchronous: "NORMAL"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	conn, err := grpc.NewClient(gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	svc, err := agent.New(agent.Config{}, agent.Deps{Store: store, LLM: gateway.New(conn)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close(ctx)
+	svc, closeAll := sqliteService(t, ctx, path, gwAddr)
+	defer closeAll()
 	// As the caller oneToken lets in; stored with its first event.
 	ctx = auth.WithPrincipal(ctx, auth.Local())
 	if _, err := svc.CreateSession(ctx, &agentv1.CreateSessionRequest{SessionId: id, Cwd: "/work",
