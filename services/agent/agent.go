@@ -241,7 +241,8 @@ type Service struct {
 	mu      sync.Mutex
 	live    map[string]*liveSession
 	loading map[string]chan struct{}
-	closing bool
+	closing bool // admission closed: no new session, turn or compaction
+	ending  bool // Close has begun
 	closed  chan struct{}
 	stop    context.CancelFunc
 	budget  *loop.ProcessBudget
@@ -649,16 +650,26 @@ type sessionEnder interface {
 	EndSession(ctx context.Context, sessionID string)
 }
 
+// refuseNew closes admission ahead of Close: from now on new sessions,
+// turns and compactions are refused (UNAVAILABLE) while running turns go
+// on. A drain calls it before readiness turns NOT_SERVING, so a client
+// that sees NOT_SERVING is refused too; Close does it as well.
+func (s *Service) refuseNew() {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+}
+
 // Close stops admission, lets turns finish during the first half of the time
 // left before ctx's deadline, disposes what is left (in parallel), ends event
 // streams and flushes every session.
 func (s *Service) Close(ctx context.Context) error {
 	s.mu.Lock()
-	if s.closing {
+	if s.ending {
 		s.mu.Unlock()
 		return nil
 	}
-	s.closing = true
+	s.ending, s.closing = true, true
 	lives := make([]*liveSession, 0, len(s.live))
 	for _, l := range s.live {
 		lives = append(lives, l)

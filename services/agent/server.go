@@ -570,7 +570,8 @@ func Run(ctx context.Context, sc ServerConfig, logger *slog.Logger) (runErr erro
 	if timeout <= 0 {
 		timeout = DefaultDrainTimeout
 	}
-	health.hold() // draining: for good
+	svc.refuseNew() // before readiness flips: whoever sees NOT_SERVING is refused
+	health.hold()   // draining: for good
 	logger.Info("draining: new turns are refused, readiness is NOT_SERVING; running turns may finish", "budget", timeout, "turns_until", timeout-DrainReserve(timeout))
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
