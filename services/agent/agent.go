@@ -448,6 +448,14 @@ func (s *Service) acquireAny(ctx context.Context, id string) (*liveSession, erro
 			s.mu.Unlock()
 			return nil, err
 		}
+		if s.closing {
+			// Admission closed while it loaded: Close takes its sessions
+			// without this one, so it must not join them (a turn started
+			// in it would run on after the store closed).
+			s.mu.Unlock()
+			s.retire(context.WithoutCancel(ctx), l)
+			return nil, ErrClosing
+		}
 		l.refs++
 		s.live[id] = l
 		s.mu.Unlock()
@@ -670,13 +678,15 @@ func (s *Service) Close(ctx context.Context) error {
 		return nil
 	}
 	s.ending, s.closing = true, true
+	s.mu.Unlock()
+	s.stop()
+	s.wg.Wait() // the janitor ended: no session is unloaded behind the list below
+	s.mu.Lock()
 	lives := make([]*liveSession, 0, len(s.live))
 	for _, l := range s.live {
 		lives = append(lives, l)
 	}
 	s.mu.Unlock()
-	s.stop()
-	s.wg.Wait()
 
 	// Sessions idle when the drain begins (no turn, nothing queued, no
 	// running subagent, not a subagent themselves) leave at once: admission

@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
@@ -91,5 +93,68 @@ func sqliteService(t *testing.T, ctx context.Context, path, gwAddr string) (svc 
 		svc.Close(ctx)
 		conn.Close()
 		store.Close()
+	}
+}
+
+// heldLoads is a SQLite store whose Load waits until release is closed,
+// once entered has said it began.
+type heldLoads struct {
+	*sqlitestore.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldLoads) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, []*sessionv1.SessionEvent, error) {
+	h.entered <- struct{}{}
+	<-h.release
+	return h.Store.Load(ctx, id)
+}
+
+// TestLoadDuringCloseIsRefused: a Send that began loading its session
+// before the drain and finishes loading after Close took the live
+// sessions is refused (UNAVAILABLE) and starts no turn: Close would not
+// wait for that turn, and the store closes under it.
+func TestLoadDuringCloseIsRefused(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	gw := &fakes.Gateway{Default: func(*llmv1.GenerateRequest) fakes.Response {
+		calls.Add(1)
+		return fakes.Response{Chunks: fakes.Text("done")}
+	}}
+	gwAddr := fakes.Serve(t, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "sessions.db")
+	seedSession(t, ctx, path, gwAddr, "held")
+
+	store, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: path, Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	conn, err := grpc.NewClient(gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	held := &heldLoads{Store: store, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	svc, err := agent.New(agent.Config{}, agent.Deps{Store: held, LLM: gateway.New(conn)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := make(chan error, 1)
+	go func() {
+		_, err := svc.Send(ctx, &agentv1.SendRequest{SessionId: "held", Content: []*llmv1.ContentBlock{session.Text("too late")}})
+		sent <- err
+	}()
+	<-held.entered
+	if err := svc.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(held.release)
+	if err := <-sent; status.Code(err) != codes.Unavailable {
+		t.Fatalf("Send whose load ended after Close = %v, want UNAVAILABLE", err)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the refused Send's turn called the model %d times", n)
 	}
 }

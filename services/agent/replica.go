@@ -110,7 +110,7 @@ func (r *replica) sweepOnce(ctx context.Context) {
 		switch {
 		case err == nil:
 			r.log.Info("sweep: adopted an orphaned session (its interrupted turn is closed)", "session", id)
-		case errors.As(err, &elsewhere), ctx.Err() != nil:
+		case errors.As(err, &elsewhere), ctx.Err() != nil, errors.Is(err, ErrClosing): // draining
 		default:
 			r.log.Warn("sweep: adopting an orphaned session failed", "session", id, "err", err)
 		}

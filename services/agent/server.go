@@ -120,9 +120,10 @@ type ServerConfig struct {
 	PostgresDSN, Advertise string
 	LeaseTTL               time.Duration
 	// HealthListen, when set, serves only the gRPC health service in
-	// plaintext there (kubelet's gRPC probes cannot do TLS). On the postgres store the health is NOT_SERVING while
-	// the database does not answer or lease renewal fails, checked every
-	// HealthPeriod (default 2 s).
+	// plaintext there (kubelet's gRPC probes cannot do TLS). On the
+	// postgres store the health is NOT_SERVING while the database does not
+	// answer or lease renewal fails, checked every HealthPeriod (default
+	// 2 s).
 	HealthListen string
 	HealthPeriod time.Duration
 	// PeerAuthority, when set, is the :authority and TLS server name used
