@@ -123,6 +123,12 @@ func (d *decoder) str(f field) (string, bool) {
 // varint is the varint field f, if it is one.
 func varint(f field) (uint64, bool) { return f.v, f.typ == protowire.VarintType }
 
+// u32 is a uint32 field's value, truncated as proto.Unmarshal does.
+func u32(f field) (uint32, bool) {
+	v, ok := varint(f)
+	return uint32(v), ok
+}
+
 // The one-allocation shapes of the chunks decodeResponse makes.
 type (
 	startChunk struct {
@@ -230,9 +236,7 @@ func (d *decoder) chunk(i, j int) *llmv1.StreamChunk {
 			var ok bool
 			switch f.num {
 			case 1:
-				var v uint64
-				v, ok = varint(f)
-				e.m.Index = uint32(v)
+				e.m.Index, ok = u32(f)
 			case 2:
 				var v uint64
 				v, ok = varint(f)
@@ -279,9 +283,7 @@ func (d *decoder) chunk(i, j int) *llmv1.StreamChunk {
 			var ok bool
 			switch f.num {
 			case 1:
-				var v uint64
-				v, ok = varint(f)
-				e.m.Index = uint32(v)
+				e.m.Index, ok = u32(f)
 			case 2:
 				e.m.Id, ok = d.str(f)
 			case 3:
