@@ -185,7 +185,9 @@ func TestRunningAgentExplain(t *testing.T) {
 // missing) stops it again and closes its port, rather than leaving it
 // serving beside an error.
 func TestDevFailedStartStopsTheAgent(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it reads the process's GOGC, which every dsh dev start
+	// in this process sets while it starts (TestDevAgentStartErrorIsReported
+	// and the others run in parallel after the serial tests).
 	probe, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
