@@ -117,6 +117,31 @@ func calls(lines []string) int {
 	return n
 }
 
+// foldSendRace undoes, in the client line of the Missing call, a race of
+// grpc-go (v1.85) that otelgrpc's handler and ours both inherit: the server
+// answers a method it does not serve as soon as it reads the call's headers,
+// and when that answer is in before the client has written the request
+// message, the write fails with io.EOF, the attempt is finished with io.EOF
+// (clientStream.withRetry, then retryLocked) and its stats.End carries no
+// error, so the call is recorded as OK while Invoke returns UNIMPLEMENTED
+// (about 1 run in 100 under -race, on either side). Nothing in the stats
+// events carries the real status then (grpc-status is not in InTrailer's
+// metadata), so the line is written as it is recorded without the race.
+// Every other line, and this one's count, is still compared.
+func foldSendRace(lines []string) []string {
+	const raced = "{rpc.method=dsh.test.Bench/Missing,rpc.response.status_code=OK,"
+	const right = "{error.type=UNIMPLEMENTED,rpc.method=dsh.test.Bench/Missing,rpc.response.status_code=UNIMPLEMENTED,"
+	out := make([]string, 0, len(lines))
+	for _, l := range lines {
+		if strings.Contains(l, "rpc.client.call.duration") {
+			l = strings.Replace(l, raced, right, 1)
+		}
+		out = append(out, l)
+	}
+	slices.Sort(out)
+	return out
+}
+
 func listen(t *testing.T) (net.Listener, int) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -173,6 +198,7 @@ func TestRPCMetricsMatchOtelgrpc(t *testing.T) {
 			break
 		}
 	}
+	want, got = foldSendRace(want), foldSendRace(got)
 	if !slices.Equal(got, want) || calls(want) != 13 {
 		t.Errorf("metrics differ from otelgrpc's\ngot:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
