@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -118,9 +119,12 @@ type hostState struct {
 	tools    map[string]*toolsv1.ToolDescriptor // last known: kept while the host is down
 	revision int64
 	support  toolsv1.SandboxSupport
-	known    bool  // the state below has been set once
-	up       bool  // the last ListTools/WatchTools answered
-	err      error // why it is down
+	// noPrepareExecute: the host answered PrepareExecute UNIMPLEMENTED;
+	// it gets PrepareCalls and Execute until it reconnects.
+	noPrepareExecute atomic.Bool
+	known            bool  // the state below has been set once
+	up               bool  // the last ListTools/WatchTools answered
+	err              error // why it is down
 }
 
 // HostHealth is one toolhost's reachability.
@@ -150,6 +154,10 @@ type Pipeline struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	ready     chan struct{}
+	// pending holds the PrepareExecute streams PrepareCalls opened, by
+	// execution, until Begin takes them or Release ends them.
+	pendMu  sync.Mutex
+	pending map[*toolsv1.ToolExecution]*preparedStream
 }
 
 // New returns a pipeline; call Start before use.
@@ -329,6 +337,9 @@ func (p *Pipeline) setUp(hs *hostState, up bool, err error) {
 	if !changed {
 		return
 	}
+	if up {
+		hs.noPrepareExecute.Store(false) // a host back may be a newer one
+	}
 	switch {
 	case up && !first:
 		p.log.Info("toolhost is back", "host", hs.host.Name, "tools", n)
@@ -498,6 +509,16 @@ func (p *Pipeline) PrepareCalls(ctx context.Context, hosts []string, execs []*to
 		}
 	}
 	for hs, idx := range ask {
+		if len(execs) == 1 && !hs.noPrepareExecute.Load() {
+			// One call: prepared on the stream that will execute it.
+			pc, served := p.prepareExecute(ctx, hs, execs[0])
+			if served {
+				if pc != nil {
+					p.apply(hosts, execs, out, 0, pc)
+				}
+				continue
+			}
+		}
 		req := &toolsv1.PrepareCallsRequest{}
 		for _, i := range idx {
 			req.Executions = append(req.Executions, execs[i])
@@ -510,13 +531,17 @@ func (p *Pipeline) PrepareCalls(ctx context.Context, hosts []string, execs []*to
 			continue
 		}
 		for k, i := range idx {
-			pc := resp.GetCalls()[k]
-			_, d := p.lookup(hosts, execs[i].GetName())
-			if d.GetConcurrency() != toolsv1.ConcurrencySafety_CONCURRENCY_SAFETY_UNSPECIFIED {
-				out[i].Mode = pc.GetMode()
-			}
-			out[i].View = pc.GetView()
+			p.apply(hosts, execs, out, i, resp.GetCalls()[k])
 		}
 	}
 	return out
+}
+
+// apply takes a host's answer pc for execs[i] into out[i].
+func (p *Pipeline) apply(hosts []string, execs []*toolsv1.ToolExecution, out []*toolsv1.PreparedCall, i int, pc *toolsv1.PreparedCall) {
+	_, d := p.lookup(hosts, execs[i].GetName())
+	if d.GetConcurrency() != toolsv1.ConcurrencySafety_CONCURRENCY_SAFETY_UNSPECIFIED {
+		out[i].Mode = pc.GetMode()
+	}
+	out[i].View = pc.GetView()
 }

@@ -3,14 +3,17 @@ package toolpipe_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
@@ -536,5 +539,108 @@ func TestFinishedResultIsTheCallers(t *testing.T) {
 				t.Errorf("after the keeper's change the finished result reads %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestPrepareExecute: a batch of one call is prepared and executed on one
+// PrepareExecute stream, and every way a call ends without dispatch ends
+// the stream with the body never run; a host that refuses PrepareExecute
+// is asked once, then gets PrepareCalls and Execute, with the same results.
+func TestPrepareExecute(t *testing.T) {
+	t.Parallel()
+	type step func(t *testing.T, p *toolpipe.Pipeline, host *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult
+	dispatch := func(ctx context.Context, p *toolpipe.Pipeline, ex *toolsv1.ToolExecution, checkpoint func(context.Context) error) *toolsv1.ToolExecutionResult {
+		c := p.Begin(ctx, nil, ex)
+		c.Dispatch(ctx, checkpoint)
+		return c.Finish(ctx)
+	}
+	cases := []struct {
+		name, tool, args string
+		ran              bool
+		code             string
+		run              step
+	}{
+		{"dispatched", "echo", `{}`, true, "", func(t *testing.T, p *toolpipe.Pipeline, _ *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			return dispatch(t.Context(), p, ex, func(context.Context) error { return nil })
+		}},
+		{"denied by a guard", "echo", `{"forbidden":true}`, false, "", func(t *testing.T, p *toolpipe.Pipeline, _ *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			return dispatch(t.Context(), p, ex, nil)
+		}},
+		{"checkpoint failed", "echo", `{}`, false, toolpipe.CodeCheckpointFailed, func(t *testing.T, p *toolpipe.Pipeline, _ *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			return dispatch(t.Context(), p, ex, func(context.Context) error { return errors.New("disk full") })
+		}},
+		{"cancelled before dispatch", "echo", `{}`, false, toolpipe.CodeAbortedBeforeDispatch, func(t *testing.T, p *toolpipe.Pipeline, _ *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			ctx, cancel := context.WithCancel(t.Context())
+			c := p.Begin(ctx, nil, ex)
+			cancel()
+			c.Dispatch(ctx, nil)
+			return c.Finish(ctx)
+		}},
+		{"finished without dispatch", "echo", `{}`, false, toolpipe.CodeAbortedBeforeDispatch, func(t *testing.T, p *toolpipe.Pipeline, _ *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			return p.Begin(t.Context(), nil, ex).Finish(t.Context())
+		}},
+		{"never begun", "echo", `{}`, false, "", func(t *testing.T, p *toolpipe.Pipeline, _ *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			p.Release([]*toolsv1.ToolExecution{ex})
+			return nil
+		}},
+		{"cancelled while running", "hang", `{}`, true, toolpipe.CodeAborted, func(t *testing.T, p *toolpipe.Pipeline, host *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			c := p.Begin(ctx, nil, ex)
+			done := make(chan struct{})
+			go func() { c.Dispatch(ctx, nil); close(done) }()
+			for !slices.Contains(host.Executed(), ex.GetCallId()) {
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+			<-done
+			return c.Finish(ctx)
+		}},
+	}
+	results := map[bool][]*toolsv1.ToolExecutionResult{}
+	for _, refuse := range []bool{false, true} {
+		host := fakes.NewToolHost(fakes.Tool{Name: "echo"}, fakes.Tool{Name: "hang", Run: func(ctx context.Context, _ *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			<-ctx.Done()
+			return nil
+		}})
+		if refuse {
+			host.RefusePrepareExecute()
+		}
+		p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, serveHost(t, host))}},
+			Guards: []toolpipe.Guard{func(ex *toolsv1.ToolExecution) string {
+				if ex.GetArguments() == `{"forbidden":true}` {
+					return "guarded"
+				}
+				return ""
+			}}})
+		for i, tc := range cases {
+			ex := &toolsv1.ToolExecution{CallId: fmt.Sprintf("c%d", i), Name: tc.tool, Arguments: tc.args, Context: &toolsv1.ToolContext{SessionId: "s", Cwd: "/w"}}
+			p.PrepareCalls(t.Context(), nil, []*toolsv1.ToolExecution{ex})
+			r := tc.run(t, p, host, ex)
+			results[refuse] = append(results[refuse], r)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			if err := host.WaitStreamsEnded(ctx); err != nil {
+				t.Errorf("refuse=%v %s: %v", refuse, tc.name, err)
+			}
+			cancel()
+			if ran := slices.Contains(host.Executed(), ex.GetCallId()); ran != tc.ran {
+				t.Errorf("refuse=%v %s: the body ran: %v, want %v", refuse, tc.name, ran, tc.ran)
+			}
+			if r != nil && codeOf(r) != tc.code {
+				t.Errorf("refuse=%v %s: result %v, want code %q", refuse, tc.name, r, tc.code)
+			}
+		}
+		n := host.Counts()
+		switch want := len(cases); {
+		case !refuse && (n.PrepareExecute != want || n.PrepareCalls != 0 || n.Execute != 0):
+			t.Errorf("host serving PrepareExecute answered %+v; want %d PrepareExecute and nothing else", n, want)
+		case refuse && (n.PrepareExecute != 1 || n.PrepareCalls != want || n.Execute != 2):
+			t.Errorf("host refusing PrepareExecute answered %+v; want 1 PrepareExecute (remembered), %d PrepareCalls, 2 Execute", n, want)
+		}
+	}
+	for i, tc := range cases {
+		if a, b := results[false][i], results[true][i]; !proto.Equal(a, b) {
+			t.Errorf("%s: result through PrepareExecute %v, through PrepareCalls and Execute %v", tc.name, a, b)
+		}
 	}
 }
