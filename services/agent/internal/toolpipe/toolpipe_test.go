@@ -253,8 +253,10 @@ func TestRemoteInterceptors(t *testing.T) {
 	}
 }
 
-// scriptedHost lists like a fake host but answers Execute with a fixed
-// message script per tool, to play a host that breaks the stream contract.
+// scriptedHost lists like a fake host but answers Execute (and the events
+// of PrepareExecute) with a fixed message script per tool, to play a host
+// that breaks the stream contract; on PrepareExecute the tool
+// "prepared_again" answers a second prepared instead of events.
 type scriptedHost struct {
 	*fakes.ToolHost
 	script map[string][]*toolsv1.ExecuteResponse
@@ -263,6 +265,31 @@ type scriptedHost struct {
 func (h *scriptedHost) Execute(req *toolsv1.ExecuteRequest, s grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {
 	for _, m := range h.script[req.GetExecution().GetName()] {
 		if err := s.Send(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *scriptedHost) PrepareExecute(s grpc.BidiStreamingServer[toolsv1.PrepareExecuteRequest, toolsv1.PrepareExecuteResponse]) error {
+	m, err := s.Recv()
+	if err != nil {
+		return err
+	}
+	prepared := &toolsv1.PrepareExecuteResponse{Step: &toolsv1.PrepareExecuteResponse_Prepared{Prepared: &toolsv1.PrepareCallsResponse{
+		Calls: []*toolsv1.PreparedCall{{CallId: m.GetPrepare().GetExecutions()[0].GetCallId()}}}}}
+	if err := s.Send(prepared); err != nil {
+		return err
+	}
+	if m, err = s.Recv(); err != nil { // the go-ahead; the close follows
+		return err
+	}
+	name := m.GetExecute().GetExecution().GetName()
+	if name == "prepared_again" {
+		return s.Send(prepared)
+	}
+	for _, r := range h.script[name] {
+		if err := s.Send(&toolsv1.PrepareExecuteResponse{Step: &toolsv1.PrepareExecuteResponse_Event{Event: r}}); err != nil {
 			return err
 		}
 	}
@@ -282,15 +309,24 @@ func TestMalformedHostStreamsFailTheCallNotTheHost(t *testing.T) {
 		"bad_blocks": {result(&llmv1.ContentBlock{Block: &llmv1.ContentBlock_ToolCall{ToolCall: &llmv1.ToolCallBlock{Id: "x"}}})},
 		"empty":      {{}},
 	}
-	var tools []fakes.Tool
+	tools := []fakes.Tool{{Name: "prepared_again"}}
 	for name := range script {
 		tools = append(tools, fakes.Tool{Name: name})
 	}
 	host := &scriptedHost{ToolHost: fakes.NewToolHost(tools...), script: script}
 	addr := fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })
 	p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, addr)}}})
-	for _, name := range []string{"no_result", "good", "two", "good", "bad_blocks", "empty", "good"} {
-		r := run(t.Context(), p, name, `{}`)
+	// Each call twice: with Execute (Begin alone) and on a PrepareExecute
+	// stream (a batch of one prepared first).
+	calls := []string{"no_result", "good", "two", "good", "bad_blocks", "empty", "good", "prepared_again", "good"}
+	for i, name := range append(calls, calls...) {
+		ex := &toolsv1.ToolExecution{CallId: fmt.Sprintf("c%d", i), Name: name, Arguments: `{}`, Context: &toolsv1.ToolContext{SessionId: "s", Cwd: "/w"}}
+		if i >= len(calls) {
+			p.PrepareCalls(t.Context(), nil, []*toolsv1.ToolExecution{ex})
+		}
+		c := p.Begin(t.Context(), nil, ex)
+		c.Dispatch(t.Context(), nil)
+		r := c.Finish(t.Context())
 		if name == "good" {
 			if r.GetIsError() || r.GetContent()[0].GetText().GetText() != "ok" {
 				t.Errorf("good call after a malformed one: %v", r)
@@ -299,6 +335,11 @@ func TestMalformedHostStreamsFailTheCallNotTheHost(t *testing.T) {
 		}
 		if !r.GetIsError() || codeOf(r) != toolpipe.CodeHostProtocol {
 			t.Errorf("%s: result %v, want a %s error result", name, r, toolpipe.CodeHostProtocol)
+		}
+		// Only the stream can carry a second prepared: proof the call ran
+		// on it.
+		if prepared := i >= len(calls); name == "prepared_again" && prepared != strings.Contains(r.GetContent()[0].GetText().GetText(), "carries neither output nor result") {
+			t.Errorf("prepared_again (prepared: %v): %v", prepared, r)
 		}
 	}
 }
