@@ -3,7 +3,9 @@
 // with reconnect and backoff) and the staged tools/execute pipeline of
 // semantics.md §6.5 — pre-execute → approval → guards → dispatch (the owning
 // host's Execute, behind a durability checkpoint) → post-execute — whose
-// links are local Go funcs and remote ToolInterceptor services.
+// links are local Go funcs and remote ToolInterceptor services. A batch of
+// one remote call is prepared and executed on one PrepareExecute stream
+// (prepexec.go).
 //
 // A failing tool fails its call, never the turn: an unknown tool, a host that
 // is down or dies mid-call, a host that breaks the Execute protocol, a
@@ -491,7 +493,10 @@ const maxSchemaLists = 64
 
 // PrepareCalls classifies a batch: one PreparedCall per execution, in order.
 // Tools that are always safe are parallel without a round trip; per-call
-// tools ask their host; anything unknown or failing is exclusive.
+// tools ask their host; anything unknown or failing is exclusive. A batch
+// of one remote call is asked on a PrepareExecute stream that stays open
+// for the call (under ctx, which must outlive the batch): Begin takes it,
+// and Release ends it for a call never begun.
 func (p *Pipeline) PrepareCalls(ctx context.Context, hosts []string, execs []*toolsv1.ToolExecution) []*toolsv1.PreparedCall {
 	out := make([]*toolsv1.PreparedCall, len(execs))
 	ask := map[*hostState][]int{}
