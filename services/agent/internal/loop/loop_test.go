@@ -676,6 +676,13 @@ func TestLoopScenarios(t *testing.T) {
 				hp = h
 				sc.run(t, h)
 				h.finish(sc.name)
+				// No call leaves its PrepareExecute stream open, whichever
+				// way it ended.
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				if err := h.host.WaitStreamsEnded(ctx); err != nil {
+					t.Error(err)
+				}
+				cancel()
 				for _, ev := range h.log.Events() {
 					b, err := deterministic.Marshal(ev)
 					if err != nil {
