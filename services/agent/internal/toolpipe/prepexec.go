@@ -39,23 +39,21 @@ type preparedStream struct {
 // Execute).
 func (p *Pipeline) prepareExecute(ctx context.Context, hs *hostState, ex *toolsv1.ToolExecution) (pc *toolsv1.PreparedCall, served bool) {
 	sctx, cancel := context.WithCancel(ctx)
+	// The prepare is bounded as PrepareCalls is (the stream's set-up, the
+	// prepare and its answer); the stream itself lives on until Dispatch
+	// or a release.
+	timer := time.AfterFunc(p.cfg.StartTimeout, cancel)
 	stream, err := hs.host.Client.PrepareExecute(sctx)
-	if err != nil {
-		cancel()
-		p.log.Debug("prepare execute failed; using descriptor modes", "host", hs.host.Name, "err", err)
-		return nil, true
-	}
-	err = stream.Send(&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Prepare{
-		Prepare: &toolsv1.PrepareCallsRequest{Executions: []*toolsv1.ToolExecution{ex}}}})
 	var m *toolsv1.PrepareExecuteResponse
-	if err == nil || errors.Is(err, io.EOF) { // io.EOF: the stream ended, Recv says why
-		// The prepare answer is bounded as PrepareCalls is; the stream
-		// itself lives on until Dispatch or a release.
-		timer := time.AfterFunc(p.cfg.StartTimeout, cancel)
-		m, err = stream.Recv()
-		if !timer.Stop() && err == nil {
-			err = status.Error(codes.DeadlineExceeded, "no prepared answer in time")
+	if err == nil {
+		err = stream.Send(&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Prepare{
+			Prepare: &toolsv1.PrepareCallsRequest{Executions: []*toolsv1.ToolExecution{ex}}}})
+		if err == nil || errors.Is(err, io.EOF) { // io.EOF: the stream ended, Recv says why
+			m, err = stream.Recv()
 		}
+	}
+	if !timer.Stop() && err == nil {
+		err = status.Error(codes.DeadlineExceeded, "no prepared answer in time")
 	}
 	if err != nil {
 		cancel()

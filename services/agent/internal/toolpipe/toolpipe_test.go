@@ -685,3 +685,33 @@ func TestPrepareExecute(t *testing.T) {
 		}
 	}
 }
+
+// silentHost never answers a prepare.
+type silentHost struct{ *fakes.ToolHost }
+
+func (silentHost) PrepareExecute(s grpc.BidiStreamingServer[toolsv1.PrepareExecuteRequest, toolsv1.PrepareExecuteResponse]) error {
+	<-s.Context().Done()
+	return s.Context().Err()
+}
+
+// TestPrepareExecuteTimesOutAsPrepareCalls: a host that does not answer
+// the prepare in StartTimeout is a failed PrepareCalls (the descriptor's
+// mode, no view), and the call then runs with Execute.
+func TestPrepareExecuteTimesOutAsPrepareCalls(t *testing.T) {
+	t.Parallel()
+	host := silentHost{fakes.NewToolHost(fakes.Tool{Name: "echo", View: func(*toolsv1.ToolExecution) *toolsv1.ToolCallView {
+		return &toolsv1.ToolCallView{Card: &toolsv1.ToolCallView_Generic{Generic: &toolsv1.GenericCallView{Title: "echo"}}}
+	}})}
+	addr := fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })
+	p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, addr)}}, StartTimeout: 300 * time.Millisecond})
+	ex := &toolsv1.ToolExecution{CallId: "c1", Name: "echo", Arguments: `{}`, Context: &toolsv1.ToolContext{SessionId: "s", Cwd: "/w"}}
+	pcs := p.PrepareCalls(t.Context(), nil, []*toolsv1.ToolExecution{ex})
+	if len(pcs) != 1 || pcs[0].GetView() != nil || pcs[0].GetMode() != toolsv1.ExecutionMode_EXECUTION_MODE_EXCLUSIVE {
+		t.Fatalf("prepared %v; want exclusive without a view", pcs)
+	}
+	c := p.Begin(t.Context(), nil, ex)
+	c.Dispatch(t.Context(), nil)
+	if r := c.Finish(t.Context()); r.GetIsError() || host.Counts().Execute != 1 {
+		t.Fatalf("result %v after %+v; want the call run with Execute", r, host.Counts())
+	}
+}
