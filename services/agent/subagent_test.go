@@ -526,3 +526,27 @@ func TestSubagentFilterIsInherited(t *testing.T) {
 		t.Fatalf("the grandchild's call outside the filter ran:\n%s", got)
 	}
 }
+
+// TestSubagentRefusedRemoteCallEndsItsStream: a child's call to a remote
+// tool outside its filter is prepared (the filter's PrepareCalls passes the
+// batch on) but never begun: its PrepareExecute stream ends (Release ends it
+// with the batch; the turn's end would too), and the host never runs it.
+func TestSubagentRefusedRemoteCallEndsItsStream(t *testing.T) {
+	e, b := newSubagentEnv(t, nil)
+	b.on("go", calls(fakes.Call{ID: "c1", Name: "subagent", Args: `{"description":"d","prompt":"narrow","tools":["subagent"]}`}), reply("done"))
+	b.on("narrow", calls(fakes.Call{ID: "k1", Name: "echo", Args: `{}`}), reply("refused"))
+	e.create("p")
+	e.send("p", "go")
+	e.waitIdle("p")
+	if got := renderSubagent(e.events("child-1")); !strings.Contains(got, "k1 error=true code=UNKNOWN_TOOL") {
+		t.Fatalf("the child's call outside the filter:\n%s", got)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := e.host.WaitStreamsEnded(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.host.Counts().PrepareExecute; n != 1 || slices.Contains(e.host.Executed(), "k1") {
+		t.Fatalf("%d PrepareExecute streams, executed %v; want the refused call prepared once and never run", n, e.host.Executed())
+	}
+}

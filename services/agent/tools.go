@@ -24,5 +24,7 @@ func (t pipeTools) Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolEx
 	return t.p.Begin(ctx, hosts, ex)
 }
 
+func (t pipeTools) Release(execs []*toolsv1.ToolExecution) { t.p.Release(execs) }
+
 // EndSession tells the toolhosts a session left the agent.
 func (t pipeTools) EndSession(ctx context.Context, sessionID string) { t.p.EndSession(ctx, sessionID) }

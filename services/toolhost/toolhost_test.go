@@ -214,6 +214,15 @@ func TestBadRequests(t *testing.T) {
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tt.msg) {
 				t.Errorf("err = %v, want InvalidArgument %q", err, tt.msg)
 			}
+			// PrepareExecute refuses the same execution the same way, even
+			// when the prepared one had an accepted context.
+			prepared := &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: h.Context("s")}
+			got, err := toolhostconformance.Exchange(t.Context(), h.Client,
+				&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Prepare{Prepare: &toolsv1.PrepareCallsRequest{Executions: []*toolsv1.ToolExecution{prepared}}}},
+				&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Execute{Execute: &toolsv1.ExecuteRequest{Execution: tt.ex}}})
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tt.msg) || len(got) != 1 {
+				t.Errorf("PrepareExecute: %v after %v, want InvalidArgument %q after prepared only", err, got, tt.msg)
+			}
 		})
 	}
 	// Schema violations are results, listing every violation.

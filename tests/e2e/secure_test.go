@@ -21,6 +21,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/auth/authtest"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
+	"github.com/dsh-dev/dsh/sdk/go/toolsdk/toolhostconformance"
 )
 
 const (
@@ -169,14 +170,21 @@ func TestSecureStack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := toolsv1.NewToolHostClient(conn).Execute(ctx, &toolsv1.ExecuteRequest{Execution: &toolsv1.ToolExecution{
-			CallId: "x", Name: "bash", Arguments: `{"command":"id"}`, Context: &toolsv1.ToolContext{SessionId: "x", Cwd: s.workspace}}})
+		ex := &toolsv1.ToolExecution{CallId: "x", Name: "bash", Arguments: `{"command":"id"}`, Context: &toolsv1.ToolContext{SessionId: "x", Cwd: s.workspace}}
+		st, err := toolsv1.NewToolHostClient(conn).Execute(ctx, &toolsv1.ExecuteRequest{Execution: ex})
 		if err == nil {
 			_, err = st.Recv()
 		}
-		conn.Close()
 		if status.Code(err) != tc.code {
 			t.Errorf("toolhost, %s: %v, want %s", tc.name, err, tc.code)
+		}
+		// PrepareExecute is refused the same way, before it prepares.
+		got, err := toolhostconformance.Exchange(ctx, toolsv1.NewToolHostClient(conn),
+			&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Prepare{Prepare: &toolsv1.PrepareCallsRequest{Executions: []*toolsv1.ToolExecution{ex}}}},
+			&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Execute{Execute: &toolsv1.ExecuteRequest{Execution: ex}}})
+		conn.Close()
+		if status.Code(err) != tc.code || len(got) != 0 {
+			t.Errorf("toolhost PrepareExecute, %s: %v after %v, want %s and no message", tc.name, err, got, tc.code)
 		}
 	}
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"runtime/debug"
@@ -83,6 +84,8 @@ type HostConfig struct {
 // INVALID_ARGUMENT status and no messages) or the caller went away. Tool
 // failures of every kind (unknown tool, invalid arguments, a body error, a
 // panic, a timeout) are results with is_error set, never RPC errors.
+// PrepareExecute delivers PrepareCalls' answer and then exactly Execute's
+// messages on one stream.
 type Host struct {
 	toolsv1.UnimplementedToolHostServer
 	cfg HostConfig
@@ -257,7 +260,57 @@ const liveOutputQueue = 256
 
 // Execute runs one call and streams its output and result.
 func (h *Host) Execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {
-	ex := req.GetExecution()
+	return h.execute(stream.Context(), req.GetExecution(), stream.Send)
+}
+
+// PrepareExecute is PrepareCalls for one call and then that call's Execute
+// on one stream: prepare (exactly one execution) → prepared → execute and
+// the client's close → Execute's messages. It runs PrepareCalls and Execute
+// themselves; the body runs only once the execute message and the close of
+// the client's send side have arrived, so a client that closes after
+// prepared, or cancels, never runs it.
+func (h *Host) PrepareExecute(stream grpc.BidiStreamingServer[toolsv1.PrepareExecuteRequest, toolsv1.PrepareExecuteResponse]) error {
+	msg, err := stream.Recv()
+	switch {
+	case errors.Is(err, io.EOF):
+		return status.Error(codes.InvalidArgument, "PrepareExecute: the stream closed before its prepare message: send prepare with exactly one execution first")
+	case err != nil:
+		return err
+	case msg.GetPrepare() == nil:
+		return status.Error(codes.InvalidArgument, "PrepareExecute: the first message must be prepare (with exactly one execution), not execute")
+	case len(msg.GetPrepare().GetExecutions()) != 1:
+		return status.Errorf(codes.InvalidArgument, "PrepareExecute: prepare carries %d executions; it must carry exactly one (use PrepareCalls for a batch)", len(msg.GetPrepare().GetExecutions()))
+	}
+	prepared, err := h.PrepareCalls(stream.Context(), msg.GetPrepare())
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&toolsv1.PrepareExecuteResponse{Step: &toolsv1.PrepareExecuteResponse_Prepared{Prepared: prepared}}); err != nil {
+		return err
+	}
+	msg, err = stream.Recv()
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil // not dispatched: the call ends without running
+	case err != nil:
+		return err
+	case msg.GetExecute() == nil:
+		return status.Error(codes.InvalidArgument, "PrepareExecute: a second prepare; after prepared send execute (or close the stream to drop the call)")
+	}
+	switch _, err := stream.Recv(); {
+	case err == nil:
+		return status.Error(codes.InvalidArgument, "PrepareExecute: a message after execute; close the send side after execute")
+	case !errors.Is(err, io.EOF):
+		return err
+	}
+	return h.execute(stream.Context(), msg.GetExecute().GetExecution(), func(r *toolsv1.ExecuteResponse) error {
+		return stream.Send(&toolsv1.PrepareExecuteResponse{Step: &toolsv1.PrepareExecuteResponse_Event{Event: r}})
+	})
+}
+
+// execute is Execute's body: it checks ex, runs it under ctx and sends its
+// live output and then its result through send (never concurrently).
+func (h *Host) execute(ctx context.Context, ex *toolsv1.ToolExecution, send func(*toolsv1.ExecuteResponse) error) error {
 	vetted, err := h.checkExecution(ex)
 	if err != nil {
 		return toStatus(err)
@@ -280,7 +333,7 @@ func (h *Host) Execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingS
 			go func() {
 				defer close(sent)
 				for o := range queue {
-					_ = stream.Send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Output{Output: o}})
+					_ = send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Output{Output: o}})
 				}
 			}()
 		}
@@ -290,7 +343,7 @@ func (h *Host) Execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingS
 			dropped++
 		}
 	}
-	res := h.run(stream.Context(), ex, output, vetted)
+	res := h.run(ctx, ex, output, vetted)
 	mu.Lock()
 	done = true
 	if queue != nil {
@@ -303,7 +356,7 @@ func (h *Host) Execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingS
 	if dropped > 0 {
 		h.log.Debug("dropped live output for a slow caller", "tool", ex.GetName(), "call_id", ex.GetCallId(), "chunks", dropped)
 	}
-	return stream.Send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Result{Result: res}})
+	return send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Result{Result: res}})
 }
 
 // requestError is a malformed Execute request (INVALID_ARGUMENT).

@@ -19,6 +19,7 @@ import (
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
+	"github.com/dsh-dev/dsh/sdk/go/toolsdk/toolhostconformance"
 )
 
 type echoArgs struct {
@@ -336,7 +337,7 @@ func TestWatchToolsFollowsAddAndRemove(t *testing.T) {
 
 func TestCancelReachesBody(t *testing.T) {
 	t.Parallel()
-	started := make(chan struct{})
+	var started chan struct{} // made per RPC below
 	stopped := make(chan error, 1)
 	block := toolsdk.Define("block", "Blocks until cancelled.", func(ctx context.Context, _ *toolsdk.Call, _ struct{}) (toolsdk.Result, error) {
 		close(started)
@@ -349,21 +350,34 @@ func TestCancelReachesBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := startHost(t, h)
-	ctx, cancel := context.WithCancel(t.Context())
-	errc := make(chan error, 1)
-	go func() { _, _, err := collect(ctx, t, c, exec("block", `{}`)); errc <- err }()
-	<-started
-	cancel()
-	select {
-	case cause := <-stopped:
-		if !errors.Is(cause, context.Canceled) {
-			t.Errorf("body saw cause %v, want context.Canceled", cause)
+	ex := exec("block", `{}`)
+	for _, rpc := range []struct {
+		name string
+		call func(context.Context) error
+	}{
+		{"Execute", func(ctx context.Context) error { _, _, err := collect(ctx, t, c, ex); return err }},
+		{"PrepareExecute", func(ctx context.Context) error {
+			_, err := toolhostconformance.Exchange(ctx, c, prepareMsg(ex.GetExecution()), executeMsg(ex.GetExecution()))
+			return err
+		}},
+	} {
+		started = make(chan struct{})
+		ctx, cancel := context.WithCancel(t.Context())
+		errc := make(chan error, 1)
+		go func() { errc <- rpc.call(ctx) }()
+		<-started
+		cancel()
+		select {
+		case cause := <-stopped:
+			if !errors.Is(cause, context.Canceled) {
+				t.Errorf("%s: body saw cause %v, want context.Canceled", rpc.name, cause)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: cancelling the RPC did not cancel the body", rpc.name)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("cancelling the RPC did not cancel the body")
-	}
-	if err := <-errc; status.Code(err) != codes.Canceled {
-		t.Errorf("client err = %v, want Canceled", err)
+		if err := <-errc; status.Code(err) != codes.Canceled {
+			t.Errorf("%s: client err = %v, want Canceled", rpc.name, err)
+		}
 	}
 }
 
@@ -551,5 +565,18 @@ func TestVetContext(t *testing.T) {
 	}
 	if res := h.Run(t.Context(), call("/a").GetExecution(), nil); !cmp.Equal(res.GetContent(), text("vetted="), protocmp.Transform()) {
 		t.Fatalf("Run: %v, want no vetted value", res)
+	}
+	// PrepareExecute vets the execution of its execute message (the one
+	// that runs) as Execute does: a prepare with an accepted context does
+	// not let a refused one through.
+	got, err := toolhostconformance.Exchange(t.Context(), c, prepareMsg(call("/a").GetExecution()), executeMsg(call("/a").GetExecution()))
+	if err != nil || len(got) != 2 || !cmp.Equal(got[1].GetEvent().GetResult().GetContent(), text("vetted=root:/a"), protocmp.Transform()) || ran != 5 {
+		t.Fatalf("PrepareExecute of an accepted root: %v %v", got, err)
+	}
+	for _, prep := range []string{"/a", "/refused"} {
+		_, err := toolhostconformance.Exchange(t.Context(), c, prepareMsg(call(prep).GetExecution()), executeMsg(call("/refused").GetExecution()))
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "root refused by the host") || ran != 5 {
+			t.Errorf("PrepareExecute prepared with %s, executed with /refused: %v after %d runs; want INVALID_ARGUMENT before the tool ran", prep, err, ran)
+		}
 	}
 }

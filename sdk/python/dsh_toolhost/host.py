@@ -222,6 +222,11 @@ class ToolHost(tools_pb2_grpc.ToolHostServicer):
             return f"execution.arguments is {n} bytes, over this host's limit of {self.max_argument_bytes} bytes"
         return None
 
+    def PrepareExecute(self, request_iterator, context):
+        # Not served: UNIMPLEMENTED (without the generated stub's logged
+        # NotImplementedError); the agent then uses PrepareCalls and Execute.
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "PrepareExecute is not served by this host: use PrepareCalls and Execute")
+
     def Execute(self, request, context):
         bad = self.check_request(request)
         if bad is not None:

@@ -8,10 +8,15 @@
 // UNKNOWN_TOOL result; a request without a cwd or with a relative one is
 // INVALID_ARGUMENT; every Execute stream ends with exactly one result and
 // nothing after it; non-object arguments to a validating tool are an
-// INVALID_ARGS result.
+// INVALID_ARGS result. A host that serves PrepareExecute answers prepared
+// with PrepareCalls' answer and then exactly one result, ends a stream the
+// client closes after prepared with OK, and refuses a message out of order
+// with INVALID_ARGUMENT; a host that answers it UNIMPLEMENTED passes (the
+// agent falls back to PrepareCalls and Execute).
 package toolhostconformance
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -19,6 +24,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 )
@@ -143,6 +149,8 @@ func Run(t *testing.T, c toolsv1.ToolHostClient, cwd string) {
 		}
 	})
 
+	t.Run("PrepareExecute", func(t *testing.T) { prepareExecute(t, c, first, tc) })
+
 	for _, d := range list.GetTools() {
 		if !d.GetValidatesArguments() {
 			continue
@@ -159,5 +167,85 @@ func Run(t *testing.T, c toolsv1.ToolHostClient, cwd string) {
 			}
 		})
 		break
+	}
+}
+
+// Exchange sends msgs on one PrepareExecute stream, closes its send side
+// and returns what the host sent and how the stream ended (nil for OK).
+func Exchange(ctx context.Context, c toolsv1.ToolHostClient, msgs ...*toolsv1.PrepareExecuteRequest) ([]*toolsv1.PrepareExecuteResponse, error) {
+	st, err := c.PrepareExecute(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if st.Send(m) != nil {
+			break // the host ended the stream: Recv says why
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		return nil, err
+	}
+	var got []*toolsv1.PrepareExecuteResponse
+	for {
+		m, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return got, nil
+		}
+		if err != nil {
+			return got, err
+		}
+		got = append(got, m)
+	}
+}
+
+// prepareExecute checks the PrepareExecute protocol of a host that serves
+// it; UNIMPLEMENTED passes.
+func prepareExecute(t *testing.T, c toolsv1.ToolHostClient, first string, tc *toolsv1.ToolContext) {
+	ctx := t.Context()
+	prepare := func(exs ...*toolsv1.ToolExecution) *toolsv1.PrepareExecuteRequest {
+		return &toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Prepare{Prepare: &toolsv1.PrepareCallsRequest{Executions: exs}}}
+	}
+	execute := func(ex *toolsv1.ToolExecution) *toolsv1.PrepareExecuteRequest {
+		return &toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Execute{Execute: &toolsv1.ExecuteRequest{Execution: ex}}}
+	}
+	unknown := &toolsv1.ToolExecution{CallId: "pe", Name: "no-such-tool-for-conformance", Arguments: "{}", Context: tc}
+	got, err := Exchange(ctx, c, prepare(unknown), execute(unknown))
+	if status.Code(err) == codes.Unimplemented {
+		t.Log("the host does not serve PrepareExecute (UNIMPLEMENTED): the agent uses PrepareCalls and Execute")
+		return
+	}
+	if err != nil {
+		t.Fatalf("PrepareExecute of an unknown tool: %v", err)
+	}
+	if len(got) != 2 || len(got[0].GetPrepared().GetCalls()) != 1 || got[0].GetPrepared().GetCalls()[0].GetCallId() != "pe" ||
+		got[0].GetPrepared().GetCalls()[0].GetMode() == toolsv1.ExecutionMode_EXECUTION_MODE_PARALLEL {
+		t.Fatalf("PrepareExecute of an unknown tool sent %v; want prepared (call pe, not parallel) and one result", got)
+	}
+	if res := got[1].GetEvent().GetResult(); !res.GetIsError() || res.GetError().GetCode() != "UNKNOWN_TOOL" {
+		t.Errorf("PrepareExecute of an unknown tool: got %v, want an UNKNOWN_TOOL error result", got[1])
+	}
+
+	call := &toolsv1.ToolExecution{CallId: "pe", Name: first, Arguments: "{}", Context: tc}
+	want, err := c.PrepareCalls(ctx, &toolsv1.PrepareCallsRequest{Executions: []*toolsv1.ToolExecution{call}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = Exchange(ctx, c, prepare(call))
+	if err != nil || len(got) != 1 || !proto.Equal(got[0].GetPrepared(), want) {
+		t.Errorf("PrepareExecute closed after prepared: %v, %v; want OK and only prepared, equal to PrepareCalls' %v", got, err, want)
+	}
+
+	for _, tt := range []struct {
+		name string
+		msgs []*toolsv1.PrepareExecuteRequest
+	}{
+		{"execute first", []*toolsv1.PrepareExecuteRequest{execute(call)}},
+		{"two executions", []*toolsv1.PrepareExecuteRequest{prepare(call, call)}},
+		{"a second prepare", []*toolsv1.PrepareExecuteRequest{prepare(call), prepare(call)}},
+		{"a malformed execution", []*toolsv1.PrepareExecuteRequest{prepare(call), execute(&toolsv1.ToolExecution{CallId: "pe", Name: first, Arguments: "{}"})}},
+	} {
+		if _, err := Exchange(ctx, c, tt.msgs...); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: got %v, want INVALID_ARGUMENT", tt.name, err)
+		}
 	}
 }

@@ -2,10 +2,15 @@ package fakes
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"sort"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
@@ -18,6 +23,8 @@ type Tool struct {
 	Parallel bool
 	// Run executes a call; nil echoes the arguments.
 	Run func(ctx context.Context, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult
+	// View, when set, is the call view PrepareCalls answers.
+	View func(ex *toolsv1.ToolExecution) *toolsv1.ToolCallView
 }
 
 // ToolHost is a fake ToolHost serving Go funcs.
@@ -30,8 +37,68 @@ type ToolHost struct {
 	changed  chan struct{}
 	executed []string
 	// Support is the sandbox support the host declares.
-	Support toolsv1.SandboxSupport
-	ended   []string
+	Support          toolsv1.SandboxSupport
+	ended            []string
+	noPrepareExecute bool // RefusePrepareExecute
+
+	rpcs     RPCs
+	open     int           // PrepareExecute handlers running
+	openDone chan struct{} // closed and replaced whenever open changes
+}
+
+// RefusePrepareExecute makes PrepareExecute answer UNIMPLEMENTED from now
+// on, as a host that predates it does.
+func (h *ToolHost) RefusePrepareExecute() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.noPrepareExecute = true
+}
+
+// RPCs counts the calls a ToolHost answered: Execute counts Execute RPCs
+// only (a body PrepareExecute runs is in Executed).
+type RPCs struct {
+	PrepareCalls, Execute, PrepareExecute int
+}
+
+// Counts returns how many calls of each RPC the host answered
+// (PrepareExecute counts the refused ones too).
+func (h *ToolHost) Counts() RPCs {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.rpcs
+}
+
+// WaitStreamsEnded blocks until no PrepareExecute handler is running, or
+// ctx ends.
+func (h *ToolHost) WaitStreamsEnded(ctx context.Context) error {
+	for {
+		h.mu.Lock()
+		n, changed := h.open, h.openChanged()
+		h.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("%d PrepareExecute streams still open: %w", n, ctx.Err())
+		}
+	}
+}
+
+func (h *ToolHost) openChanged() chan struct{} {
+	if h.openDone == nil {
+		h.openDone = make(chan struct{})
+	}
+	return h.openDone
+}
+
+func (h *ToolHost) addOpen(d int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.open += d
+	close(h.openChanged())
+	h.openDone = make(chan struct{})
 }
 
 // EndSession records the ended session.
@@ -123,20 +190,86 @@ func (h *ToolHost) WatchTools(_ *toolsv1.WatchToolsRequest, stream grpc.ServerSt
 // PrepareCalls classifies calls by their tool's Parallel flag.
 func (h *ToolHost) PrepareCalls(_ context.Context, req *toolsv1.PrepareCallsRequest) (*toolsv1.PrepareCallsResponse, error) {
 	h.mu.Lock()
+	h.rpcs.PrepareCalls++
+	h.mu.Unlock()
+	return h.prepare(req), nil
+}
+
+func (h *ToolHost) prepare(req *toolsv1.PrepareCallsRequest) *toolsv1.PrepareCallsResponse {
+	h.mu.Lock()
 	defer h.mu.Unlock()
 	resp := &toolsv1.PrepareCallsResponse{}
 	for _, ex := range req.GetExecutions() {
-		mode := toolsv1.ExecutionMode_EXECUTION_MODE_EXCLUSIVE
-		if t, ok := h.tools[ex.GetName()]; ok && t.Parallel {
-			mode = toolsv1.ExecutionMode_EXECUTION_MODE_PARALLEL
+		pc := &toolsv1.PreparedCall{CallId: ex.GetCallId(), Mode: toolsv1.ExecutionMode_EXECUTION_MODE_EXCLUSIVE}
+		if t, ok := h.tools[ex.GetName()]; ok {
+			if t.Parallel {
+				pc.Mode = toolsv1.ExecutionMode_EXECUTION_MODE_PARALLEL
+			}
+			if t.View != nil {
+				pc.View = t.View(ex)
+			}
 		}
-		resp.Calls = append(resp.Calls, &toolsv1.PreparedCall{CallId: ex.GetCallId(), Mode: mode})
+		resp.Calls = append(resp.Calls, pc)
 	}
-	return resp, nil
+	return resp
+}
+
+// PrepareExecute serves the protocol with the host's own PrepareCalls and
+// Execute (UNIMPLEMENTED after RefusePrepareExecute): prepare, prepared, then
+// execute and the close of the client's send side, then Execute's
+// messages. A client that closes or cancels before that runs nothing.
+func (h *ToolHost) PrepareExecute(stream grpc.BidiStreamingServer[toolsv1.PrepareExecuteRequest, toolsv1.PrepareExecuteResponse]) error {
+	h.mu.Lock()
+	h.rpcs.PrepareExecute++
+	refuse := h.noPrepareExecute
+	h.mu.Unlock()
+	if refuse {
+		return status.Error(codes.Unimplemented, "method PrepareExecute not implemented")
+	}
+	h.addOpen(1)
+	defer h.addOpen(-1)
+	m, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if len(m.GetPrepare().GetExecutions()) != 1 {
+		return status.Error(codes.InvalidArgument, "PrepareExecute: the first message must be prepare with one execution")
+	}
+	if err := stream.Send(&toolsv1.PrepareExecuteResponse{Step: &toolsv1.PrepareExecuteResponse_Prepared{Prepared: h.prepare(m.GetPrepare())}}); err != nil {
+		return err
+	}
+	if m, err = stream.Recv(); errors.Is(err, io.EOF) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if m.GetExecute() == nil {
+		return status.Error(codes.InvalidArgument, "PrepareExecute: the second message must be execute")
+	}
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		return status.Errorf(codes.InvalidArgument, "PrepareExecute: want the close after execute, got %v", err)
+	}
+	return h.execute(m.GetExecute(), events{stream})
+}
+
+// events is a PrepareExecute stream as an Execute stream.
+type events struct {
+	grpc.BidiStreamingServer[toolsv1.PrepareExecuteRequest, toolsv1.PrepareExecuteResponse]
+}
+
+func (e events) Send(r *toolsv1.ExecuteResponse) error {
+	return e.BidiStreamingServer.Send(&toolsv1.PrepareExecuteResponse{Step: &toolsv1.PrepareExecuteResponse_Event{Event: r}})
 }
 
 // Execute runs a call.
 func (h *ToolHost) Execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {
+	h.mu.Lock()
+	h.rpcs.Execute++
+	h.mu.Unlock()
+	return h.execute(req, stream)
+}
+
+func (h *ToolHost) execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {
 	ex := req.GetExecution()
 	h.mu.Lock()
 	t, ok := h.tools[ex.GetName()]

@@ -27,6 +27,10 @@ type Tools interface {
 	Schemas(hosts []string) []*llmv1.ToolSchema
 	PrepareCalls(ctx context.Context, hosts []string, execs []*toolsv1.ToolExecution) []*toolsv1.PreparedCall
 	Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolExecution) ToolCall
+	// Release drops what PrepareCalls holds for the executions of execs
+	// that Begin did not take (a toolpipe's prepared PrepareExecute
+	// streams); the loop calls it once each batch is over.
+	Release(execs []*toolsv1.ToolExecution)
 }
 
 // ToolCall is one call in the staged pipeline: Begin ran pre-execute and the

@@ -46,6 +46,7 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 		calls[i] = &batchCall{ex: execs[i], mode: toolsv1.ExecutionMode_EXECUTION_MODE_EXCLUSIVE}
 	}
 	if a.cfg.Tools != nil && ctx.Err() == nil {
+		defer a.cfg.Tools.Release(execs) // whatever was prepared for a call never started
 		for i, pc := range a.cfg.Tools.PrepareCalls(ctx, a.visibleHosts(), execs) {
 			if i < len(calls) {
 				calls[i].mode, calls[i].view = pc.GetMode(), pc.GetView()

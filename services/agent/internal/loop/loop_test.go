@@ -9,6 +9,7 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,6 +46,7 @@ func (t pipeTools) PrepareCalls(ctx context.Context, h []string, ex []*toolsv1.T
 func (t pipeTools) Begin(ctx context.Context, h []string, ex *toolsv1.ToolExecution) loop.ToolCall {
 	return t.p.Begin(ctx, h, ex)
 }
+func (t pipeTools) Release(ex []*toolsv1.ToolExecution) { t.p.Release(ex) }
 
 // harness is one agent wired to a fake gateway and a fake toolhost over
 // loopback gRPC, in debug mode, with a durability checkpoint that records
@@ -302,11 +304,14 @@ func okResult(s string) *toolsv1.ToolExecutionResult {
 	return &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{text(s)}}
 }
 
-// echo is an exclusive tool that checks durability and echoes its args.
+// echo is a tool that checks durability and echoes its args; its host
+// prepares a call view.
 func echo(h **harness, name string, parallel bool) fakes.Tool {
 	return fakes.Tool{Name: name, Parallel: parallel, Run: func(_ context.Context, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
 		(*h).requireCallDurable(ex.GetCallId())
 		return okResult(name + " " + ex.GetArguments())
+	}, View: func(ex *toolsv1.ToolExecution) *toolsv1.ToolCallView {
+		return &toolsv1.ToolCallView{Card: &toolsv1.ToolCallView_Generic{Generic: &toolsv1.GenericCallView{Title: name, RawInput: ex.GetArguments()}}}
 	}}
 }
 
@@ -652,14 +657,46 @@ func TestLoopScenarios(t *testing.T) {
 			},
 		},
 	}
+	// Every scenario runs twice: with a host that serves PrepareExecute (a
+	// batch of one call is prepared and executed on one stream) and with
+	// one that refuses it (PrepareCalls and Execute). Both match the golden
+	// log, and their logs are byte for byte the same (deterministically
+	// marshalled events): the log does not tell the paths apart.
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
-			var hp *harness
-			h := newHarness(t, sc.tools(&hp), sc.opts...)
-			hp = h
-			sc.run(t, h)
-			h.finish(sc.name)
+			var logs [2][][]byte
+			for i, refuse := range []bool{false, true} {
+				var hp *harness
+				opts := sc.opts
+				if refuse {
+					opts = append([]option{func(h *harness, _ *loop.Config) { h.host.RefusePrepareExecute() }}, opts...)
+				}
+				h := newHarness(t, sc.tools(&hp), opts...)
+				hp = h
+				sc.run(t, h)
+				h.finish(sc.name)
+				// No call leaves its PrepareExecute stream open, whichever
+				// way it ended.
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				if err := h.host.WaitStreamsEnded(ctx); err != nil {
+					t.Error(err)
+				}
+				cancel()
+				for _, ev := range h.log.Events() {
+					b, err := deterministic.Marshal(ev)
+					if err != nil {
+						t.Fatal(err)
+					}
+					logs[i] = append(logs[i], b)
+				}
+				if n := h.host.Counts().PrepareExecute; refuse && n > 1 {
+					t.Errorf("%d PrepareExecute calls to a host that refused the first", n)
+				}
+			}
+			if !slices.EqualFunc(logs[0], logs[1], bytes.Equal) {
+				t.Errorf("the log through PrepareExecute differs from the log through PrepareCalls and Execute")
+			}
 		})
 	}
 }

@@ -173,7 +173,11 @@ func fields(ev *sessionv1.SessionEvent) string {
 			m.GetProvenance().GetProvider(), m.GetProvenance().GetModel(), u, seqs(ev.GetSourceEventSeqs()))
 	case *sessionv1.SessionEvent_ToolCall:
 		c := p.ToolCall
-		return fmt.Sprintf("%d/%d %s %s %s", c.GetTurn(), c.GetStep(), c.GetCallId(), c.GetName(), c.GetArguments())
+		view := ""
+		if g := c.GetView().GetGeneric(); g != nil {
+			view = fmt.Sprintf(" view=%q", g.GetTitle()+" "+g.GetRawInput())
+		}
+		return fmt.Sprintf("%d/%d %s %s %s%s", c.GetTurn(), c.GetStep(), c.GetCallId(), c.GetName(), c.GetArguments(), view)
 	case *sessionv1.SessionEvent_ToolResult:
 		r := p.ToolResult
 		e := ""

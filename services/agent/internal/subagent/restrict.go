@@ -63,6 +63,14 @@ func (r restricted) PrepareCalls(ctx context.Context, hosts []string, execs []*t
 	return r.inner.PrepareCalls(ctx, hosts, execs)
 }
 
+// Release passes the batch to inner, which prepared every call of it,
+// the refused ones included.
+func (r restricted) Release(execs []*toolsv1.ToolExecution) {
+	if r.inner != nil {
+		r.inner.Release(execs)
+	}
+}
+
 func (r restricted) Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolExecution) loop.ToolCall {
 	switch {
 	case ex.GetName() == CaptureTool && r.spec.GetOutputSchema() != "":

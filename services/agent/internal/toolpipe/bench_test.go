@@ -16,8 +16,10 @@ import (
 // BenchmarkReadCall is the agent↔toolhost part of one `read` step against
 // the real built-in toolhost over loopback gRPC (client and server in this
 // process, so cpu-ns/op is the CPU of both sides): the batch's
-// PrepareCalls, the call's pipeline (Begin, Dispatch's Execute stream,
-// Finish), both, and a turn's workspace context read.
+// PrepareCalls (a batch of one call: a PrepareExecute stream opened,
+// prepared and, here, released unsent), the call's pipeline alone (Begin,
+// Dispatch's Execute stream, Finish), both on one execution (the step: one
+// PrepareExecute stream), and a turn's workspace context read.
 func BenchmarkReadCall(b *testing.B) {
 	h := toolhosttest.Start(b)
 	if err := os.WriteFile(filepath.Join(h.Workspace, "notes.txt"), []byte(strings.Repeat("a line of notes for the load benchmark\n", 40)), 0o644); err != nil {
@@ -36,14 +38,14 @@ func BenchmarkReadCall(b *testing.B) {
 		return []*toolsv1.ToolExecution{{CallId: "call_1", Name: "read", Arguments: `{"file_path":"notes.txt"}`,
 			Context: &toolsv1.ToolContext{SessionId: "s", Cwd: h.Workspace, Turn: 1, Step: 1}}}
 	}
-	prepare := func(b *testing.B) {
-		pcs := p.PrepareCalls(b.Context(), nil, ex())
+	prepare := func(b *testing.B, execs []*toolsv1.ToolExecution) {
+		pcs := p.PrepareCalls(b.Context(), nil, execs)
 		if len(pcs) != 1 || pcs[0].GetView() == nil {
 			b.Fatalf("prepared %v", pcs)
 		}
 	}
-	execute := func(b *testing.B) {
-		c := p.Begin(b.Context(), nil, ex()[0])
+	execute := func(b *testing.B, ex *toolsv1.ToolExecution) {
+		c := p.Begin(b.Context(), nil, ex)
 		c.Dispatch(b.Context(), nil)
 		if r := c.Finish(b.Context()); r.GetIsError() {
 			b.Fatal(r)
@@ -53,9 +55,9 @@ func BenchmarkReadCall(b *testing.B) {
 		name string
 		op   func(b *testing.B)
 	}{
-		{"prepare", prepare},
-		{"execute", execute},
-		{"step", func(b *testing.B) { prepare(b); execute(b) }},
+		{"prepare", func(b *testing.B) { execs := ex(); prepare(b, execs); p.Release(execs) }},
+		{"execute", func(b *testing.B) { execute(b, ex()[0]) }},
+		{"step", func(b *testing.B) { execs := ex(); prepare(b, execs); execute(b, execs[0]); p.Release(execs) }},
 		{"workspace", func(b *testing.B) {
 			wc, err := ws.Context(b.Context(), h.Workspace, "", nil)
 			if err != nil || len(wc.GetInstructions()) == 0 {

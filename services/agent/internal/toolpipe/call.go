@@ -65,6 +65,7 @@ type Call struct {
 	result  *toolsv1.ToolExecutionResult
 	final   bool // skip post-execute
 	bodyRan bool
+	pre     *preparedStream // the PrepareExecute stream PrepareCalls opened for ex, until sent or released
 }
 
 // Begin runs materialisation and the pre-dispatch stages: the pre-aborted
@@ -74,7 +75,7 @@ type Call struct {
 // cancellation re-check. hosts is the session's toolhost visibility (empty =
 // all).
 func (p *Pipeline) Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolExecution) *Call {
-	c := &Call{p: p, hosts: hosts, ex: ex}
+	c := &Call{p: p, hosts: hosts, ex: ex, pre: p.take(ex)}
 	if ctx.Err() != nil {
 		c.result, c.final = AbortedBeforeDispatch(), true
 		return c
@@ -126,6 +127,7 @@ func (p *Pipeline) Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolEx
 // Dispatch runs the body on the owning host after checkpoint succeeded (the
 // loop's durability flush). Safe to run concurrently with other calls.
 func (c *Call) Dispatch(ctx context.Context, checkpoint func(context.Context) error) {
+	defer c.release() // a call that does not reach its host ends its prepared stream unsent
 	if c.result != nil {
 		return
 	}
@@ -164,21 +166,48 @@ func (c *Call) Dispatch(ctx context.Context, checkpoint func(context.Context) er
 	} else {
 		c.result = c.execute(ctx, hs)
 	}
+	if c.result == nil { // a prepared stream that ended before the go-ahead: the host ran nothing
+		c.result = c.executeUnary(ctx, hs)
+	}
 	if ctx.Err() != nil && !c.result.GetIsError() {
 		c.result = withContexts(Aborted(), c.result)
 	}
 }
 
+// execute runs the call on its remote host: on the stream PrepareCalls
+// prepared for it when there is one for this host, else with Execute. It
+// returns nil when the prepared stream ended before the go-ahead (the
+// caller then uses executeUnary).
 func (c *Call) execute(ctx context.Context, hs *hostState) *toolsv1.ToolExecutionResult {
+	if c.pre != nil && c.pre.hs == hs {
+		if res, ok := c.executePrepared(ctx, hs); ok {
+			return res
+		}
+		return nil
+	}
+	return c.executeUnary(ctx, hs)
+}
+
+// executeUnary runs the call with Execute.
+func (c *Call) executeUnary(ctx context.Context, hs *hostState) *toolsv1.ToolExecutionResult {
+	c.release()
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel() // releases the stream (and ends its span) however the call ends
 	stream, err := hs.host.Client.Execute(rctx, &toolsv1.ExecuteRequest{Execution: c.ex})
 	if err != nil {
 		return c.rpcFailure(ctx, hs, err)
 	}
+	return c.readStream(ctx, hs, stream.Recv)
+}
+
+// readStream reads one call's Execute messages from recv (an Execute
+// stream's, or a PrepareExecute stream's events) and returns its result:
+// live output goes to Progress, a broken stream contract is a protocol
+// result and an RPC error is mapped by rpcFailure.
+func (c *Call) readStream(ctx context.Context, hs *hostState, recv func() (*toolsv1.ExecuteResponse, error)) *toolsv1.ToolExecutionResult {
 	var check toolstream.StreamChecker
 	for {
-		resp, err := stream.Recv()
+		resp, err := recv()
 		if errors.Is(err, io.EOF) {
 			r, perr := check.End()
 			if perr != nil {
@@ -200,7 +229,7 @@ func (c *Call) execute(ctx context.Context, hs *hostState) *toolsv1.ToolExecutio
 			// the stream so the RPC completes cleanly, and refuse a host that
 			// sends anything after it. A transport error after a valid
 			// result does not undo the result.
-			if next, err := stream.Recv(); err == nil {
+			if next, err := recv(); err == nil {
 				if _, perr := check.Push(next); perr != nil {
 					return hostProtocolResult(hs, perr)
 				}
@@ -268,6 +297,7 @@ func withContexts(r, prior *toolsv1.ToolExecutionResult) *toolsv1.ToolExecutionR
 // after returning it. Post-execute links see the result (PostIn.Result)
 // and must neither keep nor change it.
 func (c *Call) Finish(ctx context.Context) *toolsv1.ToolExecutionResult {
+	c.release() // a call finished without Dispatch
 	if c.final {
 		return c.result
 	}

@@ -3,7 +3,9 @@
 // with reconnect and backoff) and the staged tools/execute pipeline of
 // semantics.md §6.5 — pre-execute → approval → guards → dispatch (the owning
 // host's Execute, behind a durability checkpoint) → post-execute — whose
-// links are local Go funcs and remote ToolInterceptor services.
+// links are local Go funcs and remote ToolInterceptor services. A batch of
+// one remote call is prepared and executed on one PrepareExecute stream
+// (prepexec.go).
 //
 // A failing tool fails its call, never the turn: an unknown tool, a host that
 // is down or dies mid-call, a host that breaks the Execute protocol, a
@@ -27,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -118,9 +121,12 @@ type hostState struct {
 	tools    map[string]*toolsv1.ToolDescriptor // last known: kept while the host is down
 	revision int64
 	support  toolsv1.SandboxSupport
-	known    bool  // the state below has been set once
-	up       bool  // the last ListTools/WatchTools answered
-	err      error // why it is down
+	// noPrepareExecute: the host answered PrepareExecute UNIMPLEMENTED;
+	// it gets PrepareCalls and Execute until it reconnects.
+	noPrepareExecute atomic.Bool
+	known            bool  // the state below has been set once
+	up               bool  // the last ListTools/WatchTools answered
+	err              error // why it is down
 }
 
 // HostHealth is one toolhost's reachability.
@@ -150,6 +156,10 @@ type Pipeline struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	ready     chan struct{}
+	// pending holds the PrepareExecute streams PrepareCalls opened, by
+	// execution, until Begin takes them or Release ends them.
+	pendMu  sync.Mutex
+	pending map[*toolsv1.ToolExecution]*preparedStream
 }
 
 // New returns a pipeline; call Start before use.
@@ -329,6 +339,9 @@ func (p *Pipeline) setUp(hs *hostState, up bool, err error) {
 	if !changed {
 		return
 	}
+	if up {
+		hs.noPrepareExecute.Store(false) // a host back may be a newer one
+	}
 	switch {
 	case up && !first:
 		p.log.Info("toolhost is back", "host", hs.host.Name, "tools", n)
@@ -480,7 +493,10 @@ const maxSchemaLists = 64
 
 // PrepareCalls classifies a batch: one PreparedCall per execution, in order.
 // Tools that are always safe are parallel without a round trip; per-call
-// tools ask their host; anything unknown or failing is exclusive.
+// tools ask their host; anything unknown or failing is exclusive. A batch
+// of one remote call is asked on a PrepareExecute stream that stays open
+// for the call (under ctx, which must outlive the batch): Begin takes it,
+// and Release ends it for a call never begun.
 func (p *Pipeline) PrepareCalls(ctx context.Context, hosts []string, execs []*toolsv1.ToolExecution) []*toolsv1.PreparedCall {
 	out := make([]*toolsv1.PreparedCall, len(execs))
 	ask := map[*hostState][]int{}
@@ -498,6 +514,16 @@ func (p *Pipeline) PrepareCalls(ctx context.Context, hosts []string, execs []*to
 		}
 	}
 	for hs, idx := range ask {
+		if len(execs) == 1 && !hs.noPrepareExecute.Load() {
+			// One call: prepared on the stream that will execute it.
+			pc, served := p.prepareExecute(ctx, hs, execs[0])
+			if served {
+				if pc != nil {
+					p.apply(hosts, execs, out, 0, pc)
+				}
+				continue
+			}
+		}
 		req := &toolsv1.PrepareCallsRequest{}
 		for _, i := range idx {
 			req.Executions = append(req.Executions, execs[i])
@@ -510,13 +536,17 @@ func (p *Pipeline) PrepareCalls(ctx context.Context, hosts []string, execs []*to
 			continue
 		}
 		for k, i := range idx {
-			pc := resp.GetCalls()[k]
-			_, d := p.lookup(hosts, execs[i].GetName())
-			if d.GetConcurrency() != toolsv1.ConcurrencySafety_CONCURRENCY_SAFETY_UNSPECIFIED {
-				out[i].Mode = pc.GetMode()
-			}
-			out[i].View = pc.GetView()
+			p.apply(hosts, execs, out, i, resp.GetCalls()[k])
 		}
 	}
 	return out
+}
+
+// apply takes a host's answer pc for execs[i] into out[i].
+func (p *Pipeline) apply(hosts []string, execs []*toolsv1.ToolExecution, out []*toolsv1.PreparedCall, i int, pc *toolsv1.PreparedCall) {
+	_, d := p.lookup(hosts, execs[i].GetName())
+	if d.GetConcurrency() != toolsv1.ConcurrencySafety_CONCURRENCY_SAFETY_UNSPECIFIED {
+		out[i].Mode = pc.GetMode()
+	}
+	out[i].View = pc.GetView()
 }

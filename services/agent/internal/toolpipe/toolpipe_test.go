@@ -3,14 +3,17 @@ package toolpipe_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
@@ -250,8 +253,10 @@ func TestRemoteInterceptors(t *testing.T) {
 	}
 }
 
-// scriptedHost lists like a fake host but answers Execute with a fixed
-// message script per tool, to play a host that breaks the stream contract.
+// scriptedHost lists like a fake host but answers Execute (and the events
+// of PrepareExecute) with a fixed message script per tool, to play a host
+// that breaks the stream contract; on PrepareExecute the tool
+// "prepared_again" answers a second prepared instead of events.
 type scriptedHost struct {
 	*fakes.ToolHost
 	script map[string][]*toolsv1.ExecuteResponse
@@ -260,6 +265,31 @@ type scriptedHost struct {
 func (h *scriptedHost) Execute(req *toolsv1.ExecuteRequest, s grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {
 	for _, m := range h.script[req.GetExecution().GetName()] {
 		if err := s.Send(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *scriptedHost) PrepareExecute(s grpc.BidiStreamingServer[toolsv1.PrepareExecuteRequest, toolsv1.PrepareExecuteResponse]) error {
+	m, err := s.Recv()
+	if err != nil {
+		return err
+	}
+	prepared := &toolsv1.PrepareExecuteResponse{Step: &toolsv1.PrepareExecuteResponse_Prepared{Prepared: &toolsv1.PrepareCallsResponse{
+		Calls: []*toolsv1.PreparedCall{{CallId: m.GetPrepare().GetExecutions()[0].GetCallId()}}}}}
+	if err := s.Send(prepared); err != nil {
+		return err
+	}
+	if m, err = s.Recv(); err != nil { // the go-ahead; the close follows
+		return err
+	}
+	name := m.GetExecute().GetExecution().GetName()
+	if name == "prepared_again" {
+		return s.Send(prepared)
+	}
+	for _, r := range h.script[name] {
+		if err := s.Send(&toolsv1.PrepareExecuteResponse{Step: &toolsv1.PrepareExecuteResponse_Event{Event: r}}); err != nil {
 			return err
 		}
 	}
@@ -279,15 +309,24 @@ func TestMalformedHostStreamsFailTheCallNotTheHost(t *testing.T) {
 		"bad_blocks": {result(&llmv1.ContentBlock{Block: &llmv1.ContentBlock_ToolCall{ToolCall: &llmv1.ToolCallBlock{Id: "x"}}})},
 		"empty":      {{}},
 	}
-	var tools []fakes.Tool
+	tools := []fakes.Tool{{Name: "prepared_again"}}
 	for name := range script {
 		tools = append(tools, fakes.Tool{Name: name})
 	}
 	host := &scriptedHost{ToolHost: fakes.NewToolHost(tools...), script: script}
 	addr := fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })
 	p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, addr)}}})
-	for _, name := range []string{"no_result", "good", "two", "good", "bad_blocks", "empty", "good"} {
-		r := run(t.Context(), p, name, `{}`)
+	// Each call twice: with Execute (Begin alone) and on a PrepareExecute
+	// stream (a batch of one prepared first).
+	calls := []string{"no_result", "good", "two", "good", "bad_blocks", "empty", "good", "prepared_again", "good"}
+	for i, name := range append(calls, calls...) {
+		ex := &toolsv1.ToolExecution{CallId: fmt.Sprintf("c%d", i), Name: name, Arguments: `{}`, Context: &toolsv1.ToolContext{SessionId: "s", Cwd: "/w"}}
+		if i >= len(calls) {
+			p.PrepareCalls(t.Context(), nil, []*toolsv1.ToolExecution{ex})
+		}
+		c := p.Begin(t.Context(), nil, ex)
+		c.Dispatch(t.Context(), nil)
+		r := c.Finish(t.Context())
 		if name == "good" {
 			if r.GetIsError() || r.GetContent()[0].GetText().GetText() != "ok" {
 				t.Errorf("good call after a malformed one: %v", r)
@@ -296,6 +335,11 @@ func TestMalformedHostStreamsFailTheCallNotTheHost(t *testing.T) {
 		}
 		if !r.GetIsError() || codeOf(r) != toolpipe.CodeHostProtocol {
 			t.Errorf("%s: result %v, want a %s error result", name, r, toolpipe.CodeHostProtocol)
+		}
+		// Only the stream can carry a second prepared: proof the call ran
+		// on it.
+		if prepared := i >= len(calls); name == "prepared_again" && prepared != strings.Contains(r.GetContent()[0].GetText().GetText(), "carries neither output nor result") {
+			t.Errorf("prepared_again (prepared: %v): %v", prepared, r)
 		}
 	}
 }
@@ -536,5 +580,138 @@ func TestFinishedResultIsTheCallers(t *testing.T) {
 				t.Errorf("after the keeper's change the finished result reads %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestPrepareExecute: a batch of one call is prepared and executed on one
+// PrepareExecute stream, and every way a call ends without dispatch ends
+// the stream with the body never run; a host that refuses PrepareExecute
+// is asked once, then gets PrepareCalls and Execute, with the same results.
+func TestPrepareExecute(t *testing.T) {
+	t.Parallel()
+	type step func(t *testing.T, p *toolpipe.Pipeline, host *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult
+	dispatch := func(ctx context.Context, p *toolpipe.Pipeline, ex *toolsv1.ToolExecution, checkpoint func(context.Context) error) *toolsv1.ToolExecutionResult {
+		c := p.Begin(ctx, nil, ex)
+		c.Dispatch(ctx, checkpoint)
+		return c.Finish(ctx)
+	}
+	cases := []struct {
+		name, tool, args string
+		ran              bool
+		code             string
+		run              step
+	}{
+		{"dispatched", "echo", `{}`, true, "", func(t *testing.T, p *toolpipe.Pipeline, _ *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			return dispatch(t.Context(), p, ex, func(context.Context) error { return nil })
+		}},
+		{"denied by a guard", "echo", `{"forbidden":true}`, false, "", func(t *testing.T, p *toolpipe.Pipeline, _ *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			return dispatch(t.Context(), p, ex, nil)
+		}},
+		{"checkpoint failed", "echo", `{}`, false, toolpipe.CodeCheckpointFailed, func(t *testing.T, p *toolpipe.Pipeline, _ *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			return dispatch(t.Context(), p, ex, func(context.Context) error { return errors.New("disk full") })
+		}},
+		{"cancelled before dispatch", "echo", `{}`, false, toolpipe.CodeAbortedBeforeDispatch, func(t *testing.T, p *toolpipe.Pipeline, _ *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			ctx, cancel := context.WithCancel(t.Context())
+			c := p.Begin(ctx, nil, ex)
+			cancel()
+			c.Dispatch(ctx, nil)
+			return c.Finish(ctx)
+		}},
+		{"finished without dispatch", "echo", `{}`, false, toolpipe.CodeAbortedBeforeDispatch, func(t *testing.T, p *toolpipe.Pipeline, _ *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			return p.Begin(t.Context(), nil, ex).Finish(t.Context())
+		}},
+		{"never begun", "echo", `{}`, false, "", func(t *testing.T, p *toolpipe.Pipeline, _ *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			p.Release([]*toolsv1.ToolExecution{ex})
+			return nil
+		}},
+		{"cancelled while running", "hang", `{}`, true, toolpipe.CodeAborted, func(t *testing.T, p *toolpipe.Pipeline, host *fakes.ToolHost, ex *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			c := p.Begin(ctx, nil, ex)
+			done := make(chan struct{})
+			go func() { c.Dispatch(ctx, nil); close(done) }()
+			for !slices.Contains(host.Executed(), ex.GetCallId()) {
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+			<-done
+			return c.Finish(ctx)
+		}},
+	}
+	results := map[bool][]*toolsv1.ToolExecutionResult{}
+	for _, refuse := range []bool{false, true} {
+		host := fakes.NewToolHost(fakes.Tool{Name: "echo"}, fakes.Tool{Name: "hang", Run: func(ctx context.Context, _ *toolsv1.ToolExecution) *toolsv1.ToolExecutionResult {
+			<-ctx.Done()
+			return nil
+		}})
+		if refuse {
+			host.RefusePrepareExecute()
+		}
+		p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, serveHost(t, host))}},
+			Guards: []toolpipe.Guard{func(ex *toolsv1.ToolExecution) string {
+				if ex.GetArguments() == `{"forbidden":true}` {
+					return "guarded"
+				}
+				return ""
+			}}})
+		for i, tc := range cases {
+			ex := &toolsv1.ToolExecution{CallId: fmt.Sprintf("c%d", i), Name: tc.tool, Arguments: tc.args, Context: &toolsv1.ToolContext{SessionId: "s", Cwd: "/w"}}
+			p.PrepareCalls(t.Context(), nil, []*toolsv1.ToolExecution{ex})
+			r := tc.run(t, p, host, ex)
+			results[refuse] = append(results[refuse], r)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			if err := host.WaitStreamsEnded(ctx); err != nil {
+				t.Errorf("refuse=%v %s: %v", refuse, tc.name, err)
+			}
+			cancel()
+			if ran := slices.Contains(host.Executed(), ex.GetCallId()); ran != tc.ran {
+				t.Errorf("refuse=%v %s: the body ran: %v, want %v", refuse, tc.name, ran, tc.ran)
+			}
+			if r != nil && codeOf(r) != tc.code {
+				t.Errorf("refuse=%v %s: result %v, want code %q", refuse, tc.name, r, tc.code)
+			}
+		}
+		n := host.Counts()
+		switch want := len(cases); {
+		case !refuse && (n.PrepareExecute != want || n.PrepareCalls != 0 || n.Execute != 0):
+			t.Errorf("host serving PrepareExecute answered %+v; want %d PrepareExecute and nothing else", n, want)
+		case refuse && (n.PrepareExecute != 1 || n.PrepareCalls != want || n.Execute != 2):
+			t.Errorf("host refusing PrepareExecute answered %+v; want 1 PrepareExecute (remembered), %d PrepareCalls, 2 Execute", n, want)
+		}
+	}
+	for i, tc := range cases {
+		if a, b := results[false][i], results[true][i]; !proto.Equal(a, b) {
+			t.Errorf("%s: result through PrepareExecute %v, through PrepareCalls and Execute %v", tc.name, a, b)
+		}
+	}
+}
+
+// silentHost never answers a prepare.
+type silentHost struct{ *fakes.ToolHost }
+
+func (silentHost) PrepareExecute(s grpc.BidiStreamingServer[toolsv1.PrepareExecuteRequest, toolsv1.PrepareExecuteResponse]) error {
+	<-s.Context().Done()
+	return s.Context().Err()
+}
+
+// TestPrepareExecuteTimesOutAsPrepareCalls: a host that does not answer
+// the prepare in StartTimeout is a failed PrepareCalls (the descriptor's
+// mode, no view), and the call then runs with Execute.
+func TestPrepareExecuteTimesOutAsPrepareCalls(t *testing.T) {
+	t.Parallel()
+	host := silentHost{fakes.NewToolHost(fakes.Tool{Name: "echo", View: func(*toolsv1.ToolExecution) *toolsv1.ToolCallView {
+		return &toolsv1.ToolCallView{Card: &toolsv1.ToolCallView_Generic{Generic: &toolsv1.GenericCallView{Title: "echo"}}}
+	}})}
+	addr := fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })
+	p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, addr)}}, StartTimeout: 300 * time.Millisecond})
+	ex := &toolsv1.ToolExecution{CallId: "c1", Name: "echo", Arguments: `{}`, Context: &toolsv1.ToolContext{SessionId: "s", Cwd: "/w"}}
+	pcs := p.PrepareCalls(t.Context(), nil, []*toolsv1.ToolExecution{ex})
+	if len(pcs) != 1 || pcs[0].GetView() != nil || pcs[0].GetMode() != toolsv1.ExecutionMode_EXECUTION_MODE_EXCLUSIVE {
+		t.Fatalf("prepared %v; want exclusive without a view", pcs)
+	}
+	c := p.Begin(t.Context(), nil, ex)
+	c.Dispatch(t.Context(), nil)
+	if r := c.Finish(t.Context()); r.GetIsError() || host.Counts().Execute != 1 {
+		t.Fatalf("result %v after %+v; want the call run with Execute", r, host.Counts())
 	}
 }

@@ -2285,6 +2285,186 @@ func (*ExecuteResponse_Output) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Result) isExecuteResponse_Event() {}
 
+// PrepareExecuteRequest is one client message of a PrepareExecute stream:
+// first exactly one prepare, then at most one execute, then the client
+// closes its send side.
+type PrepareExecuteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message.
+	//
+	// Types that are valid to be assigned to Step:
+	//
+	//	*PrepareExecuteRequest_Prepare
+	//	*PrepareExecuteRequest_Execute
+	Step          isPrepareExecuteRequest_Step `protobuf_oneof:"step"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrepareExecuteRequest) Reset() {
+	*x = PrepareExecuteRequest{}
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareExecuteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareExecuteRequest) ProtoMessage() {}
+
+func (x *PrepareExecuteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareExecuteRequest.ProtoReflect.Descriptor instead.
+func (*PrepareExecuteRequest) Descriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *PrepareExecuteRequest) GetStep() isPrepareExecuteRequest_Step {
+	if x != nil {
+		return x.Step
+	}
+	return nil
+}
+
+func (x *PrepareExecuteRequest) GetPrepare() *PrepareCallsRequest {
+	if x != nil {
+		if x, ok := x.Step.(*PrepareExecuteRequest_Prepare); ok {
+			return x.Prepare
+		}
+	}
+	return nil
+}
+
+func (x *PrepareExecuteRequest) GetExecute() *ExecuteRequest {
+	if x != nil {
+		if x, ok := x.Step.(*PrepareExecuteRequest_Execute); ok {
+			return x.Execute
+		}
+	}
+	return nil
+}
+
+type isPrepareExecuteRequest_Step interface {
+	isPrepareExecuteRequest_Step()
+}
+
+type PrepareExecuteRequest_Prepare struct {
+	// The call to prepare: exactly one execution, answered by one prepared.
+	Prepare *PrepareCallsRequest `protobuf:"bytes,1,opt,name=prepare,proto3,oneof"`
+}
+
+type PrepareExecuteRequest_Execute struct {
+	// The go-ahead: the call to run, sent after prepared. It may differ
+	// from the prepared execution (an interceptor rewrote the arguments),
+	// exactly as an Execute request may differ from its PrepareCalls one.
+	Execute *ExecuteRequest `protobuf:"bytes,2,opt,name=execute,proto3,oneof"`
+}
+
+func (*PrepareExecuteRequest_Prepare) isPrepareExecuteRequest_Step() {}
+
+func (*PrepareExecuteRequest_Execute) isPrepareExecuteRequest_Step() {}
+
+// PrepareExecuteResponse is one host message of a PrepareExecute stream:
+// first exactly one prepared, then (after the client's execute) the
+// messages of an Execute stream: zero or more outputs, then one result.
+type PrepareExecuteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message.
+	//
+	// Types that are valid to be assigned to Step:
+	//
+	//	*PrepareExecuteResponse_Prepared
+	//	*PrepareExecuteResponse_Event
+	Step          isPrepareExecuteResponse_Step `protobuf_oneof:"step"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrepareExecuteResponse) Reset() {
+	*x = PrepareExecuteResponse{}
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareExecuteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareExecuteResponse) ProtoMessage() {}
+
+func (x *PrepareExecuteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareExecuteResponse.ProtoReflect.Descriptor instead.
+func (*PrepareExecuteResponse) Descriptor() ([]byte, []int) {
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *PrepareExecuteResponse) GetStep() isPrepareExecuteResponse_Step {
+	if x != nil {
+		return x.Step
+	}
+	return nil
+}
+
+func (x *PrepareExecuteResponse) GetPrepared() *PrepareCallsResponse {
+	if x != nil {
+		if x, ok := x.Step.(*PrepareExecuteResponse_Prepared); ok {
+			return x.Prepared
+		}
+	}
+	return nil
+}
+
+func (x *PrepareExecuteResponse) GetEvent() *ExecuteResponse {
+	if x != nil {
+		if x, ok := x.Step.(*PrepareExecuteResponse_Event); ok {
+			return x.Event
+		}
+	}
+	return nil
+}
+
+type isPrepareExecuteResponse_Step interface {
+	isPrepareExecuteResponse_Step()
+}
+
+type PrepareExecuteResponse_Prepared struct {
+	// PrepareCalls' answer for the prepared execution (one call).
+	Prepared *PrepareCallsResponse `protobuf:"bytes,1,opt,name=prepared,proto3,oneof"`
+}
+
+type PrepareExecuteResponse_Event struct {
+	// One message of the Execute stream of the execute request.
+	Event *ExecuteResponse `protobuf:"bytes,2,opt,name=event,proto3,oneof"`
+}
+
+func (*PrepareExecuteResponse_Prepared) isPrepareExecuteResponse_Step() {}
+
+func (*PrepareExecuteResponse_Event) isPrepareExecuteResponse_Step() {}
+
 // PreAllow lets the call proceed.
 type PreAllow struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2294,7 +2474,7 @@ type PreAllow struct {
 
 func (x *PreAllow) Reset() {
 	*x = PreAllow{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[27]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2486,7 @@ func (x *PreAllow) String() string {
 func (*PreAllow) ProtoMessage() {}
 
 func (x *PreAllow) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[27]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2499,7 @@ func (x *PreAllow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreAllow.ProtoReflect.Descriptor instead.
 func (*PreAllow) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{27}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{29}
 }
 
 // PreDeny refuses the call.
@@ -2333,7 +2513,7 @@ type PreDeny struct {
 
 func (x *PreDeny) Reset() {
 	*x = PreDeny{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[28]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2525,7 @@ func (x *PreDeny) String() string {
 func (*PreDeny) ProtoMessage() {}
 
 func (x *PreDeny) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[28]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2538,7 @@ func (x *PreDeny) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreDeny.ProtoReflect.Descriptor instead.
 func (*PreDeny) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{28}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PreDeny) GetReason() string {
@@ -2379,7 +2559,7 @@ type PreAsk struct {
 
 func (x *PreAsk) Reset() {
 	*x = PreAsk{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[29]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2571,7 @@ func (x *PreAsk) String() string {
 func (*PreAsk) ProtoMessage() {}
 
 func (x *PreAsk) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[29]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2584,7 @@ func (x *PreAsk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreAsk.ProtoReflect.Descriptor instead.
 func (*PreAsk) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{29}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PreAsk) GetReason() string {
@@ -2431,7 +2611,7 @@ type PreToolDecision struct {
 
 func (x *PreToolDecision) Reset() {
 	*x = PreToolDecision{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[30]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2623,7 @@ func (x *PreToolDecision) String() string {
 func (*PreToolDecision) ProtoMessage() {}
 
 func (x *PreToolDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[30]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2636,7 @@ func (x *PreToolDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreToolDecision.ProtoReflect.Descriptor instead.
 func (*PreToolDecision) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{30}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PreToolDecision) GetKind() isPreToolDecision_Kind {
@@ -2533,7 +2713,7 @@ type PostAccept struct {
 
 func (x *PostAccept) Reset() {
 	*x = PostAccept{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[31]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2725,7 @@ func (x *PostAccept) String() string {
 func (*PostAccept) ProtoMessage() {}
 
 func (x *PostAccept) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[31]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +2738,7 @@ func (x *PostAccept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostAccept.ProtoReflect.Descriptor instead.
 func (*PostAccept) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{31}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PostAccept) GetReplaceContent() bool {
@@ -2595,7 +2775,7 @@ type PostBlock struct {
 
 func (x *PostBlock) Reset() {
 	*x = PostBlock{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[32]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2787,7 @@ func (x *PostBlock) String() string {
 func (*PostBlock) ProtoMessage() {}
 
 func (x *PostBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[32]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2800,7 @@ func (x *PostBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostBlock.ProtoReflect.Descriptor instead.
 func (*PostBlock) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{32}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PostBlock) GetFeedback() []*v1.ContentBlock {
@@ -2653,7 +2833,7 @@ type PostToolDecision struct {
 
 func (x *PostToolDecision) Reset() {
 	*x = PostToolDecision{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[33]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +2845,7 @@ func (x *PostToolDecision) String() string {
 func (*PostToolDecision) ProtoMessage() {}
 
 func (x *PostToolDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[33]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +2858,7 @@ func (x *PostToolDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostToolDecision.ProtoReflect.Descriptor instead.
 func (*PostToolDecision) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{33}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PostToolDecision) GetKind() isPostToolDecision_Kind {
@@ -2735,7 +2915,7 @@ type PreExecuteRequest struct {
 
 func (x *PreExecuteRequest) Reset() {
 	*x = PreExecuteRequest{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[34]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2927,7 @@ func (x *PreExecuteRequest) String() string {
 func (*PreExecuteRequest) ProtoMessage() {}
 
 func (x *PreExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[34]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2940,7 @@ func (x *PreExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreExecuteRequest.ProtoReflect.Descriptor instead.
 func (*PreExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{34}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PreExecuteRequest) GetExecution() *ToolExecution {
@@ -2781,7 +2961,7 @@ type PreExecuteResponse struct {
 
 func (x *PreExecuteResponse) Reset() {
 	*x = PreExecuteResponse{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[35]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +2973,7 @@ func (x *PreExecuteResponse) String() string {
 func (*PreExecuteResponse) ProtoMessage() {}
 
 func (x *PreExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[35]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +2986,7 @@ func (x *PreExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreExecuteResponse.ProtoReflect.Descriptor instead.
 func (*PreExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{35}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PreExecuteResponse) GetDecision() *PreToolDecision {
@@ -2829,7 +3009,7 @@ type PostExecuteRequest struct {
 
 func (x *PostExecuteRequest) Reset() {
 	*x = PostExecuteRequest{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[36]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +3021,7 @@ func (x *PostExecuteRequest) String() string {
 func (*PostExecuteRequest) ProtoMessage() {}
 
 func (x *PostExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[36]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +3034,7 @@ func (x *PostExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostExecuteRequest.ProtoReflect.Descriptor instead.
 func (*PostExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{36}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PostExecuteRequest) GetExecution() *ToolExecution {
@@ -2882,7 +3062,7 @@ type PostExecuteResponse struct {
 
 func (x *PostExecuteResponse) Reset() {
 	*x = PostExecuteResponse{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[37]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2894,7 +3074,7 @@ func (x *PostExecuteResponse) String() string {
 func (*PostExecuteResponse) ProtoMessage() {}
 
 func (x *PostExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[37]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2907,7 +3087,7 @@ func (x *PostExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostExecuteResponse.ProtoReflect.Descriptor instead.
 func (*PostExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{37}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PostExecuteResponse) GetDecision() *PostToolDecision {
@@ -2936,7 +3116,7 @@ type GetWorkspaceContextRequest struct {
 
 func (x *GetWorkspaceContextRequest) Reset() {
 	*x = GetWorkspaceContextRequest{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[38]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +3128,7 @@ func (x *GetWorkspaceContextRequest) String() string {
 func (*GetWorkspaceContextRequest) ProtoMessage() {}
 
 func (x *GetWorkspaceContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[38]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +3141,7 @@ func (x *GetWorkspaceContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkspaceContextRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkspaceContextRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{38}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetWorkspaceContextRequest) GetCwd() string {
@@ -2996,7 +3176,7 @@ type InstructionFile struct {
 
 func (x *InstructionFile) Reset() {
 	*x = InstructionFile{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[39]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3188,7 @@ func (x *InstructionFile) String() string {
 func (*InstructionFile) ProtoMessage() {}
 
 func (x *InstructionFile) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[39]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3201,7 @@ func (x *InstructionFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstructionFile.ProtoReflect.Descriptor instead.
 func (*InstructionFile) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{39}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *InstructionFile) GetPath() string {
@@ -3070,7 +3250,7 @@ type SkillResourceBase struct {
 
 func (x *SkillResourceBase) Reset() {
 	*x = SkillResourceBase{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[40]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +3262,7 @@ func (x *SkillResourceBase) String() string {
 func (*SkillResourceBase) ProtoMessage() {}
 
 func (x *SkillResourceBase) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[40]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +3275,7 @@ func (x *SkillResourceBase) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillResourceBase.ProtoReflect.Descriptor instead.
 func (*SkillResourceBase) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{40}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SkillResourceBase) GetKind() isSkillResourceBase_Kind {
@@ -3185,7 +3365,7 @@ type SkillSummary struct {
 
 func (x *SkillSummary) Reset() {
 	*x = SkillSummary{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[41]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3197,7 +3377,7 @@ func (x *SkillSummary) String() string {
 func (*SkillSummary) ProtoMessage() {}
 
 func (x *SkillSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[41]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3210,7 +3390,7 @@ func (x *SkillSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillSummary.ProtoReflect.Descriptor instead.
 func (*SkillSummary) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{41}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SkillSummary) GetName() string {
@@ -3290,7 +3470,7 @@ type WorkspaceNotice struct {
 
 func (x *WorkspaceNotice) Reset() {
 	*x = WorkspaceNotice{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[42]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3302,7 +3482,7 @@ func (x *WorkspaceNotice) String() string {
 func (*WorkspaceNotice) ProtoMessage() {}
 
 func (x *WorkspaceNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[42]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3315,7 +3495,7 @@ func (x *WorkspaceNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceNotice.ProtoReflect.Descriptor instead.
 func (*WorkspaceNotice) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{42}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WorkspaceNotice) GetPath() string {
@@ -3358,7 +3538,7 @@ type GetWorkspaceContextResponse struct {
 
 func (x *GetWorkspaceContextResponse) Reset() {
 	*x = GetWorkspaceContextResponse{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[43]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3370,7 +3550,7 @@ func (x *GetWorkspaceContextResponse) String() string {
 func (*GetWorkspaceContextResponse) ProtoMessage() {}
 
 func (x *GetWorkspaceContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[43]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3383,7 +3563,7 @@ func (x *GetWorkspaceContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkspaceContextResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkspaceContextResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{43}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetWorkspaceContextResponse) GetProjectRoot() string {
@@ -3446,7 +3626,7 @@ type EndSessionRequest struct {
 
 func (x *EndSessionRequest) Reset() {
 	*x = EndSessionRequest{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[44]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3458,7 +3638,7 @@ func (x *EndSessionRequest) String() string {
 func (*EndSessionRequest) ProtoMessage() {}
 
 func (x *EndSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[44]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3471,7 +3651,7 @@ func (x *EndSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSessionRequest.ProtoReflect.Descriptor instead.
 func (*EndSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{44}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *EndSessionRequest) GetSessionId() string {
@@ -3492,7 +3672,7 @@ type EndSessionResponse struct {
 
 func (x *EndSessionResponse) Reset() {
 	*x = EndSessionResponse{}
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[45]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3684,7 @@ func (x *EndSessionResponse) String() string {
 func (*EndSessionResponse) ProtoMessage() {}
 
 func (x *EndSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsh_tools_v1_tools_proto_msgTypes[45]
+	mi := &file_dsh_tools_v1_tools_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3697,7 @@ func (x *EndSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSessionResponse.ProtoReflect.Descriptor instead.
 func (*EndSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{45}
+	return file_dsh_tools_v1_tools_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *EndSessionResponse) GetTasksStopped() int32 {
@@ -3648,7 +3828,15 @@ const file_dsh_tools_v1_tools_proto_rawDesc = "" +
 	"\x0fExecuteResponse\x122\n" +
 	"\x06output\x18\x01 \x01(\v2\x18.dsh.tools.v1.ToolOutputH\x00R\x06output\x12;\n" +
 	"\x06result\x18\x02 \x01(\v2!.dsh.tools.v1.ToolExecutionResultH\x00R\x06resultB\a\n" +
-	"\x05event\"\n" +
+	"\x05event\"\x98\x01\n" +
+	"\x15PrepareExecuteRequest\x12=\n" +
+	"\aprepare\x18\x01 \x01(\v2!.dsh.tools.v1.PrepareCallsRequestH\x00R\aprepare\x128\n" +
+	"\aexecute\x18\x02 \x01(\v2\x1c.dsh.tools.v1.ExecuteRequestH\x00R\aexecuteB\x06\n" +
+	"\x04step\"\x99\x01\n" +
+	"\x16PrepareExecuteResponse\x12@\n" +
+	"\bprepared\x18\x01 \x01(\v2\".dsh.tools.v1.PrepareCallsResponseH\x00R\bprepared\x125\n" +
+	"\x05event\x18\x02 \x01(\v2\x1d.dsh.tools.v1.ExecuteResponseH\x00R\x05eventB\x06\n" +
+	"\x04step\"\n" +
 	"\n" +
 	"\bPreAllow\"!\n" +
 	"\aPreDeny\x12\x16\n" +
@@ -3758,13 +3946,14 @@ const file_dsh_tools_v1_tools_proto_rawDesc = "" +
 	"\x15TOOL_CALL_KIND_SEARCH\x10\x05\x12\x1a\n" +
 	"\x16TOOL_CALL_KIND_EXECUTE\x10\x06\x12\x18\n" +
 	"\x14TOOL_CALL_KIND_FETCH\x10\a\x12\x18\n" +
-	"\x14TOOL_CALL_KIND_OTHER\x10\b2\x89\x04\n" +
+	"\x14TOOL_CALL_KIND_OTHER\x10\b2\xea\x04\n" +
 	"\bToolHost\x12L\n" +
 	"\tListTools\x12\x1e.dsh.tools.v1.ListToolsRequest\x1a\x1f.dsh.tools.v1.ListToolsResponse\x12Q\n" +
 	"\n" +
 	"WatchTools\x12\x1f.dsh.tools.v1.WatchToolsRequest\x1a .dsh.tools.v1.WatchToolsResponse0\x01\x12U\n" +
 	"\fPrepareCalls\x12!.dsh.tools.v1.PrepareCallsRequest\x1a\".dsh.tools.v1.PrepareCallsResponse\x12H\n" +
-	"\aExecute\x12\x1c.dsh.tools.v1.ExecuteRequest\x1a\x1d.dsh.tools.v1.ExecuteResponse0\x01\x12j\n" +
+	"\aExecute\x12\x1c.dsh.tools.v1.ExecuteRequest\x1a\x1d.dsh.tools.v1.ExecuteResponse0\x01\x12_\n" +
+	"\x0ePrepareExecute\x12#.dsh.tools.v1.PrepareExecuteRequest\x1a$.dsh.tools.v1.PrepareExecuteResponse(\x010\x01\x12j\n" +
 	"\x13GetWorkspaceContext\x12(.dsh.tools.v1.GetWorkspaceContextRequest\x1a).dsh.tools.v1.GetWorkspaceContextResponse\x12O\n" +
 	"\n" +
 	"EndSession\x12\x1f.dsh.tools.v1.EndSessionRequest\x1a .dsh.tools.v1.EndSessionResponse2\xb6\x01\n" +
@@ -3788,7 +3977,7 @@ func file_dsh_tools_v1_tools_proto_rawDescGZIP() []byte {
 }
 
 var file_dsh_tools_v1_tools_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_dsh_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_dsh_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_dsh_tools_v1_tools_proto_goTypes = []any{
 	(ConcurrencySafety)(0),              // 0: dsh.tools.v1.ConcurrencySafety
 	(ExecutionMode)(0),                  // 1: dsh.tools.v1.ExecutionMode
@@ -3825,53 +4014,55 @@ var file_dsh_tools_v1_tools_proto_goTypes = []any{
 	(*PrepareCallsResponse)(nil),        // 32: dsh.tools.v1.PrepareCallsResponse
 	(*ExecuteRequest)(nil),              // 33: dsh.tools.v1.ExecuteRequest
 	(*ExecuteResponse)(nil),             // 34: dsh.tools.v1.ExecuteResponse
-	(*PreAllow)(nil),                    // 35: dsh.tools.v1.PreAllow
-	(*PreDeny)(nil),                     // 36: dsh.tools.v1.PreDeny
-	(*PreAsk)(nil),                      // 37: dsh.tools.v1.PreAsk
-	(*PreToolDecision)(nil),             // 38: dsh.tools.v1.PreToolDecision
-	(*PostAccept)(nil),                  // 39: dsh.tools.v1.PostAccept
-	(*PostBlock)(nil),                   // 40: dsh.tools.v1.PostBlock
-	(*PostToolDecision)(nil),            // 41: dsh.tools.v1.PostToolDecision
-	(*PreExecuteRequest)(nil),           // 42: dsh.tools.v1.PreExecuteRequest
-	(*PreExecuteResponse)(nil),          // 43: dsh.tools.v1.PreExecuteResponse
-	(*PostExecuteRequest)(nil),          // 44: dsh.tools.v1.PostExecuteRequest
-	(*PostExecuteResponse)(nil),         // 45: dsh.tools.v1.PostExecuteResponse
-	(*GetWorkspaceContextRequest)(nil),  // 46: dsh.tools.v1.GetWorkspaceContextRequest
-	(*InstructionFile)(nil),             // 47: dsh.tools.v1.InstructionFile
-	(*SkillResourceBase)(nil),           // 48: dsh.tools.v1.SkillResourceBase
-	(*SkillSummary)(nil),                // 49: dsh.tools.v1.SkillSummary
-	(*WorkspaceNotice)(nil),             // 50: dsh.tools.v1.WorkspaceNotice
-	(*GetWorkspaceContextResponse)(nil), // 51: dsh.tools.v1.GetWorkspaceContextResponse
-	(*EndSessionRequest)(nil),           // 52: dsh.tools.v1.EndSessionRequest
-	(*EndSessionResponse)(nil),          // 53: dsh.tools.v1.EndSessionResponse
-	(*v1.ToolSchema)(nil),               // 54: dsh.llm.v1.ToolSchema
-	(*v1.ContentBlock)(nil),             // 55: dsh.llm.v1.ContentBlock
-	(*v1.MessageSource)(nil),            // 56: dsh.llm.v1.MessageSource
+	(*PrepareExecuteRequest)(nil),       // 35: dsh.tools.v1.PrepareExecuteRequest
+	(*PrepareExecuteResponse)(nil),      // 36: dsh.tools.v1.PrepareExecuteResponse
+	(*PreAllow)(nil),                    // 37: dsh.tools.v1.PreAllow
+	(*PreDeny)(nil),                     // 38: dsh.tools.v1.PreDeny
+	(*PreAsk)(nil),                      // 39: dsh.tools.v1.PreAsk
+	(*PreToolDecision)(nil),             // 40: dsh.tools.v1.PreToolDecision
+	(*PostAccept)(nil),                  // 41: dsh.tools.v1.PostAccept
+	(*PostBlock)(nil),                   // 42: dsh.tools.v1.PostBlock
+	(*PostToolDecision)(nil),            // 43: dsh.tools.v1.PostToolDecision
+	(*PreExecuteRequest)(nil),           // 44: dsh.tools.v1.PreExecuteRequest
+	(*PreExecuteResponse)(nil),          // 45: dsh.tools.v1.PreExecuteResponse
+	(*PostExecuteRequest)(nil),          // 46: dsh.tools.v1.PostExecuteRequest
+	(*PostExecuteResponse)(nil),         // 47: dsh.tools.v1.PostExecuteResponse
+	(*GetWorkspaceContextRequest)(nil),  // 48: dsh.tools.v1.GetWorkspaceContextRequest
+	(*InstructionFile)(nil),             // 49: dsh.tools.v1.InstructionFile
+	(*SkillResourceBase)(nil),           // 50: dsh.tools.v1.SkillResourceBase
+	(*SkillSummary)(nil),                // 51: dsh.tools.v1.SkillSummary
+	(*WorkspaceNotice)(nil),             // 52: dsh.tools.v1.WorkspaceNotice
+	(*GetWorkspaceContextResponse)(nil), // 53: dsh.tools.v1.GetWorkspaceContextResponse
+	(*EndSessionRequest)(nil),           // 54: dsh.tools.v1.EndSessionRequest
+	(*EndSessionResponse)(nil),          // 55: dsh.tools.v1.EndSessionResponse
+	(*v1.ToolSchema)(nil),               // 56: dsh.llm.v1.ToolSchema
+	(*v1.ContentBlock)(nil),             // 57: dsh.llm.v1.ContentBlock
+	(*v1.MessageSource)(nil),            // 58: dsh.llm.v1.MessageSource
 }
 var file_dsh_tools_v1_tools_proto_depIdxs = []int32{
-	54, // 0: dsh.tools.v1.ToolDescriptor.schema:type_name -> dsh.llm.v1.ToolSchema
+	56, // 0: dsh.tools.v1.ToolDescriptor.schema:type_name -> dsh.llm.v1.ToolSchema
 	0,  // 1: dsh.tools.v1.ToolDescriptor.concurrency:type_name -> dsh.tools.v1.ConcurrencySafety
 	2,  // 2: dsh.tools.v1.SandboxPolicy.mode:type_name -> dsh.tools.v1.SandboxMode
 	3,  // 3: dsh.tools.v1.SandboxPolicy.network:type_name -> dsh.tools.v1.NetworkAccess
 	9,  // 4: dsh.tools.v1.ToolContext.sandbox:type_name -> dsh.tools.v1.SandboxPolicy
 	10, // 5: dsh.tools.v1.ToolExecution.context:type_name -> dsh.tools.v1.ToolContext
-	55, // 6: dsh.tools.v1.HookContext.content:type_name -> dsh.llm.v1.ContentBlock
-	56, // 7: dsh.tools.v1.HookContext.source:type_name -> dsh.llm.v1.MessageSource
+	57, // 6: dsh.tools.v1.HookContext.content:type_name -> dsh.llm.v1.ContentBlock
+	58, // 7: dsh.tools.v1.HookContext.source:type_name -> dsh.llm.v1.MessageSource
 	6,  // 8: dsh.tools.v1.HookContext.placement:type_name -> dsh.tools.v1.ContextPlacement
 	7,  // 9: dsh.tools.v1.GenericCallView.kind:type_name -> dsh.tools.v1.ToolCallKind
-	55, // 10: dsh.tools.v1.GenericCallView.content:type_name -> dsh.llm.v1.ContentBlock
+	57, // 10: dsh.tools.v1.GenericCallView.content:type_name -> dsh.llm.v1.ContentBlock
 	14, // 11: dsh.tools.v1.GenericCallView.locations:type_name -> dsh.tools.v1.FileLocation
 	15, // 12: dsh.tools.v1.DiffCallView.diffs:type_name -> dsh.tools.v1.FileDiff
 	14, // 13: dsh.tools.v1.DiffCallView.locations:type_name -> dsh.tools.v1.FileLocation
 	16, // 14: dsh.tools.v1.ToolCallView.generic:type_name -> dsh.tools.v1.GenericCallView
 	17, // 15: dsh.tools.v1.ToolCallView.terminal:type_name -> dsh.tools.v1.TerminalCallView
 	18, // 16: dsh.tools.v1.ToolCallView.diff:type_name -> dsh.tools.v1.DiffCallView
-	55, // 17: dsh.tools.v1.GenericResultView.content:type_name -> dsh.llm.v1.ContentBlock
+	57, // 17: dsh.tools.v1.GenericResultView.content:type_name -> dsh.llm.v1.ContentBlock
 	15, // 18: dsh.tools.v1.DiffResultView.diffs:type_name -> dsh.tools.v1.FileDiff
 	20, // 19: dsh.tools.v1.ToolResultView.generic:type_name -> dsh.tools.v1.GenericResultView
 	21, // 20: dsh.tools.v1.ToolResultView.terminal:type_name -> dsh.tools.v1.TerminalResultView
 	22, // 21: dsh.tools.v1.ToolResultView.diff:type_name -> dsh.tools.v1.DiffResultView
-	55, // 22: dsh.tools.v1.ToolExecutionResult.content:type_name -> dsh.llm.v1.ContentBlock
+	57, // 22: dsh.tools.v1.ToolExecutionResult.content:type_name -> dsh.llm.v1.ContentBlock
 	12, // 23: dsh.tools.v1.ToolExecutionResult.error:type_name -> dsh.tools.v1.ToolErrorInfo
 	13, // 24: dsh.tools.v1.ToolExecutionResult.additional_contexts:type_name -> dsh.tools.v1.HookContext
 	23, // 25: dsh.tools.v1.ToolExecutionResult.view:type_name -> dsh.tools.v1.ToolResultView
@@ -3887,46 +4078,52 @@ var file_dsh_tools_v1_tools_proto_depIdxs = []int32{
 	11, // 35: dsh.tools.v1.ExecuteRequest.execution:type_name -> dsh.tools.v1.ToolExecution
 	25, // 36: dsh.tools.v1.ExecuteResponse.output:type_name -> dsh.tools.v1.ToolOutput
 	24, // 37: dsh.tools.v1.ExecuteResponse.result:type_name -> dsh.tools.v1.ToolExecutionResult
-	35, // 38: dsh.tools.v1.PreToolDecision.allow:type_name -> dsh.tools.v1.PreAllow
-	36, // 39: dsh.tools.v1.PreToolDecision.deny:type_name -> dsh.tools.v1.PreDeny
-	37, // 40: dsh.tools.v1.PreToolDecision.ask:type_name -> dsh.tools.v1.PreAsk
-	55, // 41: dsh.tools.v1.PostAccept.content:type_name -> dsh.llm.v1.ContentBlock
-	13, // 42: dsh.tools.v1.PostAccept.additional_contexts:type_name -> dsh.tools.v1.HookContext
-	55, // 43: dsh.tools.v1.PostBlock.feedback:type_name -> dsh.llm.v1.ContentBlock
-	13, // 44: dsh.tools.v1.PostBlock.additional_contexts:type_name -> dsh.tools.v1.HookContext
-	39, // 45: dsh.tools.v1.PostToolDecision.accept:type_name -> dsh.tools.v1.PostAccept
-	40, // 46: dsh.tools.v1.PostToolDecision.block:type_name -> dsh.tools.v1.PostBlock
-	11, // 47: dsh.tools.v1.PreExecuteRequest.execution:type_name -> dsh.tools.v1.ToolExecution
-	38, // 48: dsh.tools.v1.PreExecuteResponse.decision:type_name -> dsh.tools.v1.PreToolDecision
-	11, // 49: dsh.tools.v1.PostExecuteRequest.execution:type_name -> dsh.tools.v1.ToolExecution
-	24, // 50: dsh.tools.v1.PostExecuteRequest.result:type_name -> dsh.tools.v1.ToolExecutionResult
-	41, // 51: dsh.tools.v1.PostExecuteResponse.decision:type_name -> dsh.tools.v1.PostToolDecision
-	48, // 52: dsh.tools.v1.SkillSummary.resource_base:type_name -> dsh.tools.v1.SkillResourceBase
-	47, // 53: dsh.tools.v1.GetWorkspaceContextResponse.instructions:type_name -> dsh.tools.v1.InstructionFile
-	49, // 54: dsh.tools.v1.GetWorkspaceContextResponse.skills:type_name -> dsh.tools.v1.SkillSummary
-	50, // 55: dsh.tools.v1.GetWorkspaceContextResponse.notices:type_name -> dsh.tools.v1.WorkspaceNotice
-	50, // 56: dsh.tools.v1.GetWorkspaceContextResponse.skill_errors:type_name -> dsh.tools.v1.WorkspaceNotice
-	26, // 57: dsh.tools.v1.ToolHost.ListTools:input_type -> dsh.tools.v1.ListToolsRequest
-	28, // 58: dsh.tools.v1.ToolHost.WatchTools:input_type -> dsh.tools.v1.WatchToolsRequest
-	31, // 59: dsh.tools.v1.ToolHost.PrepareCalls:input_type -> dsh.tools.v1.PrepareCallsRequest
-	33, // 60: dsh.tools.v1.ToolHost.Execute:input_type -> dsh.tools.v1.ExecuteRequest
-	46, // 61: dsh.tools.v1.ToolHost.GetWorkspaceContext:input_type -> dsh.tools.v1.GetWorkspaceContextRequest
-	52, // 62: dsh.tools.v1.ToolHost.EndSession:input_type -> dsh.tools.v1.EndSessionRequest
-	42, // 63: dsh.tools.v1.ToolInterceptor.PreExecute:input_type -> dsh.tools.v1.PreExecuteRequest
-	44, // 64: dsh.tools.v1.ToolInterceptor.PostExecute:input_type -> dsh.tools.v1.PostExecuteRequest
-	27, // 65: dsh.tools.v1.ToolHost.ListTools:output_type -> dsh.tools.v1.ListToolsResponse
-	29, // 66: dsh.tools.v1.ToolHost.WatchTools:output_type -> dsh.tools.v1.WatchToolsResponse
-	32, // 67: dsh.tools.v1.ToolHost.PrepareCalls:output_type -> dsh.tools.v1.PrepareCallsResponse
-	34, // 68: dsh.tools.v1.ToolHost.Execute:output_type -> dsh.tools.v1.ExecuteResponse
-	51, // 69: dsh.tools.v1.ToolHost.GetWorkspaceContext:output_type -> dsh.tools.v1.GetWorkspaceContextResponse
-	53, // 70: dsh.tools.v1.ToolHost.EndSession:output_type -> dsh.tools.v1.EndSessionResponse
-	43, // 71: dsh.tools.v1.ToolInterceptor.PreExecute:output_type -> dsh.tools.v1.PreExecuteResponse
-	45, // 72: dsh.tools.v1.ToolInterceptor.PostExecute:output_type -> dsh.tools.v1.PostExecuteResponse
-	65, // [65:73] is the sub-list for method output_type
-	57, // [57:65] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	31, // 38: dsh.tools.v1.PrepareExecuteRequest.prepare:type_name -> dsh.tools.v1.PrepareCallsRequest
+	33, // 39: dsh.tools.v1.PrepareExecuteRequest.execute:type_name -> dsh.tools.v1.ExecuteRequest
+	32, // 40: dsh.tools.v1.PrepareExecuteResponse.prepared:type_name -> dsh.tools.v1.PrepareCallsResponse
+	34, // 41: dsh.tools.v1.PrepareExecuteResponse.event:type_name -> dsh.tools.v1.ExecuteResponse
+	37, // 42: dsh.tools.v1.PreToolDecision.allow:type_name -> dsh.tools.v1.PreAllow
+	38, // 43: dsh.tools.v1.PreToolDecision.deny:type_name -> dsh.tools.v1.PreDeny
+	39, // 44: dsh.tools.v1.PreToolDecision.ask:type_name -> dsh.tools.v1.PreAsk
+	57, // 45: dsh.tools.v1.PostAccept.content:type_name -> dsh.llm.v1.ContentBlock
+	13, // 46: dsh.tools.v1.PostAccept.additional_contexts:type_name -> dsh.tools.v1.HookContext
+	57, // 47: dsh.tools.v1.PostBlock.feedback:type_name -> dsh.llm.v1.ContentBlock
+	13, // 48: dsh.tools.v1.PostBlock.additional_contexts:type_name -> dsh.tools.v1.HookContext
+	41, // 49: dsh.tools.v1.PostToolDecision.accept:type_name -> dsh.tools.v1.PostAccept
+	42, // 50: dsh.tools.v1.PostToolDecision.block:type_name -> dsh.tools.v1.PostBlock
+	11, // 51: dsh.tools.v1.PreExecuteRequest.execution:type_name -> dsh.tools.v1.ToolExecution
+	40, // 52: dsh.tools.v1.PreExecuteResponse.decision:type_name -> dsh.tools.v1.PreToolDecision
+	11, // 53: dsh.tools.v1.PostExecuteRequest.execution:type_name -> dsh.tools.v1.ToolExecution
+	24, // 54: dsh.tools.v1.PostExecuteRequest.result:type_name -> dsh.tools.v1.ToolExecutionResult
+	43, // 55: dsh.tools.v1.PostExecuteResponse.decision:type_name -> dsh.tools.v1.PostToolDecision
+	50, // 56: dsh.tools.v1.SkillSummary.resource_base:type_name -> dsh.tools.v1.SkillResourceBase
+	49, // 57: dsh.tools.v1.GetWorkspaceContextResponse.instructions:type_name -> dsh.tools.v1.InstructionFile
+	51, // 58: dsh.tools.v1.GetWorkspaceContextResponse.skills:type_name -> dsh.tools.v1.SkillSummary
+	52, // 59: dsh.tools.v1.GetWorkspaceContextResponse.notices:type_name -> dsh.tools.v1.WorkspaceNotice
+	52, // 60: dsh.tools.v1.GetWorkspaceContextResponse.skill_errors:type_name -> dsh.tools.v1.WorkspaceNotice
+	26, // 61: dsh.tools.v1.ToolHost.ListTools:input_type -> dsh.tools.v1.ListToolsRequest
+	28, // 62: dsh.tools.v1.ToolHost.WatchTools:input_type -> dsh.tools.v1.WatchToolsRequest
+	31, // 63: dsh.tools.v1.ToolHost.PrepareCalls:input_type -> dsh.tools.v1.PrepareCallsRequest
+	33, // 64: dsh.tools.v1.ToolHost.Execute:input_type -> dsh.tools.v1.ExecuteRequest
+	35, // 65: dsh.tools.v1.ToolHost.PrepareExecute:input_type -> dsh.tools.v1.PrepareExecuteRequest
+	48, // 66: dsh.tools.v1.ToolHost.GetWorkspaceContext:input_type -> dsh.tools.v1.GetWorkspaceContextRequest
+	54, // 67: dsh.tools.v1.ToolHost.EndSession:input_type -> dsh.tools.v1.EndSessionRequest
+	44, // 68: dsh.tools.v1.ToolInterceptor.PreExecute:input_type -> dsh.tools.v1.PreExecuteRequest
+	46, // 69: dsh.tools.v1.ToolInterceptor.PostExecute:input_type -> dsh.tools.v1.PostExecuteRequest
+	27, // 70: dsh.tools.v1.ToolHost.ListTools:output_type -> dsh.tools.v1.ListToolsResponse
+	29, // 71: dsh.tools.v1.ToolHost.WatchTools:output_type -> dsh.tools.v1.WatchToolsResponse
+	32, // 72: dsh.tools.v1.ToolHost.PrepareCalls:output_type -> dsh.tools.v1.PrepareCallsResponse
+	34, // 73: dsh.tools.v1.ToolHost.Execute:output_type -> dsh.tools.v1.ExecuteResponse
+	36, // 74: dsh.tools.v1.ToolHost.PrepareExecute:output_type -> dsh.tools.v1.PrepareExecuteResponse
+	53, // 75: dsh.tools.v1.ToolHost.GetWorkspaceContext:output_type -> dsh.tools.v1.GetWorkspaceContextResponse
+	55, // 76: dsh.tools.v1.ToolHost.EndSession:output_type -> dsh.tools.v1.EndSessionResponse
+	45, // 77: dsh.tools.v1.ToolInterceptor.PreExecute:output_type -> dsh.tools.v1.PreExecuteResponse
+	47, // 78: dsh.tools.v1.ToolInterceptor.PostExecute:output_type -> dsh.tools.v1.PostExecuteResponse
+	70, // [70:79] is the sub-list for method output_type
+	61, // [61:70] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_dsh_tools_v1_tools_proto_init() }
@@ -3953,16 +4150,24 @@ func file_dsh_tools_v1_tools_proto_init() {
 		(*ExecuteResponse_Output)(nil),
 		(*ExecuteResponse_Result)(nil),
 	}
-	file_dsh_tools_v1_tools_proto_msgTypes[30].OneofWrappers = []any{
+	file_dsh_tools_v1_tools_proto_msgTypes[27].OneofWrappers = []any{
+		(*PrepareExecuteRequest_Prepare)(nil),
+		(*PrepareExecuteRequest_Execute)(nil),
+	}
+	file_dsh_tools_v1_tools_proto_msgTypes[28].OneofWrappers = []any{
+		(*PrepareExecuteResponse_Prepared)(nil),
+		(*PrepareExecuteResponse_Event)(nil),
+	}
+	file_dsh_tools_v1_tools_proto_msgTypes[32].OneofWrappers = []any{
 		(*PreToolDecision_Allow)(nil),
 		(*PreToolDecision_Deny)(nil),
 		(*PreToolDecision_Ask)(nil),
 	}
-	file_dsh_tools_v1_tools_proto_msgTypes[33].OneofWrappers = []any{
+	file_dsh_tools_v1_tools_proto_msgTypes[35].OneofWrappers = []any{
 		(*PostToolDecision_Accept)(nil),
 		(*PostToolDecision_Block)(nil),
 	}
-	file_dsh_tools_v1_tools_proto_msgTypes[40].OneofWrappers = []any{
+	file_dsh_tools_v1_tools_proto_msgTypes[42].OneofWrappers = []any{
 		(*SkillResourceBase_Directory)(nil),
 		(*SkillResourceBase_Url)(nil),
 		(*SkillResourceBase_Opaque)(nil),
@@ -3973,7 +4178,7 @@ func file_dsh_tools_v1_tools_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsh_tools_v1_tools_proto_rawDesc), len(file_dsh_tools_v1_tools_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   46,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

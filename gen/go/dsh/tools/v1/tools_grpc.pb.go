@@ -28,6 +28,7 @@ const (
 	ToolHost_WatchTools_FullMethodName          = "/dsh.tools.v1.ToolHost/WatchTools"
 	ToolHost_PrepareCalls_FullMethodName        = "/dsh.tools.v1.ToolHost/PrepareCalls"
 	ToolHost_Execute_FullMethodName             = "/dsh.tools.v1.ToolHost/Execute"
+	ToolHost_PrepareExecute_FullMethodName      = "/dsh.tools.v1.ToolHost/PrepareExecute"
 	ToolHost_GetWorkspaceContext_FullMethodName = "/dsh.tools.v1.ToolHost/GetWorkspaceContext"
 	ToolHost_EndSession_FullMethodName          = "/dsh.tools.v1.ToolHost/EndSession"
 )
@@ -47,6 +48,20 @@ type ToolHostClient interface {
 	PrepareCalls(ctx context.Context, in *PrepareCallsRequest, opts ...grpc.CallOption) (*PrepareCallsResponse, error)
 	// Execute runs one call; cancelling the RPC cancels the tool.
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteResponse], error)
+	// PrepareExecute is PrepareCalls for one call followed by its Execute on
+	// one stream (one stream set-up instead of two calls). Order: the client
+	// sends prepare with exactly one execution; the host answers prepared
+	// (PrepareCalls' answer); the client sends execute (the execution to run)
+	// and closes its send side; once that close has arrived the host runs the
+	// call and streams exactly what Execute streams (outputs, then one result; a malformed execution fails the RPC
+	// with INVALID_ARGUMENT as Execute does). A client that does not dispatch
+	// the call closes its send side without execute (the host ends the stream
+	// OK) or cancels the RPC (CANCELLED); either way no tool body runs. A
+	// message out of this order, a second prepare or execute, or a prepare
+	// without exactly one execution fails the RPC with INVALID_ARGUMENT. A
+	// host that does not serve it answers UNIMPLEMENTED and the agent falls
+	// back to PrepareCalls and Execute.
+	PrepareExecute(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PrepareExecuteRequest, PrepareExecuteResponse], error)
 	// GetWorkspaceContext returns the instruction files and the skill catalog
 	// of a directory in the workspace this host owns (empty for a host that
 	// owns no workspace).
@@ -125,6 +140,19 @@ func (c *toolHostClient) Execute(ctx context.Context, in *ExecuteRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ToolHost_ExecuteClient = grpc.ServerStreamingClient[ExecuteResponse]
 
+func (c *toolHostClient) PrepareExecute(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PrepareExecuteRequest, PrepareExecuteResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ToolHost_ServiceDesc.Streams[2], ToolHost_PrepareExecute_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PrepareExecuteRequest, PrepareExecuteResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ToolHost_PrepareExecuteClient = grpc.BidiStreamingClient[PrepareExecuteRequest, PrepareExecuteResponse]
+
 func (c *toolHostClient) GetWorkspaceContext(ctx context.Context, in *GetWorkspaceContextRequest, opts ...grpc.CallOption) (*GetWorkspaceContextResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetWorkspaceContextResponse)
@@ -160,6 +188,20 @@ type ToolHostServer interface {
 	PrepareCalls(context.Context, *PrepareCallsRequest) (*PrepareCallsResponse, error)
 	// Execute runs one call; cancelling the RPC cancels the tool.
 	Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteResponse]) error
+	// PrepareExecute is PrepareCalls for one call followed by its Execute on
+	// one stream (one stream set-up instead of two calls). Order: the client
+	// sends prepare with exactly one execution; the host answers prepared
+	// (PrepareCalls' answer); the client sends execute (the execution to run)
+	// and closes its send side; once that close has arrived the host runs the
+	// call and streams exactly what Execute streams (outputs, then one result; a malformed execution fails the RPC
+	// with INVALID_ARGUMENT as Execute does). A client that does not dispatch
+	// the call closes its send side without execute (the host ends the stream
+	// OK) or cancels the RPC (CANCELLED); either way no tool body runs. A
+	// message out of this order, a second prepare or execute, or a prepare
+	// without exactly one execution fails the RPC with INVALID_ARGUMENT. A
+	// host that does not serve it answers UNIMPLEMENTED and the agent falls
+	// back to PrepareCalls and Execute.
+	PrepareExecute(grpc.BidiStreamingServer[PrepareExecuteRequest, PrepareExecuteResponse]) error
 	// GetWorkspaceContext returns the instruction files and the skill catalog
 	// of a directory in the workspace this host owns (empty for a host that
 	// owns no workspace).
@@ -191,6 +233,9 @@ func (UnimplementedToolHostServer) PrepareCalls(context.Context, *PrepareCallsRe
 }
 func (UnimplementedToolHostServer) Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteResponse]) error {
 	return status.Error(codes.Unimplemented, "method Execute not implemented")
+}
+func (UnimplementedToolHostServer) PrepareExecute(grpc.BidiStreamingServer[PrepareExecuteRequest, PrepareExecuteResponse]) error {
+	return status.Error(codes.Unimplemented, "method PrepareExecute not implemented")
 }
 func (UnimplementedToolHostServer) GetWorkspaceContext(context.Context, *GetWorkspaceContextRequest) (*GetWorkspaceContextResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetWorkspaceContext not implemented")
@@ -277,6 +322,13 @@ func _ToolHost_Execute_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ToolHost_ExecuteServer = grpc.ServerStreamingServer[ExecuteResponse]
 
+func _ToolHost_PrepareExecute_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ToolHostServer).PrepareExecute(&grpc.GenericServerStream[PrepareExecuteRequest, PrepareExecuteResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ToolHost_PrepareExecuteServer = grpc.BidiStreamingServer[PrepareExecuteRequest, PrepareExecuteResponse]
+
 func _ToolHost_GetWorkspaceContext_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetWorkspaceContextRequest)
 	if err := dec(in); err != nil {
@@ -347,6 +399,12 @@ var ToolHost_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Execute",
 			Handler:       _ToolHost_Execute_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "PrepareExecute",
+			Handler:       _ToolHost_PrepareExecute_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "dsh/tools/v1/tools.proto",

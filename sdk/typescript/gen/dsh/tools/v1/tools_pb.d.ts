@@ -939,6 +939,84 @@ export declare type ExecuteResponse = Message<"dsh.tools.v1.ExecuteResponse"> & 
 export declare const ExecuteResponseSchema: GenMessage<ExecuteResponse>;
 
 /**
+ * PrepareExecuteRequest is one client message of a PrepareExecute stream:
+ * first exactly one prepare, then at most one execute, then the client
+ * closes its send side.
+ *
+ * @generated from message dsh.tools.v1.PrepareExecuteRequest
+ */
+export declare type PrepareExecuteRequest = Message<"dsh.tools.v1.PrepareExecuteRequest"> & {
+  /**
+   * The message.
+   *
+   * @generated from oneof dsh.tools.v1.PrepareExecuteRequest.step
+   */
+  step: {
+    /**
+     * The call to prepare: exactly one execution, answered by one prepared.
+     *
+     * @generated from field: dsh.tools.v1.PrepareCallsRequest prepare = 1;
+     */
+    value: PrepareCallsRequest;
+    case: "prepare";
+  } | {
+    /**
+     * The go-ahead: the call to run, sent after prepared. It may differ
+     * from the prepared execution (an interceptor rewrote the arguments),
+     * exactly as an Execute request may differ from its PrepareCalls one.
+     *
+     * @generated from field: dsh.tools.v1.ExecuteRequest execute = 2;
+     */
+    value: ExecuteRequest;
+    case: "execute";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message dsh.tools.v1.PrepareExecuteRequest.
+ * Use `create(PrepareExecuteRequestSchema)` to create a new message.
+ */
+export declare const PrepareExecuteRequestSchema: GenMessage<PrepareExecuteRequest>;
+
+/**
+ * PrepareExecuteResponse is one host message of a PrepareExecute stream:
+ * first exactly one prepared, then (after the client's execute) the
+ * messages of an Execute stream: zero or more outputs, then one result.
+ *
+ * @generated from message dsh.tools.v1.PrepareExecuteResponse
+ */
+export declare type PrepareExecuteResponse = Message<"dsh.tools.v1.PrepareExecuteResponse"> & {
+  /**
+   * The message.
+   *
+   * @generated from oneof dsh.tools.v1.PrepareExecuteResponse.step
+   */
+  step: {
+    /**
+     * PrepareCalls' answer for the prepared execution (one call).
+     *
+     * @generated from field: dsh.tools.v1.PrepareCallsResponse prepared = 1;
+     */
+    value: PrepareCallsResponse;
+    case: "prepared";
+  } | {
+    /**
+     * One message of the Execute stream of the execute request.
+     *
+     * @generated from field: dsh.tools.v1.ExecuteResponse event = 2;
+     */
+    value: ExecuteResponse;
+    case: "event";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message dsh.tools.v1.PrepareExecuteResponse.
+ * Use `create(PrepareExecuteResponseSchema)` to create a new message.
+ */
+export declare const PrepareExecuteResponseSchema: GenMessage<PrepareExecuteResponse>;
+
+/**
  * PreAllow lets the call proceed.
  *
  * @generated from message dsh.tools.v1.PreAllow
@@ -1909,6 +1987,28 @@ export declare const ToolHost: GenService<{
     methodKind: "server_streaming";
     input: typeof ExecuteRequestSchema;
     output: typeof ExecuteResponseSchema;
+  },
+  /**
+   * PrepareExecute is PrepareCalls for one call followed by its Execute on
+   * one stream (one stream set-up instead of two calls). Order: the client
+   * sends prepare with exactly one execution; the host answers prepared
+   * (PrepareCalls' answer); the client sends execute (the execution to run)
+   * and closes its send side; once that close has arrived the host runs the
+   * call and streams exactly what Execute streams (outputs, then one result; a malformed execution fails the RPC
+   * with INVALID_ARGUMENT as Execute does). A client that does not dispatch
+   * the call closes its send side without execute (the host ends the stream
+   * OK) or cancels the RPC (CANCELLED); either way no tool body runs. A
+   * message out of this order, a second prepare or execute, or a prepare
+   * without exactly one execution fails the RPC with INVALID_ARGUMENT. A
+   * host that does not serve it answers UNIMPLEMENTED and the agent falls
+   * back to PrepareCalls and Execute.
+   *
+   * @generated from rpc dsh.tools.v1.ToolHost.PrepareExecute
+   */
+  prepareExecute: {
+    methodKind: "bidi_streaming";
+    input: typeof PrepareExecuteRequestSchema;
+    output: typeof PrepareExecuteResponseSchema;
   },
   /**
    * GetWorkspaceContext returns the instruction files and the skill catalog

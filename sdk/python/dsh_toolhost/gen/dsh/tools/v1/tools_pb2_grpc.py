@@ -36,6 +36,11 @@ class ToolHostStub(object):
                 request_serializer=dsh_dot_tools_dot_v1_dot_tools__pb2.ExecuteRequest.SerializeToString,
                 response_deserializer=dsh_dot_tools_dot_v1_dot_tools__pb2.ExecuteResponse.FromString,
                 )
+        self.PrepareExecute = channel.stream_stream(
+                '/dsh.tools.v1.ToolHost/PrepareExecute',
+                request_serializer=dsh_dot_tools_dot_v1_dot_tools__pb2.PrepareExecuteRequest.SerializeToString,
+                response_deserializer=dsh_dot_tools_dot_v1_dot_tools__pb2.PrepareExecuteResponse.FromString,
+                )
         self.GetWorkspaceContext = channel.unary_unary(
                 '/dsh.tools.v1.ToolHost/GetWorkspaceContext',
                 request_serializer=dsh_dot_tools_dot_v1_dot_tools__pb2.GetWorkspaceContextRequest.SerializeToString,
@@ -76,6 +81,25 @@ class ToolHostServicer(object):
 
     def Execute(self, request, context):
         """Execute runs one call; cancelling the RPC cancels the tool.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PrepareExecute(self, request_iterator, context):
+        """PrepareExecute is PrepareCalls for one call followed by its Execute on
+        one stream (one stream set-up instead of two calls). Order: the client
+        sends prepare with exactly one execution; the host answers prepared
+        (PrepareCalls' answer); the client sends execute (the execution to run)
+        and closes its send side; once that close has arrived the host runs the
+        call and streams exactly what Execute streams (outputs, then one result; a malformed execution fails the RPC
+        with INVALID_ARGUMENT as Execute does). A client that does not dispatch
+        the call closes its send side without execute (the host ends the stream
+        OK) or cancels the RPC (CANCELLED); either way no tool body runs. A
+        message out of this order, a second prepare or execute, or a prepare
+        without exactly one execution fails the RPC with INVALID_ARGUMENT. A
+        host that does not serve it answers UNIMPLEMENTED and the agent falls
+        back to PrepareCalls and Execute.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -123,6 +147,11 @@ def add_ToolHostServicer_to_server(servicer, server):
                     servicer.Execute,
                     request_deserializer=dsh_dot_tools_dot_v1_dot_tools__pb2.ExecuteRequest.FromString,
                     response_serializer=dsh_dot_tools_dot_v1_dot_tools__pb2.ExecuteResponse.SerializeToString,
+            ),
+            'PrepareExecute': grpc.stream_stream_rpc_method_handler(
+                    servicer.PrepareExecute,
+                    request_deserializer=dsh_dot_tools_dot_v1_dot_tools__pb2.PrepareExecuteRequest.FromString,
+                    response_serializer=dsh_dot_tools_dot_v1_dot_tools__pb2.PrepareExecuteResponse.SerializeToString,
             ),
             'GetWorkspaceContext': grpc.unary_unary_rpc_method_handler(
                     servicer.GetWorkspaceContext,
@@ -211,6 +240,23 @@ class ToolHost(object):
         return grpc.experimental.unary_stream(request, target, '/dsh.tools.v1.ToolHost/Execute',
             dsh_dot_tools_dot_v1_dot_tools__pb2.ExecuteRequest.SerializeToString,
             dsh_dot_tools_dot_v1_dot_tools__pb2.ExecuteResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PrepareExecute(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(request_iterator, target, '/dsh.tools.v1.ToolHost/PrepareExecute',
+            dsh_dot_tools_dot_v1_dot_tools__pb2.PrepareExecuteRequest.SerializeToString,
+            dsh_dot_tools_dot_v1_dot_tools__pb2.PrepareExecuteResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -1,0 +1,148 @@
+package toolpipe
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+)
+
+// A batch of one call to a remote host is prepared and executed on one
+// ToolHost.PrepareExecute stream instead of a PrepareCalls call and an
+// Execute stream: PrepareCalls opens the stream and sends prepare, takes the
+// host's prepared answer as its own, and parks the stream (pending) under
+// the call's execution; Begin takes it into the Call, and Dispatch sends
+// execute on it where it would call Execute (after the checkpoint). Every
+// other end of the call releases the stream unsent, and the host then runs
+// nothing. A host that answers UNIMPLEMENTED is remembered (until it
+// reconnects) and gets PrepareCalls and Execute.
+
+// preparedStream is a PrepareExecute stream whose call is prepared and
+// waits for its go-ahead.
+type preparedStream struct {
+	hs     *hostState
+	stream grpc.BidiStreamingClient[toolsv1.PrepareExecuteRequest, toolsv1.PrepareExecuteResponse]
+	cancel context.CancelFunc // ends the stream; the host then runs nothing
+}
+
+// prepareExecute opens a PrepareExecute stream for ex on hs and returns the
+// host's PreparedCall, the stream parked for Begin. served is false when
+// the host does not serve PrepareExecute (the caller falls back to
+// PrepareCalls); pc is nil when it failed otherwise (the caller then uses
+// the descriptor's mode, as for a failed PrepareCalls, and Dispatch uses
+// Execute).
+func (p *Pipeline) prepareExecute(ctx context.Context, hs *hostState, ex *toolsv1.ToolExecution) (pc *toolsv1.PreparedCall, served bool) {
+	sctx, cancel := context.WithCancel(ctx)
+	// The prepare is bounded as PrepareCalls is (the stream's set-up, the
+	// prepare and its answer); the stream itself lives on until Dispatch
+	// or a release.
+	timer := time.AfterFunc(p.cfg.StartTimeout, cancel)
+	stream, err := hs.host.Client.PrepareExecute(sctx)
+	var m *toolsv1.PrepareExecuteResponse
+	if err == nil {
+		err = stream.Send(&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Prepare{
+			Prepare: &toolsv1.PrepareCallsRequest{Executions: []*toolsv1.ToolExecution{ex}}}})
+		if err == nil || errors.Is(err, io.EOF) { // io.EOF: the stream ended, Recv says why
+			m, err = stream.Recv()
+		}
+	}
+	if !timer.Stop() && err == nil {
+		err = status.Error(codes.DeadlineExceeded, "no prepared answer in time")
+	}
+	if err != nil {
+		cancel()
+		if status.Code(err) == codes.Unimplemented {
+			hs.noPrepareExecute.Store(true)
+			p.log.Debug("toolhost does not serve PrepareExecute; using PrepareCalls and Execute", "host", hs.host.Name)
+			return nil, false
+		}
+		p.log.Debug("prepare execute failed; using descriptor modes", "host", hs.host.Name, "err", err)
+		return nil, true
+	}
+	calls := m.GetPrepared().GetCalls()
+	if len(calls) != 1 {
+		cancel()
+		p.log.Debug("prepare execute answered no single prepared call; using descriptor modes", "host", hs.host.Name, "calls", len(calls))
+		return nil, true
+	}
+	p.pendMu.Lock()
+	if p.pending == nil {
+		p.pending = map[*toolsv1.ToolExecution]*preparedStream{}
+	}
+	if old := p.pending[ex]; old != nil {
+		old.cancel() // the same execution prepared twice: the last one counts
+	}
+	p.pending[ex] = &preparedStream{hs: hs, stream: stream, cancel: cancel}
+	p.pendMu.Unlock()
+	return calls[0], true
+}
+
+// take removes and returns the stream prepared for ex, if any.
+func (p *Pipeline) take(ex *toolsv1.ToolExecution) *preparedStream {
+	p.pendMu.Lock()
+	defer p.pendMu.Unlock()
+	ps := p.pending[ex]
+	if ps != nil {
+		delete(p.pending, ex)
+	}
+	return ps
+}
+
+// Release ends the streams PrepareCalls opened for execs that Begin did
+// not take (a call never started: a cancelled turn, a failed append, a
+// wrapper that answered the call itself). The loop calls it once a batch
+// is over; the hosts run none of these calls.
+func (p *Pipeline) Release(execs []*toolsv1.ToolExecution) {
+	for _, ex := range execs {
+		if ps := p.take(ex); ps != nil {
+			ps.cancel()
+		}
+	}
+}
+
+// release ends the call's prepared stream unsent, if it still has one.
+func (c *Call) release() {
+	if c.pre != nil {
+		c.pre.cancel()
+		c.pre = nil
+	}
+}
+
+// executePrepared sends the go-ahead on the call's prepared stream and
+// reads the call's output and result as execute does. ok is false when the
+// stream had already ended before the go-ahead could be sent: the host ran
+// nothing, and the caller uses Execute instead.
+func (c *Call) executePrepared(ctx context.Context, hs *hostState) (res *toolsv1.ToolExecutionResult, ok bool) {
+	pre := c.pre
+	c.pre = nil
+	defer pre.cancel() // releases the stream (and ends its span) however the call ends
+	// The stream was opened under PrepareCalls' context; the call's own
+	// ends it too, as it would end an Execute stream.
+	stop := context.AfterFunc(ctx, pre.cancel)
+	defer stop()
+	if err := pre.stream.Send(&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Execute{
+		Execute: &toolsv1.ExecuteRequest{Execution: c.ex}}}); err != nil {
+		return nil, false
+	}
+	if err := pre.stream.CloseSend(); err != nil {
+		return nil, false
+	}
+	return c.readStream(ctx, hs, func() (*toolsv1.ExecuteResponse, error) {
+		m, err := pre.stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		// A message that is not an event (a second prepared) carries
+		// neither output nor result: the checker refuses it.
+		if ev := m.GetEvent(); ev != nil {
+			return ev, nil
+		}
+		return &toolsv1.ExecuteResponse{}, nil
+	}), true
+}
