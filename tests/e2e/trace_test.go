@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,8 +114,7 @@ func TestOneTurnIsOneTrace(t *testing.T) {
 		case sp.Name() == "dsh.llm.v1.LlmGateway/Generate" && sp.SpanKind() == trace.SpanKindServer:
 			generates = append(generates, sp)
 		case (sp.Name() == "dsh.tools.v1.ToolHost/Execute" || sp.Name() == "dsh.tools.v1.ToolHost/PrepareExecute") && sp.SpanKind() == trace.SpanKindServer:
-			// A batch of one call runs on PrepareExecute (opened before
-			// the call's span, so it sits under the step).
+			// A batch of one call runs on PrepareExecute.
 			executes = append(executes, sp)
 		}
 	}
@@ -150,6 +150,17 @@ func TestOneTurnIsOneTrace(t *testing.T) {
 		want := telemetry.SpanStep
 		if len(chain) < 3 || chain[len(chain)-1] != want {
 			t.Errorf("%s: ancestors %v, want ... -> %s -> %s", sp.Name(), chain, want, telemetry.SpanTurn)
+		}
+	}
+	// A toolhost's span sits under the agent's execute_tool span of its
+	// call (through the agent's client span of the RPC).
+	for _, sp := range executes {
+		var chain []string
+		for cur := sp; cur != nil; cur = byID[cur.Parent().SpanID()] {
+			chain = append(chain, cur.Name())
+		}
+		if !slices.ContainsFunc(chain, func(n string) bool { return strings.HasPrefix(n, "execute_tool ") }) {
+			t.Errorf("%s: ancestors %v, want an execute_tool span among them", sp.Name(), chain)
 		}
 	}
 }

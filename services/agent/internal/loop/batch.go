@@ -26,7 +26,8 @@ type batchCall struct {
 	callSeq int64
 	call    ToolCall
 	settled bool
-	span    trace.Span
+	span    trace.Span      // the call's execute_tool span, until it ends
+	sctx    context.Context // the span's context, when it started before the call (a batch of one)
 }
 
 // runBatch executes one assistant message's tool calls (semantics.md §4.9):
@@ -45,9 +46,26 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 				WorkspaceRoot: a.h.GetOptions().GetWorkspaceRoot(), Turn: turn, Step: step, Tenant: a.h.GetTenant(), Sandbox: sandbox}}
 		calls[i] = &batchCall{ex: execs[i], mode: toolsv1.ExecutionMode_EXECUTION_MODE_EXCLUSIVE}
 	}
+	defer func() {
+		for _, c := range calls {
+			if c.span != nil { // a call that never started or never settled
+				c.span.End()
+			}
+		}
+	}()
 	if a.cfg.Tools != nil && ctx.Err() == nil {
 		defer a.cfg.Tools.Release(execs) // whatever was prepared for a call never started
-		for i, pc := range a.cfg.Tools.PrepareCalls(ctx, a.visibleHosts(), execs) {
+		pctx := ctx
+		if len(calls) == 1 {
+			// A batch of one call is prepared and run on one stream
+			// (toolpipe's PrepareExecute), opened here: the call's span
+			// starts first, so the host's span of the stream sits under
+			// it as its Execute's did.
+			c := calls[0]
+			c.sctx, c.span = telemetry.StartToolCall(ctx, a.ID(), c.ex.GetName(), c.ex.GetCallId(), "")
+			pctx = c.sctx
+		}
+		for i, pc := range a.cfg.Tools.PrepareCalls(pctx, a.visibleHosts(), execs) {
 			if i < len(calls) {
 				calls[i].mode, calls[i].view = pc.GetMode(), pc.GetView()
 			}
@@ -92,8 +110,10 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 			return err
 		}
 		c.callSeq = ev.GetSeq()
-		cctx, span := telemetry.StartToolCall(ctx, a.ID(), c.ex.GetName(), c.ex.GetCallId(), "")
-		c.span = span
+		cctx := c.sctx
+		if c.span == nil {
+			cctx, c.span = telemetry.StartToolCall(ctx, a.ID(), c.ex.GetName(), c.ex.GetCallId(), "")
+		}
 		if a.cfg.Tools != nil {
 			c.call = a.cfg.Tools.Begin(cctx, a.visibleHosts(), c.ex)
 		}
@@ -153,6 +173,10 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 			return err
 		}
 		res := abortedBeforeDispatch()
+		if c.span != nil {
+			telemetry.EndToolCall(c.span, true, res.GetError().GetCode())
+			c.span = nil
+		}
 		if _, err := a.appendOwned(toolResultEvent(turn, step, c.ex.GetCallId(), res, ev.GetSeq())); err != nil { // built here
 			return err
 		}
@@ -172,6 +196,7 @@ func (a *Agent) commit(ctx context.Context, turn, step int32, c *batchCall) erro
 	}
 	if c.span != nil {
 		telemetry.EndToolCall(c.span, res.GetIsError(), res.GetError().GetCode())
+		c.span = nil
 	}
 	// The result is the call's to give (ToolCall.Finish) or built here: the
 	// log takes its parts without a copy.
