@@ -168,3 +168,54 @@ func TestCatchUpReadsTheStoreOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusedRetriesLeaveNoGap: once JetStream has refused a session's
+// event, its retries put that event into the window alone until it is
+// acknowledged. The stream first refuses events 3–5 (the subject is full),
+// then takes small events but not event 3 (over a max message size set
+// meanwhile): a retry that sent 3, 4 and 5 together would get 4 and 5
+// stored without 3 and the cursor would skip it (the gap the warning of
+// TestRefusedThenStoredIsWarned names). Alone, event 3 is refused until
+// the size limit goes, and then the session is in the stream whole, in
+// order, without a warning.
+func TestRefusedRetriesLeaveNoGap(t *testing.T) {
+	t.Parallel()
+	srv, _, js, cfg := threePerSubject(t)
+	var logs proctest.Buffer // written by the publisher's goroutines
+	p := newPublisher(t, srv.URL(), newMemStore(), func(c *events.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	evs := mkEvents(0, 6)
+	evs[3] = &sessionv1.SessionEvent{Seq: 3, Time: 1003, Payload: &sessionv1.SessionEvent_ContextMessage{ContextMessage: &sessionv1.ContextMessage{
+		Content: []*llmv1.ContentBlock{{Block: &llmv1.ContentBlock_Text{Text: &llmv1.TextBlock{Text: strings.Repeat("x", 4096)}}}}}}}
+	p.Durable("", "g", evs)
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+			if out := logs.String(); strings.Contains(out, "a refused event is skipped") {
+				t.Fatalf("the cursor skipped a refused event (waiting for %s); log:\n%s", what, out)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s after 15 s; log:\n%s", what, logs.String())
+			}
+		}
+	}
+	waitFor("three events published and three refused", func() bool { return p.Pending() == 3 })
+	cfg.MaxMsgsPerSubject, cfg.MaxMsgSize = 100, 1024
+	if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	retries := func() int { return strings.Count(logs.String(), "publish failed; retrying") }
+	after := retries()
+	waitFor("two retries with the size limit", func() bool { return retries() >= after+2 })
+	checkExactlyOnce(t, readStream(t, srv.URL()), "g", 3)
+	cfg.MaxMsgSize = -1
+	if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, p)
+	checkExactlyOnce(t, readStream(t, srv.URL()), "g", 6)
+	if out := logs.String(); strings.Contains(out, "a refused event is skipped") {
+		t.Fatalf("the cursor skipped a refused event; log:\n%s", out)
+	}
+}

@@ -34,11 +34,14 @@
 //     connection fails every publish still waiting in the window, of every
 //     session: each is resumed from its cursor.
 //
-// One gap remains: when JetStream refuses an event but stores a later one
-// of the same session that was already in the window, the resync moves the
-// cursor past the stream's tail and so past the refused event, which is
-// then missing from the stream (the store keeps it); a warning names the
-// session and the seqs.
+// After a refusal, a session's events go into the window one at a time
+// until one is acknowledged, so its retries cannot leave a gap. One gap
+// remains, on a session's first refusal: when JetStream refuses an event
+// but stores a later one of the same session that was already in the
+// window with it (the stream's limits changed between the two), the resync
+// moves the cursor past the stream's tail and so past the refused event,
+// which is then missing from the stream (the store keeps it); a warning
+// names the session and the seqs.
 //
 // When NATS is unreachable the queues hold the events, up to Config.QueueLimit
 // per session; beyond that the newest events are dropped from memory and read
@@ -221,6 +224,7 @@ type sessionState struct {
 	open     bool                  // publishSession is putting its events into the window
 	failErr  error                 // why one of its events was not acknowledged
 	refused  int64                 // seq of its event JetStream refused, to be resynced past; -1 when none
+	probe    bool                  // JetStream refused one of its events: the next goes into the window alone
 	ready    []agentv1.AgentStatus // statuses to publish once its events in the window are acknowledged
 }
 
@@ -875,7 +879,11 @@ func (p *Publisher) publishSession(ctx context.Context, s *sessionState) error {
 			}
 			continue
 		}
-		batch, statuses, done, err := p.nextBatch(ctx, s, from, len(w.slots)-w.n)
+		limit := len(w.slots) - w.n
+		if s.probe {
+			limit = 1
+		}
+		batch, statuses, done, err := p.nextBatch(ctx, s, from, limit)
 		if err != nil {
 			s.failErr = err
 			break
@@ -893,6 +901,17 @@ func (p *Publisher) publishSession(ctx context.Context, s *sessionState) error {
 			}
 		}
 		from = batch[len(batch)-1].ev.GetSeq() + 1
+		if s.probe {
+			// JetStream refused this session's last attempt: its next
+			// event goes alone, and no later one joins it in the window
+			// before it is acknowledged, so a stream that starts taking
+			// events again between two of them (a limit raised, space
+			// freed) cannot store a later event and leave this one out.
+			if err := p.await(ctx, 0); err != nil {
+				p.close(s)
+				return err
+			}
+		}
 	}
 	p.close(s)
 	return nil
@@ -997,11 +1016,12 @@ func (p *Publisher) settle(ctx context.Context, all bool, err error) {
 		case s.failErr != nil:
 		case sl.state == slotAcked:
 			s.cursor = max(s.cursor, sl.seq+1)
+			s.probe = false
 			lags = append(lags, sl.at)
 		default:
 			s.failErr = fmt.Errorf("events: publish %s from seq %d: %w", s.id, sl.seq, sl.err)
 			if sl.state == slotFailed {
-				s.refused = sl.seq
+				s.refused, s.probe = sl.seq, true
 			}
 		}
 		if s.inflight == 0 && !s.open {
