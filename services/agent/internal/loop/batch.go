@@ -26,8 +26,7 @@ type batchCall struct {
 	callSeq int64
 	call    ToolCall
 	settled bool
-	span    trace.Span      // the call's execute_tool span, until it ends
-	sctx    context.Context // the span's context, when it started before the call (a batch of one)
+	span    trace.Span // the call's execute_tool span, until it ends
 }
 
 // runBatch executes one assistant message's tool calls (semantics.md §4.9):
@@ -62,8 +61,7 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 			// starts first, so the host's span of the stream sits under
 			// it as its Execute's did.
 			c := calls[0]
-			c.sctx, c.span = telemetry.StartToolCall(ctx, a.ID(), c.ex.GetName(), c.ex.GetCallId(), "")
-			pctx = c.sctx
+			pctx, c.span = telemetry.StartToolCall(ctx, a.ID(), c.ex.GetName(), c.ex.GetCallId(), "")
 		}
 		for i, pc := range a.cfg.Tools.PrepareCalls(pctx, a.visibleHosts(), execs) {
 			if i < len(calls) {
@@ -110,8 +108,10 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 			return err
 		}
 		c.callSeq = ev.GetSeq()
-		cctx := c.sctx
-		if c.span == nil {
+		var cctx context.Context
+		if c.span != nil { // started before the prepare
+			cctx = trace.ContextWithSpan(ctx, c.span)
+		} else {
 			cctx, c.span = telemetry.StartToolCall(ctx, a.ID(), c.ex.GetName(), c.ex.GetCallId(), "")
 		}
 		if a.cfg.Tools != nil {
@@ -173,10 +173,13 @@ func (a *Agent) runBatch(ctx context.Context, turn, step int32, blocks []*llmv1.
 			return err
 		}
 		res := abortedBeforeDispatch()
-		if c.span != nil {
-			telemetry.EndToolCall(c.span, true, res.GetError().GetCode())
-			c.span = nil
+		// Every call the log records has its span, whether or not it
+		// started before the prepare.
+		if c.span == nil {
+			_, c.span = telemetry.StartToolCall(ctx, a.ID(), c.ex.GetName(), c.ex.GetCallId(), "")
 		}
+		telemetry.EndToolCall(c.span, true, res.GetError().GetCode())
+		c.span = nil
 		if _, err := a.appendOwned(toolResultEvent(turn, step, c.ex.GetCallId(), res, ev.GetSeq())); err != nil { // built here
 			return err
 		}
