@@ -8,6 +8,7 @@ import (
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
+	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
 )
 
 // The content rules (every string valid UTF-8, every raw-JSON field valid
@@ -127,7 +128,7 @@ func checkEvent(ev *sessionv1.SessionEvent) string {
 		case !utf8.ValidString(c.Arguments):
 			return badUTF8("dsh.session.v1.ToolCall.arguments")
 		case c.View != nil:
-			return reflective(c.View)
+			return checkCallView(c.View)
 		}
 		return ""
 	case *sessionv1.SessionEvent_ToolResult:
@@ -153,11 +154,49 @@ func checkEvent(ev *sessionv1.SessionEvent) string {
 			return r
 		}
 		if t.View != nil {
-			return reflective(t.View)
+			return checkResultView(t.View)
 		}
 		return ""
 	}
 	return reflective(ev)
+}
+
+// checkCallView checks a call view: directly the generic card (the card
+// of every built-in tool's call), by the reflective walk any other.
+func checkCallView(v *toolsv1.ToolCallView) string {
+	k, ok := v.Card.(*toolsv1.ToolCallView_Generic)
+	if !ok || k.Generic == nil {
+		return reflective(v)
+	}
+	g := k.Generic
+	if r := str(g.Title, "dsh.tools.v1.GenericCallView.title"); r != "" {
+		return r
+	}
+	if r := str(g.RawInput, "dsh.tools.v1.GenericCallView.raw_input"); r != "" {
+		return r
+	}
+	if r := checkBlocks(g.Content); r != "" {
+		return r
+	}
+	for _, l := range g.Locations {
+		if r := str(l.GetPath(), "dsh.tools.v1.FileLocation.path"); r != "" {
+			return r
+		}
+	}
+	return ""
+}
+
+// checkResultView checks a result view: directly the generic card, by the
+// reflective walk any other.
+func checkResultView(v *toolsv1.ToolResultView) string {
+	k, ok := v.Card.(*toolsv1.ToolResultView_Generic)
+	if !ok || k.Generic == nil {
+		return reflective(v)
+	}
+	if r := str(k.Generic.Title, "dsh.tools.v1.GenericResultView.title"); r != "" {
+		return r
+	}
+	return checkBlocks(k.Generic.Content)
 }
 
 func checkSource(s *llmv1.MessageSource) string {

@@ -203,3 +203,22 @@ func TestCheckEventRefusesBadStrings(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCheckToolEvents is the content check of a `read` step's
+// tool/call and tool/result events, with the views the built-in toolhost
+// gives them (a generic card with a location; a generic result card).
+func BenchmarkCheckToolEvents(b *testing.B) {
+	line := int32(3)
+	call := ToolCallEvent(1, 1, "call_1", "read", `{"file_path":"notes.txt"}`, &toolsv1.ToolCallView{Card: &toolsv1.ToolCallView_Generic{Generic: &toolsv1.GenericCallView{
+		Title: "Read notes.txt", Kind: toolsv1.ToolCallKind_TOOL_CALL_KIND_READ, RawInput: "notes.txt",
+		Locations: []*toolsv1.FileLocation{{Path: "notes.txt", Line: &line}}}}})
+	result := &sessionv1.SessionEvent{Payload: &sessionv1.SessionEvent_ToolResult{ToolResult: &sessionv1.ToolResult{Turn: 1, Step: 1, CallId: "call_1",
+		Content: []*llmv1.ContentBlock{Text(strings.Repeat("a line of notes\n", 40))},
+		View:    &toolsv1.ToolResultView{Card: &toolsv1.ToolResultView_Generic{Generic: &toolsv1.GenericResultView{Title: "Read notes.txt (lines 1-40 of 40)"}}}}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if checkEvent(call) != "" || checkEvent(result) != "" {
+			b.Fatal("refused")
+		}
+	}
+}
