@@ -131,6 +131,7 @@ func (s *Schema) check(v any, path string, out *[]string) {
 			}
 			p.Schema.check(pv, pp, out)
 		}
+		s.checkKeyCase(obj, path, out)
 	}
 	if len(s.Enum) > 0 {
 		var key string
@@ -144,6 +145,33 @@ func (s *Schema) check(v any, path string, out *[]string) {
 			bad("one of [" + strings.Join(s.Enum, ", ") + "]")
 		}
 	}
+}
+
+// checkKeyCase refuses a key of obj that names one of s's properties only
+// when case is ignored. A typed tool's arguments are decoded with
+// encoding/json, which takes such a key for the property (the last of
+// them winning), while the validation above, the agent's approval rules
+// and every other host read the exact key: {"command":"ls","COMMAND":"rm"}
+// would be approved as ls and run as rm.
+func (s *Schema) checkKeyCase(obj map[string]any, path string, out *[]string) {
+	var bad []string
+	for k := range obj {
+		if slices.ContainsFunc(s.Properties, func(p Property) bool { return p.Name == k }) {
+			continue
+		}
+		for _, p := range s.Properties {
+			if strings.EqualFold(k, p.Name) {
+				name := k
+				if path != "" {
+					name = path + "." + k
+				}
+				bad = append(bad, fmt.Sprintf("property %q is not %q: keys are case-sensitive", name, p.Name))
+				break
+			}
+		}
+	}
+	slices.Sort(bad)
+	*out = append(*out, bad...)
 }
 
 // isInteger reports whether n is an integral value that fits int64, the
