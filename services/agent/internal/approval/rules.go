@@ -207,7 +207,51 @@ type Subject struct {
 }
 
 // SubjectOf extracts a call's subject; relative paths resolve against cwd.
+// Without the tool's schema it takes the first of the arguments'
+// "file_path" and "path"; the gate uses SubjectFor with the key the tool
+// declares.
 func SubjectOf(tool, arguments, cwd string) Subject {
+	return SubjectFor(tool, arguments, cwd, PathKeyUnknown)
+}
+
+// The path keys SubjectFor reads (PathKeyOf of a tool's schema).
+const (
+	// PathKeyUnknown: the tool's schema is not known; the first of
+	// "file_path" and "path" the arguments carry is the path.
+	PathKeyUnknown = ""
+	// PathKeyNone: the tool declares neither; it has no path subject.
+	PathKeyNone = "-"
+	// PathKeyFile: the tool reads "file_path".
+	PathKeyFile = "file_path"
+	// PathKeyDir: the tool reads "path", the session's working directory
+	// when it is absent (the built-in grep and glob).
+	PathKeyDir = "path"
+)
+
+// PathKeyOf is the path key a tool's JSON Schema parameters declare:
+// PathKeyFile when its properties have "file_path", else PathKeyDir when
+// they have "path", else PathKeyNone (PathKeyUnknown for parameters that
+// are not a JSON object schema).
+func PathKeyOf(parameters string) string {
+	var schema struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if json.Unmarshal([]byte(parameters), &schema) != nil {
+		return PathKeyUnknown
+	}
+	for _, k := range []string{PathKeyFile, PathKeyDir} {
+		if _, ok := schema.Properties[k]; ok {
+			return k
+		}
+	}
+	return PathKeyNone
+}
+
+// SubjectFor extracts a call's subject, its path read from pathKey (see
+// PathKeyOf): the path the tool will use, not a decoy under a key the
+// tool ignores ({"pattern":"x","file_path":"allowed/a"} for a grep that
+// searches its "path", absent here: the working directory).
+func SubjectFor(tool, arguments, cwd, pathKey string) Subject {
 	s := Subject{Tool: tool, cwd: cwd}
 	var args map[string]any
 	if json.Unmarshal([]byte(arguments), &args) != nil {
@@ -218,10 +262,26 @@ func SubjectOf(tool, arguments, cwd string) Subject {
 		s.Compound = strings.ContainsAny(s.Input, ";&|`$<>\n\r()")
 		return s
 	}
-	for _, k := range []string{"file_path", "path"} {
-		if v, ok := args[k].(string); ok && v != "" {
+	switch pathKey {
+	case PathKeyNone:
+	case PathKeyFile:
+		if v, ok := args[PathKeyFile].(string); ok && v != "" {
 			s.Input = resolvePath(v, cwd)
-			return s
+		}
+	case PathKeyDir:
+		v, _ := args[PathKeyDir].(string)
+		if v == "" {
+			v = cwd
+		}
+		if v != "" {
+			s.Input = resolvePath(v, cwd)
+		}
+	default:
+		for _, k := range []string{PathKeyFile, PathKeyDir} {
+			if v, ok := args[k].(string); ok && v != "" {
+				s.Input = resolvePath(v, cwd)
+				return s
+			}
 		}
 	}
 	return s

@@ -158,3 +158,44 @@ func FuzzRules(f *testing.F) {
 		}
 	})
 }
+
+// TestSubjectReadsTheToolsOwnKey is an attacker's try at a path rule: an
+// argument the tool ignores names an allowed path while the tool works on
+// another. With the key the tool declares (PathKeyOf of its schema), the
+// subject is the path the tool uses: a grep's "path", or the working
+// directory when it has none, never a decoy "file_path".
+func TestSubjectReadsTheToolsOwnKey(t *testing.T) {
+	grepSchema := `{"type":"object","properties":{"pattern":{"type":"string"},"path":{"type":"string"}},"required":["pattern"]}`
+	readSchema := `{"type":"object","properties":{"file_path":{"type":"string"},"offset":{"type":"integer"}},"required":["file_path"]}`
+	for _, tc := range []struct {
+		rule, tool, schema, args string
+		want                     bool // the rule matches
+	}{
+		// Without the schema (SubjectOf) the decoy passes: the premise.
+		{"grep(/work/public/*)=allow", "grep", "", `{"pattern":"key","file_path":"public/a"}`, true},
+		// With it, the grep's own path decides; absent, the working directory.
+		{"grep(/work/public/*)=allow", "grep", grepSchema, `{"pattern":"key","file_path":"public/a"}`, false},
+		{"grep(/work/public/*)=allow", "grep", grepSchema, `{"pattern":"key","path":"/etc","file_path":"public/a"}`, false},
+		{"grep(/work/public/*)=allow", "grep", grepSchema, `{"pattern":"key","path":"public/a"}`, true},
+		{"grep(/work)=deny", "grep", grepSchema, `{"pattern":"key"}`, true},
+		// A file tool's file_path decides, whatever "path" says.
+		{"read(/work/public/*)=allow", "read", readSchema, `{"path":"public/a","file_path":"/etc/shadow"}`, false},
+		{"read(/work/public/*)=allow", "read", readSchema, `{"file_path":"public/a"}`, true},
+		// A tool with neither key has no path subject.
+		{"todo(/work/*)=allow", "todo", `{"type":"object","properties":{"todos":{"type":"array"}}}`, `{"file_path":"a"}`, false},
+	} {
+		key := PathKeyUnknown
+		if tc.schema != "" {
+			key = PathKeyOf(tc.schema)
+		}
+		if got := Matches(rule(tc.rule), SubjectFor(tc.tool, tc.args, "/work", key)); got != tc.want {
+			t.Errorf("%s on %s %s (path key %q) = %v, want %v", tc.rule, tc.tool, tc.args, key, got, tc.want)
+		}
+	}
+	for schema, want := range map[string]string{"not json": PathKeyUnknown, `{"type":"object"}`: PathKeyNone,
+		`{"properties":{"path":{},"file_path":{}}}`: PathKeyFile} {
+		if got := PathKeyOf(schema); got != want {
+			t.Errorf("PathKeyOf(%s) = %q, want %q", schema, got, want)
+		}
+	}
+}
