@@ -131,10 +131,12 @@ func (g *Gate) Policy() sessionv1.ApprovalPolicy {
 // Approve decides whether a call may run (the approval stage of the tool
 // pipeline, semantics.md §6.5 step 4). ask is a tool interceptor's ask (nil
 // when none asked); without one the session's rules, then the deployment's,
-// decide. It returns whether the call may run, or the reason it may not.
-func (g *Gate) Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *toolsv1.PreAsk) (bool, string) {
+// decide. pathKey is the key the tool reads its path from (PathKeyOf of
+// its schema). It returns whether the call may run, or the reason it may
+// not.
+func (g *Gate) Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *toolsv1.PreAsk, pathKey string) (bool, string) {
 	policy := g.Policy()
-	subj := SubjectOf(ex.GetName(), ex.GetArguments(), ex.GetContext().GetCwd())
+	subj := SubjectFor(ex.GetName(), ex.GetArguments(), ex.GetContext().GetCwd(), pathKey)
 	var reason, rule string
 	if ask != nil {
 		reason = ask.GetReason()

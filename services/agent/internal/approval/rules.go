@@ -230,13 +230,14 @@ const (
 
 // PathKeyOf is the path key a tool's JSON Schema parameters declare:
 // PathKeyFile when its properties have "file_path", else PathKeyDir when
-// they have "path", else PathKeyNone (PathKeyUnknown for parameters that
-// are not a JSON object schema).
+// they have "path", else PathKeyNone; PathKeyUnknown for parameters that
+// declare no properties at all (a free-form object, which may read any
+// key) or are not a JSON object schema.
 func PathKeyOf(parameters string) string {
 	var schema struct {
 		Properties map[string]json.RawMessage `json:"properties"`
 	}
-	if json.Unmarshal([]byte(parameters), &schema) != nil {
+	if json.Unmarshal([]byte(parameters), &schema) != nil || len(schema.Properties) == 0 {
 		return PathKeyUnknown
 	}
 	for _, k := range []string{PathKeyFile, PathKeyDir} {

@@ -192,8 +192,9 @@ func TestSubjectReadsTheToolsOwnKey(t *testing.T) {
 			t.Errorf("%s on %s %s (path key %q) = %v, want %v", tc.rule, tc.tool, tc.args, key, got, tc.want)
 		}
 	}
-	for schema, want := range map[string]string{"not json": PathKeyUnknown, `{"type":"object"}`: PathKeyNone,
-		`{"properties":{"path":{},"file_path":{}}}`: PathKeyFile} {
+	for schema, want := range map[string]string{"not json": PathKeyUnknown, `{"type":"object"}`: PathKeyUnknown,
+		`{"type":"object","properties":{"todos":{}}}`: PathKeyNone,
+		`{"properties":{"path":{},"file_path":{}}}`:   PathKeyFile} {
 		if got := PathKeyOf(schema); got != want {
 			t.Errorf("PathKeyOf(%s) = %q, want %q", schema, got, want)
 		}

@@ -97,7 +97,7 @@ func (p *Pipeline) Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolEx
 			reason = fmt.Sprintf("tool %s was denied", ex.GetName())
 		}
 	case gate != nil:
-		if ok, why := gate.Approve(ctx, ex, d.GetAsk()); !ok {
+		if ok, why := gate.Approve(ctx, ex, d.GetAsk(), p.pathKey(hosts, ex.GetName())); !ok {
 			reason = why
 		}
 	case d.GetAsk() != nil:

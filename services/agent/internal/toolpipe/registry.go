@@ -36,6 +36,7 @@ import (
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/services/agent/internal/approval"
 	"github.com/dsh-dev/dsh/services/agent/internal/hooks"
 )
 
@@ -61,7 +62,10 @@ type LocalHost interface {
 // ask is a tool interceptor's ask, nil when none asked. It reports whether
 // the call may run, or why not.
 type Gate interface {
-	Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *toolsv1.PreAsk) (bool, string)
+	// pathKey is the key the tool reads its path from
+	// (approval.PathKeyOf of its schema; PathKeyUnknown when the tool is
+	// not known).
+	Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *toolsv1.PreAsk, pathKey string) (bool, string)
 }
 
 // Interceptor is a remote ToolInterceptor link.
@@ -119,6 +123,7 @@ type Config struct {
 type hostState struct {
 	host     Host
 	tools    map[string]*toolsv1.ToolDescriptor // last known: kept while the host is down
+	pathKeys map[string]string                  // tool -> approval.PathKeyOf of its schema
 	revision int64
 	support  toolsv1.SandboxSupport
 	// noPrepareExecute: the host answered PrepareExecute UNIMPLEMENTED;
@@ -260,12 +265,13 @@ func (p *Pipeline) setTools(hs *hostState, tools []*toolsv1.ToolDescriptor, rev 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m := make(map[string]*toolsv1.ToolDescriptor, len(tools))
+	keys := make(map[string]string, len(tools))
 	for _, t := range tools {
 		if n := t.GetSchema().GetName(); n != "" {
-			m[n] = t
+			m[n], keys[n] = t, approval.PathKeyOf(t.GetSchema().GetParameters())
 		}
 	}
-	hs.tools, hs.revision, hs.support = m, rev, support
+	hs.tools, hs.pathKeys, hs.revision, hs.support = m, keys, rev, support
 	p.gen++
 }
 
@@ -439,6 +445,19 @@ func (p *Pipeline) lookup(hosts []string, name string) (*hostState, *toolsv1.Too
 		return nil, nil
 	}
 	return hs, hs.tools[name]
+}
+
+// pathKey is the key a visible tool reads its path from, for the approval
+// gate's subject (approval.PathKeyUnknown for a tool no visible host
+// serves).
+func (p *Pipeline) pathKey(hosts []string, name string) string {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	hs, ok := p.owner[name]
+	if !ok || !visible(hosts, hs.host.Name) {
+		return approval.PathKeyUnknown
+	}
+	return hs.pathKeys[name]
 }
 
 // Schemas returns the schemas visible to a session, in lexicographic order.
