@@ -203,7 +203,12 @@ type Subject struct {
 	// substitutions (an allow rule never matches it: "git status; rm -rf ~"
 	// must not pass as "git status*").
 	Compound bool
-	cwd      string
+	// Shell: the command as the shell reads its words (quotes and
+	// backslashes removed, blanks collapsed, ends trimmed) when that
+	// differs from Input: `'r'm  -rf /` is rm -rf /. A deny or ask rule
+	// whose pattern matches it applies as if it matched Input.
+	Shell string
+	cwd   string
 }
 
 // SubjectOf extracts a call's subject; relative paths resolve against cwd.
@@ -261,6 +266,9 @@ func SubjectFor(tool, arguments, cwd, pathKey string) Subject {
 	if tool == ShellTool {
 		s.Input, _ = args["command"].(string)
 		s.Compound = strings.ContainsAny(s.Input, ";&|`$<>\n\r()")
+		if w := shellWords(s.Input); w != s.Input {
+			s.Shell = w
+		}
 		return s
 	}
 	switch pathKey {
@@ -375,14 +383,73 @@ func Evaluate(s Subject, lists ...[]*sessionv1.ApprovalRule) Decision {
 }
 
 func evaluate(cache *patternCache, s Subject, lists ...[]*sessionv1.ApprovalRule) Decision {
+	d, _ := first(cache, s, lists)
+	if s.Shell == "" {
+		return d
+	}
+	// A pattern rule that the shell's reading of the command matches, and
+	// that is stricter than what decided, decides: `"rm" -rf /` and
+	// `rm	-rf /` are caught by bash(rm *)=deny. (A rule without a pattern
+	// matched the command itself already.)
+	w := s
+	w.Input = s.Shell
+	if d2, r := first(cache, w, lists); r.GetPattern() != "" && strictness(d2.Action) > strictness(d.Action) {
+		return d2
+	}
+	return d
+}
+
+// first is the decision of the first rule matching s, across the lists
+// in order, with the rule (nil when none matched: allow).
+func first(cache *patternCache, s Subject, lists [][]*sessionv1.ApprovalRule) (Decision, *sessionv1.ApprovalRule) {
 	for _, rules := range lists {
 		for _, r := range rules {
 			if matches(cache, r, s) {
-				return Decision{Action: r.GetAction(), Rule: FormatRule(r)}
+				return Decision{Action: r.GetAction(), Rule: FormatRule(r)}, r
 			}
 		}
 	}
-	return Decision{Action: sessionv1.RuleAction_RULE_ACTION_ALLOW}
+	return Decision{Action: sessionv1.RuleAction_RULE_ACTION_ALLOW}, nil
+}
+
+// strictness orders actions: allow < ask < deny.
+func strictness(a sessionv1.RuleAction) int {
+	switch a {
+	case sessionv1.RuleAction_RULE_ACTION_DENY:
+		return 2
+	case sessionv1.RuleAction_RULE_ACTION_ASK:
+		return 1
+	}
+	return 0
+}
+
+// shellWords is a command as the shell reads its words for matching: quote
+// characters and escaping backslashes removed, runs of blanks (space, tab)
+// one space, the ends trimmed. It is a reading for rules, not a parser:
+// what it cannot see (variables, substitutions, redirections) makes the
+// command Compound.
+func shellWords(cmd string) string {
+	var b strings.Builder
+	blank := false
+	for i := 0; i < len(cmd); i++ {
+		c := cmd[i]
+		switch {
+		case c == '\\' && i+1 < len(cmd):
+			i++
+			c = cmd[i]
+		case c == '\'' || c == '"':
+			continue
+		case c == ' ' || c == '\t':
+			blank = true
+			continue
+		}
+		if blank && b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		blank = false
+		b.WriteByte(c)
+	}
+	return b.String()
 }
 
 // SessionRule is the rule an ALLOW_FOR_SESSION answer adds: the exact

@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -198,5 +199,43 @@ func TestSubjectReadsTheToolsOwnKey(t *testing.T) {
 		if got := PathKeyOf(schema); got != want {
 			t.Errorf("PathKeyOf(%s) = %q, want %q", schema, got, want)
 		}
+	}
+}
+
+// TestShellSpellingsDoNotEvadeRules is an attacker's try at deny and ask
+// rules on bash: the same command spelled so that the shell runs it while
+// the pattern's literal text does not match (quotes, backslashes, a tab,
+// doubled or leading blanks). The shell's reading of the command decides
+// when a stricter pattern rule matches it; an exact allow added by
+// ALLOW_FOR_SESSION still allows its own command.
+func TestShellSpellingsDoNotEvadeRules(t *testing.T) {
+	deployment := []*sessionv1.ApprovalRule{rule("bash(rm *)=deny"), rule("bash(git push*)=ask"), rule("bash(git *)=allow"), rule("bash=allow")}
+	for _, tc := range []struct {
+		cmd  string
+		want sessionv1.RuleAction
+	}{
+		{`rm -rf /`, sessionv1.RuleAction_RULE_ACTION_DENY}, // the premise
+		{`'r'm -rf /`, sessionv1.RuleAction_RULE_ACTION_DENY},
+		{`"rm" -rf /`, sessionv1.RuleAction_RULE_ACTION_DENY},
+		{`r\m -rf /`, sessionv1.RuleAction_RULE_ACTION_DENY},
+		{"rm\t-rf /", sessionv1.RuleAction_RULE_ACTION_DENY},
+		{`  rm -rf /`, sessionv1.RuleAction_RULE_ACTION_DENY},
+		{`git  push --force`, sessionv1.RuleAction_RULE_ACTION_ASK},
+		{`git "push" --force`, sessionv1.RuleAction_RULE_ACTION_ASK},
+		{`git commit -m "a  message"`, sessionv1.RuleAction_RULE_ACTION_ALLOW},
+		{`ls -la`, sessionv1.RuleAction_RULE_ACTION_ALLOW},
+	} {
+		cmd, _ := json.Marshal(tc.cmd)
+		d := Evaluate(SubjectOf("bash", `{"command":`+string(cmd)+`}`, "/"), deployment)
+		if d.Action != tc.want {
+			t.Errorf("%q: %v (rule %q), want %v", tc.cmd, d.Action, d.Rule, tc.want)
+		}
+	}
+	// The exact rule ALLOW_FOR_SESSION adds for a quoted command allows it
+	// again (the shell's reading meets only the rule without a pattern).
+	s := SubjectOf("bash", `{"command":`+quote(`git commit -m "x  y"`)+`}`, "/")
+	session := []*sessionv1.ApprovalRule{SessionRule(s)}
+	if d := Evaluate(s, session, []*sessionv1.ApprovalRule{rule("bash=ask")}); d.Action != sessionv1.RuleAction_RULE_ACTION_ALLOW {
+		t.Errorf("the session's exact allow: %v (rule %q), want allow", d.Action, d.Rule)
 	}
 }
