@@ -650,6 +650,12 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 	}()
 	p.roundErr = nil
 	ready, firstErr := p.prepare(ctx, ids)
+	// A session JetStream refused publishes one event at a time until one
+	// is acknowledged, draining the window each time: last, so the
+	// others' pipelining is not broken up by its waits.
+	slices.SortStableFunc(ready, func(a, b *sessionState) int {
+		return cmp.Compare(b2i(a.probe), b2i(b.probe))
+	})
 	for i, s := range ready {
 		if err := p.publishSession(ctx, s); err != nil {
 			// The pipeline failed: what was not acknowledged is published
@@ -666,6 +672,13 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 		return err
 	}
 	return cmp.Or(firstErr, p.roundErr)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // connCtx is the context of the current connection: it ends when the

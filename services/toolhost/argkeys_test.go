@@ -26,7 +26,8 @@ func TestCaseVariantKeysAreRefused(t *testing.T) {
 	}{
 		{"a second key in other case", "write", `{"file_path":"approved.txt","content":"x","FILE_PATH":"other.txt"}`, "other.txt"},
 		{"only the other case", "write", `{"File_Path":"other2.txt","content":"x"}`, "other2.txt"},
-		{"a Unicode fold (the Kelvin sign folds to k)", "write", `{"file_path":"approved3.txt","content":"x","\u212aey":"y"}`, ""},
+		{"a Unicode fold of a property (the long s folds to s)", "edit", `{"file_path":"approved3.txt","old_string":"a","new_string":"b","old_\u017ftring":"z"}`, "approved3.txt"},
+		{"a Unicode fold of no property (the Kelvin sign folds to k)", "write", `{"file_path":"approved4.txt","content":"x","\u212aey":"y"}`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, r, err := h.Execute(t.Context(), "s", tc.tool, tc.args)

@@ -137,6 +137,12 @@ func (g *Gate) Policy() sessionv1.ApprovalPolicy {
 func (g *Gate) Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *toolsv1.PreAsk, pathKey string) (bool, string) {
 	policy := g.Policy()
 	subj := SubjectFor(ex.GetName(), ex.GetArguments(), ex.GetContext().GetCwd(), pathKey)
+	if subj.Folded != "" {
+		// A case-insensitive decoder (encoding/json's, on a host without
+		// toolsdk's check) may run the call on that key's value, not on
+		// the subject the rules judged.
+		return false, fmt.Sprintf("tool %s was refused: its arguments have the key %q, which differs only in case from a key the approval rules read; keys are case-sensitive", ex.GetName(), subj.Folded)
+	}
 	var reason, rule string
 	if ask != nil {
 		reason = ask.GetReason()

@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -203,12 +204,17 @@ type Subject struct {
 	// substitutions (an allow rule never matches it: "git status; rm -rf ~"
 	// must not pass as "git status*").
 	Compound bool
-	// Shell: the command as the shell reads its words (quotes and
-	// backslashes removed, blanks collapsed, ends trimmed) when that
-	// differs from Input: `'r'm  -rf /` is rm -rf /. A deny or ask rule
-	// whose pattern matches it applies as if it matched Input.
-	Shell string
-	cwd   string
+	// Alt: another reading of the subject, when it differs from Input: for
+	// bash the command as the shell reads its words (quotes, backslashes
+	// and line continuations removed, blanks collapsed, ends trimmed:
+	// `'r'm  -rf /` is rm -rf /); for a tool declaring both path keys the
+	// other one's path. A stricter pattern rule that matches it decides.
+	Alt string
+	// Folded: a key of the arguments that differs from the subject's key
+	// only in case ("COMMAND", "File_Path"); a decoder that ignores case
+	// may take it for the key, so the gate refuses the call.
+	Folded string
+	cwd    string
 }
 
 // SubjectOf extracts a call's subject; relative paths resolve against cwd.
@@ -231,6 +237,9 @@ const (
 	// PathKeyDir: the tool reads "path", the session's working directory
 	// when it is absent (the built-in grep and glob).
 	PathKeyDir = "path"
+	// PathKeyBoth: the tool declares both; either may be its path, and
+	// the stricter decision of the two applies.
+	PathKeyBoth = "file_path+path"
 )
 
 // PathKeyOf is the path key a tool's JSON Schema parameters declare:
@@ -245,10 +254,15 @@ func PathKeyOf(parameters string) string {
 	if json.Unmarshal([]byte(parameters), &schema) != nil || len(schema.Properties) == 0 {
 		return PathKeyUnknown
 	}
-	for _, k := range []string{PathKeyFile, PathKeyDir} {
-		if _, ok := schema.Properties[k]; ok {
-			return k
-		}
+	_, file := schema.Properties[PathKeyFile]
+	_, dir := schema.Properties[PathKeyDir]
+	switch {
+	case file && dir:
+		return PathKeyBoth
+	case file:
+		return PathKeyFile
+	case dir:
+		return PathKeyDir
 	}
 	return PathKeyNone
 }
@@ -267,24 +281,36 @@ func SubjectFor(tool, arguments, cwd, pathKey string) Subject {
 		s.Input, _ = args["command"].(string)
 		s.Compound = strings.ContainsAny(s.Input, ";&|`$<>\n\r()")
 		if w := shellWords(s.Input); w != s.Input {
-			s.Shell = w
+			s.Alt = w
 		}
+		s.Folded = folded(args, "command")
 		return s
+	}
+	str := func(k string) string {
+		if v, ok := args[k].(string); ok && v != "" {
+			return resolvePath(v, cwd)
+		}
+		return ""
 	}
 	switch pathKey {
 	case PathKeyNone:
 	case PathKeyFile:
-		if v, ok := args[PathKeyFile].(string); ok && v != "" {
-			s.Input = resolvePath(v, cwd)
-		}
+		s.Input, s.Folded = str(PathKeyFile), folded(args, PathKeyFile)
 	case PathKeyDir:
-		v, _ := args[PathKeyDir].(string)
-		if v == "" {
-			v = cwd
+		// Absent (or null, or empty): the working directory; a value of
+		// another type names no path.
+		if v, ok := args[PathKeyDir]; (!ok || v == nil || v == "") && cwd != "" {
+			s.Input = resolvePath(cwd, cwd)
+		} else {
+			s.Input = str(PathKeyDir)
 		}
-		if v != "" {
-			s.Input = resolvePath(v, cwd)
+		s.Folded = folded(args, PathKeyDir)
+	case PathKeyBoth:
+		s.Input, s.Alt = str(PathKeyFile), str(PathKeyDir)
+		if s.Input == "" || s.Alt == s.Input {
+			s.Input, s.Alt = s.Alt, ""
 		}
+		s.Folded = cmp.Or(folded(args, PathKeyFile), folded(args, PathKeyDir))
 	default:
 		for _, k := range []string{PathKeyFile, PathKeyDir} {
 			if v, ok := args[k].(string); ok && v != "" {
@@ -294,6 +320,18 @@ func SubjectFor(tool, arguments, cwd, pathKey string) Subject {
 		}
 	}
 	return s
+}
+
+// folded is a key of args other than key that equals it when case is
+// ignored (as encoding/json and other case-insensitive decoders match
+// keys), or "".
+func folded(args map[string]any, key string) string {
+	for k := range args {
+		if k != key && strings.EqualFold(k, key) {
+			return k
+		}
+	}
+	return ""
 }
 
 func resolvePath(p, cwd string) string {
@@ -383,17 +421,19 @@ func Evaluate(s Subject, lists ...[]*sessionv1.ApprovalRule) Decision {
 }
 
 func evaluate(cache *patternCache, s Subject, lists ...[]*sessionv1.ApprovalRule) Decision {
-	d, _ := first(cache, s, lists)
-	if s.Shell == "" {
+	d, r := first(cache, s, lists)
+	if s.Alt == "" || (r.GetAction() == sessionv1.RuleAction_RULE_ACTION_ALLOW && r.GetPattern() != "" && !hasWildcard(r.GetPattern())) {
+		// An exact allow (ALLOW_FOR_SESSION's) was given for this very
+		// text: its other reading is what was approved.
 		return d
 	}
-	// A pattern rule that the shell's reading of the command matches, and
-	// that is stricter than what decided, decides: `"rm" -rf /` and
-	// `rm	-rf /` are caught by bash(rm *)=deny. (A rule without a pattern
-	// matched the command itself already.)
+	// A pattern rule that the other reading matches, and that is stricter
+	// than what decided, decides: `"rm" -rf /` and `rm<TAB>-rf /` are
+	// caught by bash(rm *)=deny. (A rule without a pattern matched the
+	// subject itself already.)
 	w := s
-	w.Input = s.Shell
-	if d2, r := first(cache, w, lists); r.GetPattern() != "" && strictness(d2.Action) > strictness(d.Action) {
+	w.Input = s.Alt
+	if d2, r2 := first(cache, w, lists); r2.GetPattern() != "" && strictness(d2.Action) > strictness(d.Action) {
 		return d2
 	}
 	return d
@@ -436,6 +476,9 @@ func shellWords(cmd string) string {
 		switch {
 		case c == '\\' && i+1 < len(cmd):
 			i++
+			if cmd[i] == '\n' { // a line continuation: both go
+				continue
+			}
 			c = cmd[i]
 		case c == '\'' || c == '"':
 			continue

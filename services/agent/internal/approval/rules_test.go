@@ -195,7 +195,7 @@ func TestSubjectReadsTheToolsOwnKey(t *testing.T) {
 	}
 	for schema, want := range map[string]string{"not json": PathKeyUnknown, `{"type":"object"}`: PathKeyUnknown,
 		`{"type":"object","properties":{"todos":{}}}`: PathKeyNone,
-		`{"properties":{"path":{},"file_path":{}}}`:   PathKeyFile} {
+		`{"properties":{"path":{},"file_path":{}}}`:   PathKeyBoth} {
 		if got := PathKeyOf(schema); got != want {
 			t.Errorf("PathKeyOf(%s) = %q, want %q", schema, got, want)
 		}
@@ -223,6 +223,7 @@ func TestShellSpellingsDoNotEvadeRules(t *testing.T) {
 		{`git  push --force`, sessionv1.RuleAction_RULE_ACTION_ASK},
 		{`git "push" --force`, sessionv1.RuleAction_RULE_ACTION_ASK},
 		{`git commit -m "a  message"`, sessionv1.RuleAction_RULE_ACTION_ALLOW},
+		{"r\\\nm -rf /", sessionv1.RuleAction_RULE_ACTION_DENY}, // a line continuation
 		{`ls -la`, sessionv1.RuleAction_RULE_ACTION_ALLOW},
 	} {
 		cmd, _ := json.Marshal(tc.cmd)
@@ -232,10 +233,47 @@ func TestShellSpellingsDoNotEvadeRules(t *testing.T) {
 		}
 	}
 	// The exact rule ALLOW_FOR_SESSION adds for a quoted command allows it
-	// again (the shell's reading meets only the rule without a pattern).
-	s := SubjectOf("bash", `{"command":`+quote(`git commit -m "x  y"`)+`}`, "/")
-	session := []*sessionv1.ApprovalRule{SessionRule(s)}
-	if d := Evaluate(s, session, []*sessionv1.ApprovalRule{rule("bash=ask")}); d.Action != sessionv1.RuleAction_RULE_ACTION_ALLOW {
-		t.Errorf("the session's exact allow: %v (rule %q), want allow", d.Action, d.Rule)
+	// again, even where its shell reading meets a stricter pattern rule.
+	for _, cmd := range []string{`git commit -m "x  y"`, `git push origin "my branch"`, `git  push`} {
+		s := SubjectOf("bash", `{"command":`+quote(cmd)+`}`, "/")
+		session := []*sessionv1.ApprovalRule{SessionRule(s)}
+		if d := Evaluate(s, session, deployment); d.Action != sessionv1.RuleAction_RULE_ACTION_ALLOW {
+			t.Errorf("%q after allow-for-session: %v (rule %q), want allow", cmd, d.Action, d.Rule)
+		}
+	}
+}
+
+// TestSubjectFoldedKeysAndBothPaths: a key differing from the subject's
+// key only in case is reported (the gate refuses the call); a tool
+// declaring both path keys is judged by the stricter of its two paths; a
+// "path" of another type names no path.
+func TestSubjectFoldedKeysAndBothPaths(t *testing.T) {
+	for _, tc := range []struct{ tool, key, args, folded string }{
+		{"bash", "", `{"command":"ls","COMMAND":"rm -rf ~"}`, "COMMAND"},
+		{"read", PathKeyFile, `{"file_path":"a","File_Path":"/etc/shadow"}`, "File_Path"},
+		{"grep", PathKeyDir, `{"pattern":"x","PATH":"/etc"}`, "PATH"},
+		{"grep", PathKeyDir, `{"pattern":"x","path":"a"}`, ""},
+	} {
+		if got := SubjectFor(tc.tool, tc.args, "/work", tc.key).Folded; got != tc.folded {
+			t.Errorf("%s %s: folded %q, want %q", tc.tool, tc.args, got, tc.folded)
+		}
+	}
+	both := `{"type":"object","properties":{"file_path":{"type":"string"},"path":{"type":"string"}}}`
+	rules := []*sessionv1.ApprovalRule{rule("t(/work/secret/*)=deny"), rule("t=allow")}
+	for _, tc := range []struct {
+		args string
+		want sessionv1.RuleAction
+	}{
+		{`{"path":"/work/secret/x"}`, sessionv1.RuleAction_RULE_ACTION_DENY},
+		{`{"file_path":"/work/public/a","path":"/work/secret/x"}`, sessionv1.RuleAction_RULE_ACTION_DENY},
+		{`{"file_path":"/work/secret/x","path":"/work/public/a"}`, sessionv1.RuleAction_RULE_ACTION_DENY},
+		{`{"file_path":"/work/public/a"}`, sessionv1.RuleAction_RULE_ACTION_ALLOW},
+	} {
+		if d := Evaluate(SubjectFor("t", tc.args, "/work", PathKeyOf(both)), rules); d.Action != tc.want {
+			t.Errorf("%s: %v, want %v", tc.args, d.Action, tc.want)
+		}
+	}
+	if s := SubjectFor("grep", `{"pattern":"x","path":["/etc"]}`, "/work", PathKeyDir); s.Input != "" {
+		t.Errorf("a path of another type: subject %q, want none", s.Input)
 	}
 }

@@ -50,10 +50,12 @@ func TestApprovalSubjectIsTheToolsPath(t *testing.T) {
 	for _, tc := range []struct {
 		name, args string
 		allowed    bool
+		refusal    string // the gate's reason
 	}{
-		{"a file in the allowed directory", `{"pattern":"TOKEN|nothing","path":"public/a.txt"}`, true},
-		{"a decoy file_path, no path (the working directory)", `{"pattern":"TOKEN","file_path":"public/a.txt"}`, false},
-		{"a decoy file_path beside the searched path", `{"pattern":"TOKEN","path":"secret","file_path":"public/a.txt"}`, false},
+		{"a file in the allowed directory", `{"pattern":"TOKEN|nothing","path":"public/a.txt"}`, true, ""},
+		{"a decoy file_path, no path (the working directory)", `{"pattern":"TOKEN","file_path":"public/a.txt"}`, false, "denied by the approval rule"},
+		{"a decoy file_path beside the searched path", `{"pattern":"TOKEN","path":"secret","file_path":"public/a.txt"}`, false, "denied by the approval rule"},
+		{"the path again under a key in other case", `{"pattern":"TOKEN","path":"public/a.txt","PATH":"secret"}`, false, "differs only in case"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ex := &toolsv1.ToolExecution{CallId: "c", Name: "grep", Arguments: tc.args,
@@ -68,8 +70,11 @@ func TestApprovalSubjectIsTheToolsPath(t *testing.T) {
 			if strings.Contains(text, "hunter2") {
 				t.Fatalf("the secret reached the result: %s", text)
 			}
-			if denied := r.GetIsError() && strings.Contains(text, "denied by the approval rule"); denied == tc.allowed {
-				t.Errorf("allowed %v, want %v: %s", !denied, tc.allowed, text)
+			if tc.allowed && r.GetIsError() {
+				t.Errorf("refused, want allowed: %s", text)
+			}
+			if !tc.allowed && (!r.GetIsError() || !strings.Contains(text, tc.refusal)) {
+				t.Errorf("result %q, want a refusal with %q", text, tc.refusal)
 			}
 		})
 	}
