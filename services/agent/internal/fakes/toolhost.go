@@ -2,9 +2,7 @@ package fakes
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"sync"
 
@@ -14,6 +12,7 @@ import (
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 )
 
 // Tool is one fake tool.
@@ -228,28 +227,11 @@ func (h *ToolHost) PrepareExecute(stream grpc.BidiStreamingServer[toolsv1.Prepar
 	}
 	h.addOpen(1)
 	defer h.addOpen(-1)
-	m, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	if len(m.GetPrepare().GetExecutions()) != 1 {
-		return status.Error(codes.InvalidArgument, "PrepareExecute: the first message must be prepare with one execution")
-	}
-	if err := stream.Send(&toolsv1.PrepareExecuteResponse{Step: &toolsv1.PrepareExecuteResponse_Prepared{Prepared: h.prepare(m.GetPrepare())}}); err != nil {
-		return err
-	}
-	if m, err = stream.Recv(); errors.Is(err, io.EOF) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if m.GetExecute() == nil {
-		return status.Error(codes.InvalidArgument, "PrepareExecute: the second message must be execute")
-	}
-	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
-		return status.Errorf(codes.InvalidArgument, "PrepareExecute: want the close after execute, got %v", err)
-	}
-	return h.execute(m.GetExecute(), events{stream})
+	return toolsdk.ServePrepareExecute(stream, func(_ context.Context, req *toolsv1.PrepareCallsRequest) (*toolsv1.PrepareCallsResponse, error) {
+		return h.prepare(req), nil
+	}, func(_ context.Context, req *toolsv1.ExecuteRequest, _ toolsdk.ExecuteSender) error {
+		return h.execute(req, events{stream})
+	})
 }
 
 // events is a PrepareExecute stream as an Execute stream.
