@@ -97,7 +97,13 @@ func (p *Pipeline) Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolEx
 			reason = fmt.Sprintf("tool %s was denied", ex.GetName())
 		}
 	case gate != nil:
-		if ok, why := gate.Approve(ctx, ex, d.GetAsk()); !ok {
+		// A prepared stream is not held open on the host while a person
+		// decides (that may take hours): the call then runs with Execute.
+		var waiting func()
+		if c.pre != nil {
+			waiting = c.release
+		}
+		if ok, why := gate.Approve(ctx, ex, d.GetAsk(), waiting); !ok {
 			reason = why
 		}
 	case d.GetAsk() != nil:

@@ -61,7 +61,9 @@ type LocalHost interface {
 // ask is a tool interceptor's ask, nil when none asked. It reports whether
 // the call may run, or why not.
 type Gate interface {
-	Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *toolsv1.PreAsk) (bool, string)
+	// Approve decides whether ex may run, or why not; it calls waiting
+	// (when not nil) before it waits for a person's or an approver's answer.
+	Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *toolsv1.PreAsk, waiting func()) (bool, string)
 }
 
 // Interceptor is a remote ToolInterceptor link.
