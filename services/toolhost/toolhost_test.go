@@ -218,8 +218,7 @@ func TestBadRequests(t *testing.T) {
 			// when the prepared one had an accepted context.
 			prepared := &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: h.Context("s")}
 			got, err := toolhostconformance.Exchange(t.Context(), h.Client,
-				&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Prepare{Prepare: &toolsv1.PrepareCallsRequest{Executions: []*toolsv1.ToolExecution{prepared}}}},
-				&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Execute{Execute: &toolsv1.ExecuteRequest{Execution: tt.ex}}})
+				toolhostconformance.Prepare(prepared), toolhostconformance.Execute(tt.ex))
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tt.msg) || len(got) != 1 {
 				t.Errorf("PrepareExecute: %v after %v, want InvalidArgument %q after prepared only", err, got, tt.msg)
 			}
