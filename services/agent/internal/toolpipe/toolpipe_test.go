@@ -758,3 +758,15 @@ func TestApprovalWaitHoldsNoPreparedStream(t *testing.T) {
 		t.Errorf("result %v after %+v; want the approved call run with Execute", r, host.Counts())
 	}
 }
+
+// TestLocalHostWithoutAResult: an in-process host that returns no result
+// (against its contract) fails the call as aborted before dispatch, as
+// Finish makes any call without a result; it never reaches for the remote
+// client the local host does not have.
+func TestLocalHostWithoutAResult(t *testing.T) {
+	t.Parallel()
+	p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "local", Local: &keepingHost{}}}})
+	if r := run(t.Context(), p, "kept", `{}`); codeOf(r) != toolpipe.CodeAbortedBeforeDispatch {
+		t.Errorf("result %v, want %s", r, toolpipe.CodeAbortedBeforeDispatch)
+	}
+}
