@@ -535,16 +535,31 @@ func TestSubagentRefusedRemoteCallEndsItsStream(t *testing.T) {
 	e, b := newSubagentEnv(t, nil)
 	b.on("go", calls(fakes.Call{ID: "c1", Name: "subagent", Args: `{"description":"d","prompt":"narrow","tools":["subagent"]}`}), reply("done"))
 	b.on("narrow", calls(fakes.Call{ID: "k1", Name: "echo", Args: `{}`}), reply("refused"))
+	// The child's model request after its batch waits (bounded) until the
+	// host holds no stream: the batch's Release ended it, not the end of
+	// the child's turn (still open here), which would end it too.
+	answer, waited := e.gw.Default, make(chan error, 1)
+	e.gw.Default = func(req *llmv1.GenerateRequest) fakes.Response {
+		if lastUserText(req) == "narrow" && len(b.requests("narrow")) == 1 {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			waited <- e.host.WaitStreamsEnded(ctx)
+			cancel()
+		}
+		return answer(req)
+	}
 	e.create("p")
 	e.send("p", "go")
 	e.waitIdle("p")
 	if got := renderSubagent(e.events("child-1")); !strings.Contains(got, "k1 error=true code=UNKNOWN_TOOL") {
 		t.Fatalf("the child's call outside the filter:\n%s", got)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if err := e.host.WaitStreamsEnded(ctx); err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("when the child asked its model after the batch: %v", err)
+		}
+	default:
+		t.Fatal("the child never asked its model after the batch")
 	}
 	if n := e.host.Counts().PrepareExecute; n != 1 || slices.Contains(e.host.Executed(), "k1") {
 		t.Fatalf("%d PrepareExecute streams, executed %v; want the refused call prepared once and never run", n, e.host.Executed())

@@ -192,11 +192,26 @@ func TestBadRequests(t *testing.T) {
 	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Two sessions' workspace roots side by side, and a link from the
+	// first to the second: a cwd in the second (or through the link) is
+	// outside the first's root though inside the host's workspace.
+	rootA, rootB := filepath.Join(h.Workspace, "a"), filepath.Join(h.Workspace, "b")
+	for _, d := range []string{rootA, rootB} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toB := filepath.Join(rootA, "to-b")
+	if err := os.Symlink(rootB, toB); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		ex   *toolsv1.ToolExecution
 		msg  string
 	}{
+		{"cwd outside the call's workspace root", &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: &toolsv1.ToolContext{Cwd: rootB, WorkspaceRoot: rootA}}, rootB + " is outside"},
+		{"cwd leaving the call's workspace root through a symlink", &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: &toolsv1.ToolContext{Cwd: toB, WorkspaceRoot: rootA}}, "resolves to " + rootB},
 		{"workspace root that is a file", &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: &toolsv1.ToolContext{Cwd: file, WorkspaceRoot: file}}, file + " is not a directory"},
 		{"missing cwd", &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: &toolsv1.ToolContext{SessionId: "s"}}, "cwd is required"},
 		{"relative workspace root", &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: &toolsv1.ToolContext{Cwd: "/", WorkspaceRoot: "ws"}}, "must be an absolute path"},
@@ -218,8 +233,7 @@ func TestBadRequests(t *testing.T) {
 			// when the prepared one had an accepted context.
 			prepared := &toolsv1.ToolExecution{Name: "read", Arguments: `{}`, Context: h.Context("s")}
 			got, err := toolhostconformance.Exchange(t.Context(), h.Client,
-				&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Prepare{Prepare: &toolsv1.PrepareCallsRequest{Executions: []*toolsv1.ToolExecution{prepared}}}},
-				&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Execute{Execute: &toolsv1.ExecuteRequest{Execution: tt.ex}}})
+				toolhostconformance.Prepare(prepared), toolhostconformance.Execute(tt.ex))
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tt.msg) || len(got) != 1 {
 				t.Errorf("PrepareExecute: %v after %v, want InvalidArgument %q after prepared only", err, got, tt.msg)
 			}

@@ -180,8 +180,7 @@ func TestSecureStack(t *testing.T) {
 		}
 		// PrepareExecute is refused the same way, before it prepares.
 		got, err := toolhostconformance.Exchange(ctx, toolsv1.NewToolHostClient(conn),
-			&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Prepare{Prepare: &toolsv1.PrepareCallsRequest{Executions: []*toolsv1.ToolExecution{ex}}}},
-			&toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Execute{Execute: &toolsv1.ExecuteRequest{Execution: ex}}})
+			toolhostconformance.Prepare(ex), toolhostconformance.Execute(ex))
 		conn.Close()
 		if status.Code(err) != tc.code || len(got) != 0 {
 			t.Errorf("toolhost PrepareExecute, %s: %v after %v, want %s and no message", tc.name, err, got, tc.code)

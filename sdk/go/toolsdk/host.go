@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"path/filepath"
 	"runtime/debug"
@@ -260,57 +259,25 @@ const liveOutputQueue = 256
 
 // Execute runs one call and streams its output and result.
 func (h *Host) Execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {
-	return h.execute(stream.Context(), req.GetExecution(), stream.Send)
+	return h.execute(stream.Context(), req.GetExecution(), stream)
 }
 
 // PrepareExecute is PrepareCalls for one call and then that call's Execute
 // on one stream: prepare (exactly one execution) → prepared → execute and
 // the client's close → Execute's messages. It runs PrepareCalls and Execute
-// themselves; the body runs only once the execute message and the close of
-// the client's send side have arrived, so a client that closes after
-// prepared, or cancels, never runs it.
+// themselves (ServePrepareExecute); the body runs only once the execute
+// message and the close of the client's send side have arrived, so a
+// client that closes after prepared, or cancels, never runs it.
 func (h *Host) PrepareExecute(stream grpc.BidiStreamingServer[toolsv1.PrepareExecuteRequest, toolsv1.PrepareExecuteResponse]) error {
-	msg, err := stream.Recv()
-	switch {
-	case errors.Is(err, io.EOF):
-		return status.Error(codes.InvalidArgument, "PrepareExecute: the stream closed before its prepare message: send prepare with exactly one execution first")
-	case err != nil:
-		return err
-	case msg.GetPrepare() == nil:
-		return status.Error(codes.InvalidArgument, "PrepareExecute: the first message must be prepare (with exactly one execution), not execute")
-	case len(msg.GetPrepare().GetExecutions()) != 1:
-		return status.Errorf(codes.InvalidArgument, "PrepareExecute: prepare carries %d executions; it must carry exactly one (use PrepareCalls for a batch)", len(msg.GetPrepare().GetExecutions()))
-	}
-	prepared, err := h.PrepareCalls(stream.Context(), msg.GetPrepare())
-	if err != nil {
-		return err
-	}
-	if err := stream.Send(&toolsv1.PrepareExecuteResponse{Step: &toolsv1.PrepareExecuteResponse_Prepared{Prepared: prepared}}); err != nil {
-		return err
-	}
-	msg, err = stream.Recv()
-	switch {
-	case errors.Is(err, io.EOF):
-		return nil // not dispatched: the call ends without running
-	case err != nil:
-		return err
-	case msg.GetExecute() == nil:
-		return status.Error(codes.InvalidArgument, "PrepareExecute: a second prepare; after prepared send execute (or close the stream to drop the call)")
-	}
-	switch _, err := stream.Recv(); {
-	case err == nil:
-		return status.Error(codes.InvalidArgument, "PrepareExecute: a message after execute; close the send side after execute")
-	case !errors.Is(err, io.EOF):
-		return err
-	}
-	return h.execute(stream.Context(), msg.GetExecute().GetExecution(), func(r *toolsv1.ExecuteResponse) error {
-		return stream.Send(&toolsv1.PrepareExecuteResponse{Step: &toolsv1.PrepareExecuteResponse_Event{Event: r}})
+	return ServePrepareExecute(stream, h.PrepareCalls, func(ctx context.Context, req *toolsv1.ExecuteRequest, send ExecuteSender) error {
+		return h.execute(ctx, req.GetExecution(), send)
 	})
 }
 
 // execute is Execute's body: it checks ex, runs it under ctx and sends its
-// live output and then its result through send (never concurrently).
-func (h *Host) execute(ctx context.Context, ex *toolsv1.ToolExecution, send func(*toolsv1.ExecuteResponse) error) error {
+// live output and then its result through out (never concurrently). out is
+// an interface, not a method value, so Execute's stream does not escape.
+func (h *Host) execute(ctx context.Context, ex *toolsv1.ToolExecution, out ExecuteSender) error {
 	vetted, err := h.checkExecution(ex)
 	if err != nil {
 		return toStatus(err)
@@ -333,7 +300,7 @@ func (h *Host) execute(ctx context.Context, ex *toolsv1.ToolExecution, send func
 			go func() {
 				defer close(sent)
 				for o := range queue {
-					_ = send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Output{Output: o}})
+					_ = out.Send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Output{Output: o}})
 				}
 			}()
 		}
@@ -356,7 +323,7 @@ func (h *Host) execute(ctx context.Context, ex *toolsv1.ToolExecution, send func
 	if dropped > 0 {
 		h.log.Debug("dropped live output for a slow caller", "tool", ex.GetName(), "call_id", ex.GetCallId(), "chunks", dropped)
 	}
-	return send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Result{Result: res}})
+	return out.Send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Result{Result: res}})
 }
 
 // requestError is a malformed Execute request (INVALID_ARGUMENT).

@@ -357,7 +357,7 @@ func TestCancelReachesBody(t *testing.T) {
 	}{
 		{"Execute", func(ctx context.Context) error { _, _, err := collect(ctx, t, c, ex); return err }},
 		{"PrepareExecute", func(ctx context.Context) error {
-			_, err := toolhostconformance.Exchange(ctx, c, prepareMsg(ex.GetExecution()), executeMsg(ex.GetExecution()))
+			_, err := toolhostconformance.Exchange(ctx, c, toolhostconformance.Prepare(ex.GetExecution()), toolhostconformance.Execute(ex.GetExecution()))
 			return err
 		}},
 	} {
@@ -569,12 +569,12 @@ func TestVetContext(t *testing.T) {
 	// PrepareExecute vets the execution of its execute message (the one
 	// that runs) as Execute does: a prepare with an accepted context does
 	// not let a refused one through.
-	got, err := toolhostconformance.Exchange(t.Context(), c, prepareMsg(call("/a").GetExecution()), executeMsg(call("/a").GetExecution()))
+	got, err := toolhostconformance.Exchange(t.Context(), c, toolhostconformance.Prepare(call("/a").GetExecution()), toolhostconformance.Execute(call("/a").GetExecution()))
 	if err != nil || len(got) != 2 || !cmp.Equal(got[1].GetEvent().GetResult().GetContent(), text("vetted=root:/a"), protocmp.Transform()) || ran != 5 {
 		t.Fatalf("PrepareExecute of an accepted root: %v %v", got, err)
 	}
 	for _, prep := range []string{"/a", "/refused"} {
-		_, err := toolhostconformance.Exchange(t.Context(), c, prepareMsg(call(prep).GetExecution()), executeMsg(call("/refused").GetExecution()))
+		_, err := toolhostconformance.Exchange(t.Context(), c, toolhostconformance.Prepare(call(prep).GetExecution()), toolhostconformance.Execute(call("/refused").GetExecution()))
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "root refused by the host") || ran != 5 {
 			t.Errorf("PrepareExecute prepared with %s, executed with /refused: %v after %d runs; want INVALID_ARGUMENT before the tool ran", prep, err, ran)
 		}

@@ -18,17 +18,6 @@ import (
 	"github.com/dsh-dev/dsh/sdk/go/toolsdk/toolhostconformance"
 )
 
-func prepareMsg(exs ...*toolsv1.ToolExecution) *toolsv1.PrepareExecuteRequest {
-	return &toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Prepare{Prepare: &toolsv1.PrepareCallsRequest{Executions: exs}}}
-}
-
-func executeMsg(ex *toolsv1.ToolExecution) *toolsv1.PrepareExecuteRequest {
-	return &toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Execute{Execute: &toolsv1.ExecuteRequest{Execution: ex}}}
-}
-
-// prepareExecute is toolhostconformance.Exchange.
-var prepareExecute = toolhostconformance.Exchange
-
 // countingHost serves a tool "count" that counts its runs.
 func countingHost(t *testing.T, cfg toolsdk.HostConfig) (*atomic.Int32, toolsv1.ToolHostClient) {
 	t.Helper()
@@ -69,7 +58,7 @@ func TestPrepareExecuteIsPrepareCallsThenExecute(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantOuts, wantRes, wantErr := collect(t.Context(), t, c, &toolsv1.ExecuteRequest{Execution: ex})
-			got, err := prepareExecute(t.Context(), c, prepareMsg(ex), executeMsg(ex))
+			got, err := toolhostconformance.Exchange(t.Context(), c, toolhostconformance.Prepare(ex), toolhostconformance.Execute(ex))
 			if status.Code(err) != status.Code(wantErr) || status.Convert(err).Message() != status.Convert(wantErr).Message() {
 				t.Fatalf("PrepareExecute ended with %v; Execute with %v", err, wantErr)
 			}
@@ -113,15 +102,15 @@ func TestPrepareExecuteProtocolErrors(t *testing.T) {
 		msg      string
 	}{
 		{"nothing", nil, false, "closed before its prepare message"},
-		{"execute first", []*toolsv1.PrepareExecuteRequest{executeMsg(ex)}, false, "first message must be prepare"},
+		{"execute first", []*toolsv1.PrepareExecuteRequest{toolhostconformance.Execute(ex)}, false, "first message must be prepare"},
 		{"an empty message first", []*toolsv1.PrepareExecuteRequest{{}}, false, "first message must be prepare"},
-		{"prepare without executions", []*toolsv1.PrepareExecuteRequest{prepareMsg()}, false, "prepare carries 0 executions"},
-		{"prepare with two executions", []*toolsv1.PrepareExecuteRequest{prepareMsg(ex, ex)}, false, "prepare carries 2 executions"},
-		{"a second prepare", []*toolsv1.PrepareExecuteRequest{prepareMsg(ex), prepareMsg(ex)}, true, "a second prepare"},
-		{"a message after execute", []*toolsv1.PrepareExecuteRequest{prepareMsg(ex), executeMsg(ex), executeMsg(ex)}, true, "a message after execute"},
-		{"a malformed execution", []*toolsv1.PrepareExecuteRequest{prepareMsg(ex), executeMsg(&toolsv1.ToolExecution{Name: "count", Arguments: "{}"})}, true, "execution.context.cwd is required"},
+		{"prepare without executions", []*toolsv1.PrepareExecuteRequest{toolhostconformance.Prepare()}, false, "prepare carries 0 executions"},
+		{"prepare with two executions", []*toolsv1.PrepareExecuteRequest{toolhostconformance.Prepare(ex, ex)}, false, "prepare carries 2 executions"},
+		{"a second prepare", []*toolsv1.PrepareExecuteRequest{toolhostconformance.Prepare(ex), toolhostconformance.Prepare(ex)}, true, "a second prepare"},
+		{"a message after execute", []*toolsv1.PrepareExecuteRequest{toolhostconformance.Prepare(ex), toolhostconformance.Execute(ex), toolhostconformance.Execute(ex)}, true, "a message after execute"},
+		{"a malformed execution", []*toolsv1.PrepareExecuteRequest{toolhostconformance.Prepare(ex), toolhostconformance.Execute(&toolsv1.ToolExecution{Name: "count", Arguments: "{}"})}, true, "execution.context.cwd is required"},
 	} {
-		got, err := prepareExecute(t.Context(), c, tt.msgs...)
+		got, err := toolhostconformance.Exchange(t.Context(), c, tt.msgs...)
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tt.msg) {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT containing %q", tt.name, err, tt.msg)
 		}
@@ -134,6 +123,21 @@ func TestPrepareExecuteProtocolErrors(t *testing.T) {
 	}
 }
 
+// executeSignal is a server stream that signals on got when it has read an
+// execute message.
+type executeSignal struct {
+	grpc.ServerStream
+	got chan<- struct{}
+}
+
+func (s executeSignal) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if r, ok := m.(*toolsv1.PrepareExecuteRequest); ok && err == nil && r.GetExecute() != nil {
+		s.got <- struct{}{}
+	}
+	return err
+}
+
 // TestPrepareExecuteRunsNothingWithoutTheGoAhead: a client that does not
 // dispatch (it closes after prepared, cancels after prepared, or sends
 // execute but cancels before closing its send side) never runs the body.
@@ -141,10 +145,10 @@ func TestPrepareExecuteProtocolErrors(t *testing.T) {
 // have been counted.
 func TestPrepareExecuteRunsNothingWithoutTheGoAhead(t *testing.T) {
 	t.Parallel()
-	ended := make(chan error, 1)
+	ended, gotExecute := make(chan error, 1), make(chan struct{}, 1)
 	runs, c := countingHost(t, toolsdk.HostConfig{ServerOptions: []grpc.ServerOption{grpc.ChainStreamInterceptor(
 		func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-			err := handler(srv, ss)
+			err := handler(srv, executeSignal{ss, gotExecute})
 			if info.FullMethod == toolsv1.ToolHost_PrepareExecute_FullMethodName {
 				ended <- err
 			}
@@ -168,15 +172,22 @@ func TestPrepareExecuteRunsNothingWithoutTheGoAhead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.Send(prepareMsg(ex)); err != nil {
+		if err := st.Send(toolhostconformance.Prepare(ex)); err != nil {
 			t.Fatal(err)
 		}
 		if m, err := st.Recv(); err != nil || m.GetPrepared() == nil {
 			t.Fatalf("%s: prepared: %v %v", tt.name, m, err)
 		}
 		if tt.execute {
-			if err := st.Send(executeMsg(ex)); err != nil {
+			if err := st.Send(toolhostconformance.Execute(ex)); err != nil {
 				t.Fatal(err)
+			}
+			// The host has read execute: a cancel now is one after the
+			// go-ahead's message, before its close.
+			select {
+			case <-gotExecute:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: the host did not read execute", tt.name)
 			}
 		}
 		if tt.cancel {

@@ -235,6 +235,18 @@ class HostTest(unittest.TestCase):
                     list(self.stub.Execute(req, timeout=10))
                 self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, e.exception.details())
 
+    def test_prepare_execute_unimplemented(self):
+        # The host does not serve PrepareExecute: UNIMPLEMENTED with its own
+        # message (not the generated stub's), so the agent falls back to
+        # PrepareCalls and Execute; the tool does not run.
+        ex = call("conf_echo", {"text": "hi"}).execution
+        msgs = [tools_pb2.PrepareExecuteRequest(prepare=tools_pb2.PrepareCallsRequest(executions=[ex])),
+                tools_pb2.PrepareExecuteRequest(execute=tools_pb2.ExecuteRequest(execution=ex))]
+        with self.assertRaises(grpc.RpcError) as e:
+            list(self.stub.PrepareExecute(iter(msgs), timeout=10))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNIMPLEMENTED, e.exception.details())
+        self.assertEqual(e.exception.details(), "PrepareExecute is not served by this host: use PrepareCalls and Execute")
+
     def test_health(self):
         h = health_pb2_grpc.HealthStub(self.ch)
         for svc in ("", "dsh.tools.v1.ToolHost"):

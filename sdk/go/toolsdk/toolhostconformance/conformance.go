@@ -170,6 +170,17 @@ func Run(t *testing.T, c toolsv1.ToolHostClient, cwd string) {
 	}
 }
 
+// Prepare is a PrepareExecute stream's prepare message for exs (the
+// protocol wants exactly one; tests of its refusals send others).
+func Prepare(exs ...*toolsv1.ToolExecution) *toolsv1.PrepareExecuteRequest {
+	return &toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Prepare{Prepare: &toolsv1.PrepareCallsRequest{Executions: exs}}}
+}
+
+// Execute is a PrepareExecute stream's execute message for ex.
+func Execute(ex *toolsv1.ToolExecution) *toolsv1.PrepareExecuteRequest {
+	return &toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Execute{Execute: &toolsv1.ExecuteRequest{Execution: ex}}}
+}
+
 // Exchange sends msgs on one PrepareExecute stream, closes its send side
 // and returns what the host sent and how the stream ended (nil for OK).
 func Exchange(ctx context.Context, c toolsv1.ToolHostClient, msgs ...*toolsv1.PrepareExecuteRequest) ([]*toolsv1.PrepareExecuteResponse, error) {
@@ -202,12 +213,7 @@ func Exchange(ctx context.Context, c toolsv1.ToolHostClient, msgs ...*toolsv1.Pr
 // it; UNIMPLEMENTED passes.
 func prepareExecute(t *testing.T, c toolsv1.ToolHostClient, first string, tc *toolsv1.ToolContext) {
 	ctx := t.Context()
-	prepare := func(exs ...*toolsv1.ToolExecution) *toolsv1.PrepareExecuteRequest {
-		return &toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Prepare{Prepare: &toolsv1.PrepareCallsRequest{Executions: exs}}}
-	}
-	execute := func(ex *toolsv1.ToolExecution) *toolsv1.PrepareExecuteRequest {
-		return &toolsv1.PrepareExecuteRequest{Step: &toolsv1.PrepareExecuteRequest_Execute{Execute: &toolsv1.ExecuteRequest{Execution: ex}}}
-	}
+	prepare, execute := Prepare, Execute
 	unknown := &toolsv1.ToolExecution{CallId: "pe", Name: "no-such-tool-for-conformance", Arguments: "{}", Context: tc}
 	got, err := Exchange(ctx, c, prepare(unknown), execute(unknown))
 	if status.Code(err) == codes.Unimplemented {

@@ -39,7 +39,7 @@ func BenchmarkApproveAllowed(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if ok, why := g.Approve(b.Context(), ex, nil, PathKeyUnknown); !ok {
+				if ok, why := g.Approve(b.Context(), ex, nil, PathKeyUnknown, nil); !ok {
 					b.Fatal(why)
 				}
 			}

@@ -133,8 +133,10 @@ func (g *Gate) Policy() sessionv1.ApprovalPolicy {
 // when none asked); without one the session's rules, then the deployment's,
 // decide. pathKey is the key the tool reads its path from (PathKeyOf of
 // its schema). It returns whether the call may run, or the reason it may
-// not.
-func (g *Gate) Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *toolsv1.PreAsk, pathKey string) (bool, string) {
+// not. waiting (may be nil) runs before Approve waits for a person's or an
+// approver's answer, which may take hours: the tool pipeline lets go there
+// of what it holds for the call.
+func (g *Gate) Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *toolsv1.PreAsk, pathKey string, waiting func()) (bool, string) {
 	policy := g.Policy()
 	subj := SubjectFor(ex.GetName(), ex.GetArguments(), ex.GetContext().GetCwd(), pathKey)
 	if subj.Folded != "" {
@@ -174,6 +176,9 @@ func (g *Gate) Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *tool
 	if policy == sessionv1.ApprovalPolicy_APPROVAL_POLICY_NEVER {
 		settled = g.settleOwn(id, w, decided(id, sessionv1.ApprovalOutcome_APPROVAL_OUTCOME_UNAVAILABLE, ByPolicy, ""))
 	} else {
+		if waiting != nil {
+			waiting()
+		}
 		g.durable(ctx)
 		g.consultApprovers(ctx, id, ex, reason, rule)
 		settled = g.wait(ctx, id, w, func(by string, o sessionv1.ApprovalOutcome, msg string) *sessionv1.SessionEvent {

@@ -2,9 +2,7 @@ package fakes
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"sync"
 
@@ -14,6 +12,7 @@ import (
 
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	toolsv1 "github.com/dsh-dev/dsh/gen/go/dsh/tools/v1"
+	"github.com/dsh-dev/dsh/sdk/go/toolsdk"
 )
 
 // Tool is one fake tool.
@@ -215,9 +214,11 @@ func (h *ToolHost) prepare(req *toolsv1.PrepareCallsRequest) *toolsv1.PrepareCal
 }
 
 // PrepareExecute serves the protocol with the host's own PrepareCalls and
-// Execute (UNIMPLEMENTED after RefusePrepareExecute): prepare, prepared, then
-// execute and the close of the client's send side, then Execute's
-// messages. A client that closes or cancels before that runs nothing.
+// Execute (UNIMPLEMENTED after RefusePrepareExecute) in the order
+// toolsdk.ServePrepareExecute runs, as toolsdk.Host does: prepare,
+// prepared, then execute and the close of the client's send side, then
+// Execute's messages. A client that closes or cancels before that runs
+// nothing.
 func (h *ToolHost) PrepareExecute(stream grpc.BidiStreamingServer[toolsv1.PrepareExecuteRequest, toolsv1.PrepareExecuteResponse]) error {
 	h.mu.Lock()
 	h.rpcs.PrepareExecute++
@@ -228,38 +229,21 @@ func (h *ToolHost) PrepareExecute(stream grpc.BidiStreamingServer[toolsv1.Prepar
 	}
 	h.addOpen(1)
 	defer h.addOpen(-1)
-	m, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	if len(m.GetPrepare().GetExecutions()) != 1 {
-		return status.Error(codes.InvalidArgument, "PrepareExecute: the first message must be prepare with one execution")
-	}
-	if err := stream.Send(&toolsv1.PrepareExecuteResponse{Step: &toolsv1.PrepareExecuteResponse_Prepared{Prepared: h.prepare(m.GetPrepare())}}); err != nil {
-		return err
-	}
-	if m, err = stream.Recv(); errors.Is(err, io.EOF) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if m.GetExecute() == nil {
-		return status.Error(codes.InvalidArgument, "PrepareExecute: the second message must be execute")
-	}
-	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
-		return status.Errorf(codes.InvalidArgument, "PrepareExecute: want the close after execute, got %v", err)
-	}
-	return h.execute(m.GetExecute(), events{stream})
+	return toolsdk.ServePrepareExecute(stream, func(_ context.Context, req *toolsv1.PrepareCallsRequest) (*toolsv1.PrepareCallsResponse, error) {
+		return h.prepare(req), nil
+	}, func(_ context.Context, req *toolsv1.ExecuteRequest, out toolsdk.ExecuteSender) error {
+		return h.execute(req, events{stream, out})
+	})
 }
 
-// events is a PrepareExecute stream as an Execute stream.
+// events is a PrepareExecute stream as an Execute stream: its context,
+// and out for the messages.
 type events struct {
 	grpc.BidiStreamingServer[toolsv1.PrepareExecuteRequest, toolsv1.PrepareExecuteResponse]
+	out toolsdk.ExecuteSender
 }
 
-func (e events) Send(r *toolsv1.ExecuteResponse) error {
-	return e.BidiStreamingServer.Send(&toolsv1.PrepareExecuteResponse{Step: &toolsv1.PrepareExecuteResponse_Event{Event: r}})
-}
+func (e events) Send(r *toolsv1.ExecuteResponse) error { return e.out.Send(r) }
 
 // Execute runs a call.
 func (h *ToolHost) Execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {

@@ -188,6 +188,14 @@ func (c *checkedLLM) checkDurable() {
 	if d, n := c.h.durable.Load(), c.h.log.Len(); d < n {
 		c.h.violate("model request dispatched before the log was durable")
 	}
+	// No batch runs while the model is asked: every PrepareExecute stream
+	// of the last batch has ended, whichever way its call ended (while the
+	// turn, whose end would close them all, is still open).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.h.host.WaitStreamsEnded(ctx); err != nil {
+		c.h.violate("model request while the last batch left a stream open: " + err.Error())
+	}
 }
 
 // requireCallDurable is called by tool bodies: their tool/call must be
@@ -662,10 +670,20 @@ func TestLoopScenarios(t *testing.T) {
 	// one that refuses it (PrepareCalls and Execute). Both match the golden
 	// log, and their logs are byte for byte the same (deterministically
 	// marshalled events): the log does not tell the paths apart.
+	// The comparison means something only when the first run used the
+	// stream: a scenario with a one-call remote batch (its refusing host
+	// was asked PrepareExecute) must have used it, and some scenario must.
+	var streamed atomic.Int32
+	t.Cleanup(func() {
+		if streamed.Load() == 0 {
+			t.Error("no scenario ran a call on a PrepareExecute stream")
+		}
+	})
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			var logs [2][][]byte
+			var asked [2]int // PrepareExecute calls answered
 			for i, refuse := range []bool{false, true} {
 				var hp *harness
 				opts := sc.opts
@@ -690,9 +708,16 @@ func TestLoopScenarios(t *testing.T) {
 					}
 					logs[i] = append(logs[i], b)
 				}
-				if n := h.host.Counts().PrepareExecute; refuse && n > 1 {
+				asked[i] = h.host.Counts().PrepareExecute
+				if n := asked[i]; refuse && n > 1 {
 					t.Errorf("%d PrepareExecute calls to a host that refused the first", n)
 				}
+			}
+			if asked[1] > 0 && asked[0] == 0 {
+				t.Errorf("a one-call remote batch (the refusing host was asked PrepareExecute) ran without a PrepareExecute stream")
+			}
+			if asked[0] > 0 {
+				streamed.Add(1)
 			}
 			if !slices.EqualFunc(logs[0], logs[1], bytes.Equal) {
 				t.Errorf("the log through PrepareExecute differs from the log through PrepareCalls and Execute")
@@ -780,5 +805,52 @@ func checkSharedBlocks(t *testing.T, events []*sessionv1.SessionEvent) {
 	}
 	if checked == 0 {
 		t.Error("no tool step's assistant/message found")
+	}
+}
+
+// answering is a Tools wrapper that answers calls to one tool itself (as
+// the subagent tool filter answers a call outside it): Begin never reaches
+// the pipeline that prepared the call.
+type answering struct {
+	loop.Tools
+	tool string
+}
+
+func (a answering) Begin(ctx context.Context, h []string, ex *toolsv1.ToolExecution) loop.ToolCall {
+	if ex.GetName() == a.tool {
+		return answered{}
+	}
+	return a.Tools.Begin(ctx, h, ex)
+}
+
+type answered struct{}
+
+func (answered) Dispatch(context.Context, func(context.Context) error) {}
+func (answered) Finish(context.Context) *toolsv1.ToolExecutionResult {
+	return toolpipe.ErrorResult("answered by the wrapper", "", "")
+}
+
+// TestUnbegunCallReleasesItsStream: a one-call batch whose call the Tools
+// wrapper answers itself ends its prepared PrepareExecute stream when the
+// batch ends, while the turn goes on (checkedLLM waits for that before the
+// next model request), and the host never runs the call.
+func TestUnbegunCallReleasesItsStream(t *testing.T) {
+	t.Parallel()
+	var hp *harness
+	h := newHarness(t, []fakes.Tool{echo(&hp, "echo", false)}, func(_ *harness, cfg *loop.Config) {
+		cfg.Tools = answering{Tools: cfg.Tools, tool: "echo"}
+	})
+	hp = h
+	h.gw.Script(fakes.Response{Chunks: fakes.ToolCalls("", fakes.Call{ID: "c1", Name: "echo", Args: `{}`})},
+		fakes.Response{Chunks: fakes.Text("done")})
+	h.send("go")
+	h.waitIdle()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, v := range h.violations {
+		t.Error(v)
+	}
+	if n := h.host.Counts(); n.PrepareExecute != 1 || len(h.host.Executed()) != 0 {
+		t.Errorf("host answered %+v and ran %v; want the call prepared on a stream and never run", n, h.host.Executed())
 	}
 }

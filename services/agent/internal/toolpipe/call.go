@@ -97,7 +97,13 @@ func (p *Pipeline) Begin(ctx context.Context, hosts []string, ex *toolsv1.ToolEx
 			reason = fmt.Sprintf("tool %s was denied", ex.GetName())
 		}
 	case gate != nil:
-		if ok, why := gate.Approve(ctx, ex, d.GetAsk(), p.pathKey(hosts, ex.GetName())); !ok {
+		// A prepared stream is not held open on the host while a person
+		// decides (that may take hours): the call then runs with Execute.
+		var waiting func()
+		if c.pre != nil {
+			waiting = c.release
+		}
+		if ok, why := gate.Approve(ctx, ex, d.GetAsk(), p.pathKey(hosts, ex.GetName()), waiting); !ok {
 			reason = why
 		}
 	case d.GetAsk() != nil:
@@ -166,24 +172,19 @@ func (c *Call) Dispatch(ctx context.Context, checkpoint func(context.Context) er
 	} else {
 		c.result = c.execute(ctx, hs)
 	}
-	if c.result == nil { // a prepared stream that ended before the go-ahead: the host ran nothing
-		c.result = c.executeUnary(ctx, hs)
-	}
 	if ctx.Err() != nil && !c.result.GetIsError() {
 		c.result = withContexts(Aborted(), c.result)
 	}
 }
 
 // execute runs the call on its remote host: on the stream PrepareCalls
-// prepared for it when there is one for this host, else with Execute. It
-// returns nil when the prepared stream ended before the go-ahead (the
-// caller then uses executeUnary).
+// prepared for it when there is one for this host, else (or when that
+// stream ended before the go-ahead: the host ran nothing) with Execute.
 func (c *Call) execute(ctx context.Context, hs *hostState) *toolsv1.ToolExecutionResult {
 	if c.pre != nil && c.pre.hs == hs {
 		if res, ok := c.executePrepared(ctx, hs); ok {
 			return res
 		}
-		return nil
 	}
 	return c.executeUnary(ctx, hs)
 }

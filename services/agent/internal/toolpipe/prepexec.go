@@ -115,9 +115,9 @@ func (c *Call) release() {
 }
 
 // executePrepared sends the go-ahead on the call's prepared stream and
-// reads the call's output and result as execute does. ok is false when the
-// stream had already ended before the go-ahead could be sent: the host ran
-// nothing, and the caller uses Execute instead.
+// reads the call's output and result as execute does. ok is false only when
+// the go-ahead could not be sent (the stream had already ended): the host
+// ran nothing, and the caller uses Execute instead.
 func (c *Call) executePrepared(ctx context.Context, hs *hostState) (res *toolsv1.ToolExecutionResult, ok bool) {
 	pre := c.pre
 	c.pre = nil
@@ -130,9 +130,9 @@ func (c *Call) executePrepared(ctx context.Context, hs *hostState) (res *toolsv1
 		Execute: &toolsv1.ExecuteRequest{Execution: c.ex}}}); err != nil {
 		return nil, false
 	}
-	if err := pre.stream.CloseSend(); err != nil {
-		return nil, false
-	}
+	// The execute is sent: from here the host may run the call, so it is
+	// never run again with Execute. A failed close shows in the read.
+	_ = pre.stream.CloseSend()
 	return c.readStream(ctx, hs, func() (*toolsv1.ExecuteResponse, error) {
 		m, err := pre.stream.Recv()
 		if err != nil {

@@ -62,10 +62,11 @@ type LocalHost interface {
 // ask is a tool interceptor's ask, nil when none asked. It reports whether
 // the call may run, or why not.
 type Gate interface {
-	// pathKey is the key the tool reads its path from
-	// (approval.PathKeyOf of its schema; PathKeyUnknown when the tool is
-	// not known).
-	Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *toolsv1.PreAsk, pathKey string) (bool, string)
+	// Approve decides whether ex may run, or why not. pathKey is the key
+	// the tool reads its path from (approval.PathKeyOf of its schema;
+	// PathKeyUnknown when the tool is not known); it calls waiting (when
+	// not nil) before it waits for a person's or an approver's answer.
+	Approve(ctx context.Context, ex *toolsv1.ToolExecution, ask *toolsv1.PreAsk, pathKey string, waiting func()) (bool, string)
 }
 
 // Interceptor is a remote ToolInterceptor link.

@@ -715,3 +715,58 @@ func TestPrepareExecuteTimesOutAsPrepareCalls(t *testing.T) {
 		t.Fatalf("result %v after %+v; want the call run with Execute", r, host.Counts())
 	}
 }
+
+// waitingGate asks a person about every call: before it waits it calls
+// waiting, and then waits (bounded) until its host holds no PrepareExecute
+// stream, as a gate would wait hours for a person's answer.
+type waitingGate struct {
+	host   *fakes.ToolHost
+	waited chan error
+}
+
+func (g waitingGate) Approve(ctx context.Context, _ *toolsv1.ToolExecution, _ *toolsv1.PreAsk, _ string, waiting func()) (bool, string) {
+	if waiting != nil {
+		waiting()
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	g.waited <- g.host.WaitStreamsEnded(wctx)
+	return true, ""
+}
+
+// TestApprovalWaitHoldsNoPreparedStream: a one-call batch whose call asks
+// a person holds no PrepareExecute stream on its host while the person
+// decides (a host's graceful stop would wait for it), and runs with Execute
+// once approved.
+func TestApprovalWaitHoldsNoPreparedStream(t *testing.T) {
+	t.Parallel()
+	host := fakes.NewToolHost(fakes.Tool{Name: "echo"})
+	gate := waitingGate{host: host, waited: make(chan error, 1)}
+	p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "h", Client: client(t, serveHost(t, host))}},
+		Gates: func(string) toolpipe.Gate { return gate }})
+	ex := &toolsv1.ToolExecution{CallId: "c1", Name: "echo", Arguments: `{}`, Context: &toolsv1.ToolContext{SessionId: "s", Cwd: "/w"}}
+	p.PrepareCalls(t.Context(), nil, []*toolsv1.ToolExecution{ex})
+	if n := host.Counts(); n.PrepareExecute != 1 {
+		t.Fatalf("host answered %+v; want the call prepared on a PrepareExecute stream", n)
+	}
+	c := p.Begin(t.Context(), nil, ex)
+	if err := <-gate.waited; err != nil {
+		t.Errorf("while the approval waited: %v", err)
+	}
+	c.Dispatch(t.Context(), nil)
+	if r := c.Finish(t.Context()); r.GetIsError() || !slices.Contains(host.Executed(), "c1") || host.Counts().Execute != 1 {
+		t.Errorf("result %v after %+v; want the approved call run with Execute", r, host.Counts())
+	}
+}
+
+// TestLocalHostWithoutAResult: an in-process host that returns no result
+// (against its contract) fails the call as aborted before dispatch, as
+// Finish makes any call without a result; it never reaches for the remote
+// client the local host does not have.
+func TestLocalHostWithoutAResult(t *testing.T) {
+	t.Parallel()
+	p := start(t, toolpipe.Config{Hosts: []toolpipe.Host{{Name: "local", Local: &keepingHost{}}}})
+	if r := run(t.Context(), p, "kept", `{}`); codeOf(r) != toolpipe.CodeAbortedBeforeDispatch {
+		t.Errorf("result %v, want %s", r, toolpipe.CodeAbortedBeforeDispatch)
+	}
+}

@@ -2377,8 +2377,10 @@ func (*PrepareExecuteRequest_Prepare) isPrepareExecuteRequest_Step() {}
 func (*PrepareExecuteRequest_Execute) isPrepareExecuteRequest_Step() {}
 
 // PrepareExecuteResponse is one host message of a PrepareExecute stream:
-// first exactly one prepared, then (after the client's execute) the
-// messages of an Execute stream: zero or more outputs, then one result.
+// first exactly one prepared, then (after the client's execute and the
+// close of its send side: a client that waits for events before it closes
+// waits forever) the messages of an Execute stream: zero or more outputs,
+// then one result.
 type PrepareExecuteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The message.

@@ -53,8 +53,9 @@ type ToolHostClient interface {
 	// sends prepare with exactly one execution; the host answers prepared
 	// (PrepareCalls' answer); the client sends execute (the execution to run)
 	// and closes its send side; once that close has arrived the host runs the
-	// call and streams exactly what Execute streams (outputs, then one result; a malformed execution fails the RPC
-	// with INVALID_ARGUMENT as Execute does). A client that does not dispatch
+	// call and streams exactly what Execute streams (outputs, then one
+	// result; a malformed execution fails the RPC with INVALID_ARGUMENT as
+	// Execute does). A client that does not dispatch
 	// the call closes its send side without execute (the host ends the stream
 	// OK) or cancels the RPC (CANCELLED); either way no tool body runs. A
 	// message out of this order, a second prepare or execute, or a prepare
@@ -193,8 +194,9 @@ type ToolHostServer interface {
 	// sends prepare with exactly one execution; the host answers prepared
 	// (PrepareCalls' answer); the client sends execute (the execution to run)
 	// and closes its send side; once that close has arrived the host runs the
-	// call and streams exactly what Execute streams (outputs, then one result; a malformed execution fails the RPC
-	// with INVALID_ARGUMENT as Execute does). A client that does not dispatch
+	// call and streams exactly what Execute streams (outputs, then one
+	// result; a malformed execution fails the RPC with INVALID_ARGUMENT as
+	// Execute does). A client that does not dispatch
 	// the call closes its send side without execute (the host ends the stream
 	// OK) or cancels the RPC (CANCELLED); either way no tool body runs. A
 	// message out of this order, a second prepare or execute, or a prepare

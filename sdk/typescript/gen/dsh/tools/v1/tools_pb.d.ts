@@ -980,8 +980,10 @@ export declare const PrepareExecuteRequestSchema: GenMessage<PrepareExecuteReque
 
 /**
  * PrepareExecuteResponse is one host message of a PrepareExecute stream:
- * first exactly one prepared, then (after the client's execute) the
- * messages of an Execute stream: zero or more outputs, then one result.
+ * first exactly one prepared, then (after the client's execute and the
+ * close of its send side: a client that waits for events before it closes
+ * waits forever) the messages of an Execute stream: zero or more outputs,
+ * then one result.
  *
  * @generated from message dsh.tools.v1.PrepareExecuteResponse
  */
@@ -1994,8 +1996,9 @@ export declare const ToolHost: GenService<{
    * sends prepare with exactly one execution; the host answers prepared
    * (PrepareCalls' answer); the client sends execute (the execution to run)
    * and closes its send side; once that close has arrived the host runs the
-   * call and streams exactly what Execute streams (outputs, then one result; a malformed execution fails the RPC
-   * with INVALID_ARGUMENT as Execute does). A client that does not dispatch
+   * call and streams exactly what Execute streams (outputs, then one
+   * result; a malformed execution fails the RPC with INVALID_ARGUMENT as
+   * Execute does). A client that does not dispatch
    * the call closes its send side without execute (the host ends the stream
    * OK) or cancels the RPC (CANCELLED); either way no tool body runs. A
    * message out of this order, a second prepare or execute, or a prepare
