@@ -312,6 +312,7 @@ func SubjectFor(tool, arguments, cwd, pathKey string) Subject {
 		}
 		s.Folded = cmp.Or(folded(args, PathKeyFile), folded(args, PathKeyDir))
 	default:
+		s.Folded = cmp.Or(folded(args, PathKeyFile), folded(args, PathKeyDir))
 		for _, k := range []string{PathKeyFile, PathKeyDir} {
 			if v, ok := args[k].(string); ok && v != "" {
 				s.Input = resolvePath(v, cwd)
@@ -422,9 +423,10 @@ func Evaluate(s Subject, lists ...[]*sessionv1.ApprovalRule) Decision {
 
 func evaluate(cache *patternCache, s Subject, lists ...[]*sessionv1.ApprovalRule) Decision {
 	d, r := first(cache, s, lists)
-	if s.Alt == "" || (r.GetAction() == sessionv1.RuleAction_RULE_ACTION_ALLOW && r.GetPattern() != "" && !hasWildcard(r.GetPattern())) {
+	if s.Alt == "" || (s.Tool == ShellTool && r.GetAction() == sessionv1.RuleAction_RULE_ACTION_ALLOW && r.GetPattern() != "" && !hasWildcard(r.GetPattern())) {
 		// An exact allow (ALLOW_FOR_SESSION's) was given for this very
-		// text: its other reading is what was approved.
+		// command: its shell reading is what was approved. (A tool's second
+		// path is another path, never covered by the first one's allow.)
 		return d
 	}
 	// A pattern rule that the other reading matches, and that is stricter

@@ -253,6 +253,7 @@ func TestSubjectFoldedKeysAndBothPaths(t *testing.T) {
 		{"read", PathKeyFile, `{"file_path":"a","File_Path":"/etc/shadow"}`, "File_Path"},
 		{"grep", PathKeyDir, `{"pattern":"x","PATH":"/etc"}`, "PATH"},
 		{"grep", PathKeyDir, `{"pattern":"x","path":"a"}`, ""},
+		{"mcp_tool", PathKeyUnknown, `{"path":"public/a","PATH":"/secret"}`, "PATH"},
 	} {
 		if got := SubjectFor(tc.tool, tc.args, "/work", tc.key).Folded; got != tc.folded {
 			t.Errorf("%s %s: folded %q, want %q", tc.tool, tc.args, got, tc.folded)
@@ -270,6 +271,19 @@ func TestSubjectFoldedKeysAndBothPaths(t *testing.T) {
 		{`{"file_path":"/work/public/a"}`, sessionv1.RuleAction_RULE_ACTION_ALLOW},
 	} {
 		if d := Evaluate(SubjectFor("t", tc.args, "/work", PathKeyOf(both)), rules); d.Action != tc.want {
+			t.Errorf("%s: %v, want %v", tc.args, d.Action, tc.want)
+		}
+	}
+	// An exact allow of one path does not cover the tool's other path.
+	exact := []*sessionv1.ApprovalRule{rule("t(/work/a.txt)=allow"), rule("t(/etc/*)=deny")}
+	for _, tc := range []struct {
+		args string
+		want sessionv1.RuleAction
+	}{
+		{`{"file_path":"/work/a.txt","path":"/etc/passwd"}`, sessionv1.RuleAction_RULE_ACTION_DENY},
+		{`{"file_path":"/work/a.txt"}`, sessionv1.RuleAction_RULE_ACTION_ALLOW},
+	} {
+		if d := Evaluate(SubjectFor("t", tc.args, "/work", PathKeyOf(both)), exact); d.Action != tc.want {
 			t.Errorf("%s: %v, want %v", tc.args, d.Action, tc.want)
 		}
 	}
