@@ -433,9 +433,11 @@ func evaluate(cache *patternCache, s Subject, lists ...[]*sessionv1.ApprovalRule
 	// than what decided, decides: `"rm" -rf /` and `rm<TAB>-rf /` are
 	// caught by bash(rm *)=deny. (A rule without a pattern matched the
 	// subject itself already.)
+	// For a tool's second path (another path, not another reading) any
+	// stricter rule decides.
 	w := s
 	w.Input = s.Alt
-	if d2, r2 := first(cache, w, lists); r2.GetPattern() != "" && strictness(d2.Action) > strictness(d.Action) {
+	if d2, r2 := first(cache, w, lists); (r2.GetPattern() != "" || s.Tool != ShellTool) && strictness(d2.Action) > strictness(d.Action) {
 		return d2
 	}
 	return d

@@ -287,6 +287,11 @@ func TestSubjectFoldedKeysAndBothPaths(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.args, d.Action, tc.want)
 		}
 	}
+	// An allow-list: the second path meets only the catch-all deny.
+	allowList := []*sessionv1.ApprovalRule{rule("t(/work/public/*)=allow"), rule("t=deny")}
+	if d := Evaluate(SubjectFor("t", `{"file_path":"/work/public/a","path":"/etc/passwd"}`, "/work", PathKeyOf(both)), allowList); d.Action != sessionv1.RuleAction_RULE_ACTION_DENY {
+		t.Errorf("allow-list with a second path outside it: %v, want deny", d.Action)
+	}
 	if s := SubjectFor("grep", `{"pattern":"x","path":["/etc"]}`, "/work", PathKeyDir); s.Input != "" {
 		t.Errorf("a path of another type: subject %q, want none", s.Input)
 	}

@@ -441,11 +441,21 @@ func visible(hosts []string, name string) bool {
 func (p *Pipeline) lookup(hosts []string, name string) (*hostState, *toolsv1.ToolDescriptor) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	hs, ok := p.owner[name]
-	if !ok || !visible(hosts, hs.host.Name) {
+	hs := p.ownerLocked(hosts, name)
+	if hs == nil {
 		return nil, nil
 	}
 	return hs, hs.tools[name]
+}
+
+// ownerLocked is the host serving name when it is visible to hosts, or nil
+// (p.mu held).
+func (p *Pipeline) ownerLocked(hosts []string, name string) *hostState {
+	hs, ok := p.owner[name]
+	if !ok || !visible(hosts, hs.host.Name) {
+		return nil
+	}
+	return hs
 }
 
 // pathKey is the key a visible tool reads its path from, for the approval
@@ -454,8 +464,8 @@ func (p *Pipeline) lookup(hosts []string, name string) (*hostState, *toolsv1.Too
 func (p *Pipeline) pathKey(hosts []string, name string) string {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	hs, ok := p.owner[name]
-	if !ok || !visible(hosts, hs.host.Name) {
+	hs := p.ownerLocked(hosts, name)
+	if hs == nil {
 		return approval.PathKeyUnknown
 	}
 	return hs.pathKeys[name]

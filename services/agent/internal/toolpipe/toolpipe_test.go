@@ -630,8 +630,10 @@ func TestPrepareExecute(t *testing.T) {
 			c := p.Begin(ctx, nil, ex)
 			done := make(chan struct{})
 			go func() { c.Dispatch(ctx, nil); close(done) }()
-			for !slices.Contains(host.Executed(), ex.GetCallId()) {
-				time.Sleep(time.Millisecond)
+			for deadline := time.Now().Add(10 * time.Second); !slices.Contains(host.Executed(), ex.GetCallId()); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the body never started")
+				}
 			}
 			cancel()
 			<-done
