@@ -86,7 +86,7 @@ func TestBinary(t *testing.T) {
 			}
 		}
 	}
-	if strings.Join(methods, ",") != "ListTools,WatchTools,PrepareCalls,Execute,GetWorkspaceContext,EndSession" {
+	if strings.Join(methods, ",") != "ListTools,WatchTools,PrepareCalls,Execute,PrepareExecute,GetWorkspaceContext,EndSession" {
 		t.Errorf("ToolHost methods by reflection: %v", methods)
 	}
 
