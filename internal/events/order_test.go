@@ -219,3 +219,48 @@ func TestRefusedRetriesLeaveNoGap(t *testing.T) {
 		t.Fatalf("the cursor skipped a refused event; log:\n%s", out)
 	}
 }
+
+// repairingReader is a store on which a replica's load repairs a session
+// while the publisher reads it: during the first read of session id from
+// seq at, after the read's snapshot and before it returns, events at..to-1
+// are stored (the repair closing an interrupted turn, written by Load with
+// no flush to hand them over) and CatchUp is called, as the agent does once
+// Load returned.
+type repairingReader struct {
+	*memStore
+	p      atomic.Pointer[events.Publisher]
+	id     string
+	at, to int64
+	once   sync.Once
+}
+
+func (r *repairingReader) ReadEvents(ctx context.Context, id string, from int64) ([]*sessionv1.SessionEvent, error) {
+	evs, err := readerStore{r.memStore}.ReadEvents(ctx, id, from)
+	if id == r.id && from == r.at {
+		r.once.Do(func() {
+			r.mu.Lock()
+			r.logs[id] = append(r.logs[id], mkEvents(r.at, r.to)...)
+			r.mu.Unlock()
+			r.p.Load().CatchUp(&sessionv1.SessionHeader{Id: id, Tenant: "t"})
+		})
+	}
+	return evs, err
+}
+
+// TestCatchUpDuringTheSweepsRead: a claim's catch-up reads session "x"
+// past its last event (3) and finds nothing; meanwhile the load's repair
+// stores events 3–5 and asks for a catch-up again. The read that began
+// before the repair must not end the sweep that began after it: events
+// 3–5 reach the stream (TestChaosReplicas once found a repair missing).
+func TestCatchUpDuringTheSweepsRead(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	mem := newMemStore()
+	mem.logs["x"] = mkEvents(0, 3)
+	store := &repairingReader{memStore: mem, id: "x", at: 3, to: 6}
+	p := newPublisher(t, srv.URL(), store, nil)
+	store.p.Store(p)
+	p.CatchUp(&sessionv1.SessionHeader{Id: "x", Tenant: "t"})
+	flush(t, p)
+	checkExactlyOnce(t, readStream(t, srv.URL()), "x", 6)
+}

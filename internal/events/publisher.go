@@ -213,9 +213,10 @@ type sessionState struct {
 	cursor     int64  // next seq to publish; -1 until read from the store
 	next       int64  // one past the highest seq ever queued; -1 when none
 	pending    []queued
-	overflowed bool // the queue overflowed (logged once)
-	sweep      bool // read the store beyond the cursor (CatchUp)
-	resync     bool // consult the stream's tail before publishing
+	overflowed bool   // the queue overflowed (logged once)
+	sweep      bool   // read the store beyond the cursor (CatchUp)
+	sweeps     uint64 // CatchUp calls so far: a read that found nothing ends only the sweeps it began after
+	resync     bool   // consult the stream's tail before publishing
 	saved      int64
 	statuses   []agentv1.AgentStatus
 
@@ -462,7 +463,9 @@ func (p *Publisher) CatchUp(headers ...*sessionv1.SessionHeader) {
 	}
 	p.mu.Lock()
 	for _, h := range headers {
-		p.state(h.GetId(), h.GetTenant()).sweep = true
+		s := p.state(h.GetId(), h.GetTenant())
+		s.sweep = true
+		s.sweeps++
 		p.dirty[h.GetId()] = struct{}{}
 	}
 	p.mu.Unlock()
@@ -1157,7 +1160,7 @@ func (p *Publisher) nextBatch(ctx context.Context, s *sessionState, from int64, 
 	if i < len(s.pending) {
 		gapTo = s.pending[i].ev.GetSeq()
 	}
-	sweep := s.sweep
+	sweep, sweeps := s.sweep, s.sweeps
 	if (gapTo <= from && !sweep) || p.reader == nil {
 		// The statuses are taken under the lock that saw the queue: a
 		// status queued later may follow an event queued after this look.
@@ -1190,13 +1193,20 @@ func (p *Publisher) nextBatch(ctx context.Context, s *sessionState, from int64, 
 	}
 	p.mu.Lock()
 	if len(out) == 0 {
-		s.sweep = false
-		// An event at from stored (and handed in) since the read is not
-		// in the stream yet, and the statuses queued with it must follow
-		// it: Durable marked the session dirty, so they go out in the next
-		// round, after it.
-		if s.next <= from {
-			statuses, s.statuses = s.statuses, nil
+		// A CatchUp during the read (a replica's load stored the repair
+		// of an interrupted turn after the read's snapshot, then asked for
+		// it) keeps the sweep, and the statuses wait behind what it finds:
+		// the session is dirty again and read in the next round. Ending
+		// the sweep would leave those events in the store alone.
+		// Likewise an event at from stored (and handed in) since the read
+		// is not in the stream yet, and the statuses queued with it must
+		// follow it: Durable marked the session dirty, so they go out in
+		// the next round, after it.
+		if s.sweeps == sweeps {
+			s.sweep = false
+			if s.next <= from {
+				statuses, s.statuses = s.statuses, nil
+			}
 		}
 		p.mu.Unlock()
 		return nil, statuses, true, nil

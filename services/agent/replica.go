@@ -56,6 +56,11 @@ func openReplica(ctx context.Context, sc ServerConfig, logger *slog.Logger) (per
 			}
 			// The publisher needs the tenant for the subject: the header.
 			h, err := st.ReadHeader(ctx, id)
+			if errors.Is(err, persistence.ErrNotFound) {
+				// A claim by Create comes before the session's row:
+				// nothing stored to catch up (Created starts its cursor).
+				return
+			}
 			if err != nil {
 				logger.Warn("catch-up after a claim: reading the header failed; the session publishes on its next event", "session", id, "err", err)
 				return
