@@ -657,7 +657,13 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 	// is acknowledged, draining the window each time: last, so the
 	// others' pipelining is not broken up by its waits.
 	slices.SortStableFunc(ready, func(a, b *sessionState) int {
-		return cmp.Compare(b2i(a.probe), b2i(b.probe))
+		switch {
+		case a.probe == b.probe:
+			return 0
+		case a.probe:
+			return 1
+		}
+		return -1
 	})
 	for i, s := range ready {
 		if err := p.publishSession(ctx, s); err != nil {
@@ -675,13 +681,6 @@ func (p *Publisher) publishDirty(ctx context.Context) error {
 		return err
 	}
 	return cmp.Or(firstErr, p.roundErr)
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // connCtx is the context of the current connection: it ends when the

@@ -217,14 +217,6 @@ type Subject struct {
 	cwd    string
 }
 
-// SubjectOf extracts a call's subject; relative paths resolve against cwd.
-// Without the tool's schema it takes the first of the arguments'
-// "file_path" and "path"; the gate uses SubjectFor with the key the tool
-// declares.
-func SubjectOf(tool, arguments, cwd string) Subject {
-	return SubjectFor(tool, arguments, cwd, PathKeyUnknown)
-}
-
 // The path keys SubjectFor reads (PathKeyOf of a tool's schema).
 const (
 	// PathKeyUnknown: the tool's schema is not known; the first of
@@ -311,14 +303,9 @@ func SubjectFor(tool, arguments, cwd, pathKey string) Subject {
 			s.Input, s.Alt = s.Alt, ""
 		}
 		s.Folded = cmp.Or(folded(args, PathKeyFile), folded(args, PathKeyDir))
-	default:
+	default: // PathKeyUnknown: the first of the two the arguments carry
+		s.Input = cmp.Or(str(PathKeyFile), str(PathKeyDir))
 		s.Folded = cmp.Or(folded(args, PathKeyFile), folded(args, PathKeyDir))
-		for _, k := range []string{PathKeyFile, PathKeyDir} {
-			if v, ok := args[k].(string); ok && v != "" {
-				s.Input = resolvePath(v, cwd)
-				return s
-			}
-		}
 	}
 	return s
 }
@@ -390,7 +377,7 @@ func matches(cache *patternCache, r *sessionv1.ApprovalRule, s Subject) bool {
 	pat := r.GetPattern()
 	if s.Tool != ShellTool && !filepath.IsAbs(pat) && !strings.HasPrefix(pat, "*") && s.cwd != "" {
 		// A relative path pattern is relative to the session's cwd, like a
-		// relative path argument (which SubjectOf resolved and cleaned, so
+		// relative path argument (which SubjectFor resolved and cleaned, so
 		// "src/../../etc/passwd" cannot pass as "src/*").
 		pat = EscapeGlob(filepath.Clean(s.cwd)) + "/" + pat
 	}

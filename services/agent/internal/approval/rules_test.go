@@ -68,6 +68,12 @@ func TestMatches(t *testing.T) {
 	}
 }
 
+// SubjectOf is SubjectFor without the tool's schema (PathKeyUnknown): the
+// first of the arguments' "file_path" and "path" is the path.
+func SubjectOf(tool, arguments, cwd string) Subject {
+	return SubjectFor(tool, arguments, cwd, PathKeyUnknown)
+}
+
 func quote(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 	return `"` + r.Replace(s) + `"`

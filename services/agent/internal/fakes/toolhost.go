@@ -231,29 +231,20 @@ func (h *ToolHost) PrepareExecute(stream grpc.BidiStreamingServer[toolsv1.Prepar
 	defer h.addOpen(-1)
 	return toolsdk.ServePrepareExecute(stream, func(_ context.Context, req *toolsv1.PrepareCallsRequest) (*toolsv1.PrepareCallsResponse, error) {
 		return h.prepare(req), nil
-	}, func(_ context.Context, req *toolsv1.ExecuteRequest, out toolsdk.ExecuteSender) error {
-		return h.execute(req, events{stream, out})
+	}, func(ctx context.Context, req *toolsv1.ExecuteRequest, out toolsdk.ExecuteSender) error {
+		return h.execute(ctx, req, out)
 	})
 }
-
-// events is a PrepareExecute stream as an Execute stream: its context,
-// and out for the messages.
-type events struct {
-	grpc.BidiStreamingServer[toolsv1.PrepareExecuteRequest, toolsv1.PrepareExecuteResponse]
-	out toolsdk.ExecuteSender
-}
-
-func (e events) Send(r *toolsv1.ExecuteResponse) error { return e.out.Send(r) }
 
 // Execute runs a call.
 func (h *ToolHost) Execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {
 	h.mu.Lock()
 	h.rpcs.Execute++
 	h.mu.Unlock()
-	return h.execute(req, stream)
+	return h.execute(stream.Context(), req, stream)
 }
 
-func (h *ToolHost) execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStreamingServer[toolsv1.ExecuteResponse]) error {
+func (h *ToolHost) execute(ctx context.Context, req *toolsv1.ExecuteRequest, out toolsdk.ExecuteSender) error {
 	ex := req.GetExecution()
 	h.mu.Lock()
 	t, ok := h.tools[ex.GetName()]
@@ -267,12 +258,12 @@ func (h *ToolHost) execute(req *toolsv1.ExecuteRequest, stream grpc.ServerStream
 	case t.Run == nil:
 		res = &toolsv1.ToolExecutionResult{Content: []*llmv1.ContentBlock{TextContent(ex.GetName() + ": " + ex.GetArguments())}}
 	default:
-		res = t.Run(stream.Context(), ex)
+		res = t.Run(ctx, ex)
 	}
 	if res == nil {
-		return stream.Context().Err()
+		return ctx.Err()
 	}
-	return stream.Send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Result{Result: res}})
+	return out.Send(&toolsv1.ExecuteResponse{Event: &toolsv1.ExecuteResponse_Result{Result: res}})
 }
 
 // TextContent is a text content block.
