@@ -215,10 +215,10 @@ func TestReleaseOfAHostThatNeverEnds(t *testing.T) {
 			release := func(ctx context.Context, cancel context.CancelFunc, id string, cancelBefore bool) time.Time {
 				ex := &toolsv1.ToolExecution{CallId: id, Name: "echo", Arguments: `{}`, Context: &toolsv1.ToolContext{SessionId: "s", Cwd: "/w"}}
 				p.PrepareCalls(ctx, nil, []*toolsv1.ToolExecution{ex})
+				at := time.Now() // a cancel ends the stream from here
 				if cancelBefore {
 					cancel()
 				}
-				at := time.Now()
 				p.Release([]*toolsv1.ToolExecution{ex})
 				return at
 			}
