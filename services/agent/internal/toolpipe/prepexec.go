@@ -19,16 +19,16 @@ import (
 // host's prepared answer as its own, and parks the stream (pending) under
 // the call's execution; Begin takes it into the Call, and Dispatch sends
 // execute on it where it would call Execute (after the checkpoint). Every
-// other end of the call releases the stream unsent, and the host then runs
-// nothing. A host that answers UNIMPLEMENTED is remembered (until it
-// reconnects) and gets PrepareCalls and Execute.
+// other end of the call releases the stream unsent (release): the host then
+// runs nothing and ends the stream OK. A host that answers UNIMPLEMENTED is
+// remembered (until it reconnects) and gets PrepareCalls and Execute.
 
 // preparedStream is a PrepareExecute stream whose call is prepared and
 // waits for its go-ahead.
 type preparedStream struct {
 	hs     *hostState
 	stream grpc.BidiStreamingClient[toolsv1.PrepareExecuteRequest, toolsv1.PrepareExecuteResponse]
-	cancel context.CancelFunc // ends the stream; the host then runs nothing
+	cancel context.CancelFunc // ends the stream CANCELLED; the host then runs nothing
 }
 
 // prepareExecute opens a PrepareExecute stream for ex on hs and returns the
@@ -76,7 +76,9 @@ func (p *Pipeline) prepareExecute(ctx context.Context, hs *hostState, ex *toolsv
 		p.pending = map[*toolsv1.ToolExecution]*preparedStream{}
 	}
 	if old := p.pending[ex]; old != nil {
-		old.cancel() // the same execution prepared twice: the last one counts
+		// The same execution prepared twice: the last one counts, and
+		// the first is released as any call not run is.
+		p.release(old)
 	}
 	p.pending[ex] = &preparedStream{hs: hs, stream: stream, cancel: cancel}
 	p.pendMu.Unlock()
@@ -101,7 +103,7 @@ func (p *Pipeline) take(ex *toolsv1.ToolExecution) *preparedStream {
 func (p *Pipeline) Release(execs []*toolsv1.ToolExecution) {
 	for _, ex := range execs {
 		if ps := p.take(ex); ps != nil {
-			ps.cancel()
+			p.release(ps)
 		}
 	}
 }
@@ -109,9 +111,51 @@ func (p *Pipeline) Release(execs []*toolsv1.ToolExecution) {
 // release ends the call's prepared stream unsent, if it still has one.
 func (c *Call) release() {
 	if c.pre != nil {
-		c.pre.cancel()
+		c.p.release(c.pre)
 		c.pre = nil
 	}
+}
+
+// release ends ps unsent without making its caller wait (a release is on
+// the turn's path: an approval about to wait for a person, a cancelled
+// turn). It closes the send side, which a host takes as "not dispatched":
+// it runs nothing and ends the stream OK, so neither side counts a call
+// not run by design as CANCELLED. A goroutine reads the stream to its end
+// and then cancels its context to free it; the read is bounded by
+// StartTimeout and by Close, past which the stream is cancelled. A stream
+// whose context has already ended (a cancelled turn) is ending CANCELLED
+// anyway, as it should: it is only cancelled.
+func (p *Pipeline) release(ps *preparedStream) {
+	if ps.stream.Context().Err() != nil {
+		ps.cancel()
+		return
+	}
+	p.drainMu.Lock()
+	if p.drainClosed {
+		p.drainMu.Unlock()
+		ps.cancel()
+		return
+	}
+	p.drains.Add(1)
+	p.drainMu.Unlock()
+	go func() {
+		defer p.drains.Done()
+		defer ps.cancel()
+		timer := time.AfterFunc(p.cfg.StartTimeout, ps.cancel)
+		defer timer.Stop()
+		stop := context.AfterFunc(p.drainCtx, ps.cancel)
+		defer stop()
+		if ps.stream.CloseSend() != nil {
+			return
+		}
+		for {
+			// io.EOF: the host ended the stream OK; another error: it
+			// ended otherwise, or the bound cancelled it.
+			if _, err := ps.stream.Recv(); err != nil {
+				return
+			}
+		}
+	}()
 }
 
 // executePrepared sends the go-ahead on the call's prepared stream and

@@ -166,6 +166,13 @@ type Pipeline struct {
 	// execution, until Begin takes them or Release ends them.
 	pendMu  sync.Mutex
 	pending map[*toolsv1.ToolExecution]*preparedStream
+	// drains counts the released streams still being read to their end
+	// (release); Close cancels them (drainStop) and waits.
+	drainMu     sync.Mutex
+	drainClosed bool
+	drains      sync.WaitGroup
+	drainCtx    context.Context
+	drainStop   context.CancelFunc
 }
 
 // New returns a pipeline; call Start before use.
@@ -183,6 +190,7 @@ func New(cfg Config) *Pipeline {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Pipeline{cfg: cfg, log: cfg.Logger, owner: map[string]*hostState{}}
+	p.drainCtx, p.drainStop = context.WithCancel(context.Background())
 	for _, h := range cfg.Hosts {
 		p.hosts = append(p.hosts, &hostState{host: h, tools: map[string]*toolsv1.ToolDescriptor{}})
 	}
@@ -254,12 +262,19 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the watchers.
+// Close stops the watchers and cancels the released streams still
+// being read to their end (a stream released after Close is cancelled at
+// once).
 func (p *Pipeline) Close() {
 	if p.cancel != nil {
 		p.cancel()
 	}
 	p.wg.Wait()
+	p.drainMu.Lock()
+	p.drainClosed = true
+	p.drainMu.Unlock()
+	p.drainStop()
+	p.drains.Wait()
 }
 
 func (p *Pipeline) setTools(hs *hostState, tools []*toolsv1.ToolDescriptor, rev int64, support toolsv1.SandboxSupport) {
