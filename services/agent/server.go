@@ -136,6 +136,9 @@ type ServerConfig struct {
 	SweepInterval time.Duration
 	// Synchronous is the SQLite synchronous level ("FULL" or "NORMAL").
 	Synchronous string
+	// CommitDelay is the SQLite store's commit delay
+	// (sqlitestore.Config.CommitDelay); 0 commits every group at once.
+	CommitDelay time.Duration
 	Service     Config
 	// Retry overrides the default retry policy when non-nil.
 	Retry *hooks.RetryPolicy
@@ -688,7 +691,7 @@ func openStore(ctx context.Context, sc ServerConfig) (persistence.Store, error) 
 	}
 	switch sc.Store {
 	case "", "sqlite":
-		st, err := openSQLite(ctx, sqlitestore.Config{Path: filepath.Join(dir, "sessions.db"), Synchronous: sc.Synchronous})
+		st, err := openSQLite(ctx, sqlitestore.Config{Path: filepath.Join(dir, "sessions.db"), Synchronous: sc.Synchronous, CommitDelay: sc.CommitDelay})
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite store: %w", err)
 		}

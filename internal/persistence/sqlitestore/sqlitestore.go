@@ -53,6 +53,10 @@ import (
 	"github.com/dsh-dev/dsh/internal/session"
 )
 
+// MaxCommitDelay bounds Config.CommitDelay: a longer hold would add more
+// latency to every busy session's flush than the larger groups save.
+const MaxCommitDelay = 100 * time.Millisecond
+
 // Config configures a Store.
 type Config struct {
 	// Path of the database file; its directory is created 0700 if missing.
@@ -68,6 +72,12 @@ type Config struct {
 	// OnCommit, when set, is called by the committer after each group
 	// commit (metrics); it must not block.
 	OnCommit func(CommitStats)
+	// CommitDelay, when positive, is how long the committer holds a group
+	// open for more writes while the store is busy (appends of several
+	// sessions sharing commits, writes arriving at least twice per
+	// CommitDelay): fewer, larger commits for many sessions, at most
+	// CommitDelay more latency per write for them, none for a lone session. 0 commits every group at once. See commit.go.
+	CommitDelay time.Duration
 }
 
 // Store is a persistence.Store over one SQLite database.
@@ -92,6 +102,10 @@ type Store struct {
 	positions   map[string]position // where stored sessions' logs end, as of the last commit
 	dataVersion int64               // the writer's PRAGMA data_version when positions was right
 	group       groupTx             // the group being committed (reused)
+	commitDelay time.Duration       // Config.CommitDelay
+	arrivals    arrivals            // the writes' arrival rate, for the commit delay
+	holdTimer   *time.Timer         // the commit delay's timer (reused)
+	lastAppends int                 // the last group's session appends
 	results     []error             // scratch for the group's results
 	waits       []time.Duration     // scratch for CommitStats.Waits
 }
@@ -133,6 +147,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("sqlitestore: synchronous %q: want FULL or NORMAL", sync)
 	}
+	if cfg.CommitDelay < 0 || cfg.CommitDelay > MaxCommitDelay {
+		return nil, fmt.Errorf("sqlitestore: commit delay %v: want 0 (commit at once) to %v", cfg.CommitDelay, MaxCommitDelay)
+	}
 	if err := os.MkdirAll(filepath.Dir(cfg.Path), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
@@ -143,7 +160,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	f.Close()
 
-	s := &Store{log: cfg.Logger, pending: make(map[string]*sessionv1.SessionHeader), onCommit: cfg.OnCommit,
+	s := &Store{log: cfg.Logger, pending: make(map[string]*sessionv1.SessionHeader), onCommit: cfg.OnCommit, commitDelay: cfg.CommitDelay,
 		queue: make(chan *writeReq, maxGroup), stop: make(chan struct{}), stopped: make(chan struct{}),
 		positions: make(map[string]position), group: groupTx{staged: make(map[string]position)}}
 	if s.log == nil {
@@ -363,7 +380,7 @@ func (s *Store) append(ctx context.Context, id string, events []*sessionv1.Sessi
 			s.mu.Unlock()
 		}
 	}
-	if err := s.submit(ctx, s.appendReq(id, h, events, rows), after); err != nil {
+	if err := s.submit(ctx, true, s.appendReq(id, h, events, rows), after); err != nil {
 		return nil, err
 	}
 	return pb, nil
