@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"time"
 
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
@@ -26,47 +27,74 @@ import (
 // batch grows with the load, and a lone request commits at once.
 //
 // Commit delay (Config.CommitDelay, as PostgreSQL's commit_delay with its
-// commit_siblings). When the last group held appends of at least two
-// sessions and writes arrive fast enough that at least minDelayedWrites
-// more are expected within the delay, the committer holds the next group
-// open for that long before it commits. The groups are then larger, and fewer commits
-// cost fewer syscalls and fsyncs; the sessions whose writes shared a
+// commit_siblings). When at least two sessions appended in the last window
+// of the writes' rate (rateWindow) and writes arrive fast enough that at
+// least minDelayedWrites more are expected within the delay, the committer
+// holds the group open for up to the delay before it commits: until it
+// holds as many appends as the rate predicts, and never more than the
+// sessions that were appending (two sessions writing in turn are committed
+// as soon as both are in, not after the whole delay). The groups are then
+// larger, and fewer commits cost fewer syscalls and fsyncs; the sessions whose writes shared a
 // commit also resume together, so their next model requests and tool
 // calls go out in the same moment and the gRPC connections, the event
-// fan-out and the other services batch them as well. A lone session never
-// waits (its next write cannot come while it waits for this one, and its
-// groups hold one append), nor do a few sessions whose writes arrive
-// seldom. The durability rule
+// fan-out and the other services batch them as well. A lone session is not
+// held (a published-cursor raise is not an append), nor are a few sessions
+// whose writes arrive seldom; a lone session is held only for one window
+// after another session's append (a load's repair, a new session) came in
+// it, at most the delay per write. The durability rule
 // is unchanged: a write's Append returns once its group is durable.
 
 // minDelayedWrites is how many more writes the committer must expect
 // within the commit delay before it holds a group open; rateWindow is how
-// long the arrival rate is counted over.
+// long the arrival rate and the appending sessions are counted over (a
+// window closes at the first group after it is over).
 const (
 	minDelayedWrites = 2
 	rateWindow       = 20 * time.Millisecond
 )
 
-// arrivals estimates the rate at which writes reach the committer.
+// arrivals estimates the rate at which writes reach the committer and how
+// many sessions are appending.
 type arrivals struct {
-	start time.Time // when the current window began
-	n     int       // writes counted since start
-	rate  float64   // writes per second over the last window that ended
+	start    time.Time           // when the current window began
+	n        int                 // writes counted since start
+	sessions map[string]struct{} // the sessions that appended since start
+	rate     float64             // writes per second over the last window that ended
+	siblings int                 // the sessions that appended in it
 }
 
-// expected reports how many writes the recent rate predicts within d,
-// counting one more write arriving now. A window that ended is closed
+// want reports how many appends the group whose first write arrives now
+// should gather before its commit, or 0 not to hold it: the appends the
+// recent rate predicts within d (with the first), at most the sessions
+// that were appending, and 0 unless two sessions were and at least
+// minDelayedWrites more writes are expected. A window that ended is closed
 // first, so a rate from before an idle spell does not outlive it.
-func (a *arrivals) expected(now time.Time, d time.Duration) float64 {
+func (a *arrivals) want(now time.Time, d time.Duration) int {
 	if el := now.Sub(a.start); el >= rateWindow {
 		a.rate = float64(a.n+1) / el.Seconds()
+		a.siblings = len(a.sessions)
+		clear(a.sessions)
 		a.start, a.n = now, -1 // this write is counted in rate; add undoes the -1
 	}
-	return a.rate * d.Seconds()
+	expected := a.rate * d.Seconds()
+	if a.siblings < 2 || expected < minDelayedWrites {
+		return 0
+	}
+	return min(a.siblings, 1+int(math.Ceil(expected)))
 }
 
-// add counts n writes taken into a group.
-func (a *arrivals) add(n int) { a.n += n }
+// add counts the writes of a group taken for its commit.
+func (a *arrivals) add(group []*writeReq) {
+	a.n += len(group)
+	for _, r := range group {
+		if r.session != "" {
+			if a.sessions == nil {
+				a.sessions = make(map[string]struct{})
+			}
+			a.sessions[r.session] = struct{}{}
+		}
+	}
+}
 
 // maxGroup bounds the requests of one transaction (and so the time a
 // request can wait behind others of its group).
@@ -81,9 +109,9 @@ type writeReq struct {
 	// savepoint per request when a statement had already written).
 	run  func(g *groupTx) error
 	done chan error // buffered 1: the result after the group's commit
-	// appends marks a session's append (not a cursor raise): the commit
-	// delay counts the sessions writing at once by them.
-	appends bool
+	// session is the appending session's id ("" for a cursor raise): the
+	// commit delay counts the sessions writing at once by it.
+	session string
 	// after runs on the committer once the group committed (nil result).
 	after func()
 }
@@ -104,8 +132,8 @@ func (s *Store) QueueDepth() int { return len(s.queue) }
 // queued, the request is waited for regardless of ctx (the committer skips
 // it if ctx ended before it ran), so an error always means nothing of it
 // was stored.
-func (s *Store) submit(ctx context.Context, appends bool, fn func(g *groupTx) error, after func()) error {
-	r := &writeReq{ctx: ctx, queued: time.Now(), run: fn, done: make(chan error, 1), after: after, appends: appends}
+func (s *Store) submit(ctx context.Context, session string, fn func(g *groupTx) error, after func()) error {
+	r := &writeReq{ctx: ctx, queued: time.Now(), run: fn, done: make(chan error, 1), after: after, session: session}
 	s.gate.RLock()
 	if s.gateShut {
 		s.gate.RUnlock()
@@ -138,9 +166,10 @@ func (s *Store) committer() {
 			}
 		}
 		group = append(group[:0], first)
-		if s.commitDelay > 0 && s.lastAppends >= 2 && len(s.queue) < maxGroup-1 &&
-			s.arrivals.expected(time.Now(), s.commitDelay) >= minDelayedWrites {
-			s.hold(s.commitDelay)
+		if s.commitDelay > 0 {
+			if want := s.arrivals.want(time.Now(), s.commitDelay); want > 0 {
+				group = s.gather(group, want, s.commitDelay)
+			}
 		}
 	fill:
 		for len(group) < maxGroup {
@@ -151,12 +180,8 @@ func (s *Store) committer() {
 				break fill
 			}
 		}
-		s.arrivals.add(len(group))
-		s.lastAppends = 0
-		for _, r := range group {
-			if r.appends {
-				s.lastAppends++
-			}
+		if s.commitDelay > 0 {
+			s.arrivals.add(group)
 		}
 		s.commitGroup(group)
 		// No request, result or row outlives its answer here (a savepoint
@@ -169,19 +194,42 @@ func (s *Store) committer() {
 	}
 }
 
-// hold waits d for more writes to queue (or for Close, which commits at
-// once what is queued).
-func (s *Store) hold(d time.Duration) {
+// gather holds group open for up to d, taking the writes that queue, until
+// it holds want appends (or maxGroup writes); Close ends it at once (the
+// group is then committed as it is).
+func (s *Store) gather(group []*writeReq, want int, d time.Duration) []*writeReq {
+	have := 0
+	for _, r := range group {
+		if r.session != "" {
+			have++
+		}
+	}
+	if have >= want {
+		return group
+	}
+	if s.holdHook != nil {
+		s.holdHook()
+	}
 	if s.holdTimer == nil {
 		s.holdTimer = time.NewTimer(d)
 	} else {
 		s.holdTimer.Reset(d)
 	}
-	select {
-	case <-s.holdTimer.C:
-	case <-s.stop:
-		s.holdTimer.Stop()
+	defer s.holdTimer.Stop()
+	for have < want && len(group) < maxGroup {
+		select {
+		case r := <-s.queue:
+			group = append(group, r)
+			if r.session != "" {
+				have++
+			}
+		case <-s.holdTimer.C:
+			return group
+		case <-s.closing:
+			return group
+		}
 	}
+	return group
 }
 
 // commitGroup runs group in one transaction and answers every request.

@@ -150,7 +150,7 @@ func other(t testing.TB, path, q string, args ...any) {
 // execWriter runs q on the committer's connection, as a write of its own.
 func (s *Store) execWriter(t testing.TB, q string) {
 	t.Helper()
-	err := s.submit(t.Context(), false, func(g *groupTx) error {
+	err := s.submit(t.Context(), "", func(g *groupTx) error {
 		_, err := g.w.conn.(driver.ExecerContext).ExecContext(t.Context(), q, nil)
 		return err
 	}, nil)

@@ -37,7 +37,7 @@ func (s *Store) Load(ctx context.Context, id string) (*sessionv1.SessionHeader, 
 			return nil, nil, fmt.Errorf("session %q: repair: %w", id, err)
 		}
 		// The repair is a write like an Append: through the committer.
-		err = s.submit(ctx, true, s.appendReq(id, nil, closers, rows), nil)
+		err = s.submit(ctx, id, s.appendReq(id, nil, closers, rows), nil)
 		var seqErr *persistence.SeqError
 		if errors.As(err, &seqErr) && attempt < 3 {
 			continue // the log grew after the read: read it again
@@ -176,7 +176,7 @@ func (s *Store) SetPublishedCursor(ctx context.Context, id string, next int64) e
 		return err
 	}
 	// A write like an Append: raises of many sessions share a commit.
-	return s.submit(ctx, false, func(g *groupTx) error { return g.raiseCursor(id, next) }, nil)
+	return s.submit(ctx, "", func(g *groupTx) error { return g.raiseCursor(id, next) }, nil)
 }
 
 // SetPublishedCursors is SetPublishedCursor for many sessions in one write
@@ -202,7 +202,7 @@ func (s *Store) SetPublishedCursors(ctx context.Context, ids []string, next []in
 	if err := s.checkOpen(ctx); err != nil {
 		return fail(err)
 	}
-	err := s.submit(ctx, false, func(g *groupTx) error {
+	err := s.submit(ctx, "", func(g *groupTx) error {
 		clear(errs) // a group re-run with savepoints runs this again
 		for i, id := range ids {
 			err := g.raiseCursor(id, next[i])

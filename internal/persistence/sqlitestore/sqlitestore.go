@@ -72,11 +72,12 @@ type Config struct {
 	// OnCommit, when set, is called by the committer after each group
 	// commit (metrics); it must not block.
 	OnCommit func(CommitStats)
-	// CommitDelay, when positive, is how long the committer holds a group
-	// open for more writes while the store is busy (appends of several
-	// sessions sharing commits, writes arriving at least twice per
-	// CommitDelay): fewer, larger commits for many sessions, at most
-	// CommitDelay more latency per write for them, none for a lone session. 0 commits every group at once. See commit.go.
+	// CommitDelay, when positive, is how long at most the committer holds
+	// a group open for more writes while the store is busy (at least two
+	// sessions appending, writes arriving at least twice per CommitDelay):
+	// fewer, larger commits for many sessions, at most CommitDelay more
+	// latency per write for them; a lone session is not held. 0 commits
+	// every group at once. See commit.go.
 	CommitDelay time.Duration
 }
 
@@ -105,7 +106,8 @@ type Store struct {
 	commitDelay time.Duration       // Config.CommitDelay
 	arrivals    arrivals            // the writes' arrival rate, for the commit delay
 	holdTimer   *time.Timer         // the commit delay's timer (reused)
-	lastAppends int                 // the last group's session appends
+	holdHook    func()              // tests: called when a hold begins
+	closing     chan struct{}       // closed when Close begins: ends a hold
 	results     []error             // scratch for the group's results
 	waits       []time.Duration     // scratch for CommitStats.Waits
 }
@@ -161,7 +163,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	f.Close()
 
 	s := &Store{log: cfg.Logger, pending: make(map[string]*sessionv1.SessionHeader), onCommit: cfg.OnCommit, commitDelay: cfg.CommitDelay,
-		queue: make(chan *writeReq, maxGroup), stop: make(chan struct{}), stopped: make(chan struct{}),
+		queue: make(chan *writeReq, maxGroup), stop: make(chan struct{}), closing: make(chan struct{}), stopped: make(chan struct{}),
 		positions: make(map[string]position), group: groupTx{staged: make(map[string]position)}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -278,6 +280,10 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	// Before the gate: writers blocked on a full queue hold the gate
+	// shared until the committer takes their requests, which it does
+	// after a hold.
+	close(s.closing)
 	s.gate.Lock()
 	s.gateShut = true
 	s.gate.Unlock()
@@ -380,7 +386,7 @@ func (s *Store) append(ctx context.Context, id string, events []*sessionv1.Sessi
 			s.mu.Unlock()
 		}
 	}
-	if err := s.submit(ctx, true, s.appendReq(id, h, events, rows), after); err != nil {
+	if err := s.submit(ctx, id, s.appendReq(id, h, events, rows), after); err != nil {
 		return nil, err
 	}
 	return pb, nil
