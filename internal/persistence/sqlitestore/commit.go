@@ -28,66 +28,67 @@ import (
 //
 // Commit delay (Config.CommitDelay, as PostgreSQL's commit_delay with its
 // commit_siblings). When at least two sessions appended in the last window
-// of the writes' rate (rateWindow) and writes arrive fast enough that at
-// least minDelayedWrites more are expected within the delay, the committer
-// holds the group open for up to the delay before it commits: until it
-// holds as many appends as the rate predicts, and never more than the
-// sessions that were appending (two sessions writing in turn are committed
-// as soon as both are in, not after the whole delay). The groups are then
-// larger, and fewer commits cost fewer syscalls and fsyncs; the sessions whose writes shared a
-// commit also resume together, so their next model requests and tool
-// calls go out in the same moment and the gRPC connections, the event
+// (rateWindow) and appends arrive fast enough that at least
+// minDelayedAppends more are expected within the delay, the committer holds
+// the group open for up to the delay before it commits: until it holds as
+// many appends as the rate predicts, and never more than the sessions that
+// were appending (two sessions writing in turn are committed as soon as
+// both are in, not after the whole delay). The groups are then larger, and
+// fewer commits cost fewer syscalls and fsyncs; the sessions whose writes
+// shared a commit also resume together, so their next model requests and
+// tool calls go out in the same moment and the gRPC connections, the event
 // fan-out and the other services batch them as well. A lone session is not
 // held (a published-cursor raise is not an append), nor are a few sessions
-// whose writes arrive seldom; a lone session is held only for one window
-// after another session's append (a load's repair, a new session) came in
-// it, at most the delay per write. The durability rule
-// is unchanged: a write's Append returns once its group is durable.
+// appending seldom; a lone session is held only during the window after
+// one in which another session appended (a load's repair, a new session),
+// at most the delay per write. The durability rule is unchanged: an Append
+// returns once its group is durable.
 
-// minDelayedWrites is how many more writes the committer must expect
+// minDelayedAppends is how many more appends the committer must expect
 // within the commit delay before it holds a group open; rateWindow is how
-// long the arrival rate and the appending sessions are counted over (a
-// window closes at the first group after it is over).
+// long the appends and the appending sessions are counted over (a window
+// closes at the first group after it is over).
 const (
-	minDelayedWrites = 2
-	rateWindow       = 20 * time.Millisecond
+	minDelayedAppends = 2
+	rateWindow        = 20 * time.Millisecond
 )
 
-// arrivals estimates the rate at which writes reach the committer and how
-// many sessions are appending.
+// arrivals estimates the rate at which appends reach the committer and how
+// many sessions are appending. Cursor raises are not counted: a hold does
+// not wait for them.
 type arrivals struct {
 	start    time.Time           // when the current window began
-	n        int                 // writes counted since start
+	n        int                 // appends counted since start
 	sessions map[string]struct{} // the sessions that appended since start
-	rate     float64             // writes per second over the last window that ended
+	rate     float64             // appends per second over the last window that ended
 	siblings int                 // the sessions that appended in it
 }
 
 // want reports how many appends the group whose first write arrives now
-// should gather before its commit, or 0 not to hold it: the appends the
-// recent rate predicts within d (with the first), at most the sessions
-// that were appending, and 0 unless two sessions were and at least
-// minDelayedWrites more writes are expected. A window that ended is closed
-// first, so a rate from before an idle spell does not outlive it.
+// should gather before its commit, or 0 not to hold it: the first and the
+// appends the recent rate predicts within d, at most the sessions that were
+// appending, and 0 unless two sessions were and at least minDelayedAppends
+// more are expected. A window that ended is closed first, so a rate from
+// before an idle spell does not outlive it.
 func (a *arrivals) want(now time.Time, d time.Duration) int {
 	if el := now.Sub(a.start); el >= rateWindow {
-		a.rate = float64(a.n+1) / el.Seconds()
+		a.rate = float64(a.n) / el.Seconds()
 		a.siblings = len(a.sessions)
 		clear(a.sessions)
-		a.start, a.n = now, -1 // this write is counted in rate; add undoes the -1
+		a.start, a.n = now, 0
 	}
 	expected := a.rate * d.Seconds()
-	if a.siblings < 2 || expected < minDelayedWrites {
+	if a.siblings < 2 || expected < minDelayedAppends {
 		return 0
 	}
 	return min(a.siblings, 1+int(math.Ceil(expected)))
 }
 
-// add counts the writes of a group taken for its commit.
+// add counts the appends of a group taken for its commit.
 func (a *arrivals) add(group []*writeReq) {
-	a.n += len(group)
 	for _, r := range group {
 		if r.session != "" {
+			a.n++
 			if a.sessions == nil {
 				a.sessions = make(map[string]struct{})
 			}

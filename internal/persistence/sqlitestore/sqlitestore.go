@@ -280,9 +280,8 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	// Before the gate: writers blocked on a full queue hold the gate
-	// shared until the committer takes their requests, which it does
-	// after a hold.
+	// A hold ends at once; the committer then commits what it has and
+	// drains the queue as always.
 	close(s.closing)
 	s.gate.Lock()
 	s.gateShut = true

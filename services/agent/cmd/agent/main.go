@@ -69,7 +69,7 @@ func run() error {
 	store := flag.String("store", env("DSH_STORE", "sqlite"), "session store: sqlite, jsonl (both under --data) or postgres (env DSH_STORE)")
 	pgDSN := flag.String("postgres-dsn", env("DSH_POSTGRES_DSN", ""), "PostgreSQL connection string of --store postgres, e.g. postgres://dsh@db:5432/dsh (env DSH_POSTGRES_DSN; prefer the env var: flags show in ps)")
 	sqliteSync := flag.String("sqlite-sync", env("DSH_SQLITE_SYNC", "FULL"), "SQLite synchronous level: FULL (survives power loss) or NORMAL (survives a process crash; faster) (env DSH_SQLITE_SYNC)")
-	commitDelay := flag.Duration("sqlite-commit-delay", envDuration("DSH_SQLITE_COMMIT_DELAY", 2*time.Millisecond), "SQLite group commit: while several sessions append fast (at least two more writes expected within it), hold each group open up to this long for the others' appends, so that they share one commit: less CPU per step, at most this much more latency per flush for those sessions; a lone session is not held; 0 commits at once, at most 100ms; give a unit, e.g. 2ms (env DSH_SQLITE_COMMIT_DELAY)")
+	commitDelay := flag.Duration("sqlite-commit-delay", envDuration("DSH_SQLITE_COMMIT_DELAY", 2*time.Millisecond), "with --store sqlite: while several sessions append fast (at least two more writes expected within it), hold each group open up to this long for the others' appends, so that they share one commit: less CPU per step, at most this much more latency per flush for those sessions; a lone session is not held; 0 commits at once, at most 100ms; give a unit, e.g. 2ms (env DSH_SQLITE_COMMIT_DELAY)")
 	advertise := flag.String("advertise", env("DSH_ADVERTISE", ""), "with --store postgres: the address other replicas reach this one at, stored in its session leases (default: the bound --listen address) (env DSH_ADVERTISE)")
 	leaseTTL := flag.Duration("lease-ttl", envDuration("DSH_LEASE_TTL", 10*time.Second), "with --store postgres: how long a session's lease outlives its last renewal (renewed every third of it); a dead replica's sessions move after this (env DSH_LEASE_TTL)")
 	peerAuthority := flag.String("peer-authority", env("DSH_PEER_AUTHORITY", ""), "with --store postgres: the TLS server name (and :authority) to expect when forwarding to another replica's --advertise address, e.g. agent when replicas advertise their pod IP and present the agent's certificate (env DSH_PEER_AUTHORITY)")
@@ -144,7 +144,7 @@ func run() error {
 	if creds != nil {
 		dialOpts = append(dialOpts, grpcserver.WithCredentials(grpc.WithTransportCredentials(creds)))
 	}
-	if *commitDelay < 0 || *commitDelay > sqlitestore.MaxCommitDelay {
+	if (*store == "" || *store == "sqlite") && (*commitDelay < 0 || *commitDelay > sqlitestore.MaxCommitDelay) {
 		return fmt.Errorf("--sqlite-commit-delay %v: want 0 (commit at once) to %v, e.g. 2ms (a bare number in DSH_SQLITE_COMMIT_DELAY is seconds)", *commitDelay, sqlitestore.MaxCommitDelay)
 	}
 	appr, err := agent.ParseApprovalFlags(*approvalPolicy, ruleFlags, *approvalTimeout)

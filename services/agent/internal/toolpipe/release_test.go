@@ -181,7 +181,7 @@ func (h neverEndingHost) PrepareExecute(s grpc.BidiStreamingServer[toolsv1.Prepa
 // (StartTimeout), at once when the turn is cancelled, and at Close; no
 // goroutine outlives it. Not parallel: it counts goroutines.
 func TestReleaseOfAHostThatNeverEnds(t *testing.T) {
-	const short, long = 300 * time.Millisecond, time.Minute
+	const short, long = 2 * time.Second, time.Minute
 	cases := []struct {
 		name         string
 		bound        time.Duration // the pipeline's StartTimeout
