@@ -244,7 +244,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 				srv, err := natstest.New(natstest.Options{Host: natsHost, Port: natsPort, StoreDir: filepath.Join(f.data, "nats")})
 				if err != nil {
 					logger.Error("embedded NATS failed to start; events stay queued", "err", err)
-					gate.state.Store(natsIdle)
+					gate.state.Store(natsFailed)
 					natsReady <- nil
 					return
 				}

@@ -17,13 +17,14 @@ import (
 // reconnect wait (issue 19: start and stop of `dsh dev -p`). Once up, real
 // outages get the usual reconnect delay.
 type natsGate struct {
-	state atomic.Int32 // natsIdle, natsStarting, natsUp
+	state atomic.Int32 // natsIdle, natsStarting, natsUp, natsFailed
 }
 
 const (
 	natsIdle int32 = iota
 	natsStarting
 	natsUp
+	natsFailed
 )
 
 var errNATSNotUp = errors.New("embedded NATS is not up yet")
@@ -41,11 +42,15 @@ func (g *natsGate) options() []nats.Option {
 	return []nats.Option{
 		nats.SetCustomDialer(g),
 		nats.CustomReconnectDelay(func(int) time.Duration {
+			// Until NATS is up a dial fails at once without a syscall,
+			// so retrying often is cheap; a delay chosen while idle (50
+			// ms before) was still being slept when NATS came up, and a
+			// one-shot run's exit waited for it.
 			switch g.state.Load() {
-			case natsStarting:
+			case natsIdle, natsStarting:
 				return 2 * time.Millisecond
-			case natsIdle:
-				return 50 * time.Millisecond
+			case natsFailed:
+				return time.Second
 			}
 			return 250 * time.Millisecond
 		}),
@@ -53,10 +58,21 @@ func (g *natsGate) options() []nats.Option {
 }
 
 // publishOnClose is how long dsh dev's agent keeps publishing at shutdown:
-// a moment in one-shot mode (-p), the default otherwise.
+// in one-shot mode (-p) long enough for the embedded NATS, started when
+// the model began answering, to come up and take the run's events (the
+// shutdown ends as soon as they are acknowledged, so it costs nothing when
+// NATS was up already); the default otherwise. With a fast model the
+// whole run can end before NATS is up: with a moment only, nothing was
+// ever published, each start leaving its events and the last one's behind
+// the durable cursor. What NATS has not acknowledged in time is still
+// published by the next start.
 func publishOnClose(prompt string) time.Duration {
 	if prompt != "" {
-		return time.Millisecond
+		return oneShotPublish
 	}
 	return 0
 }
+
+// oneShotPublish bounds the wait at a one-shot run's exit (the issue's
+// exit target is 50 ms after the final answer).
+const oneShotPublish = 30 * time.Millisecond

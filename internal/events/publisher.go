@@ -542,7 +542,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 	for !p.nc.IsConnected() && gctx.Err() == nil {
 		select {
 		case <-gctx.Done():
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(2 * time.Millisecond):
 		}
 	}
 	cancel()

@@ -129,9 +129,16 @@ func (s *Server) start() error {
 		return fmt.Errorf("natstest: new server: %w", err)
 	}
 	go ns.Start()
-	if !ns.ReadyForConnections(readyTimeout) {
-		ns.Shutdown()
-		return fmt.Errorf("natstest: server on %s:%d not ready after %s", s.opts.Host, s.opts.Port, readyTimeout)
+	// ReadyForConnections(readyTimeout) checks every 25 ms: a server up
+	// after 3 ms was reported after 25 or 50, which `dsh dev -p` (NATS
+	// started as the model answers, the run over tens of milliseconds
+	// later) waited for at its exit. Check every millisecond instead, each
+	// check a brief one (nats-server does not sleep below 25 ms).
+	for deadline := time.Now().Add(readyTimeout); !ns.ReadyForConnections(100 * time.Microsecond); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			ns.Shutdown()
+			return fmt.Errorf("natstest: server on %s:%d not ready after %s", s.opts.Host, s.opts.Port, readyTimeout)
+		}
 	}
 	// Pin the chosen port so a restart comes back on the same address.
 	if addr, ok := ns.Addr().(*net.TCPAddr); ok {
