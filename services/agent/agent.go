@@ -318,6 +318,10 @@ type liveSession struct {
 
 	subMu sync.Mutex
 	subs  map[chan struct{}]struct{}
+	// dropped is closed when Drop takes the session away (another replica
+	// owns it): its followers end instead of waiting for events that will
+	// be appended elsewhere.
+	dropped chan struct{}
 
 	progress *progress.Hub // live tool output for StreamEvents (not durable)
 	usage    usageSum      // the log's token usage, folded as it grows
@@ -331,7 +335,8 @@ type liveSession struct {
 
 // open builds the live session of log and starts its driver.
 func (s *Service) open(ctx context.Context, log *session.Log, durable int64, source string) *liveSession {
-	l := &liveSession{s: s, id: log.Header().GetId(), log: log, subs: map[chan struct{}]struct{}{}, progress: progress.NewHub()}
+	l := &liveSession{s: s, id: log.Header().GetId(), log: log, subs: map[chan struct{}]struct{}{}, progress: progress.NewHub(),
+		dropped: make(chan struct{})}
 	l.durable.Store(durable)
 	log.Observe(func(*sessionv1.SessionEvent) { l.notify() })
 	l.gate = approval.NewGate(s.appr, log, l.flush)

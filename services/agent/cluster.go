@@ -6,7 +6,9 @@ import (
 )
 
 // Drop removes a session from memory at once, whatever it is doing: its
-// turn is stopped and its queued prompts are dropped (logged). A replica
+// turn is stopped, its queued prompts are dropped (logged) and its
+// StreamEvents followers end with UNAVAILABLE (they call again and reach
+// the new owner). A replica
 // calls it when it lost the session's lease (cluster.Config.OnLost):
 // another replica owns the log now, this one's appends are fenced, and the
 // next request for the session claims or forwards it again. It reports
@@ -21,6 +23,7 @@ func (s *Service) Drop(ctx context.Context, id string) bool {
 	if !ok {
 		return false
 	}
+	close(l.dropped) // its followers end now (StreamEvents)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	s.log.Warn("dropping a session owned by another replica now", "session", l.id, "unflushed", l.log.Len()-l.durableSeq())

@@ -536,6 +536,10 @@ func (s *Service) StreamEvents(req *agentv1.StreamEventsRequest, stream grpc.Ser
 			return nil
 		case <-s.closed:
 			return sendEvents(l.log.EventsFrom(next))
+		case <-l.dropped:
+			// The lease is lost: what this replica appends now is never
+			// stored, and the new owner's events never reach this log.
+			return status.Errorf(codes.Unavailable, "session %s left this replica (another replica owns it now): call again", l.id)
 		}
 	}
 }

@@ -7,11 +7,16 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
@@ -67,7 +72,7 @@ func promptTurn(evs []*sessionv1.SessionEvent, text string) (turn int32, ended b
 // ended (completed, or interrupted by a new owner's repair: reported), a
 // prompt the log lacks was lost with its replica's memory and is sent
 // again.
-func drive(ctx context.Context, reps []*stack, rng *rand.Rand, id, text string, retries *atomic.Int64) error {
+func drive(ctx context.Context, reps []*stack, rng *rand.Rand, id, text string, retries *atomic.Int64, tr *chaosTrace) error {
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			retries.Add(1)
@@ -75,9 +80,16 @@ func drive(ctx context.Context, reps []*stack, rng *rand.Rand, id, text string, 
 		if ctx.Err() != nil {
 			return fmt.Errorf("prompt %q: %w", text, ctx.Err())
 		}
-		r := reps[rng.IntN(len(reps))]
+		ri := rng.IntN(len(reps))
+		r := reps[ri]
 		evs, err := readLog(ctx, r, id)
+		if status.Code(err) == codes.NotFound {
+			// CreateSession acknowledged it: every replica must find it
+			// (forward to its owner, or claim it once the owner died).
+			return fmt.Errorf("prompt %q: replica %d: %w", text, ri, err)
+		}
 		if err != nil {
+			tr.logf("%s: replica %d: read the log: %v", text, ri, err)
 			time.Sleep(100 * time.Millisecond) // the owner died; its lease expires within the TTL
 			continue
 		}
@@ -87,9 +99,13 @@ func drive(ctx context.Context, reps []*stack, rng *rand.Rand, id, text string, 
 		}
 		if turn == 0 {
 			if _, err := r.client.Send(ctx, &agentv1.SendRequest{SessionId: id, Content: textBlocks(text)}); err != nil {
+				tr.logf("%s: replica %d: send at seq %d: %v", text, ri, len(evs), err)
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
+			tr.logf("%s: replica %d: sent at seq %d", text, ri, len(evs))
+		} else {
+			tr.logf("%s: replica %d: turn %d open at seq %d; following", text, ri, turn, len(evs))
 		}
 		// Follow the log until the prompt's turn ends or the stream breaks.
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -104,7 +120,96 @@ func drive(ctx context.Context, reps []*stack, rng *rand.Rand, id, text string, 
 				}
 			}
 		}
+		tr.logf("%s: replica %d: following ended at seq %d: %v", text, ri, len(evs), err)
 		cancel()
+	}
+}
+
+// describeSession logs what each replica answers about session id (its
+// status and open turn, or why it does not answer).
+func describeSession(t *testing.T, reps []*stack, id string) {
+	for i, r := range reps {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := r.client.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: id})
+		cancel()
+		s := resp.GetSession()
+		t.Logf("session %s through replica %d: status %v, next seq %d, queued %d, open turn %d (%v), err %v",
+			id, i, s.GetStatus(), s.GetNextSeq(), s.GetQueued(), s.GetOpenTurn(), s != nil && s.OpenTurn != nil, err)
+	}
+}
+
+// chaosTrace is a timeline of what the chaos test's clients did and of
+// who held each session's lease, printed when the test fails.
+type chaosTrace struct {
+	start time.Time
+	mu    sync.Mutex
+	lines []string
+}
+
+func newChaosTrace() *chaosTrace { return &chaosTrace{start: time.Now()} }
+
+func (c *chaosTrace) logf(format string, args ...any) {
+	line := fmt.Sprintf("%8.3fs ", time.Since(c.start).Seconds()) + fmt.Sprintf(format, args...)
+	c.mu.Lock()
+	c.lines = append(c.lines, line)
+	c.mu.Unlock()
+}
+
+// count returns how many lines contain sub.
+func (c *chaosTrace) count(sub string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, l := range c.lines {
+		if strings.Contains(l, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+func (c *chaosTrace) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Join(c.lines, "\n")
+}
+
+// watchLeases records every change of owner or epoch of a session's lease,
+// and its expiry, polling the lease table until ctx ends.
+func watchLeases(ctx context.Context, dsn string, tr *chaosTrace) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		tr.logf("lease watcher: %v", err)
+		return
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	type seen struct {
+		owner   string
+		epoch   int64
+		expired bool
+	}
+	last := map[string]seen{}
+	for ctx.Err() == nil {
+		rows, err := conn.Query(ctx, `SELECT session_id, owner, epoch, expires_at <= now(), expires_at - now() FROM dsh_leases`)
+		if err == nil {
+			for rows.Next() {
+				var id string
+				var cur seen
+				var left time.Duration
+				if rows.Scan(&id, &cur.owner, &cur.epoch, &cur.expired, &left) != nil {
+					continue
+				}
+				if cur != last[id] {
+					tr.logf("lease %s: owner %s epoch %d expired %v (%v left)", id, cur.owner, cur.epoch, cur.expired, left.Round(time.Millisecond))
+					last[id] = cur
+				}
+			}
+			rows.Close()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
@@ -129,8 +234,23 @@ func TestChaosReplicas(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), budget)
 	defer cancel()
-	first := startStack(t, "DSH_STORE=postgres", "DSH_POSTGRES_DSN="+pgtest.Database(t), "DSH_LEASE_TTL=1s")
+	dsn := pgtest.Database(t)
+	first := startStack(t, "DSH_STORE=postgres", "DSH_POSTGRES_DSN="+dsn, "DSH_LEASE_TTL=1s")
 	reps := []*stack{first, first.replica(), first.replica()}
+	tr := newChaosTrace()
+	for i, r := range reps {
+		tr.logf("replica %d: pid %d at %s", i, r.agent.cmd.Process.Pid, r.agentAddr)
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); watchLeases(wctx, dsn, tr) }()
+	t.Cleanup(func() {
+		stopWatch()
+		<-watched
+		if t.Failed() {
+			t.Logf("--- chaos timeline (clients and leases) ---\n%s", tr)
+		}
+	})
 	ids := make([]string, sessions)
 	for i := range ids {
 		ids[i] = reps[i%len(reps)].createSession(ctx)
@@ -145,7 +265,7 @@ func TestChaosReplicas(t *testing.T) {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(i), 42))
 			for p := range prompts {
-				if err := drive(ctx, reps, rng, id, fmt.Sprintf("%s prompt %d", id, p), &retries); err != nil {
+				if err := drive(ctx, reps, rng, id, fmt.Sprintf("%s prompt %d", id, p), &retries, tr); err != nil {
 					errs[i] = err
 					return
 				}
@@ -162,13 +282,16 @@ func TestChaosReplicas(t *testing.T) {
 		case <-done:
 		case <-time.After(time.Duration(800+rng.IntN(800)) * time.Millisecond):
 		}
-		r := reps[rng.IntN(len(reps))]
+		ri := rng.IntN(len(reps))
+		r := reps[ri]
+		pid := r.agent.cmd.Process.Pid
 		if err := r.agent.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		<-r.agent.done
 		killed++
 		r.startAgent() // a new process on the same address
+		tr.logf("killed replica %d (pid %d); restarted as pid %d", ri, pid, r.agent.cmd.Process.Pid)
 		select {
 		case <-done:
 			killed = kills
@@ -177,9 +300,14 @@ func TestChaosReplicas(t *testing.T) {
 	}
 	<-done
 	if err := errors.Join(errs...); err != nil {
+		for i, id := range ids {
+			if errs[i] != nil {
+				describeSession(t, reps, id)
+			}
+		}
 		t.Fatal(err)
 	}
-	t.Logf("%d kills; the clients retried %d times", kills, retries.Load())
+	t.Logf("%d kills; the clients retried %d times; %d lease expiries seen", kills, retries.Load(), tr.count("expired true"))
 
 	for _, id := range ids {
 		// A prompt sent twice (its Send failed after the owner had queued

@@ -169,6 +169,34 @@ func (s *Store) Create(ctx context.Context, h *sessionv1.SessionHeader) error {
 	return nil
 }
 
+// Materialize stores the sessions row of a created, never appended
+// session now (a fenced store: under the session's lease), instead of
+// with its first Append. A replica does it before CreateSession is
+// acknowledged: a session that lives only in its creator's memory is
+// "not found" on every other replica, and dies with its creator. A stored
+// or unknown session is left alone.
+func (s *Store) Materialize(ctx context.Context, id string) error {
+	if err := s.checkOpen(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	h := s.pending[id]
+	s.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	empty := &batch{seqs: []int64{}, types: []string{}, times: []int64{}, pbs: [][]byte{}}
+	if err := s.appendRows(ctx, id, h, empty); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.pending[id] == h {
+		delete(s.pending, id)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
 // batch is the stored form of a batch, column by column.
 type batch struct {
 	first int64

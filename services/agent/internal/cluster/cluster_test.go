@@ -298,3 +298,50 @@ func TestStealingReplicas(t *testing.T) {
 		t.Fatal("no append was acknowledged")
 	}
 }
+
+// TestCreatedSessionOutlivesItsReplica: a session created through a
+// replica's Store (CreateSession acknowledged) and not yet appended to is
+// stored at once, so every replica can find it: while its creator holds
+// the lease, another replica's load is told to forward (not "not found");
+// once the creator died (its lease expired), the next replica claims and
+// loads the empty session. Stored lazily, at the first append, it lived in
+// the creator's memory alone: other replicas answered NOT_FOUND, and a
+// creator killed (or starved past its lease) before the first prompt took
+// the acknowledged session with it, so its clients waited for it forever
+// (TestChaosReplicas, under CPU starvation).
+func TestCreatedSessionOutlivesItsReplica(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := pgtest.Database(t)
+	a, b := replica(t, dsn, "replica-a"), replica(t, dsn, "replica-b")
+	ma := cluster.New(a, cluster.Config{Address: "10.0.0.1:7700"})
+	mb := cluster.New(b, cluster.Config{Address: "10.0.0.2:7700"})
+	sa, sb := cluster.NewStore(a, ma), cluster.NewStore(b, mb)
+
+	if err := sa.Create(ctx, persistencetest.Header("new")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.ReadHeader(ctx, "new"); err != nil {
+		t.Fatalf("B: ReadHeader of a session A created = %v; want it stored", err)
+	}
+	var elsewhere *cluster.OwnedElsewhereError
+	if _, _, err := sb.Load(ctx, "new"); !errors.As(err, &elsewhere) || elsewhere.Owner != "replica-a" {
+		t.Fatalf("B: Load of a session A created and holds = %v; want OwnedElsewhereError naming replica-a", err)
+	}
+
+	// A dies before the session's first event: its lease expires.
+	expire(t, dsn, "new")
+	h, evs, err := sb.Load(ctx, "new")
+	if err != nil || h.GetId() != "new" || len(evs) != 0 {
+		t.Fatalf("B: Load after A died = %v, %d events, %v; want the empty session", h, len(evs), err)
+	}
+	if !mb.Holds("new") {
+		t.Fatal("B loaded the session without claiming it")
+	}
+	// B writes its first events under its own epoch.
+	var log persistencetest.Builder
+	log.CompletedTurn(1)
+	if err := sb.Append(ctx, "new", log.Events()); err != nil {
+		t.Fatalf("B: first Append = %v", err)
+	}
+}

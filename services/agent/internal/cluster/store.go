@@ -14,6 +14,8 @@ type FencedStore interface {
 	persistence.Store
 	persistence.Reader
 	Leases
+	// Materialize stores a created, never appended session now.
+	Materialize(ctx context.Context, id string) error
 }
 
 // Store is the store the agent uses on a replica: it claims a session's
@@ -35,7 +37,12 @@ var (
 // NewStore wraps s; m must manage the leases of s.
 func NewStore(s FencedStore, m *Manager) *Store { return &Store{FencedStore: s, m: m} }
 
-// Create claims the new session's lease, then registers it.
+// Create claims the new session's lease, then registers and stores it
+// (not lazily at its first append, as a lone agent may): every replica
+// can then find the session its creator acknowledged, and forward to the
+// creator or, once the creator died, claim it. Stored only at its first
+// append, it would be "not found" on the other replicas and lost with its
+// creator.
 func (s *Store) Create(ctx context.Context, h *sessionv1.SessionHeader) error {
 	if err := persistence.CheckHeader(h); err != nil {
 		return err
@@ -44,6 +51,16 @@ func (s *Store) Create(ctx context.Context, h *sessionv1.SessionHeader) error {
 		return err
 	}
 	if err := s.FencedStore.Create(ctx, h); err != nil {
+		if !errors.Is(err, persistence.ErrExists) {
+			_ = s.m.Release(context.WithoutCancel(ctx), h.GetId())
+		}
+		return err
+	}
+	if err := s.FencedStore.Materialize(ctx, h.GetId()); err != nil {
+		s.check(h.GetId(), err)
+		if d, ok := s.FencedStore.(persistence.Discarder); ok {
+			_ = d.Discard(context.WithoutCancel(ctx), h.GetId())
+		}
 		if !errors.Is(err, persistence.ErrExists) {
 			_ = s.m.Release(context.WithoutCancel(ctx), h.GetId())
 		}
