@@ -110,19 +110,37 @@ func TestAdviseBacksNewHeapWithHugePages(t *testing.T) {
 	}
 
 	// Marked after the runtime mapped it, before it was touched: huge.
-	marked := grow()
-	Advise()
-	before = mappingOf(t, uintptr(unsafe.Pointer(&marked[0]))).hugeBytes
-	fallbacks := vmstat(t, "thp_fault_fallback")
-	touch(marked)
-	m := mappingOf(t, uintptr(unsafe.Pointer(&marked[0])))
-	if !m.has("hg") {
-		t.Fatalf("Advise left the new heap mapping unmarked: flags %v", m.flags)
-	}
-	if made := m.hugeBytes - before; made < 4<<20 {
+	// Under a loaded machine (the whole suite on two cores) the kernel
+	// sometimes makes no huge page for an object without counting a
+	// fallback or an allocation at all; a fresh object is tried then, up
+	// to three, and the test fails only where the kernel did make huge
+	// pages (thp_fault_alloc rose) but none for the marked heap.
+	var marked []byte
+	var m mapping
+	var made int64
+	allocs := vmstat(t, "thp_fault_alloc")
+	for try := 0; try < 3; try++ {
+		marked = grow()
+		Advise()
+		before = mappingOf(t, uintptr(unsafe.Pointer(&marked[0]))).hugeBytes
+		fallbacks := vmstat(t, "thp_fault_fallback")
+		touch(marked)
+		m = mappingOf(t, uintptr(unsafe.Pointer(&marked[0])))
+		if !m.has("hg") {
+			t.Fatalf("Advise left the new heap mapping unmarked: flags %v", m.flags)
+		}
+		if made = m.hugeBytes - before; made >= 4<<20 {
+			break
+		}
 		if vmstat(t, "thp_fault_fallback") > fallbacks {
 			End()
 			t.Skipf("the kernel declined huge pages (no free 2 MiB page): %d bytes made", made)
+		}
+	}
+	if made < 4<<20 {
+		if vmstat(t, "thp_fault_alloc") == allocs {
+			End()
+			t.Skipf("the kernel made no huge page at all in three tries (none allocated, none declined): %d bytes made", made)
 		}
 		t.Errorf("a marked 16 MiB heap object touched page by page made %d bytes of huge pages, want at least 4 MiB", made)
 	}
