@@ -8,6 +8,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,15 +32,37 @@ func Build(t testing.TB, dir, name string) string {
 	return bin
 }
 
-// FreeAddr returns a loopback address with a port the OS just handed out.
+// handedOut holds the ports FreeAddr returned in this process: the OS may
+// hand a port it just freed to the next listen, so two calls of one test
+// could get the same port for two processes that have not bound it yet
+// (an agent's health port collided with its gateway's in CI).
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// FreeAddr returns a loopback address with a port the OS just handed out
+// and that no earlier call in this process returned. Another process may
+// still take it before the caller's process binds it.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := lis.Addr().(*net.TCPAddr)
+		lis.Close()
+		handedOut.Lock()
+		seen := handedOut.ports[addr.Port]
+		handedOut.ports[addr.Port] = true
+		handedOut.Unlock()
+		if !seen {
+			return addr.String()
+		}
 	}
-	defer lis.Close()
-	return lis.Addr().String()
+	t.Fatal("proctest: no loopback port not handed out before in 100 tries")
+	return ""
 }
 
 // WaitServing polls the health service on conn for service ("" for the

@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +31,7 @@ import (
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/natstest"
 	"github.com/dsh-dev/dsh/internal/pgtest"
+	"github.com/dsh-dev/dsh/internal/proctest"
 )
 
 // binDir holds the binaries built once by TestMain.
@@ -88,12 +88,7 @@ func cleanEnv(extra ...string) []string {
 
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return proctest.FreeAddr(t)
 }
 
 // proc is a running binary.
