@@ -32,8 +32,8 @@ import (
 // the group open for up to the delay before it commits, or until it holds
 // an append of as many sessions as were appending in that window (two
 // sessions writing in turn are committed as soon as both are in, not after
-// the whole delay; with hundreds the delay ends it). The groups are then larger, and
-// fewer commits cost fewer syscalls and fsyncs; the sessions whose writes
+// the whole delay; with hundreds the delay ends it). The groups are then
+// larger, and fewer commits cost fewer syscalls and fsyncs; the sessions whose writes
 // shared a commit also resume together, so their next model requests and
 // tool calls go out in the same moment and the gRPC connections, the event
 // fan-out and the other services batch them as well. A lone session is not
@@ -68,8 +68,9 @@ type arrivals struct {
 // sessions that were appending, and 0 unless two were and at least
 // minDelayedAppends more appends are expected within d. (Stopping at the
 // appends the rate predicts made holds shorter and took two thirds of the
-// gain away: the waves of sessions resuming together are most of it.) A window that ended is closed first, so a rate from
-// before an idle spell does not outlive it.
+// gain away: the waves of sessions resuming together are most of it.) A
+// window that ended is closed first, so a rate from before an idle spell
+// does not outlive it.
 func (a *arrivals) want(now time.Time, d time.Duration) int {
 	if el := now.Sub(a.start); el >= rateWindow {
 		a.rate = float64(a.n) / el.Seconds()

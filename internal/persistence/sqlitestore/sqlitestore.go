@@ -74,7 +74,7 @@ type Config struct {
 	OnCommit func(CommitStats)
 	// CommitDelay, when positive, is how long at most the committer holds
 	// a group open for more writes while the store is busy (at least two
-	// sessions appending, writes arriving at least twice per CommitDelay):
+	// sessions appending, appends arriving at least twice per CommitDelay):
 	// fewer, larger commits for many sessions, at most CommitDelay more
 	// latency per write for them; a lone session is not held. 0 commits
 	// every group at once. See commit.go.
@@ -104,7 +104,7 @@ type Store struct {
 	dataVersion int64               // the writer's PRAGMA data_version when positions was right
 	group       groupTx             // the group being committed (reused)
 	commitDelay time.Duration       // Config.CommitDelay
-	arrivals    arrivals            // the writes' arrival rate, for the commit delay
+	arrivals    arrivals            // the appends' arrival rate, for the commit delay
 	holdTimer   *time.Timer         // the commit delay's timer (reused)
 	holdHook    func()              // tests: called when a hold begins
 	closing     chan struct{}       // closed when Close begins: ends a hold

@@ -67,6 +67,12 @@ func TestReleasedStreamEndsOK(t *testing.T) {
 		c.Dispatch(ctx, checkpoint)
 		c.Finish(ctx)
 	}
+	// prepareDispatch prepares ex and dispatches it: the guard or the gate
+	// (by its arguments) stops it.
+	prepareDispatch := func(ctx context.Context, _ context.CancelFunc, ex *toolsv1.ToolExecution) {
+		p.PrepareCalls(ctx, nil, []*toolsv1.ToolExecution{ex})
+		dispatch(ctx, ex, nil)
+	}
 	cases := []struct {
 		name, args string
 		// run prepares ex (under ctx, cancelled by cancel) and ends it
@@ -82,18 +88,12 @@ func TestReleasedStreamEndsOK(t *testing.T) {
 			p.PrepareCalls(ctx, nil, []*toolsv1.ToolExecution{ex})
 			p.Begin(ctx, nil, ex).Finish(ctx)
 		}, []codes.Code{codes.OK}},
-		{"denied by a guard", `{"forbidden":true}`, func(ctx context.Context, _ context.CancelFunc, ex *toolsv1.ToolExecution) {
-			p.PrepareCalls(ctx, nil, []*toolsv1.ToolExecution{ex})
-			dispatch(ctx, ex, nil)
-		}, []codes.Code{codes.OK}},
+		{"denied by a guard", `{"forbidden":true}`, prepareDispatch, []codes.Code{codes.OK}},
 		{"checkpoint failed", `{}`, func(ctx context.Context, _ context.CancelFunc, ex *toolsv1.ToolExecution) {
 			p.PrepareCalls(ctx, nil, []*toolsv1.ToolExecution{ex})
 			dispatch(ctx, ex, func(context.Context) error { return errors.New("disk full") })
 		}, []codes.Code{codes.OK}},
-		{"approval waits for a person (refused)", `{"ask":true}`, func(ctx context.Context, _ context.CancelFunc, ex *toolsv1.ToolExecution) {
-			p.PrepareCalls(ctx, nil, []*toolsv1.ToolExecution{ex})
-			dispatch(ctx, ex, nil)
-		}, []codes.Code{codes.OK}},
+		{"approval waits for a person (refused)", `{"ask":true}`, prepareDispatch, []codes.Code{codes.OK}},
 		{"prepared twice, then released", `{}`, func(ctx context.Context, _ context.CancelFunc, ex *toolsv1.ToolExecution) {
 			p.PrepareCalls(ctx, nil, []*toolsv1.ToolExecution{ex})
 			p.PrepareCalls(ctx, nil, []*toolsv1.ToolExecution{ex})
