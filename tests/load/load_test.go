@@ -29,6 +29,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,12 +57,14 @@ var (
 	flagSessions = flag.String("load.sessions", "10,100,1000", "ladder: concurrent sessions per level, comma-separated")
 	flagTool     = flag.String("load.tool", "read", "tool of every step: read or bash")
 	flagDelay    = flag.Duration("load.delay", time.Second, "the model's latency: the upstream answers each request after this long")
+	flagJitter   = flag.Duration("load.jitter", 0, "spread each model latency uniformly over -load.delay ± this (0: every answer after exactly -load.delay, so sessions that moved together stay together; real providers' latencies vary)")
 	flagRamp     = flag.Duration("load.ramp", 0, "spread the sessions' first turns evenly over this long (0: all at once, a thundering herd; one -load.delay: sessions arriving steadily)")
 	flagSteps    = flag.Int("load.steps", 5, "tool steps per turn")
 	flagTurns    = flag.Int("load.turns", 1, "turns per session")
 	flagWarmup   = flag.Int("load.warmup", 0, "turns per session run before the measured window (not measured): the processes' memory is then mapped in, as on a node that has been serving (a cold start pays a minor page fault per new 4 KiB page)")
 	flagAgent    = flag.String("load.agent-args", "", "extra agent flags, space-separated (e.g. --sqlite-sync=NORMAL)")
 	flagGateway  = flag.String("load.gateway-args", "", "extra gateway flags, space-separated (e.g. --prefix-cache-mib=0)")
+	flagEnv      = flag.String("load.env", "", "extra environment of a service, space-separated process=KEY=VALUE (process: agent, llmgateway or toolhost; e.g. agent=GOGC=200)")
 	flagPprof    = flag.String("load.pprof", "", "directory: take a CPU and an allocation profile of each process (through --debug-addr) during each level's first -load.pprof-seconds")
 	flagPprofSec = flag.Int("load.pprof-seconds", 5, "length of the -load.pprof profiles")
 )
@@ -107,7 +111,7 @@ type level struct {
 	sessions, steps, turns int
 	warmup                 int // unmeasured turns per session before the window
 	tool                   string
-	delay, ramp            time.Duration
+	delay, jitter, ramp    time.Duration
 	agentArgs, gatewayArgs []string
 }
 
@@ -228,7 +232,7 @@ func BenchmarkLoad(b *testing.B) {
 		if err != nil || n <= 0 {
 			b.Fatalf("-load.sessions: %q is not a positive count", f)
 		}
-		lv := level{sessions: n, steps: *flagSteps, turns: *flagTurns, warmup: *flagWarmup, tool: *flagTool, delay: *flagDelay, ramp: *flagRamp, agentArgs: strings.Fields(*flagAgent), gatewayArgs: strings.Fields(*flagGateway)}
+		lv := level{sessions: n, steps: *flagSteps, turns: *flagTurns, warmup: *flagWarmup, tool: *flagTool, delay: *flagDelay, jitter: *flagJitter, ramp: *flagRamp, agentArgs: strings.Fields(*flagAgent), gatewayArgs: strings.Fields(*flagGateway)}
 		b.Run(fmt.Sprintf("tool=%s/sessions=%d", lv.tool, n), func(b *testing.B) {
 			var r result
 			for b.Loop() {
@@ -359,6 +363,19 @@ func startNATS(ctx context.Context, tb testing.TB) (*proc, string) {
 	}
 }
 
+// procEnv parses -load.env: space-separated process=KEY=VALUE, by process.
+func procEnv(spec string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, f := range strings.Fields(spec) {
+		name, kv, ok := strings.Cut(f, "=")
+		if !ok || !strings.Contains(kv, "=") || !slices.Contains(procNames, name) {
+			return nil, fmt.Errorf("-load.env: %q is not process=KEY=VALUE with process agent, llmgateway or toolhost", f)
+		}
+		out[name] = append(out[name], kv)
+	}
+	return out, nil
+}
+
 // cleanEnv is the environment without provider keys and dsh settings.
 func cleanEnv(extra ...string) []string {
 	var out []string
@@ -389,7 +406,7 @@ func runLevel(tb testing.TB, lv level) result {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	up := newUpstream(lv.delay, lv.steps, lv.tool)
+	up := newUpstream(lv.delay, lv.jitter, lv.steps, lv.tool)
 	url, stopUp, err := up.serve()
 	if err != nil {
 		tb.Fatal(err)
@@ -401,6 +418,10 @@ func runLevel(tb testing.TB, lv level) result {
 		tb.Fatal(err)
 	}
 	gwAddr, thAddr, agAddr := proctest.FreeAddr(tb), proctest.FreeAddr(tb), proctest.FreeAddr(tb)
+	env, err := procEnv(*flagEnv)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	debug := map[string][]string{}
 	if *flagPprof != "" {
 		for _, name := range procNames {
@@ -409,12 +430,12 @@ func runLevel(tb testing.TB, lv level) result {
 	}
 	procs := map[string]*proc{
 		"nats":       natsProc,
-		"llmgateway": startProc(tb, "llmgateway", cleanEnv("OPENAI_API_KEY=load", "OPENAI_BASE_URL="+url, "OPENAI_MODEL=load"), append(append([]string{"--listen", gwAddr}, debug["llmgateway"]...), lv.gatewayArgs...)...),
-		"toolhost":   startProc(tb, "toolhost", cleanEnv(), append([]string{"--listen", thAddr, "--workspace", ws}, debug["toolhost"]...)...),
+		"llmgateway": startProc(tb, "llmgateway", cleanEnv(append([]string{"OPENAI_API_KEY=load", "OPENAI_BASE_URL=" + url, "OPENAI_MODEL=load"}, env["llmgateway"]...)...), append(append([]string{"--listen", gwAddr}, debug["llmgateway"]...), lv.gatewayArgs...)...),
+		"toolhost":   startProc(tb, "toolhost", cleanEnv(env["toolhost"]...), append([]string{"--listen", thAddr, "--workspace", ws}, debug["toolhost"]...)...),
 	}
 	dial(ctx, tb, gwAddr)
 	dial(ctx, tb, thAddr)
-	procs["agent"] = startProc(tb, "agent", cleanEnv(), append(append([]string{"--listen", agAddr, "--gateway", gwAddr,
+	procs["agent"] = startProc(tb, "agent", cleanEnv(env["agent"]...), append(append([]string{"--listen", agAddr, "--gateway", gwAddr,
 		"--toolhost", "builtin=" + thAddr, "--data", data, "--nats", natsURL,
 		"--approval-rule", "*=allow", "--no-titles"}, debug["agent"]...), lv.agentArgs...)...)
 	// A few client connections, as several frontends would hold.
@@ -670,4 +691,28 @@ func measureDrain(tb testing.TB, r *result, natsURL, dbPath string, pid int, bef
 		tb.Fatal(err)
 	}
 	r.agentDrained, r.drained = c.sub(before).self, true
+}
+
+func TestProcEnv(t *testing.T) {
+	tests := []struct {
+		spec    string
+		want    map[string][]string
+		wantErr bool
+	}{
+		{"", map[string][]string{}, false},
+		{"agent=GOGC=200 agent=GOMAXPROCS=1 toolhost=GOGC=off", map[string][]string{"agent": {"GOGC=200", "GOMAXPROCS=1"}, "toolhost": {"GOGC=off"}}, false},
+		{"nats=GOGC=200", nil, true},
+		{"agent=GOGC", nil, true},
+		{"GOGC=200", nil, true},
+	}
+	for _, tc := range tests {
+		got, err := procEnv(tc.spec)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("procEnv(%q) error %v, want error %v", tc.spec, err, tc.wantErr)
+			continue
+		}
+		if !tc.wantErr && !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("procEnv(%q) = %v, want %v", tc.spec, got, tc.want)
+		}
+	}
 }

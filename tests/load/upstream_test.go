@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
@@ -15,7 +16,8 @@ import (
 )
 
 // upstream is an OpenAI-compatible chat-completions fake: it waits delay
-// (the model's latency), then streams a reply whose tool-call arguments
+// (the model's latency; with jitter, a latency drawn uniformly from
+// delay ± jitter for each request), then streams a reply whose tool-call arguments
 // arrive in 12-byte deltas, as real providers send them. While a turn has
 // fewer than steps tool results it asks for one more call of tool;
 // afterwards it answers with text.
@@ -26,9 +28,10 @@ import (
 // same conversation is the time the harness added to that step (agent,
 // gateway, toolhost and the tool itself).
 type upstream struct {
-	delay time.Duration
-	steps int
-	tool  string
+	delay  time.Duration
+	jitter time.Duration
+	steps  int
+	tool   string
 
 	mu    sync.Mutex
 	convs map[string]*conv
@@ -44,8 +47,16 @@ type conv struct {
 	arrived, finished []time.Time
 }
 
-func newUpstream(delay time.Duration, steps int, tool string) *upstream {
-	return &upstream{delay: delay, steps: steps, tool: tool, convs: make(map[string]*conv)}
+func newUpstream(delay, jitter time.Duration, steps int, tool string) *upstream {
+	return &upstream{delay: delay, jitter: min(jitter, delay), steps: steps, tool: tool, convs: make(map[string]*conv)}
+}
+
+// latency is how long the model takes to answer this request.
+func (u *upstream) latency() time.Duration {
+	if u.jitter <= 0 {
+		return u.delay
+	}
+	return u.delay - u.jitter + rand.N(2*u.jitter+1)
 }
 
 // serve runs the upstream on a loopback listener until the returned stop
@@ -155,9 +166,9 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no user message", http.StatusBadRequest)
 		return
 	}
-	if u.delay > 0 {
+	if d := u.latency(); d > 0 {
 		select {
-		case <-time.After(u.delay):
+		case <-time.After(d):
 		case <-r.Context().Done():
 			return
 		}
@@ -323,4 +334,30 @@ func BenchmarkTurnOf(b *testing.B) {
 func jsonString(s string) string {
 	q, _ := json.Marshal(s)
 	return string(q)
+}
+
+// TestLatency: without jitter every answer takes the delay; with it, the
+// latencies stay within delay ± jitter and are not all the same.
+func TestLatency(t *testing.T) {
+	tests := []struct {
+		delay, jitter, lo, hi time.Duration
+	}{
+		{time.Second, 0, time.Second, time.Second},
+		{time.Second, 500 * time.Millisecond, 500 * time.Millisecond, 1500 * time.Millisecond},
+		{100 * time.Millisecond, time.Second, 0, 200 * time.Millisecond}, // jitter capped at the delay
+	}
+	for _, tc := range tests {
+		u := newUpstream(tc.delay, tc.jitter, 1, "read")
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			d := u.latency()
+			if d < tc.lo || d > tc.hi {
+				t.Fatalf("delay %v jitter %v: latency %v outside [%v, %v]", tc.delay, tc.jitter, d, tc.lo, tc.hi)
+			}
+			seen[d] = true
+		}
+		if spread := tc.lo != tc.hi; spread != (len(seen) > 1) {
+			t.Errorf("delay %v jitter %v: %d distinct latencies in 200", tc.delay, tc.jitter, len(seen))
+		}
+	}
 }
