@@ -154,8 +154,10 @@ func (m *Manager) Release(ctx context.Context, id string) error {
 func (m *Manager) RenewAll(ctx context.Context) error {
 	m.mu.Lock()
 	ids := make([]string, 0, len(m.held))
-	for id := range m.held {
+	epochs := make(map[string]int64, len(m.held))
+	for id, e := range m.held {
 		ids = append(ids, id)
+		epochs[id] = e
 	}
 	m.mu.Unlock()
 	if len(ids) == 0 {
@@ -169,7 +171,10 @@ func (m *Manager) RenewAll(ctx context.Context) error {
 	m.renewErr = err
 	m.mu.Unlock()
 	for _, id := range lost {
-		m.lost(id, fmt.Errorf("session %q: lease lost: %w", id, persistence.ErrFenced))
+		// Only the lease this renewal was for: while it ran, the session
+		// may have been released (its turn ended) and claimed again with
+		// a new epoch, and that lease is not lost.
+		m.lostEpoch(id, epochs[id], fmt.Errorf("session %q: lease lost: %w", id, persistence.ErrFenced))
 	}
 	return err
 }
@@ -187,10 +192,20 @@ func (m *Manager) Err() error {
 // fenced) and tells OnLost.
 func (m *Manager) Lost(id string, err error) { m.lost(id, err) }
 
-func (m *Manager) lost(id string, err error) {
+func (m *Manager) lost(id string, err error) { m.lostEpoch(id, anyEpoch, err) }
+
+// anyEpoch makes lostEpoch drop whatever lease of the session is held.
+const anyEpoch = -1
+
+// lostEpoch drops the session's lease if it is held with epoch (any epoch
+// for anyEpoch) and tells OnLost.
+func (m *Manager) lostEpoch(id string, epoch int64, err error) {
 	m.mu.Lock()
-	_, had := m.held[id]
-	delete(m.held, id)
+	e, had := m.held[id]
+	had = had && (epoch == anyEpoch || e == epoch)
+	if had {
+		delete(m.held, id)
+	}
 	m.mu.Unlock()
 	if !had {
 		return
