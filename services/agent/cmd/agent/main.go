@@ -65,38 +65,33 @@ type options struct {
 // checks its values. A flag that does not parse, and --help, end the
 // process as the flag package does (exit 2, exit 0; usage on stderr).
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
-	env := func(k, def string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
+	env := cmdline.NewEnv(getenv)
 	o := &options{}
 	fs := flag.NewFlagSet("agent", flag.ExitOnError)
 	fs.SetOutput(stderr)
 	var toolhosts, hookFlags, icFlags, approverFlags, ruleFlags list
 	fs.Bool("version", false, buildinfo.FlagUsage)
-	listen := fs.String("listen", env("DSH_LISTEN", "127.0.0.1:7700"), "gRPC listen address (env DSH_LISTEN)")
-	gw := fs.String("gateway", env("DSH_GATEWAY", "127.0.0.1:7701"), "LlmGateway address (env DSH_GATEWAY)")
+	listen := fs.String("listen", env.String("DSH_LISTEN", "127.0.0.1:7700"), "gRPC listen address (env DSH_LISTEN)")
+	gw := fs.String("gateway", env.String("DSH_GATEWAY", "127.0.0.1:7701"), "LlmGateway address (env DSH_GATEWAY)")
 	fs.Var(&toolhosts, "toolhost", "toolhost NAME=ADDR or ADDR, repeatable (env DSH_TOOLHOST; default 127.0.0.1:7702, the built-in toolhost).\n"+
 		"Giving any --toolhost REPLACES the default: to add a host and keep bash, read, write... list the built-in one too,\n"+
 		"e.g. --toolhost builtin=127.0.0.1:7702 --toolhost mine=127.0.0.1:7710. The tool set and its hosts are logged at start")
 	fs.Var(&hookFlags, "hook", "remote AgentHooks NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable")
 	fs.Var(&icFlags, "interceptor", "remote ToolInterceptor NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable")
 	fs.Var(&approverFlags, "approver", "remote Approver NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable; consulted before a person is asked")
-	approvalPolicy := fs.String("approval", env("DSH_APPROVAL", "on-request"), "default approval policy of sessions that set none: never, on-request or always (env DSH_APPROVAL)")
+	approvalPolicy := fs.String("approval", env.String("DSH_APPROVAL", "on-request"), "default approval policy of sessions that set none: never, on-request or always (env DSH_APPROVAL)")
 	fs.Var(&ruleFlags, "approval-rule", "deployment approval rule TOOL[(PATTERN)]=allow|ask|deny, repeatable, evaluated after each session's rules; replaces the defaults bash=ask, write=ask, edit=ask (\"*=allow\" asks for nothing)")
 	approvalTimeout := fs.Duration("approval-timeout", envDuration(getenv, "DSH_APPROVAL_TIMEOUT", 15*time.Minute), "settle an approval or question nobody answered as unavailable after this long; 0 waits forever (env DSH_APPROVAL_TIMEOUT)")
-	store := fs.String("store", env("DSH_STORE", "sqlite"), "session store: sqlite, jsonl (both under --data) or postgres (env DSH_STORE)")
-	pgDSN := fs.String("postgres-dsn", env("DSH_POSTGRES_DSN", ""), "PostgreSQL connection string of --store postgres, e.g. postgres://dsh@db:5432/dsh (env DSH_POSTGRES_DSN; prefer the env var: flags show in ps)")
-	sqliteSync := fs.String("sqlite-sync", env("DSH_SQLITE_SYNC", "FULL"), "SQLite synchronous level: FULL (survives power loss) or NORMAL (survives a process crash; faster) (env DSH_SQLITE_SYNC)")
+	store := fs.String("store", env.String("DSH_STORE", "sqlite"), "session store: sqlite, jsonl (both under --data) or postgres (env DSH_STORE)")
+	pgDSN := fs.String("postgres-dsn", env.String("DSH_POSTGRES_DSN", ""), "PostgreSQL connection string of --store postgres, e.g. postgres://dsh@db:5432/dsh (env DSH_POSTGRES_DSN; prefer the env var: flags show in ps)")
+	sqliteSync := fs.String("sqlite-sync", env.String("DSH_SQLITE_SYNC", "FULL"), "SQLite synchronous level: FULL (survives power loss) or NORMAL (survives a process crash; faster) (env DSH_SQLITE_SYNC)")
 	commitDelay := fs.Duration("sqlite-commit-delay", envDuration(getenv, "DSH_SQLITE_COMMIT_DELAY", 2*time.Millisecond), "with --store sqlite: while several sessions append fast (at least two more writes expected within it), hold each group open up to this long for the others' appends, so that they share one commit: less CPU per step, at most this much more latency per flush for those sessions; a lone session is not held; 0 commits at once, at most 100ms; give a unit, e.g. 2ms (env DSH_SQLITE_COMMIT_DELAY)")
-	advertise := fs.String("advertise", env("DSH_ADVERTISE", ""), "with --store postgres: the address other replicas reach this one at, stored in its session leases (default: the bound --listen address) (env DSH_ADVERTISE)")
+	advertise := fs.String("advertise", env.String("DSH_ADVERTISE", ""), "with --store postgres: the address other replicas reach this one at, stored in its session leases (default: the bound --listen address) (env DSH_ADVERTISE)")
 	leaseTTL := fs.Duration("lease-ttl", envDuration(getenv, "DSH_LEASE_TTL", 10*time.Second), "with --store postgres: how long a session's lease outlives its last renewal (renewed every third of it); a dead replica's sessions move after this (env DSH_LEASE_TTL)")
-	peerAuthority := fs.String("peer-authority", env("DSH_PEER_AUTHORITY", ""), "with --store postgres: the TLS server name (and :authority) to expect when forwarding to another replica's --advertise address, e.g. agent when replicas advertise their pod IP and present the agent's certificate (env DSH_PEER_AUTHORITY)")
+	peerAuthority := fs.String("peer-authority", env.String("DSH_PEER_AUTHORITY", ""), "with --store postgres: the TLS server name (and :authority) to expect when forwarding to another replica's --advertise address, e.g. agent when replicas advertise their pod IP and present the agent's certificate (env DSH_PEER_AUTHORITY)")
 	sweep := fs.Duration("sweep-interval", envDuration(getenv, "DSH_SWEEP_INTERVAL", 10*time.Second), "with --store postgres: how often to adopt sessions whose lease expired in the middle of a turn (a dead replica's), closing the turn without waiting for a request; 0 disables (env DSH_SWEEP_INTERVAL)")
-	healthListen := fs.String("health-listen", env("DSH_HEALTH_LISTEN", ""), "serve only the gRPC health service, in plaintext, at this address (for kubelet gRPC probes, which cannot do TLS); on --store postgres it is NOT_SERVING while the database or lease renewal fails (env DSH_HEALTH_LISTEN)")
-	data := fs.String("data", env("DSH_DATA", "."), "data directory (env DSH_DATA)")
+	healthListen := fs.String("health-listen", env.String("DSH_HEALTH_LISTEN", ""), "serve only the gRPC health service, in plaintext, at this address (for kubelet gRPC probes, which cannot do TLS); on --store postgres it is NOT_SERVING while the database or lease renewal fails (env DSH_HEALTH_LISTEN)")
+	data := fs.String("data", env.String("DSH_DATA", "."), "data directory (env DSH_DATA)")
 	idle := fs.Duration("idle-unload", envDuration(getenv, "DSH_IDLE_UNLOAD", 10*time.Minute), "unload sessions idle this long; 0 never (env DSH_IDLE_UNLOAD)")
 	parallel := fs.Int("max-parallel-tools", 10, "parallel-safe tool calls that may overlap")
 	subDepth := fs.Int("max-subagent-depth", envInt(getenv, "DSH_MAX_SUBAGENT_DEPTH", 3), "deepest subagent delegation (a top-level session is 0, its children 1); 0 forbids delegation (env DSH_MAX_SUBAGENT_DEPTH)")
@@ -104,35 +99,38 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	maxBytes := fs.Int64("max-queued-bytes", int64(envInt(getenv, "DSH_MAX_QUEUED_BYTES", loop.DefaultMaxQueuedBytes)), "bytes of queued content one session holds; -1 unbounded (env DSH_MAX_QUEUED_BYTES)")
 	procItems := fs.Int("process-max-queued", envInt(getenv, "DSH_PROCESS_MAX_QUEUED", 10000), "queued sends and steers of all sessions together; 0 unbounded (env DSH_PROCESS_MAX_QUEUED)")
 	procBytes := fs.Int64("process-max-queued-bytes", int64(envInt(getenv, "DSH_PROCESS_MAX_QUEUED_BYTES", 1<<30)), "bytes of queued content of all sessions together; 0 unbounded (env DSH_PROCESS_MAX_QUEUED_BYTES)")
-	debug := fs.Bool("debug", env("DSH_DEBUG", "") != "", "check the log invariants and the request equation on every request (env DSH_DEBUG)")
-	sbMode := fs.String("sandbox-mode", env("DSH_SANDBOX_MODE", "workspace-write"), "default sandbox of sessions: read-only, workspace-write or danger-full-access (env DSH_SANDBOX_MODE)")
-	sbNet := fs.String("sandbox-network", env("DSH_SANDBOX_NETWORK", "on"), "default network of tool processes: on or off (env DSH_SANDBOX_NETWORK)")
+	debug := fs.Bool("debug", env.String("DSH_DEBUG", "") != "", "check the log invariants and the request equation on every request (env DSH_DEBUG)")
+	sbMode := fs.String("sandbox-mode", env.String("DSH_SANDBOX_MODE", "workspace-write"), "default sandbox of sessions: read-only, workspace-write or danger-full-access (env DSH_SANDBOX_MODE)")
+	sbNet := fs.String("sandbox-network", env.String("DSH_SANDBOX_NETWORK", "on"), "default network of tool processes: on or off (env DSH_SANDBOX_NETWORK)")
 	allowUnenforced := fs.Bool("allow-unenforced-hosts", false, "let confined sessions call tools on hosts that do not enforce sandbox policies")
 	var nc events.Conn
 	nc.RegisterFlags(fs, getenv)
-	o.srvFlags.RegisterFlags(fs, getenv)
-	o.authFlags.RegisterFlags(fs, getenv)
+	o.srvFlags.RegisterFlags(fs, env)
+	o.authFlags.RegisterFlags(fs, env)
 	o.clientTLS.RegisterFlags(fs, getenv)
-	promptSections := fs.String("prompt-sections", env("DSH_PROMPT_SECTIONS", ""), "YAML/JSON file of system-prompt sections, variables, persona and tool order (env DSH_PROMPT_SECTIONS)")
-	titleProvider := fs.String("title-provider", env("DSH_TITLE_PROVIDER", ""), "provider route of session-title calls; empty: the session's (env DSH_TITLE_PROVIDER)")
-	titleModel := fs.String("title-model", env("DSH_TITLE_MODEL", ""), "small model of session-title calls; empty: the session's (env DSH_TITLE_MODEL)")
+	promptSections := fs.String("prompt-sections", env.String("DSH_PROMPT_SECTIONS", ""), "YAML/JSON file of system-prompt sections, variables, persona and tool order (env DSH_PROMPT_SECTIONS)")
+	titleProvider := fs.String("title-provider", env.String("DSH_TITLE_PROVIDER", ""), "provider route of session-title calls; empty: the session's (env DSH_TITLE_PROVIDER)")
+	titleModel := fs.String("title-model", env.String("DSH_TITLE_MODEL", ""), "small model of session-title calls; empty: the session's (env DSH_TITLE_MODEL)")
 	noTitles := fs.Bool("no-titles", false, "do not title sessions with a model call")
-	connAge := grpcserver.MaxConnectionAgeFlag(fs, getenv)
+	connAge := grpcserver.MaxConnectionAgeFlag(fs, env)
 	var natsLimits events.StreamLimits
 	fs.DurationVar(&natsLimits.MaxAge, "nats-stream-max-age", envDuration(getenv, "DSH_NATS_STREAM_MAX_AGE", 0), "drop events older than this from the JetStream stream; 0 keeps them (env DSH_NATS_STREAM_MAX_AGE)")
 	fs.Int64Var(&natsLimits.MaxBytes, "nats-stream-max-bytes", int64(envInt(getenv, "DSH_NATS_STREAM_MAX_BYTES", 0)), "keep the JetStream stream under this many bytes, dropping the oldest events (size it under NATS's volume); 0 unbounded (env DSH_NATS_STREAM_MAX_BYTES)")
 	drain := fs.Duration("drain-timeout", envDuration(getenv, "DSH_DRAIN_TIMEOUT", agent.DefaultDrainTimeout), "shutdown budget after SIGTERM: readiness goes NOT_SERVING and new turns are refused at once, running turns may finish until a fifth of it (at most 5 s) is left, then the rest is disposed; keep it 5 s under the pod's terminationGracePeriodSeconds (env DSH_DRAIN_TIMEOUT)")
-	defaultCwd := fs.String("default-cwd", env("DSH_DEFAULT_CWD", ""), "cwd of sessions created without one, inside the toolhosts' workspace (in a cluster: the toolhost's workspace volume, e.g. /workspace); default: the agent's own working directory (env DSH_DEFAULT_CWD)")
-	o.dbg.RegisterFlags(fs, getenv)
+	defaultCwd := fs.String("default-cwd", env.String("DSH_DEFAULT_CWD", ""), "cwd of sessions created without one, inside the toolhosts' workspace (in a cluster: the toolhost's workspace volume, e.g. /workspace); default: the agent's own working directory (env DSH_DEFAULT_CWD)")
+	o.dbg.RegisterFlags(fs, env)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if err := cmdline.NoArgs(fs); err != nil {
 		return nil, err
 	}
+	if err := env.Err(); err != nil {
+		return nil, err
+	}
 	o.connAge, o.explicitHosts = *connAge, len(toolhosts) > 0
 	if !o.explicitHosts {
-		toolhosts = list{env("DSH_TOOLHOST", "127.0.0.1:7702")}
+		toolhosts = list{env.String("DSH_TOOLHOST", "127.0.0.1:7702")}
 	}
 	sandbox, err := agent.ParseSandbox(*sbMode, *sbNet)
 	if err != nil {

@@ -44,12 +44,7 @@ func main() {
 // defaults from getenv. A flag that does not parse, and --help, end the
 // process as the flag package does (exit 2, exit 0; usage on stderr).
 func run(args []string, getenv func(string) string, stderr io.Writer) error {
-	env := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
+	env := cmdline.NewEnv(getenv)
 	cwd, err := os.Getwd()
 	if err != nil {
 		return err
@@ -57,16 +52,16 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("toolhost", flag.ExitOnError)
 	fs.SetOutput(stderr)
 	fs.Bool("version", false, buildinfo.FlagUsage)
-	listen := fs.String("listen", env("DSH_LISTEN", "127.0.0.1:7702"), "host:port to serve on (env DSH_LISTEN)")
-	workspace := fs.String("workspace", env("DSH_WORKSPACE", cwd), "directory file tools are confined to (env DSH_WORKSPACE)")
-	policyFile := fs.String("policy", env("DSH_TOOLHOST_POLICY", ""), "bash command-policy file; also serves dsh.tools.v1.ToolInterceptor (env DSH_TOOLHOST_POLICY)")
+	listen := fs.String("listen", env.String("DSH_LISTEN", "127.0.0.1:7702"), "host:port to serve on (env DSH_LISTEN)")
+	workspace := fs.String("workspace", env.String("DSH_WORKSPACE", cwd), "directory file tools are confined to (env DSH_WORKSPACE)")
+	policyFile := fs.String("policy", env.String("DSH_TOOLHOST_POLICY", ""), "bash command-policy file; also serves dsh.tools.v1.ToolInterceptor (env DSH_TOOLHOST_POLICY)")
 	unconfined := fs.Bool("unconfined", false, "run calls that carry no sandbox policy as danger-full-access (an agent always sends one)")
 	maxArgs := fs.Int("max-argument-bytes", 1<<20, "largest accepted argument text of one call")
 	var srvFlags auth.ServerFlags
-	srvFlags.RegisterFlags(fs, getenv)
-	srvFlags.RegisterPeerFlag(fs, getenv)
-	mode := fs.String("sandbox-mode", env("DSH_SANDBOX_MODE", "workspace-write"), "sandbox mode of calls that carry no policy: read-only, workspace-write or danger-full-access (env DSH_SANDBOX_MODE)")
-	network := fs.String("sandbox-network", env("DSH_SANDBOX_NETWORK", "on"), "network of calls that carry no policy: on or off (env DSH_SANDBOX_NETWORK)")
+	srvFlags.RegisterFlags(fs, env)
+	srvFlags.RegisterPeerFlag(fs, env)
+	mode := fs.String("sandbox-mode", env.String("DSH_SANDBOX_MODE", "workspace-write"), "sandbox mode of calls that carry no policy: read-only, workspace-write or danger-full-access (env DSH_SANDBOX_MODE)")
+	network := fs.String("sandbox-network", env.String("DSH_SANDBOX_NETWORK", "on"), "network of calls that carry no policy: on or off (env DSH_SANDBOX_NETWORK)")
 	var toolEnv stringList
 	fs.Var(&toolEnv, "tool-env", "host environment variable passed through to tool processes (repeatable; PATH, HOME, LANG, TERM, TMPDIR are managed)")
 	var lim sandbox.Limits
@@ -75,17 +70,20 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	fs.Uint64Var(&lim.Processes, "limit-procs", sandbox.DefaultProcesses, "processes and threads per call")
 	fs.Uint64Var(&lim.FileBytes, "limit-file-size", sandbox.DefaultFileBytes, "largest file a tool process may write, in bytes")
 	home, _ := os.UserHomeDir()
-	dshHome := fs.String("dsh-home", env("DSH_HOME", filepath.Join(home, ".dsh")), "dsh's home; its skills/ folder is a skill root (env DSH_HOME; empty: none)")
-	agentsHome := fs.String("agents-home", env("DSH_AGENTS_HOME", filepath.Join(home, ".agents")), "the shared agents home; its skills/ folder is a skill root (env DSH_AGENTS_HOME; empty: none)")
-	connAge := grpcserver.MaxConnectionAgeFlag(fs, getenv)
+	dshHome := fs.String("dsh-home", env.String("DSH_HOME", filepath.Join(home, ".dsh")), "dsh's home; its skills/ folder is a skill root (env DSH_HOME; empty: none)")
+	agentsHome := fs.String("agents-home", env.String("DSH_AGENTS_HOME", filepath.Join(home, ".agents")), "the shared agents home; its skills/ folder is a skill root (env DSH_AGENTS_HOME; empty: none)")
+	connAge := grpcserver.MaxConnectionAgeFlag(fs, env)
 	var skillDirs stringList
 	fs.Var(&skillDirs, "skill-dir", "an extra skill root (repeatable)")
 	var dbg debugserver.Flags
-	dbg.RegisterFlags(fs, getenv)
+	dbg.RegisterFlags(fs, env)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := cmdline.NoArgs(fs); err != nil {
+		return err
+	}
+	if err := env.Err(); err != nil {
 		return err
 	}
 	defMode, err := sandbox.ParseMode(*mode)
