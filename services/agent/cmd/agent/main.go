@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -81,25 +80,25 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.Var(&approverFlags, "approver", "remote Approver NAME=ADDR[,timeout=DUR][,fail=open|closed], repeatable; consulted before a person is asked")
 	approvalPolicy := fs.String("approval", env.String("DSH_APPROVAL", "on-request"), "default approval policy of sessions that set none: never, on-request or always (env DSH_APPROVAL)")
 	fs.Var(&ruleFlags, "approval-rule", "deployment approval rule TOOL[(PATTERN)]=allow|ask|deny, repeatable, evaluated after each session's rules; replaces the defaults bash=ask, write=ask, edit=ask (\"*=allow\" asks for nothing)")
-	approvalTimeout := fs.Duration("approval-timeout", envDuration(getenv, "DSH_APPROVAL_TIMEOUT", 15*time.Minute), "settle an approval or question nobody answered as unavailable after this long; 0 waits forever (env DSH_APPROVAL_TIMEOUT)")
+	approvalTimeout := fs.Duration("approval-timeout", env.Duration("DSH_APPROVAL_TIMEOUT", 15*time.Minute), "settle an approval or question nobody answered as unavailable after this long; 0 waits forever (env DSH_APPROVAL_TIMEOUT)")
 	store := fs.String("store", env.String("DSH_STORE", "sqlite"), "session store: sqlite, jsonl (both under --data) or postgres (env DSH_STORE)")
 	pgDSN := fs.String("postgres-dsn", env.String("DSH_POSTGRES_DSN", ""), "PostgreSQL connection string of --store postgres, e.g. postgres://dsh@db:5432/dsh (env DSH_POSTGRES_DSN; prefer the env var: flags show in ps)")
 	sqliteSync := fs.String("sqlite-sync", env.String("DSH_SQLITE_SYNC", "FULL"), "SQLite synchronous level: FULL (survives power loss) or NORMAL (survives a process crash; faster) (env DSH_SQLITE_SYNC)")
-	commitDelay := fs.Duration("sqlite-commit-delay", envDuration(getenv, "DSH_SQLITE_COMMIT_DELAY", 2*time.Millisecond), "with --store sqlite: while several sessions append fast (at least two more writes expected within it), hold each group open up to this long for the others' appends, so that they share one commit: less CPU per step, at most this much more latency per flush for those sessions; a lone session is not held; 0 commits at once, at most 100ms; give a unit, e.g. 2ms (env DSH_SQLITE_COMMIT_DELAY)")
+	commitDelay := fs.Duration("sqlite-commit-delay", env.Duration("DSH_SQLITE_COMMIT_DELAY", 2*time.Millisecond), "with --store sqlite: while several sessions append fast (at least two more writes expected within it), hold each group open up to this long for the others' appends, so that they share one commit: less CPU per step, at most this much more latency per flush for those sessions; a lone session is not held; 0 commits at once, at most 100ms; give a unit, e.g. 2ms (env DSH_SQLITE_COMMIT_DELAY)")
 	advertise := fs.String("advertise", env.String("DSH_ADVERTISE", ""), "with --store postgres: the address other replicas reach this one at, stored in its session leases (default: the bound --listen address) (env DSH_ADVERTISE)")
-	leaseTTL := fs.Duration("lease-ttl", envDuration(getenv, "DSH_LEASE_TTL", 10*time.Second), "with --store postgres: how long a session's lease outlives its last renewal (renewed every third of it); a dead replica's sessions move after this (env DSH_LEASE_TTL)")
+	leaseTTL := fs.Duration("lease-ttl", env.Duration("DSH_LEASE_TTL", 10*time.Second), "with --store postgres: how long a session's lease outlives its last renewal (renewed every third of it); a dead replica's sessions move after this (env DSH_LEASE_TTL)")
 	peerAuthority := fs.String("peer-authority", env.String("DSH_PEER_AUTHORITY", ""), "with --store postgres: the TLS server name (and :authority) to expect when forwarding to another replica's --advertise address, e.g. agent when replicas advertise their pod IP and present the agent's certificate (env DSH_PEER_AUTHORITY)")
-	sweep := fs.Duration("sweep-interval", envDuration(getenv, "DSH_SWEEP_INTERVAL", 10*time.Second), "with --store postgres: how often to adopt sessions whose lease expired in the middle of a turn (a dead replica's), closing the turn without waiting for a request; 0 disables (env DSH_SWEEP_INTERVAL)")
+	sweep := fs.Duration("sweep-interval", env.Duration("DSH_SWEEP_INTERVAL", 10*time.Second), "with --store postgres: how often to adopt sessions whose lease expired in the middle of a turn (a dead replica's), closing the turn without waiting for a request; 0 disables (env DSH_SWEEP_INTERVAL)")
 	healthListen := fs.String("health-listen", env.String("DSH_HEALTH_LISTEN", ""), "serve only the gRPC health service, in plaintext, at this address (for kubelet gRPC probes, which cannot do TLS); on --store postgres it is NOT_SERVING while the database or lease renewal fails (env DSH_HEALTH_LISTEN)")
 	data := fs.String("data", env.String("DSH_DATA", "."), "data directory (env DSH_DATA)")
-	idle := fs.Duration("idle-unload", envDuration(getenv, "DSH_IDLE_UNLOAD", 10*time.Minute), "unload sessions idle this long; 0 never (env DSH_IDLE_UNLOAD)")
+	idle := fs.Duration("idle-unload", env.Duration("DSH_IDLE_UNLOAD", 10*time.Minute), "unload sessions idle this long; 0 never (env DSH_IDLE_UNLOAD)")
 	parallel := fs.Int("max-parallel-tools", 10, "parallel-safe tool calls that may overlap")
-	subDepth := fs.Int("max-subagent-depth", envInt(getenv, "DSH_MAX_SUBAGENT_DEPTH", 3), "deepest subagent delegation (a top-level session is 0, its children 1); 0 forbids delegation (env DSH_MAX_SUBAGENT_DEPTH)")
-	maxItems := fs.Int("max-queued", envInt(getenv, "DSH_MAX_QUEUED", loop.DefaultMaxQueuedItems), "queued sends and steers one session holds; beyond it Send is RESOURCE_EXHAUSTED; -1 unbounded (env DSH_MAX_QUEUED)")
-	maxBytes := fs.Int64("max-queued-bytes", int64(envInt(getenv, "DSH_MAX_QUEUED_BYTES", loop.DefaultMaxQueuedBytes)), "bytes of queued content one session holds; -1 unbounded (env DSH_MAX_QUEUED_BYTES)")
-	procItems := fs.Int("process-max-queued", envInt(getenv, "DSH_PROCESS_MAX_QUEUED", 10000), "queued sends and steers of all sessions together; 0 unbounded (env DSH_PROCESS_MAX_QUEUED)")
-	procBytes := fs.Int64("process-max-queued-bytes", int64(envInt(getenv, "DSH_PROCESS_MAX_QUEUED_BYTES", 1<<30)), "bytes of queued content of all sessions together; 0 unbounded (env DSH_PROCESS_MAX_QUEUED_BYTES)")
-	debug := fs.Bool("debug", env.String("DSH_DEBUG", "") != "", "check the log invariants and the request equation on every request (env DSH_DEBUG)")
+	subDepth := fs.Int("max-subagent-depth", env.Int("DSH_MAX_SUBAGENT_DEPTH", 3), "deepest subagent delegation (a top-level session is 0, its children 1); 0 forbids delegation (env DSH_MAX_SUBAGENT_DEPTH)")
+	maxItems := fs.Int("max-queued", env.Int("DSH_MAX_QUEUED", loop.DefaultMaxQueuedItems), "queued sends and steers one session holds; beyond it Send is RESOURCE_EXHAUSTED; -1 unbounded (env DSH_MAX_QUEUED)")
+	maxBytes := fs.Int64("max-queued-bytes", env.Int64("DSH_MAX_QUEUED_BYTES", loop.DefaultMaxQueuedBytes), "bytes of queued content one session holds; -1 unbounded (env DSH_MAX_QUEUED_BYTES)")
+	procItems := fs.Int("process-max-queued", env.Int("DSH_PROCESS_MAX_QUEUED", 10000), "queued sends and steers of all sessions together; 0 unbounded (env DSH_PROCESS_MAX_QUEUED)")
+	procBytes := fs.Int64("process-max-queued-bytes", env.Int64("DSH_PROCESS_MAX_QUEUED_BYTES", 1<<30), "bytes of queued content of all sessions together; 0 unbounded (env DSH_PROCESS_MAX_QUEUED_BYTES)")
+	debug := fs.Bool("debug", env.Bool("DSH_DEBUG", false), "check the log invariants and the request equation on every request (env DSH_DEBUG=true)")
 	sbMode := fs.String("sandbox-mode", env.String("DSH_SANDBOX_MODE", "workspace-write"), "default sandbox of sessions: read-only, workspace-write or danger-full-access (env DSH_SANDBOX_MODE)")
 	sbNet := fs.String("sandbox-network", env.String("DSH_SANDBOX_NETWORK", "on"), "default network of tool processes: on or off (env DSH_SANDBOX_NETWORK)")
 	allowUnenforced := fs.Bool("allow-unenforced-hosts", false, "let confined sessions call tools on hosts that do not enforce sandbox policies")
@@ -114,9 +113,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	noTitles := fs.Bool("no-titles", false, "do not title sessions with a model call")
 	connAge := grpcserver.MaxConnectionAgeFlag(fs, env)
 	var natsLimits events.StreamLimits
-	fs.DurationVar(&natsLimits.MaxAge, "nats-stream-max-age", envDuration(getenv, "DSH_NATS_STREAM_MAX_AGE", 0), "drop events older than this from the JetStream stream; 0 keeps them (env DSH_NATS_STREAM_MAX_AGE)")
-	fs.Int64Var(&natsLimits.MaxBytes, "nats-stream-max-bytes", int64(envInt(getenv, "DSH_NATS_STREAM_MAX_BYTES", 0)), "keep the JetStream stream under this many bytes, dropping the oldest events (size it under NATS's volume); 0 unbounded (env DSH_NATS_STREAM_MAX_BYTES)")
-	drain := fs.Duration("drain-timeout", envDuration(getenv, "DSH_DRAIN_TIMEOUT", agent.DefaultDrainTimeout), "shutdown budget after SIGTERM: readiness goes NOT_SERVING and new turns are refused at once, running turns may finish until a fifth of it (at most 5 s) is left, then the rest is disposed; keep it 5 s under the pod's terminationGracePeriodSeconds (env DSH_DRAIN_TIMEOUT)")
+	fs.DurationVar(&natsLimits.MaxAge, "nats-stream-max-age", env.Duration("DSH_NATS_STREAM_MAX_AGE", 0), "drop events older than this from the JetStream stream; 0 keeps them (env DSH_NATS_STREAM_MAX_AGE)")
+	fs.Int64Var(&natsLimits.MaxBytes, "nats-stream-max-bytes", env.Int64("DSH_NATS_STREAM_MAX_BYTES", 0), "keep the JetStream stream under this many bytes, dropping the oldest events (size it under NATS's volume); 0 unbounded (env DSH_NATS_STREAM_MAX_BYTES)")
+	drain := fs.Duration("drain-timeout", env.Duration("DSH_DRAIN_TIMEOUT", agent.DefaultDrainTimeout), "shutdown budget after SIGTERM: readiness goes NOT_SERVING and new turns are refused at once, running turns may finish until a fifth of it (at most 5 s) is left, then the rest is disposed; keep it 5 s under the pod's terminationGracePeriodSeconds (env DSH_DRAIN_TIMEOUT)")
 	defaultCwd := fs.String("default-cwd", env.String("DSH_DEFAULT_CWD", ""), "cwd of sessions created without one, inside the toolhosts' workspace (in a cluster: the toolhost's workspace volume, e.g. /workspace); default: the agent's own working directory (env DSH_DEFAULT_CWD)")
 	o.dbg.RegisterFlags(fs, env)
 	if err := fs.Parse(args); err != nil {
@@ -233,27 +232,6 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	defer closeAuth()
 	o.sc.Auth = authn
 	return agent.Run(ctx, o.sc, logger)
-}
-
-func envInt(getenv func(string) string, k string, def int) int {
-	if n, err := strconv.Atoi(getenv(k)); err == nil {
-		return n
-	}
-	return def
-}
-
-func envDuration(getenv func(string) string, k string, def time.Duration) time.Duration {
-	v := getenv(k)
-	if v == "" {
-		return def
-	}
-	if d, err := time.ParseDuration(v); err == nil {
-		return d
-	}
-	if n, err := strconv.Atoi(v); err == nil {
-		return time.Duration(n) * time.Second
-	}
-	return def
 }
 
 // subagentDepthFlag maps --max-subagent-depth (0 forbids) to
