@@ -40,6 +40,9 @@ type devFlags struct {
 	sandboxMode, sandboxNetwork                  string
 	allowUnenforced                              bool
 	promptSections                               string
+	// gateway is the gateway's configuration, from the environment
+	// (llmgateway.ConfigFromEnv).
+	gateway llmgateway.Config
 }
 
 func runDev(ctx context.Context, e *env, args []string) error {
@@ -65,6 +68,10 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	resume := registerResumeFlags(fs) // issue 14: --continue, --session
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	var err error
+	if f.gateway, err = llmgateway.ConfigFromEnv(e.getenv); err != nil {
+		return &exitError{code: 2, msg: err.Error()}
 	}
 	mode, err := reasoningMode(*reasoning)
 	if err != nil {
@@ -341,8 +348,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	hugeheap.Advise() // the heap maps new memory as it grows: mark it too
 
 	// Gateway.
-	gwCfg := llmgateway.ConfigFromEnv(e.getenv)
-	gw, err := llmgateway.New(gwCfg, logger)
+	gw, err := llmgateway.New(f.gateway, logger)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -387,10 +393,10 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	st := &stack{agentAddr: agLis.Addr().String(), gatewayAddr: gwLis.Addr().String(), toolhostAddr: thLis.Addr().String(),
 		natsURL: natsURL, stop: stop, startNATS: startNATS, agentConn: agConn, agent: ag}
 	st.sandbox, st.sandboxWarn = sandboxLine(f, th)
-	if err := pickModel(ctx, st, f, gwCfg); err != nil {
+	if err := pickModel(ctx, st, f, f.gateway); err != nil {
 		return nil, err
 	}
-	banner(e, st, f, cwd, gwCfg)
+	banner(e, st, f, cwd, f.gateway)
 	return st, nil
 }
 
