@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,6 +19,7 @@ import (
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/internal/cmdline"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/hugeheap"
@@ -43,6 +45,9 @@ type devFlags struct {
 	// gateway is the gateway's configuration, from the environment
 	// (llmgateway.ConfigFromEnv).
 	gateway llmgateway.Config
+	// debug (DSH_DEBUG) writes debug lines, the start's phases among
+	// them, to dsh.log.
+	debug bool
 }
 
 func runDev(ctx context.Context, e *env, args []string) error {
@@ -69,8 +74,12 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	var err error
-	if f.gateway, err = llmgateway.ConfigFromEnv(e.getenv); err != nil {
+	// The variables that are not flags' defaults; like those, a value
+	// that does not parse is refused.
+	gateway, gwErr := llmgateway.ConfigFromEnv(e.getenv)
+	vars := cmdline.NewEnv(e.getenv)
+	f.gateway, f.debug = gateway, vars.Bool("DSH_DEBUG", false)
+	if err := errors.Join(gwErr, vars.Err()); err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
 	mode, err := reasoningMode(*reasoning)
@@ -210,7 +219,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	}
 	cleanups = append(cleanups, func() { logFile.Close() })
 	level := slog.LevelInfo
-	if e.getenv("DSH_DEBUG") != "" {
+	if f.debug {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level}))

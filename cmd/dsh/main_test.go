@@ -57,6 +57,12 @@ func TestCommandLine(t *testing.T) {
 		{name: "dev malformed gateway variable", args: []string{"dev", "hello"}, env: map[string]string{"DSH_LLM_IDLE_TIMEOUT": "soon"}, wantCode: 2,
 			wantStderr: `dsh: DSH_LLM_IDLE_TIMEOUT="soon": not a duration (a number with a unit, e.g. 500ms, 90s or 1h30m; a bare number is seconds); unset means 5m0s`},
 		{name: "dev well-formed gateway variable", args: []string{"dev", "hello"}, env: map[string]string{"DSH_LLM_IDLE_TIMEOUT": "90"}, wantCode: 2, wantStderr: "use -p"},
+		{name: "dev malformed DSH_DEBUG", args: []string{"dev", "hello"}, env: map[string]string{"DSH_DEBUG": "verbose"}, wantCode: 2,
+			wantStderr: `dsh: DSH_DEBUG="verbose": not a boolean (true or false; also 1 or 0, yes or no, on or off); unset means false`},
+		{name: "dev empty DSH_DEBUG", args: []string{"dev", "hello"}, env: map[string]string{"DSH_DEBUG": ""}, wantCode: 2, wantStderr: "use -p"},
+		{name: "dev well-formed DSH_DEBUG", args: []string{"dev", "hello"}, env: map[string]string{"DSH_DEBUG": "1"}, wantCode: 2, wantStderr: "use -p"},
+		{name: "dev malformed variables all named", args: []string{"dev", "hello"}, env: map[string]string{"DSH_DEBUG": "verbose", "DSH_LLM_IDLE_TIMEOUT": "soon"}, wantCode: 2,
+			wantStderr: "dsh: DSH_LLM_IDLE_TIMEOUT=\"soon\": not a duration (a number with a unit, e.g. 500ms, 90s or 1h30m; a bare number is seconds); unset means 5m0s\nDSH_DEBUG=\"verbose\": not a boolean"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
