@@ -33,10 +33,10 @@ func TestNoArgs(t *testing.T) {
 	}
 }
 
-// TestEnv: unset and empty variables give the default; every form a
-// variable took before it was checked still means what it meant; a value
-// that does not parse gives the default and an error naming the variable,
-// the value and the form expected.
+// TestEnv: unset and empty variables give the default; well-formed values
+// are taken (a duration may be a bare number of seconds, as the agent's
+// always could); a value that does not parse gives the default and an
+// error naming the variable, the value and the form expected.
 func TestEnv(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -12,11 +12,11 @@ import (
 
 // Env reads the environment variables that give a binary's flags their
 // defaults. An unset or empty variable gives the default. A value that
-// does not parse gives the default too, and is kept: Err returns it after
-// the flags are parsed, and the binary refuses to start, as it refuses a
-// flag whose value does not parse. A flag given on the command line still
-// wins over its variable, but a malformed variable is refused even then:
-// the operator set something wrong.
+// does not parse gives the default too, and is kept as an error: the
+// binary checks Err once its flags are parsed and refuses to start, as it
+// refuses a flag whose value does not parse. A flag given on the command
+// line still wins over its variable, but a malformed variable is refused
+// even then: the operator set something wrong.
 //
 // An Env belongs to one parse of one command line; it is not safe for
 // concurrent use.
