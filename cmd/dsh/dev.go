@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,6 +19,7 @@ import (
 	llmv1 "github.com/dsh-dev/dsh/gen/go/dsh/llm/v1"
 	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/internal/cmdline"
 	"github.com/dsh-dev/dsh/internal/events"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 	"github.com/dsh-dev/dsh/internal/hugeheap"
@@ -40,6 +42,12 @@ type devFlags struct {
 	sandboxMode, sandboxNetwork                  string
 	allowUnenforced                              bool
 	promptSections                               string
+	// gateway is the gateway's configuration, from the environment
+	// (llmgateway.ConfigFromEnv).
+	gateway llmgateway.Config
+	// debug (DSH_DEBUG) writes debug lines, the start's phases among
+	// them, to dsh.log.
+	debug bool
 }
 
 func runDev(ctx context.Context, e *env, args []string) error {
@@ -65,6 +73,14 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	resume := registerResumeFlags(fs) // issue 14: --continue, --session
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	// The variables that are not flags' defaults; like those, a value
+	// that does not parse is refused.
+	gateway, gwErr := llmgateway.ConfigFromEnv(e.getenv)
+	vars := cmdline.NewEnv(e.getenv)
+	f.gateway, f.debug = gateway, vars.Bool("DSH_DEBUG", false)
+	if err := errors.Join(gwErr, vars.Err()); err != nil {
+		return &exitError{code: 2, msg: err.Error()}
 	}
 	mode, err := reasoningMode(*reasoning)
 	if err != nil {
@@ -203,7 +219,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	}
 	cleanups = append(cleanups, func() { logFile.Close() })
 	level := slog.LevelInfo
-	if e.getenv("DSH_DEBUG") != "" {
+	if f.debug {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level}))
@@ -341,8 +357,7 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	hugeheap.Advise() // the heap maps new memory as it grows: mark it too
 
 	// Gateway.
-	gwCfg := llmgateway.ConfigFromEnv(e.getenv)
-	gw, err := llmgateway.New(gwCfg, logger)
+	gw, err := llmgateway.New(f.gateway, logger)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -387,10 +402,10 @@ func startStack(ctx context.Context, e *env, f devFlags) (_ *stack, err error) {
 	st := &stack{agentAddr: agLis.Addr().String(), gatewayAddr: gwLis.Addr().String(), toolhostAddr: thLis.Addr().String(),
 		natsURL: natsURL, stop: stop, startNATS: startNATS, agentConn: agConn, agent: ag}
 	st.sandbox, st.sandboxWarn = sandboxLine(f, th)
-	if err := pickModel(ctx, st, f, gwCfg); err != nil {
+	if err := pickModel(ctx, st, f, f.gateway); err != nil {
 		return nil, err
 	}
-	banner(e, st, f, cwd, gwCfg)
+	banner(e, st, f, cwd, f.gateway)
 	return st, nil
 }
 

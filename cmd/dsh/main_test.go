@@ -26,6 +26,7 @@ func TestCommandLine(t *testing.T) {
 	tests := []struct {
 		name       string
 		args       []string
+		env        map[string]string
 		stdin      string
 		wantCode   int
 		wantStdout string
@@ -51,13 +52,24 @@ func TestCommandLine(t *testing.T) {
 		{name: "version after a subcommand", args: []string{"sessions", "list", "--addr", closed, "--version"}, wantCode: 0, wantStdout: "dsh "},
 		{name: "version word", args: []string{"version"}, wantCode: 0, wantStdout: " go1."},
 		{name: "dev stray argument", args: []string{"dev", "hello"}, wantCode: 2, wantStderr: "use -p"},
+		// A variable that does not parse stops dsh dev before it starts,
+		// naming it; a well-formed one is taken (on to the next check).
+		{name: "dev malformed gateway variable", args: []string{"dev", "hello"}, env: map[string]string{"DSH_LLM_IDLE_TIMEOUT": "soon"}, wantCode: 2,
+			wantStderr: `dsh: DSH_LLM_IDLE_TIMEOUT="soon": not a duration (a number with a unit, e.g. 500ms, 90s or 1h30m; a bare number is seconds); unset means 5m0s`},
+		{name: "dev well-formed gateway variable", args: []string{"dev", "hello"}, env: map[string]string{"DSH_LLM_IDLE_TIMEOUT": "90"}, wantCode: 2, wantStderr: "use -p"},
+		{name: "dev malformed DSH_DEBUG", args: []string{"dev", "hello"}, env: map[string]string{"DSH_DEBUG": "verbose"}, wantCode: 2,
+			wantStderr: `dsh: DSH_DEBUG="verbose": not a boolean (true or false; also 1 or 0, yes or no, on or off); unset means false`},
+		{name: "dev empty DSH_DEBUG", args: []string{"dev", "hello"}, env: map[string]string{"DSH_DEBUG": ""}, wantCode: 2, wantStderr: "use -p"},
+		{name: "dev well-formed DSH_DEBUG", args: []string{"dev", "hello"}, env: map[string]string{"DSH_DEBUG": "1"}, wantCode: 2, wantStderr: "use -p"},
+		{name: "dev malformed variables all named", args: []string{"dev", "hello"}, env: map[string]string{"DSH_DEBUG": "verbose", "DSH_LLM_IDLE_TIMEOUT": "soon"}, wantCode: 2,
+			wantStderr: "dsh: DSH_LLM_IDLE_TIMEOUT=\"soon\": not a duration (a number with a unit, e.g. 500ms, 90s or 1h30m; a bare number is seconds); unset means 5m0s\nDSH_DEBUG=\"verbose\": not a boolean"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var stdout, stderr bytes.Buffer
 			e := &env{stdin: strings.NewReader(tt.stdin), stdout: &stdout, stderr: &stderr, args: tt.args,
-				getenv: func(string) string { return "" }}
+				getenv: func(k string) string { return tt.env[k] }}
 			code := exitCode(e, run(t.Context(), e))
 			if code != tt.wantCode {
 				t.Errorf("exit code %d, want %d (stderr %q)", code, tt.wantCode, stderr.String())

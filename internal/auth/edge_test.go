@@ -5,12 +5,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,6 +25,7 @@ import (
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/internal/cmdline"
 )
 
 func hashLine(token, rest string) string {
@@ -326,5 +330,56 @@ func TestCheckListen(t *testing.T) {
 		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "--insecure") || strings.Contains(err.Error(), "\n")):
 			t.Errorf("%s: err = %v, want one line with %q naming --insecure", tc.addr, err, tc.wantErr)
 		}
+	}
+}
+
+// TestFlagsFromEnv: the flags default from their variables; a flag given
+// wins; a variable whose value does not parse is an error naming it (even
+// when its flag is given), never its default in silence.
+func TestFlagsFromEnv(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                 string
+		env                  map[string]string
+		args                 []string
+		wantInsecure         bool
+		wantSkew, wantReload time.Duration
+		wantPeers            []string
+		wantErr              string // "" = none
+	}{
+		{name: "unset", wantSkew: time.Minute, wantReload: 5 * time.Minute},
+		{name: "empty", env: map[string]string{auth.EnvInsecure: "", auth.EnvJWTClockSkew: "", auth.EnvJWTRefresh: ""}, wantSkew: time.Minute, wantReload: 5 * time.Minute},
+		{name: "set", env: map[string]string{auth.EnvInsecure: "1", auth.EnvJWTClockSkew: "30s", auth.EnvJWTRefresh: "600", auth.EnvAllowPeer: "a, b"},
+			wantInsecure: true, wantSkew: 30 * time.Second, wantReload: 10 * time.Minute, wantPeers: []string{"a", "b"}},
+		{name: "insecure false means false", env: map[string]string{auth.EnvInsecure: "false"}, wantSkew: time.Minute, wantReload: 5 * time.Minute},
+		{name: "flags win", env: map[string]string{auth.EnvInsecure: "true", auth.EnvJWTClockSkew: "30s"}, args: []string{"--insecure=false", "--jwt-clock-skew", "2s"},
+			wantSkew: 2 * time.Second, wantReload: 5 * time.Minute},
+		{name: "bad boolean", env: map[string]string{auth.EnvInsecure: "sure"}, wantSkew: time.Minute, wantReload: 5 * time.Minute,
+			wantErr: `DSH_INSECURE="sure": not a boolean`},
+		{name: "bad duration", env: map[string]string{auth.EnvJWTClockSkew: "a minute"}, wantSkew: time.Minute, wantReload: 5 * time.Minute,
+			wantErr: `DSH_JWT_CLOCK_SKEW="a minute": not a duration`},
+		{name: "bad duration under its flag", env: map[string]string{auth.EnvJWTRefresh: "hourly"}, args: []string{"--jwt-jwks-refresh", "1h"}, wantSkew: time.Minute, wantReload: time.Hour,
+			wantErr: `DSH_JWT_REFRESH="hourly": not a duration`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			env := cmdline.NewEnv(func(k string) string { return tc.env[k] })
+			var sf auth.ServerFlags
+			var af auth.AuthFlags
+			sf.RegisterFlags(fs, env)
+			sf.RegisterPeerFlag(fs, env)
+			af.RegisterFlags(fs, env)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if sf.Insecure != tc.wantInsecure || af.JWT.ClockSkew != tc.wantSkew || af.JWT.Refresh != tc.wantReload || !slices.Equal(sf.AllowPeers, tc.wantPeers) {
+				t.Errorf("insecure %v, clock skew %v, refresh %v, peers %q; want %v, %v, %v, %q",
+					sf.Insecure, af.JWT.ClockSkew, af.JWT.Refresh, sf.AllowPeers, tc.wantInsecure, tc.wantSkew, tc.wantReload, tc.wantPeers)
+			}
+			if err := env.Err(); (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("variables' error %v, want %q", err, tc.wantErr)
+			}
+		})
 	}
 }

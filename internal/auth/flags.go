@@ -12,6 +12,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/dsh-dev/dsh/internal/cmdline"
 )
 
 // Environment twins of the flags.
@@ -36,13 +38,6 @@ const (
 	EnvToken         = "DSH_TOKEN"
 )
 
-func getenvOr(getenv func(string) string) func(string) string {
-	if getenv == nil {
-		return os.Getenv
-	}
-	return getenv
-}
-
 // ServerFlags are the transport flags every dsh server takes.
 type ServerFlags struct {
 	TLS ServerTLS
@@ -55,18 +50,19 @@ type ServerFlags struct {
 }
 
 // RegisterFlags adds --tls-cert, --tls-key, --tls-client-ca and --insecure
-// to fs, with defaults from getenv (nil: os.Getenv).
-func (f *ServerFlags) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
-	getenv = getenvOr(getenv)
-	fs.StringVar(&f.TLS.Cert, "tls-cert", getenv(EnvTLSCert), "PEM certificate this server presents; re-read when it changes (env "+EnvTLSCert+")")
-	fs.StringVar(&f.TLS.Key, "tls-key", getenv(EnvTLSKey), "PEM private key of --tls-cert (env "+EnvTLSKey+")")
-	fs.StringVar(&f.TLS.ClientCA, "tls-client-ca", getenv(EnvTLSClientCA), "PEM CA bundle; set: clients must present a certificate it signed (mTLS) (env "+EnvTLSClientCA+")")
-	fs.BoolVar(&f.Insecure, "insecure", getenv(EnvInsecure) != "", "allow listening on a non-loopback address without TLS (and, on the agent, without --auth) (env "+EnvInsecure+")")
+// to fs, with defaults from env (a malformed DSH_INSECURE is left in
+// env.Err).
+func (f *ServerFlags) RegisterFlags(fs *flag.FlagSet, env *cmdline.Env) {
+	fs.StringVar(&f.TLS.Cert, "tls-cert", env.String(EnvTLSCert, ""), "PEM certificate this server presents; re-read when it changes (env "+EnvTLSCert+")")
+	fs.StringVar(&f.TLS.Key, "tls-key", env.String(EnvTLSKey, ""), "PEM private key of --tls-cert (env "+EnvTLSKey+")")
+	fs.StringVar(&f.TLS.ClientCA, "tls-client-ca", env.String(EnvTLSClientCA, ""), "PEM CA bundle; set: clients must present a certificate it signed (mTLS) (env "+EnvTLSClientCA+")")
+	fs.BoolVar(&f.Insecure, "insecure", env.Bool(EnvInsecure, false), "allow listening on a non-loopback address without TLS (and, on the agent, without --auth) (env "+EnvInsecure+"=true)")
 }
 
-// RegisterPeerFlag adds --allow-peer (repeatable) to fs.
-func (f *ServerFlags) RegisterPeerFlag(fs *flag.FlagSet, getenv func(string) string) {
-	if v := getenvOr(getenv)(EnvAllowPeer); v != "" {
+// RegisterPeerFlag adds --allow-peer (repeatable) to fs, with the
+// identities of env's DSH_ALLOW_PEER.
+func (f *ServerFlags) RegisterPeerFlag(fs *flag.FlagSet, env *cmdline.Env) {
+	if v := env.String(EnvAllowPeer, ""); v != "" {
 		for p := range strings.SplitSeq(v, ",") {
 			if p = strings.TrimSpace(p); p != "" {
 				f.AllowPeers = append(f.AllowPeers, p)
@@ -163,7 +159,9 @@ func Loopback(addr string) bool {
 // RegisterFlags adds --tls-ca, --tls-client-cert and --tls-client-key to fs,
 // with defaults from getenv (nil: os.Getenv).
 func (c *ClientTLS) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
-	getenv = getenvOr(getenv)
+	if getenv == nil {
+		getenv = os.Getenv
+	}
 	fs.StringVar(&c.CA, "tls-ca", getenv(EnvTLSCA), "PEM CA bundle to verify the servers this process dials; set (or a client certificate set): dial with TLS (env "+EnvTLSCA+")")
 	fs.StringVar(&c.Cert, "tls-client-cert", getenv(EnvTLSClientCert), "PEM client certificate presented to servers (mTLS); re-read when it changes (env "+EnvTLSClientCert+")")
 	fs.StringVar(&c.Key, "tls-client-key", getenv(EnvTLSClientKey), "PEM private key of --tls-client-cert (env "+EnvTLSClientKey+")")
@@ -186,30 +184,18 @@ type AuthFlags struct {
 	JWT        JWTConfig
 }
 
-// RegisterFlags adds --auth, --auth-tokens and the --jwt-* flags to fs.
-func (a *AuthFlags) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
-	getenv = getenvOr(getenv)
-	envDur := func(k string, def time.Duration) time.Duration {
-		if d, err := time.ParseDuration(getenv(k)); err == nil {
-			return d
-		}
-		return def
-	}
-	or := func(k, def string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
-	fs.StringVar(&a.Mode, "auth", or(EnvAuth, "none"), "client authentication: none (local use: tenant default, every role), token or jwt (env "+EnvAuth+")")
-	fs.StringVar(&a.TokensFile, "auth-tokens", getenv(EnvAuthTokens), "--auth token: file of `sha256:<hex> <tenant> <subject> <role,role>` lines (env "+EnvAuthTokens+")")
-	fs.StringVar(&a.JWT.JWKS, "jwt-jwks", getenv(EnvJWKS), "--auth jwt: JWKS file or https:// URL, refreshed (env "+EnvJWKS+")")
-	fs.StringVar(&a.JWT.Issuer, "jwt-issuer", getenv(EnvJWTIssuer), "--auth jwt: required iss (env "+EnvJWTIssuer+")")
-	fs.StringVar(&a.JWT.Audience, "jwt-audience", getenv(EnvJWTAudience), "--auth jwt: required aud (env "+EnvJWTAudience+")")
-	fs.DurationVar(&a.JWT.ClockSkew, "jwt-clock-skew", envDur(EnvJWTClockSkew, time.Minute), "--auth jwt: leeway on exp/nbf/iat (env "+EnvJWTClockSkew+")")
-	fs.StringVar(&a.JWT.TenantClaim, "jwt-tenant-claim", or(EnvJWTTenant, "tenant"), "--auth jwt: claim naming the tenant (env "+EnvJWTTenant+")")
-	fs.StringVar(&a.JWT.RolesClaim, "jwt-roles-claim", or(EnvJWTRoles, "roles"), "--auth jwt: claim listing the roles (env "+EnvJWTRoles+")")
-	fs.DurationVar(&a.JWT.Refresh, "jwt-jwks-refresh", envDur(EnvJWTRefresh, 5*time.Minute), "--auth jwt: how often the JWKS is re-read (env "+EnvJWTRefresh+")")
+// RegisterFlags adds --auth, --auth-tokens and the --jwt-* flags to fs,
+// with defaults from env (a malformed duration is left in env.Err).
+func (a *AuthFlags) RegisterFlags(fs *flag.FlagSet, env *cmdline.Env) {
+	fs.StringVar(&a.Mode, "auth", env.String(EnvAuth, "none"), "client authentication: none (local use: tenant default, every role), token or jwt (env "+EnvAuth+")")
+	fs.StringVar(&a.TokensFile, "auth-tokens", env.String(EnvAuthTokens, ""), "--auth token: file of `sha256:<hex> <tenant> <subject> <role,role>` lines (env "+EnvAuthTokens+")")
+	fs.StringVar(&a.JWT.JWKS, "jwt-jwks", env.String(EnvJWKS, ""), "--auth jwt: JWKS file or https:// URL, refreshed (env "+EnvJWKS+")")
+	fs.StringVar(&a.JWT.Issuer, "jwt-issuer", env.String(EnvJWTIssuer, ""), "--auth jwt: required iss (env "+EnvJWTIssuer+")")
+	fs.StringVar(&a.JWT.Audience, "jwt-audience", env.String(EnvJWTAudience, ""), "--auth jwt: required aud (env "+EnvJWTAudience+")")
+	fs.DurationVar(&a.JWT.ClockSkew, "jwt-clock-skew", env.Duration(EnvJWTClockSkew, time.Minute), "--auth jwt: leeway on exp/nbf/iat (env "+EnvJWTClockSkew+")")
+	fs.StringVar(&a.JWT.TenantClaim, "jwt-tenant-claim", env.String(EnvJWTTenant, "tenant"), "--auth jwt: claim naming the tenant (env "+EnvJWTTenant+")")
+	fs.StringVar(&a.JWT.RolesClaim, "jwt-roles-claim", env.String(EnvJWTRoles, "roles"), "--auth jwt: claim listing the roles (env "+EnvJWTRoles+")")
+	fs.DurationVar(&a.JWT.Refresh, "jwt-jwks-refresh", env.Duration(EnvJWTRefresh, 5*time.Minute), "--auth jwt: how often the JWKS is re-read (env "+EnvJWTRefresh+")")
 }
 
 // Unauthenticated reports whether the mode authenticates nobody.

@@ -1,7 +1,11 @@
 // Package cmdline holds the command-line conventions shared by the service
-// binaries (agent, llmgateway, toolhost, mcpbridge): they take flags only, so
-// a stray argument — which would silently end flag parsing and drop every
-// flag after it — is refused with a message naming it.
+// binaries (agent, llmgateway, toolhost, mcpbridge) and the dsh CLI: they
+// take flags only, so a stray argument — which would silently end flag
+// parsing and drop every flag after it — is refused with a message naming
+// it; and their flags default from environment variables (Env), whose
+// values are parsed as strictly as the flags': a value that does not parse
+// is refused with a message naming the variable, never replaced by the
+// default.
 package cmdline
 
 import (

@@ -21,7 +21,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +30,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/internal/cmdline"
 )
 
 // Environment variables of the flags.
@@ -47,13 +47,11 @@ type Flags struct {
 	AllowRemote bool
 }
 
-// RegisterFlags adds the flags to fs; getenv nil means os.Getenv.
-func (f *Flags) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	fs.StringVar(&f.Addr, "debug-addr", getenv(EnvAddr), "serve pprof (/debug/pprof/) and Prometheus metrics (/metrics) over plain HTTP at this address, e.g. 127.0.0.1:6060; off when empty (env "+EnvAddr+")")
-	fs.BoolVar(&f.AllowRemote, "debug-allow-remote", getenv(EnvAllowRemote) != "", "allow a non-loopback --debug-addr (it has no authentication) (env "+EnvAllowRemote+")")
+// RegisterFlags adds the flags to fs, with defaults from env (a malformed
+// DSH_DEBUG_ALLOW_REMOTE is left in env.Err).
+func (f *Flags) RegisterFlags(fs *flag.FlagSet, env *cmdline.Env) {
+	fs.StringVar(&f.Addr, "debug-addr", env.String(EnvAddr, ""), "serve pprof (/debug/pprof/) and Prometheus metrics (/metrics) over plain HTTP at this address, e.g. 127.0.0.1:6060; off when empty (env "+EnvAddr+")")
+	fs.BoolVar(&f.AllowRemote, "debug-allow-remote", env.Bool(EnvAllowRemote, false), "allow a non-loopback --debug-addr (it has no authentication) (env "+EnvAllowRemote+"=true)")
 }
 
 // Check refuses a non-loopback address without AllowRemote.

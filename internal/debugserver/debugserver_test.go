@@ -12,17 +12,21 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/dsh-dev/dsh/internal/cmdline"
 	"github.com/dsh-dev/dsh/internal/debugserver"
 	"github.com/dsh-dev/dsh/internal/telemetry"
 )
 
 // TestRefusesRemoteAddress: the endpoint has no authentication, so an
-// address other hosts can reach needs the explicit flag.
+// address other hosts can reach needs the explicit flag (or its variable
+// set to a true value; a value that is not a boolean is an error naming
+// it).
 func TestRefusesRemoteAddress(t *testing.T) {
 	for _, tc := range []struct {
 		args    []string
 		env     map[string]string
 		refused bool
+		envErr  string // the error of the variables, "" = none
 	}{
 		{args: nil},
 		{args: []string{"--debug-addr", "127.0.0.1:6060"}},
@@ -35,12 +39,20 @@ func TestRefusesRemoteAddress(t *testing.T) {
 		{env: map[string]string{debugserver.EnvAddr: "0.0.0.0:6060"}, refused: true},
 		{args: []string{"--debug-addr", "0.0.0.0:6060", "--debug-allow-remote"}},
 		{env: map[string]string{debugserver.EnvAddr: "0.0.0.0:6060", debugserver.EnvAllowRemote: "1"}},
+		{env: map[string]string{debugserver.EnvAddr: "0.0.0.0:6060", debugserver.EnvAllowRemote: ""}, refused: true},
+		{env: map[string]string{debugserver.EnvAddr: "0.0.0.0:6060", debugserver.EnvAllowRemote: "false"}, refused: true},
+		{env: map[string]string{debugserver.EnvAddr: "0.0.0.0:6060", debugserver.EnvAllowRemote: "please"}, refused: true,
+			envErr: `DSH_DEBUG_ALLOW_REMOTE="please": not a boolean`},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		var f debugserver.Flags
-		f.RegisterFlags(fs, func(k string) string { return tc.env[k] })
+		env := cmdline.NewEnv(func(k string) string { return tc.env[k] })
+		f.RegisterFlags(fs, env)
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
+		}
+		if err := env.Err(); (err == nil) != (tc.envErr == "") || (err != nil && !strings.Contains(err.Error(), tc.envErr)) {
+			t.Errorf("%v %v: variables' error %v, want %q", tc.args, tc.env, err, tc.envErr)
 		}
 		exp, err := f.Setup()
 		switch {

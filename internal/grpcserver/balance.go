@@ -11,6 +11,8 @@ import (
 	// ring_hash, registered for SessionAffinity.
 	_ "google.golang.org/grpc/balancer/ringhash"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/dsh-dev/dsh/internal/cmdline"
 )
 
 // Balancing across replicas (deploy/k8s): a client resolves a name to every
@@ -69,14 +71,9 @@ func ConnectionAge(age time.Duration) []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: age})}
 }
 
-// MaxConnectionAgeFlag registers --max-connection-age (env
-// DSH_MAX_CONNECTION_AGE) on fs.
-func MaxConnectionAgeFlag(fs *flag.FlagSet, getenv func(string) string) *time.Duration {
-	def := DefaultMaxConnectionAge
-	if v := getenv("DSH_MAX_CONNECTION_AGE"); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			def = d
-		}
-	}
+// MaxConnectionAgeFlag registers --max-connection-age on fs, defaulting
+// from env's DSH_MAX_CONNECTION_AGE (a malformed value is left in env.Err).
+func MaxConnectionAgeFlag(fs *flag.FlagSet, env *cmdline.Env) *time.Duration {
+	def := env.Duration("DSH_MAX_CONNECTION_AGE", DefaultMaxConnectionAge)
 	return fs.Duration("max-connection-age", def, "end each client connection after this long (gracefully: running calls finish) so clients re-resolve and new replicas get traffic; 0 never (env DSH_MAX_CONNECTION_AGE)")
 }

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/stats"
+
+	"github.com/dsh-dev/dsh/internal/cmdline"
 )
 
 // connCounter counts the connections a server accepted.
@@ -68,13 +70,24 @@ func TestConnectionAge(t *testing.T) {
 	}
 }
 
+// TestMaxConnectionAgeFlag: the flag wins over DSH_MAX_CONNECTION_AGE; a
+// variable that is not a duration is an error naming it, flag or not.
 func TestMaxConnectionAgeFlag(t *testing.T) {
 	for _, tc := range []struct {
 		env, arg string
 		want     time.Duration
-	}{{"", "", DefaultMaxConnectionAge}, {"1m", "", time.Minute}, {"1m", "--max-connection-age=0", 0}, {"bogus", "", DefaultMaxConnectionAge}} {
+		wantErr  string
+	}{
+		{"", "", DefaultMaxConnectionAge, ""},
+		{"1m", "", time.Minute, ""},
+		{"90", "", 90 * time.Second, ""},
+		{"1m", "--max-connection-age=0", 0, ""},
+		{"bogus", "", DefaultMaxConnectionAge, `DSH_MAX_CONNECTION_AGE="bogus": not a duration`},
+		{"bogus", "--max-connection-age=1m", time.Minute, `DSH_MAX_CONNECTION_AGE="bogus": not a duration`},
+	} {
 		fs := flag.NewFlagSet("x", flag.ContinueOnError)
-		got := MaxConnectionAgeFlag(fs, func(string) string { return tc.env })
+		env := cmdline.NewEnv(func(string) string { return tc.env })
+		got := MaxConnectionAgeFlag(fs, env)
 		var args []string
 		if tc.arg != "" {
 			args = append(args, tc.arg)
@@ -84,6 +97,9 @@ func TestMaxConnectionAgeFlag(t *testing.T) {
 		}
 		if *got != tc.want {
 			t.Errorf("env %q arg %q: %v, want %v", tc.env, tc.arg, *got, tc.want)
+		}
+		if err := env.Err(); (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("env %q arg %q: error %v, want %q", tc.env, tc.arg, err, tc.wantErr)
 		}
 	}
 }

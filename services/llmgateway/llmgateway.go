@@ -36,6 +36,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dsh-dev/dsh/internal/cmdline"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/anthropic"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/chat"
 	"github.com/dsh-dev/dsh/services/llmgateway/internal/deepseek"
@@ -145,7 +146,7 @@ func EnvVars() []EnvVar {
 		{"OPENAI_BASE_URL", "its endpoint; alone (no key) for vLLM, Ollama, llama.cpp"},
 		{"OPENAI_MODEL", "the openai route's model (default: the server's /v1/models)"},
 		{"DSH_SCRIPT", "the scripted route's script: a file or inline JSON (default the offline demo)"},
-		{"DSH_LLM_IDLE_TIMEOUT", "provider stream idle bound, a Go duration (default 5m)"},
+		{"DSH_LLM_IDLE_TIMEOUT", "provider stream idle bound, e.g. 90s (a bare number is seconds; default 5m)"},
 	}
 }
 
@@ -153,9 +154,10 @@ func EnvVars() []EnvVar {
 // variables: DEEPSEEK_API_KEY (+ DEEPSEEK_BASE_URL), ANTHROPIC_API_KEY
 // (+ ANTHROPIC_BASE_URL), OPENAI_API_KEY and/or OPENAI_BASE_URL, each
 // registering its route; the scripted route always (DSH_SCRIPT: a script
-// file or inline JSON, default the demo); DSH_LLM_IDLE_TIMEOUT (a Go
-// duration).
-func ConfigFromEnv(getenv func(string) string) Config {
+// file or inline JSON, default the demo); DSH_LLM_IDLE_TIMEOUT (a
+// duration, as cmdline.Env reads it; zero or negative: the default). A
+// DSH_LLM_IDLE_TIMEOUT that is not a duration is an error naming it.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	var cfg Config
 	if k := getenv("DEEPSEEK_API_KEY"); k != "" {
 		cfg.Routes = append(cfg.Routes, RouteConfig{Name: "deepseek", Kind: KindDeepSeek, DisplayName: "DeepSeek", APIKey: k, BaseURL: getenv("DEEPSEEK_BASE_URL")})
@@ -175,10 +177,15 @@ func ConfigFromEnv(getenv func(string) string) Config {
 		scripted.Compaction = DemoCompaction()
 	}
 	cfg.Routes = append(cfg.Routes, scripted)
-	if d, err := time.ParseDuration(getenv("DSH_LLM_IDLE_TIMEOUT")); err == nil && d > 0 {
-		cfg.IdleTimeout = d
+	// Unset, IdleTimeout stays zero (upstream.DefaultIdleTimeout), so that
+	// a config file's idle_timeout applies.
+	env := cmdline.NewEnv(getenv)
+	if getenv("DSH_LLM_IDLE_TIMEOUT") != "" {
+		if d := env.Duration("DSH_LLM_IDLE_TIMEOUT", upstream.DefaultIdleTimeout); d > 0 {
+			cfg.IdleTimeout = d
+		}
 	}
-	return cfg
+	return cfg, env.Err()
 }
 
 // DemoCompaction is the demo route's compaction policy: on its small window

@@ -9,10 +9,12 @@ import (
 // and ConfigFromEnv in step.
 func TestEnvVarsListsWhatConfigFromEnvReads(t *testing.T) {
 	var read []string
-	ConfigFromEnv(func(k string) string {
+	if _, err := ConfigFromEnv(func(k string) string {
 		read = append(read, k)
 		return "1s"
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	var listed []string
 	for _, v := range EnvVars() {
 		if v.Doc == "" {

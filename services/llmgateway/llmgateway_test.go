@@ -259,22 +259,40 @@ func TestReplayStateStripping(t *testing.T) {
 	}
 }
 
+// configFromEnv is ConfigFromEnv of env, which must parse.
+func configFromEnv(t *testing.T, env map[string]string) Config {
+	t.Helper()
+	cfg, err := ConfigFromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func TestConfigFromEnv(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name string
-		env  map[string]string
-		want []string
+		name     string
+		env      map[string]string
+		want     []string
+		wantIdle time.Duration
 	}{
-		{"nothing set: scripted only", nil, []string{"scripted:scripted"}},
-		{"all", map[string]string{"DEEPSEEK_API_KEY": "k", "ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"}, []string{"deepseek:deepseek", "anthropic:anthropic", "openai:openai", "scripted:scripted"}},
-		{"openai base url alone (local server)", map[string]string{"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"}, []string{"openai:openai", "scripted:scripted"}},
-		{"base url without key does not register deepseek", map[string]string{"DEEPSEEK_BASE_URL": "http://x"}, []string{"scripted:scripted"}},
+		{"nothing set: scripted only", nil, []string{"scripted:scripted"}, 0},
+		{"all", map[string]string{"DEEPSEEK_API_KEY": "k", "ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"}, []string{"deepseek:deepseek", "anthropic:anthropic", "openai:openai", "scripted:scripted"}, 0},
+		{"openai base url alone (local server)", map[string]string{"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"}, []string{"openai:openai", "scripted:scripted"}, 0},
+		{"base url without key does not register deepseek", map[string]string{"DEEPSEEK_BASE_URL": "http://x"}, []string{"scripted:scripted"}, 0},
+		{"idle timeout empty", map[string]string{"DSH_LLM_IDLE_TIMEOUT": ""}, []string{"scripted:scripted"}, 0},
+		{"idle timeout", map[string]string{"DSH_LLM_IDLE_TIMEOUT": "90s"}, []string{"scripted:scripted"}, 90 * time.Second},
+		{"idle timeout in bare seconds", map[string]string{"DSH_LLM_IDLE_TIMEOUT": "90"}, []string{"scripted:scripted"}, 90 * time.Second},
+		{"idle timeout zero is the default", map[string]string{"DSH_LLM_IDLE_TIMEOUT": "0"}, []string{"scripted:scripted"}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := ConfigFromEnv(func(k string) string { return tt.env[k] })
+			cfg := configFromEnv(t, tt.env)
+			if cfg.IdleTimeout != tt.wantIdle {
+				t.Errorf("IdleTimeout %v, want %v", cfg.IdleTimeout, tt.wantIdle)
+			}
 			var got []string
 			for _, r := range cfg.Routes {
 				got = append(got, r.Name+":"+r.Kind)
@@ -287,6 +305,12 @@ func TestConfigFromEnv(t *testing.T) {
 			}
 		})
 	}
+	// A DSH_LLM_IDLE_TIMEOUT that is not a duration is an error naming it,
+	// not the default in silence.
+	if _, err := ConfigFromEnv(func(k string) string { return map[string]string{"DSH_LLM_IDLE_TIMEOUT": "5 minutes"}[k] }); err == nil ||
+		!strings.HasPrefix(err.Error(), `DSH_LLM_IDLE_TIMEOUT="5 minutes": not a duration`) {
+		t.Errorf("ConfigFromEnv with DSH_LLM_IDLE_TIMEOUT=\"5 minutes\": %v, want an error naming it", err)
+	}
 }
 
 func TestLoadConfigFile(t *testing.T) {
@@ -298,7 +322,7 @@ func TestLoadConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"OLLAMA_KEY": "secret"}
-	cfg, err := LoadConfigFile(path, ConfigFromEnv(func(string) string { return "" }), func(k string) string { return env[k] })
+	cfg, err := LoadConfigFile(path, configFromEnv(t, nil), func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,9 +426,7 @@ func TestListModelsAsksTheServer(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.base, func(t *testing.T) {
-			c := startGateway(t, ConfigFromEnv(func(k string) string {
-				return map[string]string{"OPENAI_BASE_URL": tc.base, "OPENAI_API_KEY": "k-secret"}[k]
-			}))
+			c := startGateway(t, configFromEnv(t, map[string]string{"OPENAI_BASE_URL": tc.base, "OPENAI_API_KEY": "k-secret"}))
 			resp, err := c.ListModels(t.Context(), &llmv1.ListModelsRequest{Provider: "openai"})
 			if tc.wantCode != codes.OK {
 				if status.Code(err) != tc.wantCode || !strings.Contains(err.Error(), tc.wantMsg) || !strings.Contains(err.Error(), "OPENAI_MODEL") {

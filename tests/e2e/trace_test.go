@@ -49,12 +49,15 @@ func TestOneTurnIsOneTrace(t *testing.T) {
 		t.Cleanup(func() { stop(); <-done })
 	}
 
-	gwCfg := llmgateway.ConfigFromEnv(func(k string) string {
+	gwCfg, err := llmgateway.ConfigFromEnv(func(k string) string {
 		if k == "DSH_SCRIPT" {
 			return script
 		}
 		return ""
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	gw, err := llmgateway.New(gwCfg, logger)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/internal/cmdline"
 	"github.com/dsh-dev/dsh/internal/grpcserver"
 )
 
@@ -18,12 +19,17 @@ import (
 // environment, like the dsh servers' flag twins: DSH_TLS_CERT, DSH_TLS_KEY,
 // DSH_TLS_CLIENT_CA (mTLS), DSH_ALLOW_PEER (comma-separated identities) and
 // DSH_INSECURE; a non-loopback addr without TLS is refused unless
-// DSH_INSECURE is set.
+// DSH_INSECURE is true (true, 1, yes or on). A variable whose value does
+// not parse is an error naming it.
 func Serve(ctx context.Context, addr string, tools ...Tool) error {
 	var sf auth.ServerFlags
 	fs := flag.NewFlagSet("toolsdk", flag.ContinueOnError)
-	sf.RegisterFlags(fs, os.Getenv)
-	sf.RegisterPeerFlag(fs, os.Getenv)
+	env := cmdline.NewEnv(os.Getenv)
+	sf.RegisterFlags(fs, env)
+	sf.RegisterPeerFlag(fs, env)
+	if err := env.Err(); err != nil {
+		return err
+	}
 	opts, err := sf.ServerOptions(auth.Options{Listen: addr, Logger: slog.Default()})
 	if err != nil {
 		return err

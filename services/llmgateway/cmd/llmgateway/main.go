@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -67,38 +66,36 @@ func usage(fs *flag.FlagSet) {
 // run serves until ctx ends. ready, when set, receives the listen address
 // once the server accepts connections.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready func(addr string)) error {
-	env := func(k, def string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
-	cfg := llmgateway.ConfigFromEnv(getenv)
+	env := cmdline.NewEnv(getenv)
+	cfg, cfgErr := llmgateway.ConfigFromEnv(getenv)
 	fs := flag.NewFlagSet("llmgateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { usage(fs) }
 	fs.Bool("version", false, buildinfo.FlagUsage)
-	listen := fs.String("listen", env("DSH_LISTEN", "127.0.0.1:7701"), "gRPC listen address (env DSH_LISTEN)")
-	configFile := fs.String("config", env("DSH_LLM_CONFIG", ""), "optional JSON config file with extra routes and model catalogues (env DSH_LLM_CONFIG)")
+	listen := fs.String("listen", env.String("DSH_LISTEN", "127.0.0.1:7701"), "gRPC listen address (env DSH_LISTEN)")
+	configFile := fs.String("config", env.String("DSH_LLM_CONFIG", ""), "optional JSON config file with extra routes and model catalogues (env DSH_LLM_CONFIG)")
 	idle := fs.Duration("idle-timeout", cfg.IdleTimeout, "provider stream idle bound; 0 means 5m (env DSH_LLM_IDLE_TIMEOUT)")
-	connAge := grpcserver.MaxConnectionAgeFlag(fs, getenv)
-	prefixMiB := fs.Int64("prefix-cache-mib", envInt(getenv, "DSH_LLM_PREFIX_CACHE_MIB", llmgateway.DefaultPrefixCacheBytes>>20), "MiB of remembered conversations (GenerateRequest.prefix: a step sends only its new messages); 0 remembers none (env DSH_LLM_PREFIX_CACHE_MIB)")
-	prefixTenantMiB := fs.Int64("prefix-cache-tenant-mib", envInt(getenv, "DSH_LLM_PREFIX_CACHE_TENANT_MIB", 0), "one tenant's share of --prefix-cache-mib; 0 means all of it (env DSH_LLM_PREFIX_CACHE_TENANT_MIB)")
-	scriptedOn := fs.Bool("scripted", getenv("DSH_SCRIPTED") != "false", "serve the scripted route (the offline demo model); --scripted=false in production (env DSH_SCRIPTED=false)")
+	connAge := grpcserver.MaxConnectionAgeFlag(fs, env)
+	prefixMiB := fs.Int64("prefix-cache-mib", env.Int64("DSH_LLM_PREFIX_CACHE_MIB", llmgateway.DefaultPrefixCacheBytes>>20), "MiB of remembered conversations (GenerateRequest.prefix: a step sends only its new messages); 0 remembers none (env DSH_LLM_PREFIX_CACHE_MIB)")
+	prefixTenantMiB := fs.Int64("prefix-cache-tenant-mib", env.Int64("DSH_LLM_PREFIX_CACHE_TENANT_MIB", 0), "one tenant's share of --prefix-cache-mib; 0 means all of it (env DSH_LLM_PREFIX_CACHE_TENANT_MIB)")
+	scriptedOn := fs.Bool("scripted", env.Bool("DSH_SCRIPTED", true), "serve the scripted route (the offline demo model); --scripted=false in production (env DSH_SCRIPTED=false)")
 	var required requiredProviders
 	fs.Var(&required, "require-provider", "a provider route that must be configured, repeatable or comma-separated (e.g. deepseek): without it the gateway refuses to start, so a missing key Secret fails the pod's readiness with a log line saying which (env DSH_REQUIRE_PROVIDER)")
 	if v := getenv("DSH_REQUIRE_PROVIDER"); v != "" {
 		_ = required.Set(v)
 	}
 	var srvFlags auth.ServerFlags
-	srvFlags.RegisterFlags(fs, getenv)
-	srvFlags.RegisterPeerFlag(fs, getenv)
+	srvFlags.RegisterFlags(fs, env)
+	srvFlags.RegisterPeerFlag(fs, env)
 	var dbg debugserver.Flags
-	dbg.RegisterFlags(fs, getenv)
+	dbg.RegisterFlags(fs, env)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := cmdline.NoArgs(fs); err != nil {
+		return err
+	}
+	if err := errors.Join(cfgErr, env.Err()); err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
@@ -199,13 +196,4 @@ func (r requiredProviders) check(cfg llmgateway.Config) error {
 		return fmt.Errorf("--require-provider: not configured: %s", strings.Join(missing, "; "))
 	}
 	return nil
-}
-
-// envInt is the integer in the environment variable k, or def when it is
-// unset or not an integer.
-func envInt(getenv func(string) string, k string, def int64) int64 {
-	if v, err := strconv.ParseInt(getenv(k), 10, 64); err == nil {
-		return v
-	}
-	return def
 }

@@ -134,6 +134,8 @@ func TestRequiredProviders(t *testing.T) {
 		{"scripted switched off cannot be required", []string{"--require-provider", "scripted", "--scripted=false"}, nil, "not configured: scripted", ""},
 		{"key present, scripted off", []string{"--require-provider", "deepseek", "--scripted=false"}, map[string]string{"DEEPSEEK_API_KEY": "k"}, "", "routes=[deepseek]"},
 		{"scripted off by env", nil, map[string]string{"DEEPSEEK_API_KEY": "k", "DSH_SCRIPTED": "false"}, "", "routes=[deepseek]"},
+		{"scripted off by env, as 0", nil, map[string]string{"DEEPSEEK_API_KEY": "k", "DSH_SCRIPTED": "0"}, "", "routes=[deepseek]"},
+		{"scripted on by env", nil, map[string]string{"DEEPSEEK_API_KEY": "k", "DSH_SCRIPTED": "true"}, "", `routes="[deepseek scripted]"`},
 		{"default keeps scripted", []string{"--require-provider", "scripted"}, nil, "", "routes=[scripted]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -171,6 +173,44 @@ func TestRequiredProviders(t *testing.T) {
 				}
 			case <-time.After(30 * time.Second):
 				t.Fatal("neither started nor failed")
+			}
+		})
+	}
+}
+
+// TestMalformedVariables: a variable that configures the gateway but does
+// not parse stops it before it serves, with one line naming the variable,
+// its value and the form expected, even when the flag it defaults is
+// given; unset, empty and well-formed values are taken (those rows stop at
+// the --require-provider check, after the variables').
+func TestMalformedVariables(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		wantErr string
+	}{
+		{"unset", nil, nil, "not configured: deepseek"},
+		{"empty", map[string]string{"DSH_LLM_PREFIX_CACHE_MIB": "", "DSH_LLM_PREFIX_CACHE_TENANT_MIB": "", "DSH_SCRIPTED": "", "DSH_LLM_IDLE_TIMEOUT": "", "DSH_MAX_CONNECTION_AGE": ""}, nil, "not configured: deepseek"},
+		{"well-formed", map[string]string{"DSH_LLM_PREFIX_CACHE_MIB": "64", "DSH_LLM_PREFIX_CACHE_TENANT_MIB": "0", "DSH_SCRIPTED": "off", "DSH_LLM_IDLE_TIMEOUT": "300", "DSH_MAX_CONNECTION_AGE": "1m"}, nil, "not configured: deepseek"},
+		{"size", map[string]string{"DSH_LLM_PREFIX_CACHE_MIB": "64MiB"}, nil, `DSH_LLM_PREFIX_CACHE_MIB="64MiB": not a decimal integer; unset means 128`},
+		{"size under its flag", map[string]string{"DSH_LLM_PREFIX_CACHE_TENANT_MIB": "half"}, []string{"--prefix-cache-tenant-mib", "8"}, `DSH_LLM_PREFIX_CACHE_TENANT_MIB="half": not a decimal integer`},
+		{"boolean", map[string]string{"DSH_SCRIPTED": "nope"}, nil, `DSH_SCRIPTED="nope": not a boolean (true or false; also 1 or 0, yes or no, on or off); unset means true`},
+		{"duration of ConfigFromEnv", map[string]string{"DSH_LLM_IDLE_TIMEOUT": "5 minutes"}, nil, `DSH_LLM_IDLE_TIMEOUT="5 minutes": not a duration`},
+		{"duration under its flag", map[string]string{"DSH_LLM_IDLE_TIMEOUT": "5 minutes"}, []string{"--idle-timeout", "1m"}, `DSH_LLM_IDLE_TIMEOUT="5 minutes": not a duration`},
+		{"transport duration", map[string]string{"DSH_MAX_CONNECTION_AGE": "soon"}, nil, `DSH_MAX_CONNECTION_AGE="soon": not a duration`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{"OTEL_SDK_DISABLED": "true"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			args := append([]string{"--listen", "127.0.0.1:0", "--require-provider", "deepseek"}, tc.args...)
+			err := run(t.Context(), args, func(k string) string { return env[k] }, io.Discard, func(string) { t.Error("started") })
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("run = %v, want one line with %q", err, tc.wantErr)
 			}
 		})
 	}

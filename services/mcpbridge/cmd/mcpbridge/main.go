@@ -48,25 +48,23 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer, log *slog.Logger) error {
-	env := func(k, def string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
+	env := cmdline.NewEnv(getenv)
 	fs := flag.NewFlagSet("mcpbridge", flag.ContinueOnError)
 	fs.Bool("version", false, buildinfo.FlagUsage)
-	listen := fs.String("listen", env("DSH_LISTEN", "127.0.0.1:7703"), "HOST:PORT to serve dsh.tools.v1.ToolHost on (env DSH_LISTEN)")
-	config := fs.String("config", env("DSH_MCP_CONFIG", ""), "JSON config file of MCP servers (env DSH_MCP_CONFIG)")
+	listen := fs.String("listen", env.String("DSH_LISTEN", "127.0.0.1:7703"), "HOST:PORT to serve dsh.tools.v1.ToolHost on (env DSH_LISTEN)")
+	config := fs.String("config", env.String("DSH_MCP_CONFIG", ""), "JSON config file of MCP servers (env DSH_MCP_CONFIG)")
 	callTimeout := fs.Duration("call-timeout", 0, "budget of one MCP tool call (0 = toolhost default, 2m)")
 	initTimeout := fs.Duration("init-timeout", 0, "how long a server may take to start and answer initialize before it is logged, reported NOT_SERVING and retried (0 = 30s)")
 	var srvFlags auth.ServerFlags
-	srvFlags.RegisterFlags(fs, getenv)
-	srvFlags.RegisterPeerFlag(fs, getenv)
+	srvFlags.RegisterFlags(fs, env)
+	srvFlags.RegisterPeerFlag(fs, env)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := cmdline.NoArgs(fs); err != nil {
+		return err
+	}
+	if err := env.Err(); err != nil {
 		return err
 	}
 	srvOpts, err := srvFlags.ServerOptions(auth.Options{Listen: *listen, Logger: log})

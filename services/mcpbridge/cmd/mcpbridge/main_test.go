@@ -39,8 +39,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func noenv(string) string { return "" }
-
 func TestRunErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -51,17 +49,24 @@ func TestRunErrors(t *testing.T) {
 	cases := []struct {
 		name string
 		args []string
+		env  map[string]string
 		want string
 	}{
-		{"no config", nil, "--config (or DSH_MCP_CONFIG) is required"},
-		{"missing file", []string{"--config", filepath.Join(dir, "nope.json")}, "no such file"},
-		{"invalid config", []string{"--config", bad}, `server name "a__b"`},
-		{"bad flag", []string{"--nope"}, "flag provided but not defined"},
+		{"no config", nil, nil, "--config (or DSH_MCP_CONFIG) is required"},
+		{"missing file", []string{"--config", filepath.Join(dir, "nope.json")}, nil, "no such file"},
+		{"invalid config", []string{"--config", bad}, nil, `server name "a__b"`},
+		{"bad flag", []string{"--nope"}, nil, "flag provided but not defined"},
+		// A variable that does not parse stops the bridge, flag or not;
+		// empty and well-formed ones are taken (on to the next error).
+		{"malformed DSH_INSECURE", nil, map[string]string{"DSH_INSECURE": "maybe"}, `DSH_INSECURE="maybe": not a boolean`},
+		{"malformed DSH_INSECURE under its flag", []string{"--insecure"}, map[string]string{"DSH_INSECURE": "maybe"}, `DSH_INSECURE="maybe": not a boolean`},
+		{"empty DSH_INSECURE", nil, map[string]string{"DSH_INSECURE": ""}, "--config (or DSH_MCP_CONFIG) is required"},
+		{"DSH_INSECURE off", nil, map[string]string{"DSH_INSECURE": "0"}, "--config (or DSH_MCP_CONFIG) is required"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			err := run(t.Context(), c.args, noenv, io.Discard, slog.New(slog.DiscardHandler))
+			err := run(t.Context(), c.args, func(k string) string { return c.env[k] }, io.Discard, slog.New(slog.DiscardHandler))
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("run = %v, want an error containing %q", err, c.want)
 			}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -33,52 +34,56 @@ func main() {
 		fmt.Println(buildinfo.String("toolhost"))
 		return
 	}
-	if err := run(); err != nil {
+	if err := run(os.Args[1:], os.Getenv, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "toolhost:", err)
 		os.Exit(1)
 	}
 }
 
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok && v != "" {
-		return v
-	}
-	return def
-}
-
-func run() error {
+// run serves until SIGINT or SIGTERM, with the command line args and
+// defaults from getenv. A flag that does not parse, and --help, end the
+// process as the flag package does (exit 2, exit 0; usage on stderr).
+func run(args []string, getenv func(string) string, stderr io.Writer) error {
+	env := cmdline.NewEnv(getenv)
 	cwd, err := os.Getwd()
 	if err != nil {
 		return err
 	}
-	flag.Bool("version", false, buildinfo.FlagUsage)
-	listen := flag.String("listen", env("DSH_LISTEN", "127.0.0.1:7702"), "host:port to serve on (env DSH_LISTEN)")
-	workspace := flag.String("workspace", env("DSH_WORKSPACE", cwd), "directory file tools are confined to (env DSH_WORKSPACE)")
-	policyFile := flag.String("policy", env("DSH_TOOLHOST_POLICY", ""), "bash command-policy file; also serves dsh.tools.v1.ToolInterceptor (env DSH_TOOLHOST_POLICY)")
-	unconfined := flag.Bool("unconfined", false, "run calls that carry no sandbox policy as danger-full-access (an agent always sends one)")
-	maxArgs := flag.Int("max-argument-bytes", 1<<20, "largest accepted argument text of one call")
+	fs := flag.NewFlagSet("toolhost", flag.ExitOnError)
+	fs.SetOutput(stderr)
+	fs.Bool("version", false, buildinfo.FlagUsage)
+	listen := fs.String("listen", env.String("DSH_LISTEN", "127.0.0.1:7702"), "host:port to serve on (env DSH_LISTEN)")
+	workspace := fs.String("workspace", env.String("DSH_WORKSPACE", cwd), "directory file tools are confined to (env DSH_WORKSPACE)")
+	policyFile := fs.String("policy", env.String("DSH_TOOLHOST_POLICY", ""), "bash command-policy file; also serves dsh.tools.v1.ToolInterceptor (env DSH_TOOLHOST_POLICY)")
+	unconfined := fs.Bool("unconfined", false, "run calls that carry no sandbox policy as danger-full-access (an agent always sends one)")
+	maxArgs := fs.Int("max-argument-bytes", 1<<20, "largest accepted argument text of one call")
 	var srvFlags auth.ServerFlags
-	srvFlags.RegisterFlags(flag.CommandLine, os.Getenv)
-	srvFlags.RegisterPeerFlag(flag.CommandLine, os.Getenv)
-	mode := flag.String("sandbox-mode", env("DSH_SANDBOX_MODE", "workspace-write"), "sandbox mode of calls that carry no policy: read-only, workspace-write or danger-full-access (env DSH_SANDBOX_MODE)")
-	network := flag.String("sandbox-network", env("DSH_SANDBOX_NETWORK", "on"), "network of calls that carry no policy: on or off (env DSH_SANDBOX_NETWORK)")
+	srvFlags.RegisterFlags(fs, env)
+	srvFlags.RegisterPeerFlag(fs, env)
+	mode := fs.String("sandbox-mode", env.String("DSH_SANDBOX_MODE", "workspace-write"), "sandbox mode of calls that carry no policy: read-only, workspace-write or danger-full-access (env DSH_SANDBOX_MODE)")
+	network := fs.String("sandbox-network", env.String("DSH_SANDBOX_NETWORK", "on"), "network of calls that carry no policy: on or off (env DSH_SANDBOX_NETWORK)")
 	var toolEnv stringList
-	flag.Var(&toolEnv, "tool-env", "host environment variable passed through to tool processes (repeatable; PATH, HOME, LANG, TERM, TMPDIR are managed)")
+	fs.Var(&toolEnv, "tool-env", "host environment variable passed through to tool processes (repeatable; PATH, HOME, LANG, TERM, TMPDIR are managed)")
 	var lim sandbox.Limits
-	flag.Uint64Var(&lim.CPUSeconds, "limit-cpu", sandbox.DefaultCPUSeconds, "CPU seconds per tool process")
-	flag.Uint64Var(&lim.MemoryBytes, "limit-memory", sandbox.DefaultMemoryBytes, "address space bytes per tool process")
-	flag.Uint64Var(&lim.Processes, "limit-procs", sandbox.DefaultProcesses, "processes and threads per call")
-	flag.Uint64Var(&lim.FileBytes, "limit-file-size", sandbox.DefaultFileBytes, "largest file a tool process may write, in bytes")
+	fs.Uint64Var(&lim.CPUSeconds, "limit-cpu", sandbox.DefaultCPUSeconds, "CPU seconds per tool process")
+	fs.Uint64Var(&lim.MemoryBytes, "limit-memory", sandbox.DefaultMemoryBytes, "address space bytes per tool process")
+	fs.Uint64Var(&lim.Processes, "limit-procs", sandbox.DefaultProcesses, "processes and threads per call")
+	fs.Uint64Var(&lim.FileBytes, "limit-file-size", sandbox.DefaultFileBytes, "largest file a tool process may write, in bytes")
 	home, _ := os.UserHomeDir()
-	dshHome := flag.String("dsh-home", env("DSH_HOME", filepath.Join(home, ".dsh")), "dsh's home; its skills/ folder is a skill root (env DSH_HOME; empty: none)")
-	agentsHome := flag.String("agents-home", env("DSH_AGENTS_HOME", filepath.Join(home, ".agents")), "the shared agents home; its skills/ folder is a skill root (env DSH_AGENTS_HOME; empty: none)")
-	connAge := grpcserver.MaxConnectionAgeFlag(flag.CommandLine, os.Getenv)
+	dshHome := fs.String("dsh-home", env.String("DSH_HOME", filepath.Join(home, ".dsh")), "dsh's home; its skills/ folder is a skill root (env DSH_HOME; empty: none)")
+	agentsHome := fs.String("agents-home", env.String("DSH_AGENTS_HOME", filepath.Join(home, ".agents")), "the shared agents home; its skills/ folder is a skill root (env DSH_AGENTS_HOME; empty: none)")
+	connAge := grpcserver.MaxConnectionAgeFlag(fs, env)
 	var skillDirs stringList
-	flag.Var(&skillDirs, "skill-dir", "an extra skill root (repeatable)")
+	fs.Var(&skillDirs, "skill-dir", "an extra skill root (repeatable)")
 	var dbg debugserver.Flags
-	dbg.RegisterFlags(flag.CommandLine, os.Getenv)
-	flag.Parse()
-	if err := cmdline.NoArgs(flag.CommandLine); err != nil {
+	dbg.RegisterFlags(fs, env)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := cmdline.NoArgs(fs); err != nil {
+		return err
+	}
+	if err := env.Err(); err != nil {
 		return err
 	}
 	defMode, err := sandbox.ParseMode(*mode)
@@ -90,7 +95,7 @@ func run() error {
 		return fmt.Errorf("--sandbox-network: %w", err)
 	}
 
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log := slog.New(slog.NewTextHandler(stderr, nil))
 	srvOpts, err := srvFlags.ServerOptions(auth.Options{Listen: *listen, Logger: log})
 	if err != nil {
 		return err
@@ -106,7 +111,7 @@ func run() error {
 		DshHome: *dshHome, AgentsHome: *agentsHome, SkillDirs: skillDirs,
 		// With a runtime directory, the sandbox probe's verdict is kept
 		// there for this boot.
-		SandboxVerdictDir: toolhost.SandboxVerdictDir(os.Getenv, ""),
+		SandboxVerdictDir: toolhost.SandboxVerdictDir(getenv, ""),
 	}, log)
 	if err != nil {
 		return err
@@ -133,7 +138,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-toolhost", Logger: log, ExtraMetricReaders: dbgExp.Readers()})
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "dsh-toolhost", Logger: log, Getenv: getenv, ExtraMetricReaders: dbgExp.Readers()})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,5 +145,40 @@ func TestBinary(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("toolhost did not stop on SIGTERM")
+	}
+}
+
+// TestMalformedVariables: a variable that configures the toolhost but does
+// not parse stops it before it serves, with one line naming the variable
+// and its value, even when the flag it defaults is given; unset, empty and
+// well-formed values are taken (those rows stop at the bad --sandbox-mode
+// that comes after the variables' check).
+func TestMalformedVariables(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		wantErr string
+	}{
+		{"unset", nil, nil, "--sandbox-mode"},
+		{"empty", map[string]string{"DSH_MAX_CONNECTION_AGE": "", "DSH_INSECURE": "", "DSH_DEBUG_ALLOW_REMOTE": ""}, nil, "--sandbox-mode"},
+		{"well-formed", map[string]string{"DSH_MAX_CONNECTION_AGE": "90", "DSH_INSECURE": "false", "DSH_DEBUG_ALLOW_REMOTE": "yes"}, nil, "--sandbox-mode"},
+		{"duration", map[string]string{"DSH_MAX_CONNECTION_AGE": "soon"}, nil, `DSH_MAX_CONNECTION_AGE="soon": not a duration`},
+		{"duration under its flag", map[string]string{"DSH_MAX_CONNECTION_AGE": "soon"}, []string{"--max-connection-age", "1m"}, `DSH_MAX_CONNECTION_AGE="soon": not a duration`},
+		{"boolean", map[string]string{"DSH_INSECURE": "maybe"}, nil, `DSH_INSECURE="maybe": not a boolean`},
+		{"boolean of the debug server", map[string]string{"DSH_DEBUG_ALLOW_REMOTE": "2"}, nil, `DSH_DEBUG_ALLOW_REMOTE="2": not a boolean`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{"DSH_LISTEN": "127.0.0.1:0", "DSH_WORKSPACE": t.TempDir(), "OTEL_SDK_DISABLED": "true"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			err := run(append([]string{"--sandbox-mode", "bogus"}, tc.args...), func(k string) string { return env[k] }, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("run = %v, want one line with %q", err, tc.wantErr)
+			}
+		})
 	}
 }
