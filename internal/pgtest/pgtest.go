@@ -4,11 +4,13 @@
 // runs as root (postgres refuses to run as root), listening only on a unix
 // socket inside that directory.
 //
-// One server serves a whole test binary: call Main from TestMain. Each test
-// takes a fresh database with Database (or DatabaseFor, keyed by a string,
-// for openers that must find the same database again, in the test binary and
-// in the child processes it starts: they inherit the server's address through
-// the environment). Main stops the server and removes its directory at the end.
+// One server serves a whole test binary: call Main from TestMain (or Lazy,
+// in a package where few tests need a server: it starts when the first test
+// asks for a database). Each test takes a fresh database with Database (or
+// DatabaseFor, keyed by a string, for openers that must find the same
+// database again, in the test binary and in the child processes it starts:
+// they inherit the server's address through the environment). Main and Lazy
+// stop the server and remove its directory at the end.
 //
 // When the binaries are missing, tests that ask for a database are skipped
 // with a message saying what to install, unless DSH_REQUIRE_POSTGRES is set
@@ -30,6 +32,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -250,6 +253,88 @@ func Main(m *testing.M) int {
 	return code
 }
 
+// lazy is the server Lazy starts for the first test that asks for one.
+var lazy struct {
+	sync.Mutex
+	on      bool          // Lazy is running the tests
+	started bool          // a start was tried; err is its failure
+	err     error         // given to every test that asks
+	stop    chan struct{} // closed when the tests ended
+	stopped chan error    // the server's Stop
+}
+
+// Lazy is Main for a package whose tests seldom need a server (starting
+// one costs seconds): the server starts when a test first asks for a
+// database (Database, DatabaseFor, Require) and stops when the tests end.
+// Missing binaries skip the tests that ask, or fail them when
+// DSH_REQUIRE_POSTGRES is set.
+func Lazy(m *testing.M) int {
+	if os.Getenv(envBase) != "" {
+		return m.Run()
+	}
+	lazy.Lock()
+	lazy.on = true
+	lazy.Unlock()
+	code := m.Run()
+	lazy.Lock()
+	lazy.on = false
+	running := lazy.started && lazy.err == nil
+	lazy.Unlock()
+	if running {
+		close(lazy.stop)
+		err := <-lazy.stopped
+		os.Unsetenv(envBase)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	return code
+}
+
+// startLazy starts Lazy's server unless it was tried already; on reports
+// whether Lazy runs the tests, err why there is no server.
+func startLazy() (on bool, err error) {
+	lazy.Lock()
+	defer lazy.Unlock() // tests asking meanwhile wait for this start
+	if !lazy.on || lazy.started {
+		return lazy.on, lazy.err
+	}
+	lazy.started = true
+	bin, err := BinDir()
+	if err != nil {
+		lazy.err = err
+		return true, err
+	}
+	type result struct {
+		srv *Server
+		err error
+	}
+	res := make(chan result, 1)
+	lazy.stop, lazy.stopped = make(chan struct{}), make(chan error, 1)
+	go func() {
+		// postgres's parent-death signal follows the thread that started
+		// it: this goroutine keeps that thread until the server stopped.
+		runtime.LockOSThread()
+		srv, err := Start(context.Background(), bin)
+		res <- result{srv, err}
+		if err != nil {
+			return
+		}
+		<-lazy.stop
+		lazy.stopped <- srv.Stop()
+	}()
+	r := <-res
+	if r.err != nil {
+		lazy.err = r.err
+		return true, r.err
+	}
+	os.Setenv(envBase, r.srv.base)
+	return true, nil
+}
+
 // Database creates a fresh database for the test and returns its DSN. It
 // skips the test when no server can run here (see the package doc).
 func Database(t testing.TB) string {
@@ -262,18 +347,29 @@ func Database(t testing.TB) string {
 	return dsn
 }
 
-// Require skips the test when the PostgreSQL binaries are missing (and
-// DSH_REQUIRE_POSTGRES is unset, else Main already failed), and fails it
-// when Main did not start a server.
+// Require starts Lazy's server if it is not running yet; it skips the test
+// when the PostgreSQL binaries are missing (and DSH_REQUIRE_POSTGRES is
+// unset, else Main already failed, or Lazy fails the test), and fails it
+// when no server started.
 func Require(t testing.TB) {
 	t.Helper()
 	if Available() {
 		return
 	}
-	if _, err := BinDir(); err != nil {
-		t.Skipf("PostgreSQL tests skipped: %v; set %s=1 to make this a failure", err, EnvRequire)
+	on, err := startLazy()
+	if on && err == nil {
+		return
 	}
-	t.Fatal("pgtest: no server: call os.Exit(pgtest.Main(m)) from TestMain")
+	if _, berr := BinDir(); berr != nil {
+		if on && os.Getenv(EnvRequire) != "" {
+			t.Fatalf("pgtest: %v; %s is set, so this is a failure", berr, EnvRequire)
+		}
+		t.Skipf("PostgreSQL tests skipped: %v; set %s=1 to make this a failure", berr, EnvRequire)
+	}
+	if on {
+		t.Fatal(err)
+	}
+	t.Fatal("pgtest: no server: call os.Exit(pgtest.Main(m)) (or pgtest.Lazy) from TestMain")
 }
 
 var errNoServer = errors.New("pgtest: no PostgreSQL server for this test binary")
@@ -285,6 +381,9 @@ func Available() bool { return os.Getenv(envBase) != "" }
 // on first use: the same key gives the same database, in this process and
 // in the processes it starts.
 func DatabaseFor(ctx context.Context, key string) (string, error) {
+	if on, err := startLazy(); on && err != nil {
+		return "", err
+	}
 	base := os.Getenv(envBase)
 	if base == "" {
 		return "", errNoServer

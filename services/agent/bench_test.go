@@ -125,8 +125,8 @@ func BenchmarkStepRemembered(b *testing.B) {
 // (a replica's fenced store: every checkpoint is one dsh_append round trip
 // to the server on a unix socket, the epoch checked inside). The postgres
 // case also reports its ratio to the sqlite one (x-sqlite). The server
-// starts only for benchmark runs (TestMain); without one the postgres case
-// skips unless DSH_REQUIRE_POSTGRES is set.
+// starts when the postgres case asks for it (pgtest.Lazy in TestMain);
+// without the binaries it skips unless DSH_REQUIRE_POSTGRES is set.
 func BenchmarkStepStores(b *testing.B) {
 	var sqliteNs float64
 	b.Run("store=sqlite", func(b *testing.B) {

@@ -3,7 +3,6 @@ package agent_test
 import (
 	"bufio"
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -35,13 +34,10 @@ func TestMain(m *testing.M) {
 		childMain()
 		return
 	}
-	// A PostgreSQL server only for benchmark runs (BenchmarkStepStores):
-	// starting one costs seconds the tests do not need.
-	flag.Parse()
-	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
-		os.Exit(pgtest.Main(m))
-	}
-	os.Exit(m.Run())
+	// A PostgreSQL server only once a test or benchmark asks for one
+	// (replicas, BenchmarkStepStores): starting one costs seconds most
+	// tests do not need.
+	os.Exit(pgtest.Lazy(m))
 }
 
 func childMain() {
