@@ -22,3 +22,17 @@ func NoArgs(fs *flag.FlagSet) error {
 	}
 	return fmt.Errorf("unexpected argument %q: %s takes flags only (the flags after it were not read; see --help)", fs.Arg(0), filepath.Base(fs.Name()))
 }
+
+// Parse parses args into fs, then refuses a stray argument (NoArgs) and
+// the environment variables env found malformed while the flags were
+// registered (env.Err): the one check every service binary makes before
+// it acts on its flags.
+func Parse(fs *flag.FlagSet, args []string, env *Env) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := NoArgs(fs); err != nil {
+		return err
+	}
+	return env.Err()
+}

@@ -118,13 +118,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	drain := fs.Duration("drain-timeout", env.Duration("DSH_DRAIN_TIMEOUT", agent.DefaultDrainTimeout), "shutdown budget after SIGTERM: readiness goes NOT_SERVING and new turns are refused at once, running turns may finish until a fifth of it (at most 5 s) is left, then the rest is disposed; keep it 5 s under the pod's terminationGracePeriodSeconds (env DSH_DRAIN_TIMEOUT)")
 	defaultCwd := fs.String("default-cwd", env.String("DSH_DEFAULT_CWD", ""), "cwd of sessions created without one, inside the toolhosts' workspace (in a cluster: the toolhost's workspace volume, e.g. /workspace); default: the agent's own working directory (env DSH_DEFAULT_CWD)")
 	o.dbg.RegisterFlags(fs, env)
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if err := cmdline.NoArgs(fs); err != nil {
-		return nil, err
-	}
-	if err := env.Err(); err != nil {
+	if err := cmdline.Parse(fs, args, env); err != nil {
 		return nil, err
 	}
 	o.connAge, o.explicitHosts = *connAge, len(toolhosts) > 0

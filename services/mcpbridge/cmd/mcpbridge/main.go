@@ -58,13 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	var srvFlags auth.ServerFlags
 	srvFlags.RegisterFlags(fs, env)
 	srvFlags.RegisterPeerFlag(fs, env)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := cmdline.NoArgs(fs); err != nil {
-		return err
-	}
-	if err := env.Err(); err != nil {
+	if err := cmdline.Parse(fs, args, env); err != nil {
 		return err
 	}
 	srvOpts, err := srvFlags.ServerOptions(auth.Options{Listen: *listen, Logger: log})

@@ -77,13 +77,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	fs.Var(&skillDirs, "skill-dir", "an extra skill root (repeatable)")
 	var dbg debugserver.Flags
 	dbg.RegisterFlags(fs, env)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := cmdline.NoArgs(fs); err != nil {
-		return err
-	}
-	if err := env.Err(); err != nil {
+	if err := cmdline.Parse(fs, args, env); err != nil {
 		return err
 	}
 	defMode, err := sandbox.ParseMode(*mode)
