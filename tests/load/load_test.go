@@ -127,6 +127,7 @@ type result struct {
 	cpu        map[string]cpu // per process, over the measured window
 	driver     time.Duration  // this process's CPU (driver, fake upstream) over the window
 	busy       float64        // the machine's busy share of all its cores over the window
+	steal      float64        // the part of it the hypervisor gave to other guests
 	rss        map[string]int64
 	// The event fan-out at the window's end: events stored, events in
 	// the stream then, and the agent's CPU from the window's start until
@@ -208,15 +209,15 @@ func (r result) row() string {
 		}
 		return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000/float64(r.stepsTaken))
 	}
-	return fmt.Sprintf("| %s | %d | %v | %d | %s | %.1f | %.1f | %s / %s / %s (+%s tools) | %.2f | %s | %s | %.0f %% | %d / %d / %d |",
+	return fmt.Sprintf("| %s | %d | %v | %d | %s | %.1f | %.1f | %s / %s / %s (+%s tools) | %.2f | %s | %s | %.0f %% (%.0f %%) | %d / %d / %d |",
 		r.tool, r.sessions, r.ramp, r.stepsTaken, r.errorText(),
 		float64(r.p50.Microseconds())/1000, float64(r.p99.Microseconds())/1000,
 		perStep(r.cpu["agent"].self), perStep(r.cpu["llmgateway"].self), perStep(r.cpu["toolhost"].self), perStep(r.cpu["toolhost"].children),
-		float64(r.harnessCPUPerStep().Microseconds())/1000, perStep(r.cpu["nats"].self), perStep(r.driver), 100*r.busy,
+		float64(r.harnessCPUPerStep().Microseconds())/1000, perStep(r.cpu["nats"].self), perStep(r.driver), 100*r.busy, 100*r.steal,
 		r.rss["agent"]/1024, r.rss["llmgateway"]/1024, r.rss["toolhost"]/1024)
 }
 
-const tableHead = "| tool | sessions | ramp | steps | errors | step p50 ms | step p99 ms | CPU ms/step agent / gateway / toolhost (+tools) | harness CPU ms/step | NATS CPU ms/step | driver + upstream CPU ms/step | machine busy | peak RSS MiB agent / gateway / toolhost |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+const tableHead = "| tool | sessions | ramp | steps | errors | step p50 ms | step p99 ms | CPU ms/step agent / gateway / toolhost (+tools) | harness CPU ms/step | NATS CPU ms/step | driver + upstream CPU ms/step | machine busy (steal) | peak RSS MiB agent / gateway / toolhost |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 // BenchmarkLoad runs the ladder of -load.sessions once each (use
 // -benchtime 1x) and prints the table.
@@ -534,6 +535,7 @@ func runLevel(tb testing.TB, lv level) result {
 		tb.Fatal(err)
 	}
 	r.busy = machineAfter.sub(machineBefore).share()
+	r.steal = machineAfter.sub(machineBefore).stealShare()
 	for name, p := range procs {
 		c, err := readCPU(p.cmd.Process.Pid)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/dsh-dev/dsh/internal/proctest"
@@ -63,11 +64,21 @@ func peakRSS(pid int) (int64, error) {
 }
 
 // machineCPU is the first line of /proc/stat: the ticks all cores spent
-// busy and idle since boot.
-type machineCPU struct{ busy, idle int64 }
+// busy and idle since boot, and the part of busy the hypervisor gave to
+// other guests (steal): a virtual machine's noisy neighbours, which slow
+// every process without showing in any process's CPU time.
+type machineCPU struct{ busy, idle, steal int64 }
 
 func (m machineCPU) sub(o machineCPU) machineCPU {
-	return machineCPU{m.busy - o.busy, m.idle - o.idle}
+	return machineCPU{m.busy - o.busy, m.idle - o.idle, m.steal - o.steal}
+}
+
+// stealShare is the stolen part of the ticks, 0 to 1.
+func (m machineCPU) stealShare() float64 {
+	if m.busy+m.idle <= 0 {
+		return 0
+	}
+	return float64(m.steal) / float64(m.busy+m.idle)
 }
 
 // share is the busy part of the ticks, 0 to 1.
@@ -87,6 +98,11 @@ func readMachineCPU() (machineCPU, error) {
 		return machineCPU{}, err
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
+	return parseMachineCPU(line)
+}
+
+// parseMachineCPU parses /proc/stat's "cpu" line.
+func parseMachineCPU(line string) (machineCPU, error) {
 	f := strings.Fields(line)
 	if len(f) < 9 || f[0] != "cpu" {
 		return machineCPU{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
@@ -97,11 +113,41 @@ func readMachineCPU() (machineCPU, error) {
 		if err != nil {
 			return machineCPU{}, fmt.Errorf("/proc/stat: field %d: %w", i+1, err)
 		}
-		if i == 3 || i == 4 {
+		switch i {
+		case 3, 4:
 			m.idle += n
-		} else {
+		case 7:
+			m.steal = n
+			m.busy += n
+		default:
 			m.busy += n
 		}
 	}
 	return m, nil
+}
+
+func TestParseMachineCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name, line string
+		want       machineCPU
+		wantErr    bool
+	}{
+		// user nice system idle iowait irq softirq steal guest guest_nice
+		{"steal counted busy and apart", "cpu  423351 0 89802 3352319 3991 0 4927 10274 0 0", machineCPU{busy: 423351 + 89802 + 4927 + 10274, idle: 3352319 + 3991, steal: 10274}, false},
+		{"no steal", "cpu 10 1 2 30 4 0 3 0", machineCPU{busy: 16, idle: 34}, false},
+		{"too short", "cpu 1 2 3", machineCPU{}, true},
+		{"not the cpu line", "intr 1 2 3 4 5 6 7 8", machineCPU{}, true},
+		{"not a number", "cpu 1 2 3 x 5 6 7 8", machineCPU{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseMachineCPU(tc.line)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Fatalf("parseMachineCPU(%q) = %+v, %v; want %+v, error %v", tc.line, got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+	d := machineCPU{busy: 900, idle: 100, steal: 110}
+	if got := d.stealShare(); got != 0.11 {
+		t.Errorf("stealShare = %v, want 0.11", got)
+	}
 }
