@@ -219,8 +219,10 @@ func TestSecureStack(t *testing.T) {
 }
 
 // Safe defaults: a non-loopback listener without TLS, or the agent without
-// authentication, refuses to start with one line naming --insecure;
-// --insecure starts it with a WARN.
+// authentication, refuses to start with one line naming --insecure, also
+// with DSH_INSECURE set to a false form; --insecure (or DSH_INSECURE set to
+// a true form) starts it with a WARN; a DSH_INSECURE that is neither stops
+// it naming the variable.
 func TestSafeDefaults(t *testing.T) {
 	t.Parallel()
 	pki := t.TempDir()
@@ -230,17 +232,27 @@ func TestSafeDefaults(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		bin  string
+		env  []string
 		args []string
 		want string
 	}{
-		{"toolhost plaintext", "toolhost", []string{"--listen", "0.0.0.0:0", "--workspace", dir}, "without TLS"},
-		{"gateway plaintext", "llmgateway", []string{"--listen", "0.0.0.0:0"}, "without TLS"},
-		{"agent with TLS but --auth none", "agent", []string{"--listen", "0.0.0.0:0", "--data", dir, "--tls-cert", srv.Cert, "--tls-key", srv.Key}, "without client authentication"},
-		{"agent, bad token file", "agent", []string{"--listen", "127.0.0.1:0", "--data", dir, "--auth", "token", "--auth-tokens", writeFile(t, dir, "tokens", "# ok\nsha256:00 acme alice reader\n")}, "line 2"},
+		{"toolhost plaintext", "toolhost", nil, []string{"--listen", "0.0.0.0:0", "--workspace", dir}, "without TLS"},
+		{"gateway plaintext", "llmgateway", nil, []string{"--listen", "0.0.0.0:0"}, "without TLS"},
+		{"agent with TLS but --auth none", "agent", nil, []string{"--listen", "0.0.0.0:0", "--data", dir, "--tls-cert", srv.Cert, "--tls-key", srv.Key}, "without client authentication"},
+		{"agent, bad token file", "agent", nil, []string{"--listen", "127.0.0.1:0", "--data", dir, "--auth", "token", "--auth-tokens", writeFile(t, dir, "tokens", "# ok\nsha256:00 acme alice reader\n")}, "line 2"},
+		// DSH_INSECURE is a boolean: its false forms keep the refusal (any
+		// non-empty value once meant insecure), a value that is none stops
+		// the binary naming the variable.
+		{"toolhost plaintext, DSH_INSECURE=false", "toolhost", []string{"DSH_INSECURE=false"}, []string{"--listen", "0.0.0.0:0", "--workspace", dir}, "without TLS"},
+		{"gateway plaintext, DSH_INSECURE=0", "llmgateway", []string{"DSH_INSECURE=0"}, []string{"--listen", "0.0.0.0:0"}, "without TLS"},
+		{"agent with TLS but --auth none, DSH_INSECURE=off", "agent", []string{"DSH_INSECURE=off"}, []string{"--listen", "0.0.0.0:0", "--data", dir, "--tls-cert", srv.Cert, "--tls-key", srv.Key}, "without client authentication"},
+		{"toolhost, DSH_INSECURE=maybe", "toolhost", []string{"DSH_INSECURE=maybe"}, []string{"--listen", "0.0.0.0:0", "--workspace", dir}, `DSH_INSECURE="maybe"`},
+		{"gateway, DSH_INSECURE=maybe", "llmgateway", []string{"DSH_INSECURE=maybe"}, []string{"--listen", "0.0.0.0:0"}, `DSH_INSECURE="maybe"`},
+		{"agent, DSH_INSECURE=maybe", "agent", []string{"DSH_INSECURE=maybe"}, []string{"--listen", "0.0.0.0:0", "--data", dir}, `DSH_INSECURE="maybe"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := start(t, tc.bin, cleanEnv(), tc.args...)
+			p := start(t, tc.bin, cleanEnv(tc.env...), tc.args...)
 			select {
 			case <-p.done:
 			case <-time.After(30 * time.Second):
@@ -250,20 +262,30 @@ func TestSafeDefaults(t *testing.T) {
 			if p.cmd.ProcessState.ExitCode() == 0 || !strings.Contains(out, tc.want) || strings.Contains(out, "\n") {
 				t.Fatalf("exit %d, output %q: want one line containing %q", p.cmd.ProcessState.ExitCode(), out, tc.want)
 			}
-			if !strings.HasPrefix(tc.name, "agent, bad") && !strings.Contains(out, "--insecure") {
+			if !strings.HasPrefix(tc.name, "agent, bad") && !strings.Contains(tc.name, "maybe") && !strings.Contains(out, "--insecure") {
 				t.Fatalf("the refusal does not name --insecure: %q", out)
 			}
 		})
 	}
-	t.Run("insecure starts with a warning", func(t *testing.T) {
-		t.Parallel()
-		addr := "0.0.0.0:" + strings.Split(freeAddr(t), ":")[1]
-		p := start(t, "toolhost", cleanEnv(), "--listen", addr, "--workspace", dir, "--insecure")
-		waitServing(t, "127.0.0.1:"+strings.Split(addr, ":")[1], p)
-		if !strings.Contains(p.out.String(), "level=WARN msg=\"INSECURE") {
-			t.Fatalf("no WARN line:\n%s", p.out.String())
-		}
-	})
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"--insecure", nil, []string{"--insecure"}},
+		{"DSH_INSECURE=yes", []string{"DSH_INSECURE=yes"}, nil},
+		{"DSH_INSECURE=TRUE", []string{"DSH_INSECURE=TRUE"}, nil},
+	} {
+		t.Run("insecure starts with a warning, "+tc.name, func(t *testing.T) {
+			t.Parallel()
+			addr := "0.0.0.0:" + strings.Split(freeAddr(t), ":")[1]
+			p := start(t, "toolhost", cleanEnv(tc.env...), append([]string{"--listen", addr, "--workspace", dir}, tc.args...)...)
+			waitServing(t, "127.0.0.1:"+strings.Split(addr, ":")[1], p)
+			if !strings.Contains(p.out.String(), "level=WARN msg=\"INSECURE") {
+				t.Fatalf("no WARN line:\n%s", p.out.String())
+			}
+		})
+	}
 }
 
 func writeFile(t *testing.T, dir, name, content string) string {
