@@ -25,7 +25,7 @@ loopback without TLS is refused with an error naming ``insecure``
 # Environment
 ``serve()`` reads ``DSH_INSECURE`` as the Go servers read a boolean
 variable: ``1``, ``t``, ``true``, ``yes`` or ``on`` is true; ``0``, ``f``,
-``false``, ``no`` or ``off`` is false (any case, surrounding space ignored);
+``false``, ``no`` or ``off`` is false (any case; surrounding space is not trimmed, as in Go);
 unset or empty is the default (false). Any other value raises
 :class:`EnvError`, naming the variable, the value and the accepted forms,
 before anything listens, even when the ``insecure`` argument is given: the
@@ -344,10 +344,10 @@ _FALSE = frozenset(("0", "f", "false", "no", "off"))
 
 def _env_bool(name: str, default: bool) -> bool:
     """The boolean in environment variable ``name``: 1, t, true, yes or on;
-    0, f, false, no or off (any case, surrounding space ignored); unset or
+    0, f, false, no or off (any case; surrounding space is not trimmed, as in Go); unset or
     empty gives ``default``; anything else raises :class:`EnvError`."""
     value = os.environ.get(name, "")
-    v = value.strip().lower()
+    v = value.lower()
     if not v:
         return default
     if v in _TRUE:
@@ -550,8 +550,8 @@ def serve(tools: Iterable[Tool] = (), *, host: Optional[ToolHost] = None, addres
     is printed on stdout as ``dsh-toolhost listening on HOST:PORT``. The TLS
     options default to ``$DSH_TLS_CERT``, ``$DSH_TLS_KEY``, ``$DSH_TLS_CLIENT_CA``,
     ``$DSH_ALLOW_PEER`` (comma-separated) and ``$DSH_INSECURE`` (see Server):
-    true is 1, t, true, yes or on, false is 0, f, false, no or off (any case,
-    surrounding space ignored), unset or empty is false. Any other value of
+    true is 1, t, true, yes or on, false is 0, f, false, no or off (any case; surrounding
+    space is not trimmed, as in Go), unset or empty is false. Any other value of
     ``$DSH_INSECURE`` raises :class:`EnvError` (naming the variable, the value
     and the accepted forms) before anything listens, even when ``insecure`` is
     given, which otherwise wins over the variable.

@@ -23,7 +23,7 @@
 //
 // Environment: serve() reads DSH_INSECURE as the Go servers read a boolean
 // variable: 1, t, true, yes or on is true; 0, f, false, no or off is false
-// (any case, surrounding space ignored); unset or empty is the default
+// (any case; surrounding space is not trimmed, as in Go); unset or empty is the default
 // (false). Any other value rejects with an EnvError naming the variable, the
 // value and the accepted forms before anything listens, even when the
 // `insecure` option is given: the operator set something wrong.
@@ -284,12 +284,12 @@ const FALSE_FORMS = new Set(['0', 'f', 'false', 'no', 'off'])
 
 /**
  * The boolean in env[name]: 1, t, true, yes or on; 0, f, false, no or off (any
- * case, surrounding space ignored); unset or empty gives def; anything else
+ * case; surrounding space is not trimmed, as in Go); unset or empty gives def; anything else
  * throws an EnvError.
  */
 export function envBool(env, name, def) {
   const value = env[name] ?? ''
-  const v = value.trim().toLowerCase()
+  const v = value.toLowerCase()
   if (v === '') return def
   if (TRUE_FORMS.has(v)) return true
   if (FALSE_FORMS.has(v)) return false
@@ -467,8 +467,8 @@ export class Server {
  * stdout as `dsh-toolhost listening on HOST:PORT`. The TLS options default to
  * $DSH_TLS_CERT, $DSH_TLS_KEY, $DSH_TLS_CLIENT_CA, $DSH_ALLOW_PEER
  * (comma-separated) and $DSH_INSECURE (see Server): true is 1, t, true, yes
- * or on, false is 0, f, false, no or off (any case, surrounding space
- * ignored), unset or empty is false. Any other value of $DSH_INSECURE rejects
+ * or on, false is 0, f, false, no or off (any case, no surrounding space, as
+ * in Go), unset or empty is false. Any other value of $DSH_INSECURE rejects
  * with an EnvError (naming the variable, the value and the accepted forms)
  * before anything listens, even when `insecure` is given, which otherwise
  * wins over the variable.

@@ -174,8 +174,8 @@ export interface TLSOptions {
   allowPeers?: string[]
   /**
    * Allow a plaintext listen on a non-loopback address (with a warning). Env DSH_INSECURE in serve():
-   * true is 1, t, true, yes or on; false is 0, f, false, no or off (any case, surrounding space
-   * ignored); unset or empty is false. Any other value rejects serve() with an EnvError before
+   * true is 1, t, true, yes or on; false is 0, f, false, no or off (any case, no surrounding
+   * space, as in Go); unset or empty is false. Any other value rejects serve() with an EnvError before
    * anything listens, even when this option is given.
    */
   insecure?: boolean

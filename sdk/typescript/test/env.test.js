@@ -1,6 +1,6 @@
 // serve() reads DSH_INSECURE as strictly as the Go servers read a boolean
 // variable (internal/cmdline Env.Bool): 1/t/true/yes/on, 0/f/false/no/off
-// (any case, surrounding space ignored), unset or empty gives the default,
+// (any case; surrounding space is not trimmed, as in Go), unset or empty gives the default,
 // and anything else is refused, naming the variable, the value and the
 // accepted forms, before anything listens.
 import { test } from 'node:test'
@@ -14,10 +14,10 @@ import * as sdk from '../src/index.js'
 import * as hostmod from '../src/host.js'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
-const TRUE_FORMS = ['1', 't', 'T', 'true', 'TRUE', 'True', 'yes', 'YeS', 'on', 'On', ' on ', '\tTRUE\n', '  1']
-const FALSE_FORMS = ['0', 'f', 'F', 'false', 'FALSE', 'False', 'no', 'NO', 'off', 'oFF', ' off ', '\tNo\n', '0  ']
-const EMPTY_FORMS = [undefined, '', '   '] // undefined: unset
-const MALFORMED = ['ture', '2', 'enabled', 'maybe', '-1', 'yes please', 'truee', 'y', 'n', 'nope', 'é']
+const TRUE_FORMS = ['1', 't', 'T', 'true', 'TRUE', 'True', 'yes', 'YeS', 'on', 'On']
+const FALSE_FORMS = ['0', 'f', 'F', 'false', 'FALSE', 'False', 'no', 'NO', 'off', 'oFF']
+const EMPTY_FORMS = [undefined, ''] // undefined: unset
+const MALFORMED = ['ture', '2', 'enabled', 'maybe', '-1', 'yes please', 'truee', 'y', 'n', 'nope', 'é', ' on ', '\tTRUE\n', '  1', ' off ', '0  ', '   ']
 const ACCEPTED = 'not a boolean (true or false; also 1 or 0, yes or no, on or off)'
 
 const ping = sdk.defineTool({ name: 'ping', execute: async () => 'pong' })
