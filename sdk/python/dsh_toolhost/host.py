@@ -22,6 +22,15 @@ client gets PERMISSION_DENIED on every RPC. A listen address that is not
 loopback without TLS is refused with an error naming ``insecure``
 (``DSH_INSECURE=1``), which starts it anyway with a warning.
 
+# Environment
+``serve()`` reads ``DSH_INSECURE`` as the Go servers read a boolean
+variable: ``1``, ``t``, ``true``, ``yes`` or ``on`` is true; ``0``, ``f``,
+``false``, ``no`` or ``off`` is false (any case; surrounding space is not trimmed, as in Go);
+unset or empty is the default (false). Any other value raises
+:class:`EnvError`, naming the variable, the value and the accepted forms,
+before anything listens, even when the ``insecure`` argument is given: the
+operator set something wrong.
+
 # Shutdown
 On SIGTERM/SIGINT (or :meth:`Server.stop`): health flips to NOT_SERVING, the
 watch streams end, running calls get ``grace`` seconds to finish, then the
@@ -51,7 +60,7 @@ from dsh_toolhost.reflection import add_reflection
 from dsh_toolhost.tool import (Output, Tool, ToolContext, error_result, log_failure, parse_arguments, run_call,
                                sandbox_from_proto)
 
-__all__ = ["ToolHost", "Server", "serve", "HealthServicer", "TLSConfigError"]
+__all__ = ["ToolHost", "Server", "serve", "HealthServicer", "TLSConfigError", "EnvError"]
 
 _TOOLHOST_SERVICE = "dsh.tools.v1.ToolHost"
 _INTERCEPTOR_SERVICE = "dsh.tools.v1.ToolInterceptor"
@@ -316,6 +325,39 @@ class TLSConfigError(ValueError):
     """A transport-security option that cannot work; the message names it."""
 
 
+class EnvError(ValueError):
+    """An environment variable whose value does not parse; ``serve()`` raises
+    it before anything listens. The message is the Go servers':
+    ``NAME="VALUE": REASON`` (the reason gives the accepted forms and the
+    default)."""
+
+    def __init__(self, variable: str, value: str, reason: str):
+        super().__init__(f"{variable}={json.dumps(value, ensure_ascii=False)}: {reason}")
+        self.variable = variable
+        self.value = value
+        self.reason = reason
+
+
+_TRUE = frozenset(("1", "t", "true", "yes", "on"))
+_FALSE = frozenset(("0", "f", "false", "no", "off"))
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    """The boolean in environment variable ``name``: 1, t, true, yes or on;
+    0, f, false, no or off (any case; surrounding space is not trimmed, as in Go); unset or
+    empty gives ``default``; anything else raises :class:`EnvError`."""
+    value = os.environ.get(name, "")
+    v = value.lower()
+    if not v:
+        return default
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise EnvError(name, value, "not a boolean (true or false; also 1 or 0, yes or no, on or off); "
+                                f"unset means {str(default).lower()}")
+
+
 def is_loopback(address: str) -> bool:
     """Whether a listen address (HOST:PORT, [V6]:PORT, unix:PATH) stays on this machine."""
     if address.startswith("unix:"):
@@ -507,10 +549,16 @@ def serve(tools: Iterable[Tool] = (), *, host: Optional[ToolHost] = None, addres
     ``address`` defaults to ``$DSH_LISTEN`` or ``127.0.0.1:0``; the bound address
     is printed on stdout as ``dsh-toolhost listening on HOST:PORT``. The TLS
     options default to ``$DSH_TLS_CERT``, ``$DSH_TLS_KEY``, ``$DSH_TLS_CLIENT_CA``,
-    ``$DSH_ALLOW_PEER`` (comma-separated) and ``$DSH_INSECURE`` (see Server).
+    ``$DSH_ALLOW_PEER`` (comma-separated) and ``$DSH_INSECURE`` (see Server):
+    true is 1, t, true, yes or on, false is 0, f, false, no or off (any case; surrounding
+    space is not trimmed, as in Go), unset or empty is false. Any other value of
+    ``$DSH_INSECURE`` raises :class:`EnvError` (naming the variable, the value
+    and the accepted forms) before anything listens, even when ``insecure`` is
+    given, which otherwise wins over the variable.
     When the program configured no logging, log records (a tool's exception
     with its traceback) go to stderr.
     """
+    env_insecure = _env_bool("DSH_INSECURE", False)  # first: a malformed value is refused even if insecure is given
     if not logging.getLogger().handlers:  # the program set up no logging: failures go to stderr
         logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -518,7 +566,7 @@ def serve(tools: Iterable[Tool] = (), *, host: Optional[ToolHost] = None, addres
     if allow_peers is None:
         allow_peers = [p.strip() for p in env("DSH_ALLOW_PEER", "").split(",") if p.strip()]
     if insecure is None:
-        insecure = env("DSH_INSECURE", "").lower() in ("1", "true", "yes")
+        insecure = env_insecure
     if host is None and (tools or interceptor is None):
         host = ToolHost(tools)
     elif tools:

@@ -21,6 +21,13 @@
 // not loopback without TLS is refused with an error naming `insecure`
 // (DSH_INSECURE=1), which starts it anyway with a warning.
 //
+// Environment: serve() reads DSH_INSECURE as the Go servers read a boolean
+// variable: 1, t, true, yes or on is true; 0, f, false, no or off is false
+// (any case; surrounding space is not trimmed, as in Go); unset or empty is the default
+// (false). Any other value rejects with an EnvError naming the variable, the
+// value and the accepted forms before anything listens, even when the
+// `insecure` option is given: the operator set something wrong.
+//
 // Shutdown: on SIGTERM/SIGINT (or Server.stop()): health NOT_SERVING, watch
 // streams end, running calls get `graceMs` to finish, then the rest are
 // cancelled (their signals abort).
@@ -257,6 +264,38 @@ export class Health {
   }
 }
 
+/**
+ * An environment variable whose value does not parse; serve() rejects with it
+ * before anything listens. The message is the Go servers':
+ * `NAME="VALUE": REASON` (the reason gives the accepted forms and the default).
+ */
+export class EnvError extends Error {
+  constructor(variable, value, reason) {
+    super(`${variable}=${JSON.stringify(value)}: ${reason}`)
+    this.name = 'EnvError'
+    this.variable = variable
+    this.value = value
+    this.reason = reason
+  }
+}
+
+const TRUE_FORMS = new Set(['1', 't', 'true', 'yes', 'on'])
+const FALSE_FORMS = new Set(['0', 'f', 'false', 'no', 'off'])
+
+/**
+ * The boolean in env[name]: 1, t, true, yes or on; 0, f, false, no or off (any
+ * case; surrounding space is not trimmed, as in Go); unset or empty gives def; anything else
+ * throws an EnvError.
+ */
+export function envBool(env, name, def) {
+  const value = env[name] ?? ''
+  const v = value.toLowerCase()
+  if (v === '') return def
+  if (TRUE_FORMS.has(v)) return true
+  if (FALSE_FORMS.has(v)) return false
+  throw new EnvError(name, value, `not a boolean (true or false; also 1 or 0, yes or no, on or off); unset means ${def}`)
+}
+
 /** A transport-security option that cannot work; the message names it. */
 export class TLSConfigError extends Error {
   constructor(message) {
@@ -427,12 +466,18 @@ export class Server {
  * defaults to $DSH_LISTEN or 127.0.0.1:0; the bound address is printed on
  * stdout as `dsh-toolhost listening on HOST:PORT`. The TLS options default to
  * $DSH_TLS_CERT, $DSH_TLS_KEY, $DSH_TLS_CLIENT_CA, $DSH_ALLOW_PEER
- * (comma-separated) and $DSH_INSECURE (see Server).
+ * (comma-separated) and $DSH_INSECURE (see Server): true is 1, t, true, yes
+ * or on, false is 0, f, false, no or off (any case, no surrounding space, as
+ * in Go), unset or empty is false. Any other value of $DSH_INSECURE rejects
+ * with an EnvError (naming the variable, the value and the accepted forms)
+ * before anything listens, even when `insecure` is given, which otherwise
+ * wins over the variable.
  */
 export async function serve(tools = [], { host, address, interceptor, graceMs = 5000, tlsCert, tlsKey, tlsClientCa, allowPeers, insecure } = {}) {
+  const env = process.env
+  const envInsecure = envBool(env, 'DSH_INSECURE', false) // first: a malformed value is refused even if insecure is given
   if (!host && (tools.length > 0 || !interceptor)) host = new ToolHost(tools)
   else if (host) for (const t of tools) host.add(t)
-  const env = process.env
   const srv = new Server({
     host,
     interceptor,
@@ -440,7 +485,7 @@ export async function serve(tools = [], { host, address, interceptor, graceMs = 
     tlsKey: tlsKey || env.DSH_TLS_KEY,
     tlsClientCa: tlsClientCa || env.DSH_TLS_CLIENT_CA,
     allowPeers: allowPeers ?? (env.DSH_ALLOW_PEER ?? '').split(',').map((p) => p.trim()).filter(Boolean),
-    insecure: insecure ?? ['1', 'true', 'yes'].includes((env.DSH_INSECURE ?? '').toLowerCase()),
+    insecure: insecure ?? envInsecure,
   })
   const addr = await srv.listen(address || process.env.DSH_LISTEN || '127.0.0.1:0')
   process.stdout.write(`dsh-toolhost listening on ${addr}\n`)

@@ -172,10 +172,25 @@ export interface TLSOptions {
   tlsClientCa?: string
   /** URI SANs (e.g. spiffe://dsh/agent) or DNS SANs a client certificate must carry. Env DSH_ALLOW_PEER. */
   allowPeers?: string[]
-  /** Allow a plaintext listen on a non-loopback address (with a warning). Env DSH_INSECURE=1. */
+  /**
+   * Allow a plaintext listen on a non-loopback address (with a warning). Env DSH_INSECURE in serve():
+   * true is 1, t, true, yes or on; false is 0, f, false, no or off (any case, no surrounding
+   * space, as in Go); unset or empty is false. Any other value rejects serve() with an EnvError before
+   * anything listens, even when this option is given.
+   */
   insecure?: boolean
 }
 export class TLSConfigError extends Error {}
+/** An environment variable whose value does not parse; the message is `NAME="VALUE": REASON` (the accepted forms and the default). */
+export class EnvError extends Error {
+  constructor(variable: string, value: string, reason: string)
+  /** The variable, e.g. DSH_INSECURE. */
+  readonly variable: string
+  /** Its value, as given. */
+  readonly value: string
+  /** What is wrong: the accepted forms and the default. */
+  readonly reason: string
+}
 export function isLoopback(address: string): boolean
 export class Server {
   constructor(opts: { host?: ToolHost; interceptor?: Interceptor; refreshIntervalMs?: number } & TLSOptions)

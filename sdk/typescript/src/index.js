@@ -11,7 +11,7 @@
 
 export { defineTool, rawTool, ToolError, runCall, errorResult, descriptor } from './tool.js'
 export { specToJsonSchema, validateArgs } from './schema.js'
-export { ToolHost, Server, Health, serve, TLSConfigError, isLoopback } from './host.js'
+export { ToolHost, Server, Health, serve, TLSConfigError, EnvError, isLoopback } from './host.js'
 export { Interceptor, allow, deny, ask, accept, block } from './interceptor.js'
 export { text } from './views.js'
 export { loadProtos } from './proto.js'

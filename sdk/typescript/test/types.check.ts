@@ -1,5 +1,5 @@
 // Compile-time checks of the typed schema (run with `npm run typecheck`).
-import { defineTool } from '../src/index.js'
+import { defineTool, EnvError } from '../src/index.js'
 
 defineTool({
   name: 'read_file',
@@ -20,3 +20,8 @@ defineTool({
   },
   presentCall: (args) => ({ card: 'terminal', title: args.path }),
 })
+
+// A malformed environment variable: the variable and value are on the error.
+const envErr = new EnvError('DSH_INSECURE', 'ture', 'not a boolean')
+const envErrFields: [string, string, string, string] = [envErr.variable, envErr.value, envErr.reason, envErr.message]
+void envErrFields
