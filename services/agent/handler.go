@@ -58,7 +58,11 @@ func (s *Service) createSession(ctx context.Context, req *agentv1.CreateSessionR
 	}
 	sess, err := s.createNew(ctx, req, id)
 	if errors.Is(err, persistence.ErrExists) {
-		if prior, ok := s.createdBy(ctx, id, rid); ok {
+		prior, ok, perr := s.createdBy(ctx, id, rid)
+		if perr != nil {
+			return nil, perr
+		}
+		if ok {
 			return prior, nil
 		}
 	}
