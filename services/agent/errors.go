@@ -81,5 +81,7 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	return status.Error(codes.Internal, "internal error")
 }
 
-// errExists: a session with the id is already live.
-var errExists = persistence.ErrExists
+// existsErr is the error of a session id that is already live, worded as
+// the stores word one already stored: CreateSession's answer must not tell
+// a session in this replica's memory from one that is not.
+func existsErr(id string) error { return fmt.Errorf("session %q: %w", id, persistence.ErrExists) }

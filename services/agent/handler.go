@@ -58,7 +58,11 @@ func (s *Service) createSession(ctx context.Context, req *agentv1.CreateSessionR
 	}
 	sess, err := s.createNew(ctx, req, id)
 	if errors.Is(err, persistence.ErrExists) {
-		if prior, ok := s.createdBy(ctx, id, rid); ok {
+		prior, ok, perr := s.createdBy(ctx, id, rid)
+		if perr != nil {
+			return nil, perr
+		}
+		if ok {
 			return prior, nil
 		}
 	}
@@ -146,7 +150,7 @@ func (s *Service) start(ctx context.Context, h *sessionv1.SessionHeader, seed []
 	_, isLoading := s.loading[h.GetId()]
 	s.mu.Unlock()
 	if isLive || isLoading {
-		return nil, fmt.Errorf("create session %s: %w", h.GetId(), errExists)
+		return nil, fmt.Errorf("create session %s: %w", h.GetId(), existsErr(h.GetId()))
 	}
 	log, err := session.NewLog(h, seed, s.logOptions()...)
 	if err != nil {
@@ -172,7 +176,7 @@ func (s *Service) start(ctx context.Context, h *sessionv1.SessionHeader, seed []
 		if s.closing {
 			return nil, ErrClosing
 		}
-		return nil, fmt.Errorf("create session %s: %w", h.GetId(), errExists)
+		return nil, fmt.Errorf("create session %s: %w", h.GetId(), existsErr(h.GetId()))
 	}
 	l.lastUsed = s.cfg.Now()
 	s.live[h.GetId()] = l

@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"unicode"
 
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
 	"github.com/dsh-dev/dsh/internal/auth"
+	"github.com/dsh-dev/dsh/internal/persistence"
+	"github.com/dsh-dev/dsh/services/agent/internal/cluster"
 	"github.com/dsh-dev/dsh/services/agent/internal/idem"
 )
 
@@ -75,15 +78,34 @@ func derivedID(tenant, rid string) string {
 }
 
 // createdBy returns session id when the caller may see it and it was created
-// with request id rid.
-func (s *Service) createdBy(ctx context.Context, id, rid string) (*agentv1.Session, bool) {
+// with request id rid. A stored session is vetted by its header first,
+// tenant and request id alike, so only the retry of the request that created
+// it loads it (on a replica: claims its lease when nobody holds it); another
+// tenant's id, or another request's, is answered without touching it. err
+// is set when another replica owns the session (*cluster.OwnedElsewhereError):
+// the retry is forwarded there, as the create would have been.
+func (s *Service) createdBy(ctx context.Context, id, rid string) (*agentv1.Session, bool, error) {
+	if hr, ok := s.deps.Store.(headerReader); ok {
+		h, err := hr.ReadHeader(ctx, id)
+		switch {
+		case errors.Is(err, persistence.ErrNotFound):
+			// Created and not stored yet (a lone agent stores at the first
+			// append): acquire finds it in memory or not at all.
+		case err != nil, !principalOf(ctx).CanSee(h.GetTenant()), h.GetRequestId() != rid:
+			return nil, false, nil
+		}
+	}
 	l, err := s.acquire(ctx, id)
+	var elsewhere *cluster.OwnedElsewhereError
+	if errors.As(err, &elsewhere) {
+		return nil, false, err
+	}
 	if err != nil {
-		return nil, false
+		return nil, false, nil
 	}
 	defer s.release(l)
 	if l.log.Header().GetRequestId() != rid {
-		return nil, false
+		return nil, false, nil
 	}
-	return l.snapshot(), true
+	return l.snapshot(), true, nil
 }

@@ -118,6 +118,40 @@ func startTenantReplica(t *testing.T, name, dsn string, b backend) *tenantReplic
 	return r
 }
 
+// replicaPair is two tenant replicas, r1 and r2, on one fresh database,
+// against a shared fake gateway and toolhost, and a connection to the
+// database.
+type replicaPair struct {
+	r1, r2 *tenantReplica
+	db     *pgx.Conn
+	gw     *fakes.Gateway
+	host   *fakes.ToolHost
+	dsn    string
+	b      backend
+}
+
+func startReplicaPair(t *testing.T) *replicaPair {
+	t.Helper()
+	c := &replicaPair{dsn: pgtest.Database(t), gw: &fakes.Gateway{}, host: fakes.NewToolHost(bashTool)}
+	gwAddr := fakes.Serve(t, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, c.gw) })
+	thAddr := fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, c.host) })
+	c.b = backend{gwAddr: gwAddr, thAddr: thAddr}
+	c.r1, c.r2 = c.start(t, "r1"), c.start(t, "r2")
+	db, err := pgx.Connect(t.Context(), c.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close(context.Background()) })
+	c.db = db
+	return c
+}
+
+// start starts one more replica on the pair's database.
+func (c *replicaPair) start(t *testing.T, name string) *tenantReplica {
+	t.Helper()
+	return startTenantReplica(t, name, c.dsn, c.b)
+}
+
 // leaseRow is a session's lease as the replicas share it.
 type leaseRow struct {
 	Owner string
@@ -265,23 +299,17 @@ func crossProbe(t *testing.T, entry *tenantReplica, victim, pending string) {
 // without a forwarded mark or claims of acme in the metadata, through r2
 // and straight at r1, is NOT_FOUND exactly like a missing session; r2
 // never forwards beta's calls (it answers from the stored header); beta
-// lists none of acme's sessions on either replica; and the victim's log,
-// messages, session, list and lease are unchanged. acme's own calls
-// through r2 are forwarded and answered (the path exists).
+// lists none of acme's sessions on either replica; beta's CreateSession
+// with acme's id, through every running replica (once the owner is gone,
+// r2 and a replica r3 started since), with and without a request_id, is
+// the ALREADY_EXISTS of beta's own taken id and claims neither lease; and
+// the victim's log, messages, session, list and lease are unchanged.
+// acme's own calls through r2 are forwarded and answered (the path exists).
 func TestCrossTenantThroughReplicas(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.Database(t)
-	gw := &fakes.Gateway{}
-	host := fakes.NewToolHost(bashTool)
-	gwAddr := fakes.Serve(t, func(s *grpc.Server) { llmv1.RegisterLlmGatewayServer(s, gw) })
-	thAddr := fakes.Serve(t, func(s *grpc.Server) { toolsv1.RegisterToolHostServer(s, host) })
-	b := backend{gwAddr: gwAddr, thAddr: thAddr}
-	r1, r2 := startTenantReplica(t, "r1", dsn, b), startTenantReplica(t, "r2", dsn, b)
-	db, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close(context.Background()) })
+	c := startReplicaPair(t)
+	gw, host, db := c.gw, c.host, c.db
+	r1, r2 := c.r1, c.r2
 	ctx := t.Context()
 
 	const victim, betaOwn = "acme-victim", "beta-own"
@@ -292,6 +320,7 @@ func TestCrossTenantThroughReplicas(t *testing.T) {
 		}
 	}
 	r1lease := leaseOf(t, db, victim)
+	bystanders := []*tenantReplica{r2} // replicas that never held acme's session
 
 	// attack runs the attacks of one stage. owner is the replica holding
 	// acme's session, nil once none does: then before is acme's view from
@@ -314,7 +343,7 @@ func TestCrossTenantThroughReplicas(t *testing.T) {
 				t.Errorf("a forwarded mark without a token at the owner: %v, want Unauthenticated", err)
 			}
 		}
-		live := []*tenantReplica{r2}
+		live := slices.Clone(bystanders)
 		if owner != nil {
 			live = append(live, owner)
 		}
@@ -336,15 +365,7 @@ func TestCrossTenantThroughReplicas(t *testing.T) {
 				}
 			}
 		}
-		if owner != nil {
-			// An id that is taken answers alike whoever owns it.
-			opts := &sessionv1.SessionOptions{Provider: "fake", Model: "m1"}
-			_, errOther := r2.client.CreateSession(as(ctx, "beta"), &agentv1.CreateSessionRequest{SessionId: victim, Options: opts})
-			_, errOwn := r2.client.CreateSession(as(ctx, "beta"), &agentv1.CreateSessionRequest{SessionId: betaOwn, Options: opts})
-			if code(errOther) != codes.AlreadyExists || strings.ReplaceAll(errOther.Error(), victim, "ID") != strings.ReplaceAll(errOwn.Error(), betaOwn, "ID") {
-				t.Errorf("beta creates acme's id on r2: %v; its own: %v; want the same AlreadyExists", errOther, errOwn)
-			}
-		}
+		takenIDs(t, db, live, victim, betaOwn)
 		if got := leaseOf(t, db, victim); got != lease {
 			t.Errorf("acme's lease went from %+v to %+v under beta's calls", lease, got)
 		}
@@ -410,8 +431,107 @@ func TestCrossTenantThroughReplicas(t *testing.T) {
 	if l := leaseOf(t, db, victim); l.Live || l.Owner != r1lease.Owner {
 		t.Fatalf("acme's lease after r1's graceful stop: %+v; want r1's, released", l)
 	}
+	// A replica started since, which never held the session, is asked too.
+	bystanders = append(bystanders, c.start(t, "r3"))
 	t.Run("owner-gone", func(t *testing.T) { attack(t, nil, before, pending) })
 	if l := leaseOf(t, db, victim); !l.Live || l.Owner == r1lease.Owner || l.Epoch != r1lease.Epoch+1 {
 		t.Errorf("acme's lease after acme's own call through r2: %+v; want r2's at epoch %d", l, r1lease.Epoch+1)
+	}
+}
+
+// takenIDs has beta create, through each replica, a session with acme's
+// id (victim) and with its own taken id, with and without a request_id:
+// both are the same AlreadyExists, and neither session's lease row moves
+// (while nobody holds acme's session, the replica asked could have
+// claimed it before finding the id taken, moving it to a replica of beta's
+// choosing).
+func takenIDs(t *testing.T, db *pgx.Conn, through []*tenantReplica, victim, own string) {
+	t.Helper()
+	ctx := t.Context()
+	opts := &sessionv1.SessionOptions{Provider: "fake", Model: "m1"}
+	for _, r := range through {
+		for _, rid := range []string{"", "beta-create"} {
+			leases := map[string]leaseRow{victim: leaseOf(t, db, victim), own: leaseOf(t, db, own)}
+			_, errOther := r.client.CreateSession(as(ctx, "beta"), &agentv1.CreateSessionRequest{SessionId: victim, RequestId: rid, Options: opts})
+			_, errOwn := r.client.CreateSession(as(ctx, "beta"), &agentv1.CreateSessionRequest{SessionId: own, RequestId: rid, Options: opts})
+			if code(errOther) != codes.AlreadyExists || strings.ReplaceAll(errOther.Error(), victim, "ID") != strings.ReplaceAll(errOwn.Error(), own, "ID") {
+				t.Errorf("beta creates acme's id on %s (request_id %q): %v; its own: %v; want the same AlreadyExists", r.name, rid, errOther, errOwn)
+			}
+			for id, before := range leases {
+				if got := leaseOf(t, db, id); got != before {
+					t.Errorf("beta's CreateSession of taken id %s on %s (request_id %q) moved its lease from %+v to %+v", id, r.name, rid, before, got)
+				}
+			}
+		}
+	}
+}
+
+// TestCreateRetryThroughReplicas: a CreateSession retried with its
+// request_id is answered with the session it made through any replica
+// (forwarded to the owner while one holds it, claimed by the replica asked
+// once none does), while the same session id sent by another tenant, with
+// the same request_id or not, or by its own tenant with another
+// request_id, is ALREADY_EXISTS with one message and moves no lease,
+// whether or not a replica holds the session.
+func TestCreateRetryThroughReplicas(t *testing.T) {
+	t.Parallel()
+	c := startReplicaPair(t)
+	r1, r2, db := c.r1, c.r2, c.db
+	ctx := t.Context()
+
+	const id, rid = "acme-made", "acme-create-1"
+	opts := &sessionv1.SessionOptions{Provider: "fake", Model: "m1"}
+	create := func(r *tenantReplica, who, rid string) (*agentv1.Session, error) {
+		resp, err := r.client.CreateSession(as(ctx, who), &agentv1.CreateSessionRequest{SessionId: id, RequestId: rid, Options: opts})
+		return resp.GetSession(), err
+	}
+	made, err := create(r1, "acme", rid)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// collisions are the creates of acme's id that are not its retry.
+	collisions := func(t *testing.T, through ...*tenantReplica) {
+		t.Helper()
+		for _, r := range through {
+			for _, c := range []struct{ who, rid string }{{"beta", rid}, {"beta", "beta-create-1"}, {"beta", ""}, {"acme", "acme-create-2"}, {"acme", ""}} {
+				before := leaseOf(t, db, id)
+				_, err := create(r, c.who, c.rid)
+				if want := `rpc error: code = AlreadyExists desc = create session acme-made: session "acme-made": session already exists`; err == nil || err.Error() != want {
+					t.Errorf("%s creates %s with request_id %q through %s: %v; want %s", c.who, id, c.rid, r.name, err, want)
+				}
+				if got := leaseOf(t, db, id); got != before {
+					t.Errorf("%s's create of %s with request_id %q through %s moved its lease from %+v to %+v", c.who, id, c.rid, r.name, before, got)
+				}
+			}
+		}
+	}
+	retry := func(t *testing.T, r *tenantReplica) {
+		t.Helper()
+		got, err := create(r, "acme", rid)
+		if err != nil || got.GetHeader().GetId() != id || got.GetHeader().GetTenant() != "acme" || got.GetHeader().GetCreatedAt() != made.GetHeader().GetCreatedAt() {
+			t.Fatalf("acme's retry through %s: %v %v; want the session it made", r.name, got, err)
+		}
+	}
+
+	// r1 holds the session: the retry through r2 is forwarded to it.
+	collisions(t, r2, r1)
+	n := len(r1.fwd.of(id, "acme"))
+	retry(t, r2)
+	if len(r1.fwd.of(id, "acme")) != n+1 {
+		t.Errorf("acme's retry through r2 was not forwarded to r1, which holds the session")
+	}
+	if l := leaseOf(t, db, id); !l.Live {
+		t.Errorf("acme's lease after its retry: %+v; want r1's, live", l)
+	}
+
+	// Nobody holds it: the collisions through r2 must not claim it; the
+	// retry does.
+	r1lease := leaseOf(t, db, id)
+	r1.stop(t)
+	collisions(t, r2)
+	retry(t, r2)
+	if l := leaseOf(t, db, id); !l.Live || l.Owner == r1lease.Owner || l.Epoch != r1lease.Epoch+1 {
+		t.Errorf("acme's lease after its retry through r2 once r1 stopped: %+v; want r2's at epoch %d", l, r1lease.Epoch+1)
 	}
 }
