@@ -3,6 +3,7 @@ package grpcserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -71,6 +72,26 @@ var benchDesc = grpc.ServiceDesc{
 				}
 			}
 			return nil
+		},
+	}, {
+		// Echo answers each message with one: a call's request and reply,
+		// one call per stream or many on one long-lived stream.
+		StreamName:    "Echo",
+		ServerStreams: true,
+		ClientStreams: true,
+		Handler: func(_ any, ss grpc.ServerStream) error {
+			in := new(wrapperspb.StringValue)
+			for {
+				if err := ss.RecvMsg(in); err != nil {
+					if errors.Is(err, io.EOF) {
+						return nil
+					}
+					return err
+				}
+				if err := ss.SendMsg(in); err != nil {
+					return err
+				}
+			}
 		},
 	}},
 }
@@ -193,14 +214,8 @@ func BenchmarkStream(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			conn := benchConn(b, mode)
 			benchLoop(b, 64/max(1, runtimeProcs()), func() error {
-				cs, err := conn.NewStream(context.Background(), &benchDesc.Streams[0], "/dsh.test.Bench/Stream")
+				cs, err := sendOnly(conn, &benchDesc.Streams[0], "/dsh.test.Bench/Stream", req)
 				if err != nil {
-					return err
-				}
-				if err := cs.SendMsg(req); err != nil {
-					return err
-				}
-				if err := cs.CloseSend(); err != nil {
 					return err
 				}
 				out := new(wrapperspb.StringValue)
@@ -218,3 +233,86 @@ func BenchmarkStream(b *testing.B) {
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+// sendOnly opens a stream of desc, sends req and closes the sending side.
+func sendOnly(conn *grpc.ClientConn, desc *grpc.StreamDesc, method string, req any) (grpc.ClientStream, error) {
+	cs, err := conn.NewStream(context.Background(), desc, method)
+	if err != nil {
+		return nil, err
+	}
+	if err := cs.SendMsg(req); err != nil {
+		return nil, err
+	}
+	if err := cs.CloseSend(); err != nil {
+		return nil, err
+	}
+	return cs, nil
+}
+
+// BenchmarkCallShapes prices the shape of a call, the same request and
+// reply (a tool call's size) with 64 concurrent callers: a unary call, a
+// stream per call (as a model step's Generate and a tool's PrepareExecute
+// are), and one exchange on a long-lived stream each caller opened once (a
+// protocol that multiplexed a session's calls on one stream). The gap
+// between the last and the others is what stream set-up (headers,
+// trailers, the handler's goroutine, the interceptors and stats handlers)
+// costs per call (docs/arch/throughput.md §40).
+func BenchmarkCallShapes(b *testing.B) {
+	req := wrapperspb.String(strings.Repeat("x", 512))
+	echo := &benchDesc.Streams[1]
+	for _, mode := range []string{"off", "metrics"} {
+		b.Run("mode="+mode+"/shape=unary", func(b *testing.B) {
+			conn := benchConn(b, mode)
+			benchLoop(b, 64/max(1, runtimeProcs()), func() error {
+				return conn.Invoke(context.Background(), "/dsh.test.Bench/Unary", req, new(wrapperspb.StringValue))
+			})
+		})
+		b.Run("mode="+mode+"/shape=stream-per-call", func(b *testing.B) {
+			conn := benchConn(b, mode)
+			benchLoop(b, 64/max(1, runtimeProcs()), func() error {
+				cs, err := sendOnly(conn, echo, "/dsh.test.Bench/Echo", req)
+				if err != nil {
+					return err
+				}
+				out := new(wrapperspb.StringValue)
+				if err := cs.RecvMsg(out); err != nil {
+					return err
+				}
+				if err := cs.RecvMsg(out); !errors.Is(err, io.EOF) {
+					return fmt.Errorf("after the reply: %v, want EOF", err)
+				}
+				return nil
+			})
+		})
+		b.Run("mode="+mode+"/shape=long-lived-stream", func(b *testing.B) {
+			conn := benchConn(b, mode)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			b.ReportAllocs()
+			b.SetParallelism(64 / max(1, runtimeProcs()))
+			start := cputime.Process()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				cs, err := conn.NewStream(ctx, echo, "/dsh.test.Bench/Echo")
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer func() { _ = cs.CloseSend() }()
+				out := new(wrapperspb.StringValue)
+				for pb.Next() {
+					if err := cs.SendMsg(req); err != nil {
+						b.Error(err)
+						return
+					}
+					if err := cs.RecvMsg(out); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64((cputime.Process()-start).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
