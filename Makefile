@@ -81,16 +81,18 @@ bench: ## Run every Go benchmark (figures go into docs/benchmarks.md).
 	$(GOTEST) -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(PKGS)
 
 .PHONY: load
-load: ## The load ladder (tests/load): LOAD_TOOL=read|bash LOAD_SESSIONS=10,100,1000 LOAD_DELAY=1s LOAD_RAMP=0 LOAD_WARMUP=0 LOAD_ARGS='extra agent flags'.
+load: ## The load ladder (tests/load): LOAD_TOOL=read|bash LOAD_SESSIONS=10,100,1000 LOAD_DELAY=1s LOAD_JITTER=0 LOAD_RAMP=0 LOAD_WARMUP=0 LOAD_ARGS='extra agent flags' LOAD_ENV='agent=GOGC=200 ...'.
 	DSH_LOAD=1 $(GOTEST) -run '^$$' -bench 'Load' -benchtime 1x -count 1 -timeout 60m ./tests/load \
-	  -args -load.tool=$(LOAD_TOOL) -load.sessions=$(LOAD_SESSIONS) -load.delay=$(LOAD_DELAY) -load.ramp=$(LOAD_RAMP) -load.warmup=$(LOAD_WARMUP) -load.agent-args="$(LOAD_ARGS)"
+	  -args -load.tool=$(LOAD_TOOL) -load.sessions=$(LOAD_SESSIONS) -load.delay=$(LOAD_DELAY) -load.ramp=$(LOAD_RAMP) -load.warmup=$(LOAD_WARMUP) -load.jitter=$(LOAD_JITTER) -load.agent-args="$(LOAD_ARGS)" -load.env="$(LOAD_ENV)"
 
 LOAD_TOOL     ?= read
 LOAD_SESSIONS ?= 10,100,300,1000
 LOAD_DELAY    ?= 1s
+LOAD_JITTER   ?= 0
 LOAD_WARMUP   ?= 0
 LOAD_RAMP     ?= 0
 LOAD_ARGS     ?=
+LOAD_ENV      ?=
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target briefly (FUZZTIME=30s to go longer).
