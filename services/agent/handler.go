@@ -140,18 +140,45 @@ func (s *Service) checkNewCwd(ctx context.Context, cwd string, opts *sessionv1.S
 }
 
 // start registers a new session (header + optional seed) and brings it live.
+//
+// While it creates, the id is marked loading (as acquireAny marks a load):
+// a second create or a load of the same id waits for this one to end, so a
+// create retried while the first still runs finds the session live and is
+// answered with it (createdBy), not ALREADY_EXISTS for a session the
+// retry's request made.
 func (s *Service) start(ctx context.Context, h *sessionv1.SessionHeader, seed []*sessionv1.SessionEvent) (*agentv1.Session, error) {
-	s.mu.Lock()
-	if s.closing {
+	id := h.GetId()
+	for {
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			return nil, ErrClosing
+		}
+		_, isLive := s.live[id]
+		wait, isLoading := s.loading[id]
+		if isLive {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("create session %s: %w", id, existsErr(id))
+		}
+		if !isLoading {
+			break // s.mu held
+		}
 		s.mu.Unlock()
-		return nil, ErrClosing
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("create session %s: waiting for another create or load of it: %w", id, ctx.Err())
+		}
 	}
-	_, isLive := s.live[h.GetId()]
-	_, isLoading := s.loading[h.GetId()]
+	done := make(chan struct{})
+	s.loading[id] = done
 	s.mu.Unlock()
-	if isLive || isLoading {
-		return nil, fmt.Errorf("create session %s: %w", h.GetId(), existsErr(h.GetId()))
-	}
+	defer func() {
+		s.mu.Lock()
+		delete(s.loading, id)
+		s.mu.Unlock()
+		close(done)
+	}()
 	log, err := session.NewLog(h, seed, s.logOptions()...)
 	if err != nil {
 		return nil, invalidf("session seed is invalid: %v", err)

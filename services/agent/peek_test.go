@@ -74,6 +74,13 @@ func TestGetSessionDoesNotLoad(t *testing.T) {
 // connection and the store, in that order.
 func sqliteService(t *testing.T, ctx context.Context, path, gwAddr string) (svc *agent.Service, closeAll func()) {
 	t.Helper()
+	return sqliteServiceOver(t, ctx, path, gwAddr, nil)
+}
+
+// sqliteServiceOver is sqliteService with the store wrap returns for the
+// SQLite store (nil: the store itself).
+func sqliteServiceOver(t *testing.T, ctx context.Context, path, gwAddr string, wrap func(*sqlitestore.Store) agent.Store) (svc *agent.Service, closeAll func()) {
+	t.Helper()
 	store, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: path, Synchronous: "NORMAL"})
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +90,11 @@ func sqliteService(t *testing.T, ctx context.Context, path, gwAddr string) (svc 
 		store.Close()
 		t.Fatal(err)
 	}
-	svc, err = agent.New(agent.Config{}, agent.Deps{Store: store, LLM: gateway.New(conn)}, nil)
+	var st agent.Store = store
+	if wrap != nil {
+		st = wrap(store)
+	}
+	svc, err = agent.New(agent.Config{}, agent.Deps{Store: st, LLM: gateway.New(conn)}, nil)
 	if err != nil {
 		conn.Close()
 		store.Close()
