@@ -129,7 +129,7 @@ class ServeEnvTest(unittest.TestCase):
 
 class ServeProcessTest(unittest.TestCase):
     """A real toolhost process: a malformed DSH_INSECURE exits with the error
-    and never listens; a well-formed one in any case and spacing is taken."""
+    and never listens; a well-formed one in any case is taken."""
 
     CODE = ("import sys; sys.path.insert(0, %r)\n"
             "from dsh_toolhost import serve\n"

@@ -103,7 +103,7 @@ test('envBool: a malformed value throws naming the variable, the value, the form
   }
 })
 
-test('serve: DSH_INSECURE in any case and spacing, empty is false', async () => {
+test('serve: DSH_INSECURE in any case, empty is false', async () => {
   const cases = [...TRUE_FORMS.map((v) => [v, true]), ...FALSE_FORMS.map((v) => [v, false]), ...EMPTY_FORMS.map((v) => [v, false])]
   for (const [value, want] of cases) {
     const r = await serveWith(value, { address: '127.0.0.1:0' })
