@@ -145,7 +145,7 @@ func Demo() Script {
 				DelayMS:   15,
 			},
 			{
-				Text:    "The command ran and printed:\n\n" + LastToolResult + "\n\nThat was one full turn: model, tool call, tool result, model. To talk to a real model, set DEEPSEEK_API_KEY, ANTHROPIC_API_KEY, or OPENAI_API_KEY (with OPENAI_BASE_URL for vLLM, Ollama or llama.cpp) and start dsh again.",
+				Text:    "The tool answered:\n\n" + LastToolResult + "\n\nThat was one full turn: model, tool call, tool result, model. To talk to a real model, set DEEPSEEK_API_KEY, ANTHROPIC_API_KEY, or OPENAI_API_KEY (with OPENAI_BASE_URL for vLLM, Ollama or llama.cpp) and start dsh again.",
 				DelayMS: 15,
 			},
 		},
