@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
@@ -242,6 +243,29 @@ func (s *stack) startAgent() {
 		"--approval-rule", "*=allow", "--no-titles"}, s.agentArgs...) // nobody answers approvals here
 	s.agent = start(s.t, "agent", cleanEnv(s.agentEnv...), args...)
 	waitServing(s.t, s.agentAddr, s.agent)
+	if s.conn != nil {
+		reconnect(s.t, s.conn)
+	}
+}
+
+// reconnect brings conn, whose server was restarted on the same address,
+// back to READY: after the old process died the channel waits out a
+// reconnect backoff, and an RPC gRPC does not retry (StreamEvents) fails at
+// once with the dead process's "connection refused" until then.
+func reconnect(t testing.TB, conn *grpc.ClientConn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn.ResetConnectBackoff()
+	conn.Connect()
+	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
+		if st == connectivity.TransientFailure {
+			conn.ResetConnectBackoff()
+		}
+		if !conn.WaitForStateChange(ctx, st) {
+			t.Fatalf("the agent's client connection is %v 30s after the agent served again", st)
+		}
+	}
 }
 
 func (s *stack) createSession(ctx context.Context) string {
