@@ -243,7 +243,7 @@ func (s *stack) startAgent() {
 		"--approval-rule", "*=allow", "--no-titles"}, s.agentArgs...) // nobody answers approvals here
 	s.agent = start(s.t, "agent", cleanEnv(s.agentEnv...), args...)
 	waitServing(s.t, s.agentAddr, s.agent)
-	if s.conn != nil {
+	if s.conn != nil && s.conn.Target() == s.agentAddr {
 		reconnect(s.t, s.conn)
 	}
 }
