@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,6 +64,9 @@ func TestCreateRetryDuringCreate(t *testing.T) {
 		resp *agentv1.CreateSessionResponse
 		err  error
 	}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(held.release) }) }
+	t.Cleanup(release) // a failure below must not leave the first create held
 	first, retry := make(chan answer, 1), make(chan answer, 1)
 	go func() {
 		resp, err := svc.CreateSession(ctx, req("r1"))
@@ -80,7 +84,7 @@ func TestCreateRetryDuringCreate(t *testing.T) {
 		t.Fatalf("the retry answered while the first create was still running: %v, %v", a.resp, a.err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	close(held.release)
+	release()
 	a, b := <-first, <-retry
 	if a.err != nil || b.err != nil {
 		t.Fatalf("first create: %v; its retry: %v; want both answered with the session", a.err, b.err)
@@ -91,5 +95,11 @@ func TestCreateRetryDuringCreate(t *testing.T) {
 	}
 	if _, err := svc.CreateSession(ctx, req("r2")); status.Code(err) != codes.AlreadyExists {
 		t.Fatalf("another request's create of the same id: %v, want ALREADY_EXISTS", err)
+	}
+	// An admin of another tenant sees the session but did not make it: the
+	// same id and request_id are its own request's, ALREADY_EXISTS.
+	admin := auth.WithPrincipal(t.Context(), auth.Principal{Tenant: "ops", Subject: "root", Roles: []auth.Role{auth.RoleAdmin}})
+	if resp, err := svc.CreateSession(admin, req("r1")); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("an admin of another tenant creating the id with the same request_id: %v, %v; want ALREADY_EXISTS", resp.GetSession().GetHeader(), err)
 	}
 }

@@ -5,14 +5,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"unicode"
 
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/dsh-dev/dsh/gen/go/dsh/agent/v1"
+	sessionv1 "github.com/dsh-dev/dsh/gen/go/dsh/session/v1"
 	"github.com/dsh-dev/dsh/internal/auth"
 	"github.com/dsh-dev/dsh/internal/persistence"
-	"github.com/dsh-dev/dsh/services/agent/internal/cluster"
 	"github.com/dsh-dev/dsh/services/agent/internal/idem"
 )
 
@@ -77,13 +78,17 @@ func derivedID(tenant, rid string) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-// createdBy returns session id when the caller may see it and it was created
-// with request id rid. A stored session is vetted by its header first,
-// tenant and request id alike, so only the retry of the request that created
-// it loads it (on a replica: claims its lease when nobody holds it); another
-// tenant's id, or another request's, is answered without touching it. err
-// is set when another replica owns the session (*cluster.OwnedElsewhereError):
-// the retry is forwarded there, as the create would have been.
+// createdBy returns session id when it was created by the caller's tenant
+// with request id rid: the retry of the request that created it. A stored
+// session is vetted by its header first, tenant and request id alike, so
+// only that retry loads it (on a replica: claims its lease when nobody
+// holds it); another tenant's id, or another request's, is answered
+// (false) without touching it. err is set when the retry cannot be
+// answered now: the store failed (before any tenant check, so it tells
+// nothing), or loading the vetted session failed — among them
+// *cluster.OwnedElsewhereError, when another replica owns it: the retry is
+// forwarded there, as the create would have been. A retry is never told
+// ALREADY_EXISTS for its own session because of a passing failure.
 func (s *Service) createdBy(ctx context.Context, id, rid string) (*agentv1.Session, bool, error) {
 	if hr, ok := s.deps.Store.(headerReader); ok {
 		h, err := hr.ReadHeader(ctx, id)
@@ -91,21 +96,29 @@ func (s *Service) createdBy(ctx context.Context, id, rid string) (*agentv1.Sessi
 		case errors.Is(err, persistence.ErrNotFound):
 			// Created and not stored yet (a lone agent stores at the first
 			// append): acquire finds it in memory or not at all.
-		case err != nil, !principalOf(ctx).CanSee(h.GetTenant()), h.GetRequestId() != rid:
+		case err != nil:
+			return nil, false, fmt.Errorf("read session %s: %w", id, err)
+		case !s.sameRequest(ctx, h, rid):
 			return nil, false, nil
 		}
 	}
 	l, err := s.acquire(ctx, id)
-	var elsewhere *cluster.OwnedElsewhereError
-	if errors.As(err, &elsewhere) {
-		return nil, false, err
+	if errors.Is(err, ErrSessionNotFound) || errors.Is(err, persistence.ErrNotFound) {
+		return nil, false, nil // gone, or another tenant's session only in memory
 	}
 	if err != nil {
-		return nil, false, nil
+		return nil, false, err
 	}
 	defer s.release(l)
-	if l.log.Header().GetRequestId() != rid {
+	if !s.sameRequest(ctx, l.log.Header(), rid) {
 		return nil, false, nil
 	}
 	return l.snapshot(), true, nil
+}
+
+// sameRequest reports whether h is the header of a session the caller's
+// tenant created with request id rid (the tenant itself, not any tenant the
+// caller may see: an admin's request ids are its own tenant's).
+func (s *Service) sameRequest(ctx context.Context, h *sessionv1.SessionHeader, rid string) bool {
+	return h.GetRequestId() == rid && auth.TenantOf(h.GetTenant()) == auth.TenantOf(principalOf(ctx).Tenant)
 }

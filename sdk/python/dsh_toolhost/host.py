@@ -327,9 +327,10 @@ class TLSConfigError(ValueError):
 
 class EnvError(ValueError):
     """An environment variable whose value does not parse; ``serve()`` raises
-    it before anything listens. The message is the Go servers':
+    it before anything listens. The message has the Go servers' shape:
     ``NAME="VALUE": REASON`` (the reason gives the accepted forms and the
-    default)."""
+    default; the value is quoted as a JSON string, which is Go's %q for
+    printable text)."""
 
     def __init__(self, variable: str, value: str, reason: str):
         super().__init__(f"{variable}={json.dumps(value, ensure_ascii=False)}: {reason}")

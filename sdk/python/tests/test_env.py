@@ -66,7 +66,7 @@ class EnvBoolTest(unittest.TestCase):
                     e = cm.exception
                     self.assertIsInstance(e, dsh_toolhost.EnvError)
                     self.assertEqual((e.variable, e.value), ("DSH_INSECURE", value))
-                    self.assertEqual(str(e), 'DSH_INSECURE=%s: %s; unset means %s'  # the value quoted as Go's %q does
+                    self.assertEqual(str(e), 'DSH_INSECURE=%s: %s; unset means %s'  # the value JSON-quoted (Go's %q for these values)
                                      % (json.dumps(value, ensure_ascii=False), ACCEPTED, "true" if default else "false"))
 
 
@@ -157,8 +157,6 @@ class ServeProcessTest(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0)
         self.assertNotIn("listening", out)
         self.assertIn('EnvError: DSH_INSECURE="ture": ' + ACCEPTED + "; unset means false", err)
-        with socket.socket() as c:
-            self.assertNotEqual(c.connect_ex(("127.0.0.1", port)), 0, "something listens on the port")
 
     def test_well_formed_in_any_case_is_taken(self):
         # Non-loopback without TLS starts only when DSH_INSECURE is read as true.

@@ -266,8 +266,9 @@ export class Health {
 
 /**
  * An environment variable whose value does not parse; serve() rejects with it
- * before anything listens. The message is the Go servers':
- * `NAME="VALUE": REASON` (the reason gives the accepted forms and the default).
+ * before anything listens. The message has the Go servers' shape:
+ * `NAME="VALUE": REASON` (the reason gives the accepted forms and the default;
+ * the value is quoted as a JSON string, which is Go's %q for printable text).
  */
 export class EnvError extends Error {
   constructor(variable, value, reason) {
