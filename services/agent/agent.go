@@ -421,51 +421,71 @@ func (s *Service) acquireAny(ctx context.Context, id string) (*liveSession, erro
 	if id == "" {
 		return nil, invalidf("session_id is required")
 	}
+	l, unmark, err := s.reserve(ctx, id, func(l *liveSession) { l.refs++ })
+	if err != nil || l != nil {
+		return l, err
+	}
+	defer unmark()
+	l, err = s.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closing {
+		// Admission closed while it loaded: Close takes its sessions
+		// without this one, so it must not join them (a turn started
+		// in it would run on after the store closed).
+		s.mu.Unlock()
+		s.retire(context.WithoutCancel(ctx), l)
+		return nil, ErrClosing
+	}
+	l.refs++
+	s.live[id] = l
+	s.mu.Unlock()
+	return l, nil
+}
+
+// reserve waits until no load or create of id runs. Then either the id is
+// live: reserve returns its session (after onLive, if given, ran on it under
+// s.mu); or it marks the id loading and returns unmark, to be called once
+// the caller made the session live or gave up, which lets the waiters on
+// the id go on. One load or create of an id runs at a time, so a load
+// never races a create of the same id, and a create retried while the first
+// runs finds its session live.
+func (s *Service) reserve(ctx context.Context, id string, onLive func(*liveSession)) (live *liveSession, unmark func(), err error) {
 	for {
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
-			return nil, ErrClosing
+			return nil, nil, ErrClosing
 		}
 		if l, ok := s.live[id]; ok {
-			l.refs++
-			s.mu.Unlock()
-			return l, nil
-		}
-		if wait, ok := s.loading[id]; ok {
-			s.mu.Unlock()
-			select {
-			case <-wait:
-				continue
-			case <-ctx.Done():
-				return nil, ctx.Err()
+			if onLive != nil {
+				onLive(l)
 			}
+			s.mu.Unlock()
+			return l, nil, nil
 		}
-		done := make(chan struct{})
-		s.loading[id] = done
+		wait, ok := s.loading[id]
+		if !ok {
+			break // s.mu held
+		}
 		s.mu.Unlock()
-
-		l, err := s.load(ctx, id)
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+	done := make(chan struct{})
+	s.loading[id] = done
+	s.mu.Unlock()
+	return nil, func() {
 		s.mu.Lock()
 		delete(s.loading, id)
-		close(done)
-		if err != nil {
-			s.mu.Unlock()
-			return nil, err
-		}
-		if s.closing {
-			// Admission closed while it loaded: Close takes its sessions
-			// without this one, so it must not join them (a turn started
-			// in it would run on after the store closed).
-			s.mu.Unlock()
-			s.retire(context.WithoutCancel(ctx), l)
-			return nil, ErrClosing
-		}
-		l.refs++
-		s.live[id] = l
 		s.mu.Unlock()
-		return l, nil
-	}
+		close(done)
+	}, nil
 }
 
 // acquire returns the live session id for the principal of ctx (see

@@ -140,54 +140,31 @@ func (s *Service) checkNewCwd(ctx context.Context, cwd string, opts *sessionv1.S
 }
 
 // start registers a new session (header + optional seed) and brings it live.
-//
-// While it creates, the id is marked loading (as acquireAny marks a load):
-// a second create or a load of the same id waits for this one to end, so a
-// create retried while the first still runs finds the session live and is
-// answered with it (createdBy), not ALREADY_EXISTS for a session the
-// retry's request made.
+// It reserves the id as a load does (reserve): a second create or a load of
+// the same id waits for this one to end, so a create retried while the
+// first still runs finds the session live and is answered with it
+// (createdBy), not ALREADY_EXISTS for a session the retry's request made.
 func (s *Service) start(ctx context.Context, h *sessionv1.SessionHeader, seed []*sessionv1.SessionEvent) (*agentv1.Session, error) {
 	id := h.GetId()
-	for {
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			return nil, ErrClosing
-		}
-		_, isLive := s.live[id]
-		wait, isLoading := s.loading[id]
-		if isLive {
-			s.mu.Unlock()
-			return nil, fmt.Errorf("create session %s: %w", id, existsErr(id))
-		}
-		if !isLoading {
-			break // s.mu held
-		}
-		s.mu.Unlock()
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("create session %s: waiting for another create or load of it: %w", id, ctx.Err())
-		}
+	live, unmark, err := s.reserve(ctx, id, nil)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, fmt.Errorf("create session %s: waiting for another create or load of it: %w", id, err)
+	case err != nil:
+		return nil, err
+	case live != nil:
+		return nil, fmt.Errorf("create session %s: %w", id, existsErr(id))
 	}
-	done := make(chan struct{})
-	s.loading[id] = done
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.loading, id)
-		s.mu.Unlock()
-		close(done)
-	}()
+	defer unmark()
 	log, err := session.NewLog(h, seed, s.logOptions()...)
 	if err != nil {
 		return nil, invalidf("session seed is invalid: %v", err)
 	}
 	if err := s.deps.Store.Create(ctx, h); err != nil {
-		return nil, fmt.Errorf("create session %s: %w", h.GetId(), err)
+		return nil, fmt.Errorf("create session %s: %w", id, err)
 	}
 	if cs, ok := s.cfg.Sink.(createdSink); ok {
-		cs.Created(h.GetTenant(), h.GetId())
+		cs.Created(h.GetTenant(), id)
 	}
 	l := s.open(ctx, log, 0, "startup")
 	if len(seed) > 0 {
@@ -198,15 +175,12 @@ func (s *Service) start(ctx context.Context, h *sessionv1.SessionHeader, seed []
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, dup := s.live[h.GetId()]; dup || s.closing {
+	if s.closing { // the id is reserved: only Close can have intervened
 		_, _ = l.agent.Dispose(ctx)
-		if s.closing {
-			return nil, ErrClosing
-		}
-		return nil, fmt.Errorf("create session %s: %w", h.GetId(), existsErr(h.GetId()))
+		return nil, ErrClosing
 	}
 	l.lastUsed = s.cfg.Now()
-	s.live[h.GetId()] = l
+	s.live[id] = l
 	return l.snapshot(), nil
 }
 
