@@ -23,7 +23,6 @@ func (s *stack) replica() *stack {
 	s.t.Helper()
 	r := *s
 	r.agentAddr = freeAddr(s.t)
-	r.conn, r.client = nil, nil // s's, to s's address; dialAgent makes r's
 	r.startAgent()
 	dialAgent(s.t, &r)
 	return &r
